@@ -1,0 +1,109 @@
+// Element types, their traits, and dispatch_dtype: the one place a runtime DType becomes a C++ type.
+#pragma once
+
+#include <cstdint>
+#include <ostream>
+#include <string_view>
+#include <type_traits>
+
+#include "ember/half.h"
+
+namespace ember {
+
+// X(Enumerator, C++ type, name) for every dtype; the enum, names and sizes all come from here.
+#define EMBER_DTYPES(X)           \
+  X(Float32, float, "float32")    \
+  X(Float64, double, "float64")   \
+  X(Float16, Half, "float16")     \
+  X(BFloat16, BFloat16, "bfloat16") \
+  X(Int64, int64_t, "int64")      \
+  X(Int32, int32_t, "int32")      \
+  X(Int16, int16_t, "int16")      \
+  X(Int8, int8_t, "int8")         \
+  X(UInt8, uint8_t, "uint8")      \
+  X(Bool, bool, "bool")
+
+enum class DType : uint8_t {
+#define EMBER_DTYPE_ENUM(name, type, str) name,
+  EMBER_DTYPES(EMBER_DTYPE_ENUM)
+#undef EMBER_DTYPE_ENUM
+};
+
+inline constexpr int kNumDTypes = 10;
+
+inline constexpr DType kFloat32 = DType::Float32;
+inline constexpr DType kFloat64 = DType::Float64;
+inline constexpr DType kFloat16 = DType::Float16;
+inline constexpr DType kBFloat16 = DType::BFloat16;
+inline constexpr DType kInt64 = DType::Int64;
+inline constexpr DType kInt32 = DType::Int32;
+inline constexpr DType kInt16 = DType::Int16;
+inline constexpr DType kInt8 = DType::Int8;
+inline constexpr DType kUInt8 = DType::UInt8;
+inline constexpr DType kBool = DType::Bool;
+
+template <class T>
+struct TypeTag {
+  using type = T;
+};
+
+// Calls f(TypeTag<T>{}) with the C++ type of `dtype`.
+template <class F>
+decltype(auto) dispatch_dtype(DType dtype, F&& f) {
+  switch (dtype) {
+#define EMBER_DTYPE_CASE(name, type, str) \
+  case DType::name:                       \
+    return f(TypeTag<type>{});
+    EMBER_DTYPES(EMBER_DTYPE_CASE)
+#undef EMBER_DTYPE_CASE
+  }
+  return f(TypeTag<float>{});  // unreachable: every enumerator has a case above
+}
+
+template <class T>
+constexpr DType dtype_of() {
+#define EMBER_DTYPE_OF(name, type, str) \
+  if constexpr (std::is_same_v<T, type>) return DType::name;
+  EMBER_DTYPES(EMBER_DTYPE_OF)
+#undef EMBER_DTYPE_OF
+}
+
+constexpr std::string_view dtype_name(DType dtype) {
+  switch (dtype) {
+#define EMBER_DTYPE_NAME(name, type, str) \
+  case DType::name:                       \
+    return str;
+    EMBER_DTYPES(EMBER_DTYPE_NAME)
+#undef EMBER_DTYPE_NAME
+  }
+  return "?";
+}
+
+constexpr int64_t dtype_size(DType dtype) {
+  switch (dtype) {
+#define EMBER_DTYPE_SIZE(name, type, str) \
+  case DType::name:                       \
+    return sizeof(type);
+    EMBER_DTYPES(EMBER_DTYPE_SIZE)
+#undef EMBER_DTYPE_SIZE
+  }
+  return 0;
+}
+
+constexpr bool is_floating(DType d) {
+  return d == kFloat32 || d == kFloat64 || d == kFloat16 || d == kBFloat16;
+}
+constexpr bool is_integral(DType d, bool include_bool = false) {
+  return d == kInt64 || d == kInt32 || d == kInt16 || d == kInt8 || d == kUInt8 || (include_bool && d == kBool);
+}
+
+// Type the math is done in: float for the 16-bit floats, the type itself otherwise.
+template <class T>
+using compute_t = std::conditional_t<std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>, float, T>;
+
+// PyTorch's promote_types for two tensors of the same category tier.
+DType promote_types(DType a, DType b);
+
+inline std::ostream& operator<<(std::ostream& out, DType dtype) { return out << dtype_name(dtype); }
+
+}  // namespace ember

@@ -1,0 +1,11 @@
+// The umbrella header: everything a user of ember needs.
+#pragma once
+
+#include "ember/device.h"
+#include "ember/dtype.h"
+#include "ember/error.h"
+#include "ember/info.h"
+#include "ember/ops.h"
+#include "ember/scalar.h"
+#include "ember/shape.h"
+#include "ember/tensor.h"

@@ -1,0 +1,105 @@
+// Shape, Strides and axis lists: small vectors of int64 stored inline (up to kMaxDims), so making
+// a view never touches the heap.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <initializer_list>
+#include <ostream>
+#include <vector>
+
+#include "ember/error.h"
+
+namespace ember {
+
+inline constexpr int kMaxDims = 8;
+
+class Shape {
+ public:
+  Shape() = default;
+  Shape(std::initializer_list<int64_t> values) { assign(values.begin(), values.end()); }
+  Shape(const std::vector<int64_t>& values) { assign(values.begin(), values.end()); }  // NOLINT
+  template <class It>
+  Shape(It first, It last) {
+    assign(first, last);
+  }
+  explicit Shape(int size, int64_t value = 0) {
+    resize(size);
+    std::fill(begin(), end(), value);
+  }
+
+  int size() const { return size_; }
+  bool empty() const { return size_ == 0; }
+  int64_t* data() { return values_; }
+  const int64_t* data() const { return values_; }
+  int64_t* begin() { return values_; }
+  int64_t* end() { return values_ + size_; }
+  const int64_t* begin() const { return values_; }
+  const int64_t* end() const { return values_ + size_; }
+  int64_t& operator[](int i) { return values_[i]; }
+  int64_t operator[](int i) const { return values_[i]; }
+  int64_t back() const { return values_[size_ - 1]; }
+
+  void resize(int size) {
+    EMBER_CHECK(size >= 0 && size <= kMaxDims, "[shape] at most ", kMaxDims, " dimensions are supported, got ", size);
+    for (int i = size_; i < size; ++i) values_[i] = 0;
+    size_ = size;
+  }
+  void push_back(int64_t value) {
+    EMBER_CHECK(size_ < kMaxDims, "[shape] at most ", kMaxDims, " dimensions are supported");
+    values_[size_++] = value;
+  }
+  void insert(int position, int64_t value) {
+    push_back(0);
+    for (int i = size_ - 1; i > position; --i) values_[i] = values_[i - 1];
+    values_[position] = value;
+  }
+  void erase(int position) {
+    for (int i = position; i + 1 < size_; ++i) values_[i] = values_[i + 1];
+    --size_;
+  }
+
+  // Product of all entries (1 for an empty shape).
+  int64_t numel() const {
+    int64_t n = 1;
+    for (int i = 0; i < size_; ++i) n *= values_[i];
+    return n;
+  }
+  std::vector<int64_t> vec() const { return {begin(), end()}; }
+
+  friend bool operator==(const Shape& a, const Shape& b) {
+    return a.size_ == b.size_ && std::equal(a.begin(), a.end(), b.begin());
+  }
+
+ private:
+  template <class It>
+  void assign(It first, It last) {
+    const auto count = std::distance(first, last);
+    EMBER_CHECK(count <= kMaxDims, "[shape] at most ", kMaxDims, " dimensions are supported, got ", count);
+    size_ = static_cast<int>(count);
+    std::copy(first, last, values_);
+  }
+
+  int64_t values_[kMaxDims] = {};
+  int size_ = 0;
+};
+
+using Strides = Shape;
+using Axes = Shape;
+
+inline std::ostream& operator<<(std::ostream& out, const Shape& shape) {
+  out << '[';
+  for (int i = 0; i < shape.size(); ++i) out << (i ? ", " : "") << shape[i];
+  return out << ']';
+}
+
+// Contiguous (row-major) strides for `shape`, in elements.
+Strides contiguous_strides(const Shape& shape);
+
+// Wraps a possibly negative axis into [0, ndim); throws "[op] axis ... out of range".
+int normalize_axis(int64_t axis, int ndim, const char* op);
+
+// NumPy broadcasting of two shapes; throws naming `op` when they are incompatible.
+Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op);
+
+}  // namespace ember

@@ -1,0 +1,324 @@
+// Tensor: a cheap, refcounted handle to a TensorImpl (storage + shape + strides + offset + dtype +
+// device + autograd links). Views share storage; ops live in ember/ops.h and are also reachable
+// as methods and operators here.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <iosfwd>
+#include <memory>
+#include <optional>
+#include <string_view>
+#include <vector>
+
+#include "ember/device.h"
+#include "ember/dtype.h"
+#include "ember/error.h"
+#include "ember/scalar.h"
+#include "ember/shape.h"
+
+namespace ember {
+
+namespace autograd {
+class Node;
+}
+
+// One allocation of device memory. Views share it; the version counter lives here so that every
+// view of the same memory sees in-place writes.
+class StorageImpl {
+ public:
+  using Deleter = void (*)(void* data, int64_t nbytes, void* context);
+  StorageImpl(void* data, int64_t nbytes, Device device, Deleter deleter, void* context)
+      : data_(data), nbytes_(nbytes), device_(device), deleter_(deleter), context_(context) {}
+  ~StorageImpl() {
+    if (deleter_ != nullptr) deleter_(data_, nbytes_, context_);
+  }
+  StorageImpl(const StorageImpl&) = delete;
+  StorageImpl& operator=(const StorageImpl&) = delete;
+
+  void* data() const { return data_; }
+  int64_t nbytes() const { return nbytes_; }
+  Device device() const { return device_; }
+  uint32_t version() const { return version_.load(std::memory_order_relaxed); }
+  void bump_version() { version_.fetch_add(1, std::memory_order_relaxed); }
+
+ private:
+  void* data_;
+  int64_t nbytes_;
+  Device device_;
+  Deleter deleter_;
+  void* context_;
+  std::atomic<uint32_t> version_{0};
+};
+
+struct TensorImpl {
+  std::shared_ptr<StorageImpl> storage;
+  Shape shape;
+  Strides strides;  // in elements; may be 0 (broadcast)
+  int64_t offset = 0;  // in elements
+  DType dtype = kFloat32;
+  // autograd links, used by the autograd layer
+  bool requires_grad = false;
+  std::shared_ptr<TensorImpl> grad;
+  std::shared_ptr<autograd::Node> grad_fn;
+};
+
+// Options for factory functions: dtype (unset means the function's default), device, requires_grad.
+struct TensorOptions {
+  std::optional<DType> dtype;
+  Device device = kCPU;
+  bool requires_grad = false;
+
+  TensorOptions() = default;
+  TensorOptions(DType d) : dtype(d) {}       // NOLINT(google-explicit-constructor)
+  TensorOptions(Device d) : device(d) {}     // NOLINT(google-explicit-constructor)
+  TensorOptions with_dtype(DType d) const {
+    TensorOptions o = *this;
+    o.dtype = d;
+    return o;
+  }
+  TensorOptions with_requires_grad(bool r) const {
+    TensorOptions o = *this;
+    o.requires_grad = r;
+    return o;
+  }
+  DType dtype_or(DType fallback) const { return dtype.value_or(fallback); }
+};
+
+class Tensor {
+ public:
+  Tensor() = default;
+  explicit Tensor(std::shared_ptr<TensorImpl> impl) : impl_(std::move(impl)) {}
+
+  // --- metadata -------------------------------------------------------------------------------
+  bool defined() const { return impl_ != nullptr; }
+  const Shape& shape() const { return impl().shape; }
+  const Shape& sizes() const { return impl().shape; }
+  const Strides& strides() const { return impl().strides; }
+  int64_t size(int64_t dim) const;
+  int64_t stride(int64_t dim) const;
+  int dim() const { return impl().shape.size(); }
+  int64_t numel() const { return impl().shape.numel(); }
+  DType dtype() const { return impl().dtype; }
+  Device device() const { return impl().storage->device(); }
+  int64_t offset() const { return impl().offset; }
+  int64_t element_size() const { return dtype_size(dtype()); }
+  bool is_contiguous() const;
+  bool is_floating_point() const { return is_floating(dtype()); }
+  uint32_t version() const { return impl().storage->version(); }
+  void bump_version() const { impl().storage->bump_version(); }
+
+  // Pointer to the first element (storage base + offset). Typed access checks the dtype.
+  void* data_ptr() const;
+  template <class T>
+  T* data_ptr() const {
+    EMBER_CHECK(dtype_of<T>() == dtype(), "[data_ptr] tensor has dtype ", dtype(), ", requested ",
+                dtype_of<T>());
+    return static_cast<T*>(data_ptr());
+  }
+
+  TensorImpl& impl() const {
+    EMBER_CHECK(impl_ != nullptr, "[tensor] use of an undefined tensor");
+    return *impl_;
+  }
+  const std::shared_ptr<TensorImpl>& impl_ptr() const { return impl_; }
+  bool is_same(const Tensor& other) const { return impl_ == other.impl_; }
+  bool shares_storage(const Tensor& other) const { return impl().storage == other.impl().storage; }
+
+  // --- autograd slots (the engine comes with the autograd layer) --------------------------------
+  bool requires_grad() const { return impl().requires_grad; }
+  Tensor& requires_grad_(bool value = true);
+  Tensor grad() const { return Tensor(impl().grad); }
+
+  // --- element access ---------------------------------------------------------------------------
+  Scalar item() const;
+  template <class T>
+  T item() const {
+    return item().to<T>();
+  }
+  // The element at a full index (one entry per dim, negative counts from the end).
+  Scalar at(const Shape& index) const;
+  template <class T>
+  T at(const Shape& index) const {
+    return at(index).to<T>();
+  }
+  // Copies the elements out, in row-major order, converted to T.
+  template <class T>
+  std::vector<T> to_vector() const;
+
+  // --- views (share storage) --------------------------------------------------------------------
+  Tensor view(const Shape& shape) const;
+  Tensor reshape(const Shape& shape) const;
+  Tensor flatten(int64_t start_dim = 0, int64_t end_dim = -1) const;
+  Tensor permute(const Axes& dims) const;
+  Tensor transpose(int64_t dim0, int64_t dim1) const;
+  Tensor t() const;
+  Tensor slice(int64_t dim, std::optional<int64_t> start, std::optional<int64_t> end, int64_t step = 1) const;
+  Tensor narrow(int64_t dim, int64_t start, int64_t length) const;
+  Tensor select(int64_t dim, int64_t index) const;
+  Tensor expand(const Shape& shape) const;
+  Tensor expand_as(const Tensor& other) const { return expand(other.shape()); }
+  Tensor squeeze() const;
+  Tensor squeeze(int64_t dim) const;
+  Tensor unsqueeze(int64_t dim) const;
+  Tensor as_strided(const Shape& shape, const Strides& strides, std::optional<int64_t> offset = std::nullopt) const;
+  Tensor detach() const;
+
+  // --- copies -----------------------------------------------------------------------------------
+  Tensor contiguous() const;
+  Tensor clone() const;
+  Tensor to(DType dtype) const;
+  Tensor& copy_(const Tensor& src);
+  Tensor& fill_(const Scalar& value);
+  Tensor& zero_();
+
+  // --- ops as methods (see ember/ops.h) -----------------------------------------------------------
+  Tensor add(const Tensor& o) const;
+  Tensor add(const Scalar& o) const;
+  Tensor sub(const Tensor& o) const;
+  Tensor sub(const Scalar& o) const;
+  Tensor mul(const Tensor& o) const;
+  Tensor mul(const Scalar& o) const;
+  Tensor div(const Tensor& o) const;
+  Tensor div(const Scalar& o) const;
+  Tensor pow(const Tensor& o) const;
+  Tensor pow(const Scalar& o) const;
+  Tensor minimum(const Tensor& o) const;
+  Tensor maximum(const Tensor& o) const;
+  Tensor eq(const Tensor& o) const;
+  Tensor eq(const Scalar& o) const;
+  Tensor ne(const Tensor& o) const;
+  Tensor ne(const Scalar& o) const;
+  Tensor lt(const Tensor& o) const;
+  Tensor lt(const Scalar& o) const;
+  Tensor le(const Tensor& o) const;
+  Tensor le(const Scalar& o) const;
+  Tensor gt(const Tensor& o) const;
+  Tensor gt(const Scalar& o) const;
+  Tensor ge(const Tensor& o) const;
+  Tensor ge(const Scalar& o) const;
+  Tensor logical_and(const Tensor& o) const;
+  Tensor logical_or(const Tensor& o) const;
+  Tensor logical_not() const;
+  Tensor neg() const;
+  Tensor abs() const;
+  Tensor sign() const;
+  Tensor exp() const;
+  Tensor log() const;
+  Tensor log1p() const;
+  Tensor expm1() const;
+  Tensor sqrt() const;
+  Tensor rsqrt() const;
+  Tensor square() const;
+  Tensor sin() const;
+  Tensor cos() const;
+  Tensor tanh() const;
+  Tensor sigmoid() const;
+  Tensor relu() const;
+  Tensor gelu(std::string_view approximate = "none") const;
+  Tensor silu() const;
+  Tensor isnan() const;
+  Tensor isinf() const;
+  Tensor clamp(std::optional<Scalar> min, std::optional<Scalar> max) const;
+  Tensor masked_fill(const Tensor& mask, const Scalar& value) const;
+
+  Tensor& add_(const Tensor& o);
+  Tensor& add_(const Scalar& o);
+  Tensor& sub_(const Tensor& o);
+  Tensor& sub_(const Scalar& o);
+  Tensor& mul_(const Tensor& o);
+  Tensor& mul_(const Scalar& o);
+  Tensor& div_(const Tensor& o);
+  Tensor& div_(const Scalar& o);
+  Tensor& pow_(const Scalar& o);
+  Tensor& neg_();
+  Tensor& exp_();
+  Tensor& relu_();
+  Tensor& sigmoid_();
+  Tensor& tanh_();
+  Tensor& clamp_(std::optional<Scalar> min, std::optional<Scalar> max);
+  Tensor& masked_fill_(const Tensor& mask, const Scalar& value);
+
+  Tensor sum() const;
+  Tensor sum(const Axes& dims, bool keepdim = false) const;
+  Tensor mean() const;
+  Tensor mean(const Axes& dims, bool keepdim = false) const;
+  Tensor prod() const;
+  Tensor prod(const Axes& dims, bool keepdim = false) const;
+  Tensor max() const;
+  Tensor max(const Axes& dims, bool keepdim = false) const;
+  Tensor min() const;
+  Tensor min(const Axes& dims, bool keepdim = false) const;
+  Tensor argmax(std::optional<int64_t> dim = std::nullopt, bool keepdim = false) const;
+  Tensor argmin(std::optional<int64_t> dim = std::nullopt, bool keepdim = false) const;
+  Tensor var(const Axes& dims = {}, int64_t correction = 1, bool keepdim = false) const;
+  Tensor std(const Axes& dims = {}, int64_t correction = 1, bool keepdim = false) const;
+  Tensor logsumexp(const Axes& dims, bool keepdim = false) const;
+  Tensor all() const;
+  Tensor all(const Axes& dims, bool keepdim = false) const;
+  Tensor any() const;
+  Tensor any(const Axes& dims, bool keepdim = false) const;
+  Tensor norm(double p = 2.0, const Axes& dims = {}, bool keepdim = false) const;
+  Tensor softmax(int64_t dim) const;
+  Tensor log_softmax(int64_t dim) const;
+
+  Tensor matmul(const Tensor& o) const;
+
+  Tensor repeat(const Shape& repeats) const;
+  Tensor flip(const Axes& dims) const;
+  Tensor index_select(int64_t dim, const Tensor& index) const;
+  Tensor gather(int64_t dim, const Tensor& index) const;
+
+ private:
+  std::shared_ptr<TensorImpl> impl_;
+};
+
+// Operators, as in PyTorch: arithmetic and comparisons return tensors.
+Tensor operator+(const Tensor& a, const Tensor& b);
+Tensor operator+(const Tensor& a, const Scalar& b);
+Tensor operator+(const Scalar& a, const Tensor& b);
+Tensor operator-(const Tensor& a, const Tensor& b);
+Tensor operator-(const Tensor& a, const Scalar& b);
+Tensor operator-(const Scalar& a, const Tensor& b);
+Tensor operator*(const Tensor& a, const Tensor& b);
+Tensor operator*(const Tensor& a, const Scalar& b);
+Tensor operator*(const Scalar& a, const Tensor& b);
+Tensor operator/(const Tensor& a, const Tensor& b);
+Tensor operator/(const Tensor& a, const Scalar& b);
+Tensor operator/(const Scalar& a, const Tensor& b);
+Tensor operator-(const Tensor& a);
+Tensor operator==(const Tensor& a, const Tensor& b);
+Tensor operator==(const Tensor& a, const Scalar& b);
+Tensor operator!=(const Tensor& a, const Tensor& b);
+Tensor operator!=(const Tensor& a, const Scalar& b);
+Tensor operator<(const Tensor& a, const Tensor& b);
+Tensor operator<(const Tensor& a, const Scalar& b);
+Tensor operator<=(const Tensor& a, const Tensor& b);
+Tensor operator<=(const Tensor& a, const Scalar& b);
+Tensor operator>(const Tensor& a, const Tensor& b);
+Tensor operator>(const Tensor& a, const Scalar& b);
+Tensor operator>=(const Tensor& a, const Tensor& b);
+Tensor operator>=(const Tensor& a, const Scalar& b);
+Tensor operator&&(const Tensor& a, const Tensor& b);
+Tensor operator||(const Tensor& a, const Tensor& b);
+Tensor operator!(const Tensor& a);
+Tensor& operator+=(Tensor& a, const Tensor& b);
+Tensor& operator+=(Tensor& a, const Scalar& b);
+Tensor& operator-=(Tensor& a, const Tensor& b);
+Tensor& operator-=(Tensor& a, const Scalar& b);
+Tensor& operator*=(Tensor& a, const Tensor& b);
+Tensor& operator*=(Tensor& a, const Scalar& b);
+Tensor& operator/=(Tensor& a, const Tensor& b);
+Tensor& operator/=(Tensor& a, const Scalar& b);
+
+// Prints like PyTorch: values, then shape/dtype details where PyTorch would show them.
+std::ostream& operator<<(std::ostream& out, const Tensor& t);
+
+template <class T>
+std::vector<T> Tensor::to_vector() const {
+  const Tensor c = to(dtype_of<T>()).contiguous();
+  const T* p = static_cast<const T*>(c.data_ptr());
+  return std::vector<T>(p, p + c.numel());
+}
+
+}  // namespace ember

@@ -1,0 +1,127 @@
+#include "core/allocator.h"
+
+#include <bit>
+#include <cstdlib>
+#include <mutex>
+#include <new>
+#include <unordered_map>
+#include <vector>
+
+#include "ember/ops.h"
+
+namespace ember {
+namespace {
+
+constexpr int64_t kAlignment = 64;
+
+// Size classes: multiples of 64 bytes up to 1 KiB, then four classes per power of two, so a
+// cached block wastes at most a quarter of its size.
+int64_t size_class(int64_t nbytes) {
+  if (nbytes <= 1024) return nbytes <= 0 ? kAlignment : (nbytes + kAlignment - 1) / kAlignment * kAlignment;
+  const int64_t power = std::bit_floor(static_cast<uint64_t>(nbytes - 1));
+  const int64_t step = power / 4;
+  return (nbytes + step - 1) / step * step;
+}
+
+class CpuCachingAllocator {
+ public:
+  void* allocate(int64_t nbytes, int64_t* class_bytes) {
+    const int64_t bytes = size_class(nbytes);
+    *class_bytes = bytes;
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = free_.find(bytes);
+    void* p = nullptr;
+    if (it != free_.end() && !it->second.empty()) {
+      p = it->second.back();
+      it->second.pop_back();
+      ++stats_.cache_hits;
+    } else {
+      p = std::aligned_alloc(kAlignment, static_cast<size_t>(bytes));
+      if (p == nullptr) {
+        release_cached_locked();  // retry once with the cache returned to the system
+        p = std::aligned_alloc(kAlignment, static_cast<size_t>(bytes));
+      }
+      EMBER_CHECK(p != nullptr, "[allocator] out of memory allocating ", bytes, " bytes (", stats_.bytes_in_use,
+                  " in use)");
+      ++stats_.system_allocations;
+      stats_.bytes_reserved += bytes;
+    }
+    stats_.bytes_in_use += bytes;
+    if (stats_.bytes_in_use > stats_.peak_bytes_in_use) stats_.peak_bytes_in_use = stats_.bytes_in_use;
+    return p;
+  }
+
+  void release(void* p, int64_t class_bytes) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stats_.bytes_in_use -= class_bytes;
+    free_[class_bytes].push_back(p);
+  }
+
+  void empty_cache() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    release_cached_locked();
+  }
+
+  MemoryStats stats() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return stats_;
+  }
+  void reset_peak() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stats_.peak_bytes_in_use = stats_.bytes_in_use;
+  }
+
+ private:
+  void release_cached_locked() {
+    for (auto& [bytes, blocks] : free_) {
+      for (void* p : blocks) {
+        std::free(p);
+        stats_.bytes_reserved -= bytes;
+        ++stats_.system_frees;
+      }
+      blocks.clear();
+    }
+  }
+
+  std::mutex mutex_;
+  std::unordered_map<int64_t, std::vector<void*>> free_;
+  MemoryStats stats_;
+};
+
+CpuCachingAllocator& cpu_allocator() {
+  // Never destroyed: storages released during static destruction still find it.
+  static auto* allocator = new CpuCachingAllocator();
+  return *allocator;
+}
+
+void release_cpu_block(void* data, int64_t class_bytes, void* /*context*/) { cpu_allocator().release(data, class_bytes); }
+
+void check_cpu(Device device, const char* op) {
+  EMBER_CHECK(device.is_cpu(), "[", op, "] device ", device, " is not available in this build");
+}
+
+}  // namespace
+
+std::shared_ptr<StorageImpl> allocate_storage(int64_t nbytes, Device device) {
+  check_cpu(device, "allocate");
+  EMBER_CHECK(nbytes >= 0, "[allocate] negative size ", nbytes);
+  int64_t class_bytes = 0;
+  void* p = cpu_allocator().allocate(nbytes, &class_bytes);
+  // The storage remembers its class size (nbytes) so release returns it to the right list.
+  return std::make_shared<StorageImpl>(p, class_bytes, device, &release_cpu_block, nullptr);
+}
+
+MemoryStats memory_stats(Device device) {
+  check_cpu(device, "memory_stats");
+  return cpu_allocator().stats();
+}
+void reset_peak_memory_stats(Device device) {
+  check_cpu(device, "reset_peak_memory_stats");
+  cpu_allocator().reset_peak();
+}
+void empty_cache(Device device) {
+  check_cpu(device, "empty_cache");
+  cpu_allocator().empty_cache();
+}
+
+}  // namespace ember

@@ -1,0 +1,174 @@
+// Tensor methods and operators: each forwards to the free function in ember/ops.h.
+#include "ember/ops.h"
+#include "ops/elementwise.h"
+
+namespace ember {
+
+#define EMBER_METHOD_BINARY(fn)                                          \
+  Tensor Tensor::fn(const Tensor& o) const { return ember::fn(*this, o); } \
+  Tensor Tensor::fn(const Scalar& o) const { return ember::fn(*this, o); }
+EMBER_METHOD_BINARY(add)
+EMBER_METHOD_BINARY(sub)
+EMBER_METHOD_BINARY(mul)
+EMBER_METHOD_BINARY(div)
+EMBER_METHOD_BINARY(pow)
+EMBER_METHOD_BINARY(eq)
+EMBER_METHOD_BINARY(ne)
+EMBER_METHOD_BINARY(lt)
+EMBER_METHOD_BINARY(le)
+EMBER_METHOD_BINARY(gt)
+EMBER_METHOD_BINARY(ge)
+#undef EMBER_METHOD_BINARY
+
+Tensor Tensor::minimum(const Tensor& o) const { return ember::minimum(*this, o); }
+Tensor Tensor::maximum(const Tensor& o) const { return ember::maximum(*this, o); }
+Tensor Tensor::logical_and(const Tensor& o) const { return ember::logical_and(*this, o); }
+Tensor Tensor::logical_or(const Tensor& o) const { return ember::logical_or(*this, o); }
+
+#define EMBER_METHOD_UNARY(fn) \
+  Tensor Tensor::fn() const { return ember::fn(*this); }
+EMBER_METHOD_UNARY(logical_not)
+EMBER_METHOD_UNARY(neg)
+EMBER_METHOD_UNARY(abs)
+EMBER_METHOD_UNARY(sign)
+EMBER_METHOD_UNARY(exp)
+EMBER_METHOD_UNARY(log)
+EMBER_METHOD_UNARY(log1p)
+EMBER_METHOD_UNARY(expm1)
+EMBER_METHOD_UNARY(sqrt)
+EMBER_METHOD_UNARY(rsqrt)
+EMBER_METHOD_UNARY(square)
+EMBER_METHOD_UNARY(sin)
+EMBER_METHOD_UNARY(cos)
+EMBER_METHOD_UNARY(tanh)
+EMBER_METHOD_UNARY(sigmoid)
+EMBER_METHOD_UNARY(relu)
+EMBER_METHOD_UNARY(silu)
+EMBER_METHOD_UNARY(isnan)
+EMBER_METHOD_UNARY(isinf)
+#undef EMBER_METHOD_UNARY
+
+Tensor Tensor::gelu(std::string_view approximate) const { return ember::gelu(*this, approximate); }
+Tensor Tensor::clamp(std::optional<Scalar> min, std::optional<Scalar> max) const { return ember::clamp(*this, min, max); }
+Tensor Tensor::masked_fill(const Tensor& mask, const Scalar& value) const { return ember::masked_fill(*this, mask, value); }
+
+// --- in place: the result is written over *this (its shape and dtype must hold it) ----------------
+
+namespace {
+Tensor& write_back(Tensor& self, const Tensor& result, const char* op) {
+  EMBER_CHECK(result.shape() == self.shape(), "[", op, "] the result's shape ", result.shape(),
+              " does not match the in-place tensor's shape ", self.shape());
+  EMBER_CHECK(detail::can_cast(result.dtype(), self.dtype()), "[", op, "] result type ", result.dtype(),
+              " can't be cast to the in-place tensor's dtype ", self.dtype());
+  return self.copy_(result);
+}
+}  // namespace
+
+#define EMBER_INPLACE_BINARY(fn, Kind)                                                              \
+  Tensor& Tensor::fn##_(const Tensor& o) {                                                         \
+    detail::binary_op(OpKind::Kind, {this, nullptr}, {&o, nullptr}, this);                         \
+    return *this;                                                                                  \
+  }                                                                                                \
+  Tensor& Tensor::fn##_(const Scalar& o) {                                                         \
+    detail::binary_op(OpKind::Kind, {this, nullptr}, {nullptr, &o}, this);                         \
+    return *this;                                                                                  \
+  }
+EMBER_INPLACE_BINARY(add, Add)
+EMBER_INPLACE_BINARY(sub, Sub)
+EMBER_INPLACE_BINARY(mul, Mul)
+EMBER_INPLACE_BINARY(div, Div)
+#undef EMBER_INPLACE_BINARY
+
+Tensor& Tensor::pow_(const Scalar& o) {
+  detail::binary_op(OpKind::Pow, {this, nullptr}, {nullptr, &o}, this);
+  return *this;
+}
+
+#define EMBER_INPLACE_UNARY(fn, Kind)             \
+  Tensor& Tensor::fn##_() {                      \
+    detail::unary_op(OpKind::Kind, *this, this); \
+    return *this;                                \
+  }
+EMBER_INPLACE_UNARY(neg, Neg)
+EMBER_INPLACE_UNARY(exp, Exp)
+EMBER_INPLACE_UNARY(relu, Relu)
+EMBER_INPLACE_UNARY(sigmoid, Sigmoid)
+EMBER_INPLACE_UNARY(tanh, Tanh)
+#undef EMBER_INPLACE_UNARY
+
+Tensor& Tensor::clamp_(std::optional<Scalar> min, std::optional<Scalar> max) {
+  return write_back(*this, ember::clamp(*this, min, max), "clamp_");
+}
+Tensor& Tensor::masked_fill_(const Tensor& mask, const Scalar& value) {
+  return write_back(*this, ember::masked_fill(*this, mask, value), "masked_fill_");
+}
+
+// --- reductions, matmul, shape and indexing -------------------------------------------------------
+
+Tensor Tensor::sum() const { return ember::sum(*this); }
+Tensor Tensor::sum(const Axes& dims, bool keepdim) const { return ember::sum(*this, dims, keepdim); }
+Tensor Tensor::mean() const { return ember::mean(*this); }
+Tensor Tensor::mean(const Axes& dims, bool keepdim) const { return ember::mean(*this, dims, keepdim); }
+Tensor Tensor::prod() const { return ember::prod(*this); }
+Tensor Tensor::prod(const Axes& dims, bool keepdim) const { return ember::prod(*this, dims, keepdim); }
+Tensor Tensor::max() const { return ember::amax(*this); }
+Tensor Tensor::max(const Axes& dims, bool keepdim) const { return ember::amax(*this, dims, keepdim); }
+Tensor Tensor::min() const { return ember::amin(*this); }
+Tensor Tensor::min(const Axes& dims, bool keepdim) const { return ember::amin(*this, dims, keepdim); }
+Tensor Tensor::argmax(std::optional<int64_t> dim, bool keepdim) const { return ember::argmax(*this, dim, keepdim); }
+Tensor Tensor::argmin(std::optional<int64_t> dim, bool keepdim) const { return ember::argmin(*this, dim, keepdim); }
+Tensor Tensor::var(const Axes& dims, int64_t correction, bool keepdim) const {
+  return ember::var(*this, dims, correction, keepdim);
+}
+Tensor Tensor::std(const Axes& dims, int64_t correction, bool keepdim) const {
+  return ember::std(*this, dims, correction, keepdim);
+}
+Tensor Tensor::logsumexp(const Axes& dims, bool keepdim) const { return ember::logsumexp(*this, dims, keepdim); }
+Tensor Tensor::all() const { return ember::all(*this); }
+Tensor Tensor::all(const Axes& dims, bool keepdim) const { return ember::all(*this, dims, keepdim); }
+Tensor Tensor::any() const { return ember::any(*this); }
+Tensor Tensor::any(const Axes& dims, bool keepdim) const { return ember::any(*this, dims, keepdim); }
+Tensor Tensor::norm(double p, const Axes& dims, bool keepdim) const { return ember::norm(*this, p, dims, keepdim); }
+Tensor Tensor::softmax(int64_t dim) const { return ember::softmax(*this, dim); }
+Tensor Tensor::log_softmax(int64_t dim) const { return ember::log_softmax(*this, dim); }
+Tensor Tensor::matmul(const Tensor& o) const { return ember::matmul(*this, o); }
+Tensor Tensor::repeat(const Shape& repeats) const { return ember::repeat(*this, repeats); }
+Tensor Tensor::flip(const Axes& dims) const { return ember::flip(*this, dims); }
+Tensor Tensor::index_select(int64_t dim, const Tensor& index) const { return ember::index_select(*this, dim, index); }
+Tensor Tensor::gather(int64_t dim, const Tensor& index) const { return ember::gather(*this, dim, index); }
+
+// --- operators ------------------------------------------------------------------------------------
+
+#define EMBER_OPERATOR(op, fn)                                                     \
+  Tensor operator op(const Tensor& a, const Tensor& b) { return ember::fn(a, b); } \
+  Tensor operator op(const Tensor& a, const Scalar& b) { return ember::fn(a, b); }
+EMBER_OPERATOR(+, add)
+EMBER_OPERATOR(-, sub)
+EMBER_OPERATOR(*, mul)
+EMBER_OPERATOR(/, div)
+EMBER_OPERATOR(==, eq)
+EMBER_OPERATOR(!=, ne)
+EMBER_OPERATOR(<, lt)
+EMBER_OPERATOR(<=, le)
+EMBER_OPERATOR(>, gt)
+EMBER_OPERATOR(>=, ge)
+#undef EMBER_OPERATOR
+
+Tensor operator+(const Scalar& a, const Tensor& b) { return ember::add(b, a); }
+Tensor operator-(const Scalar& a, const Tensor& b) { return ember::rsub(b, a); }
+Tensor operator*(const Scalar& a, const Tensor& b) { return ember::mul(b, a); }
+Tensor operator/(const Scalar& a, const Tensor& b) { return ember::div(a, b); }
+Tensor operator-(const Tensor& a) { return ember::neg(a); }
+Tensor operator&&(const Tensor& a, const Tensor& b) { return ember::logical_and(a, b); }
+Tensor operator||(const Tensor& a, const Tensor& b) { return ember::logical_or(a, b); }
+Tensor operator!(const Tensor& a) { return ember::logical_not(a); }
+Tensor& operator+=(Tensor& a, const Tensor& b) { return a.add_(b); }
+Tensor& operator+=(Tensor& a, const Scalar& b) { return a.add_(b); }
+Tensor& operator-=(Tensor& a, const Tensor& b) { return a.sub_(b); }
+Tensor& operator-=(Tensor& a, const Scalar& b) { return a.sub_(b); }
+Tensor& operator*=(Tensor& a, const Tensor& b) { return a.mul_(b); }
+Tensor& operator*=(Tensor& a, const Scalar& b) { return a.mul_(b); }
+Tensor& operator/=(Tensor& a, const Tensor& b) { return a.div_(b); }
+Tensor& operator/=(Tensor& a, const Scalar& b) { return a.div_(b); }
+
+}  // namespace ember
