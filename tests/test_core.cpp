@@ -1,10 +1,256 @@
+// Core: promotion and broadcasting tables, printing, conversion and creation against PyTorch;
+// views, storage sharing, the allocator and errors.
 #include <gtest/gtest.h>
 
-#include "ember/ember.h"
+#include <sstream>
 
-TEST(Core, AddBroadcast) {
-  ember::Tensor a = ember::arange(6).reshape({2, 3}).to(ember::kFloat32);
-  ember::Tensor b = ember::tensor<float>({10, 20, 30});
-  ember::Tensor c = a + b;
-  EXPECT_EQ(c.at<float>({1, 2}), 35.0f);
+#include "golden.h"
+
+using ember::Tensor;
+using golden::Case;
+
+TEST(Promotion, MatchesPyTorchTable) {
+  int checked = 0;
+  for (const auto& entry : golden::load("core").at("promotion")) {
+    const ember::DType a = golden::dtype_from_name(entry.at("a"));
+    const Tensor ta = ember::zeros(entry.at("a_dim").get<int>() ? ember::Shape{2} : ember::Shape{}, a);
+    const ember::DType expected = golden::dtype_from_name(entry.at("result"));
+    ember::DType actual;
+    std::string what;
+    if (entry.contains("scalar")) {
+      const ember::Scalar s = golden::scalar_from_json(entry.at("scalar"));
+      actual = ember::result_type(ta, s);
+      what = entry.at("scalar").dump();
+    } else {
+      const ember::DType b = golden::dtype_from_name(entry.at("b"));
+      const Tensor tb = ember::zeros(entry.at("b_dim").get<int>() ? ember::Shape{2} : ember::Shape{}, b);
+      actual = ember::result_type(ta, tb);
+      what = std::string(ember::dtype_name(b)) + (entry.at("b_dim").get<int>() ? "" : " (0-dim)");
+    }
+    EXPECT_EQ(actual, expected) << ember::dtype_name(a) << (entry.at("a_dim").get<int>() ? "" : " (0-dim)") << " with "
+                                << what;
+    ++checked;
+  }
+  EXPECT_GT(checked, 400);
+}
+
+TEST(Broadcasting, MatchesPyTorch) {
+  int checked = 0;
+  for (const auto& entry : golden::load("core").at("broadcast")) {
+    const ember::Shape a(entry.at("a").get<std::vector<int64_t>>());
+    const ember::Shape b(entry.at("b").get<std::vector<int64_t>>());
+    if (entry.at("result").is_null()) {
+      EXPECT_THROW(ember::broadcast_shapes(a, b, "test"), ember::Error) << a << " " << b;
+      // and the ops say so too
+      EXPECT_THROW(ember::add(ember::zeros(a), ember::zeros(b)), ember::Error);
+    } else {
+      const ember::Shape expected(entry.at("result").get<std::vector<int64_t>>());
+      EXPECT_EQ(ember::broadcast_shapes(a, b, "test"), expected) << a << " " << b;
+      EXPECT_EQ((ember::zeros(a) + ember::ones(b)).shape(), expected);
+    }
+    ++checked;
+  }
+  EXPECT_EQ(checked, 300);
+}
+
+TEST(Printing, MatchesPyTorchRepr) {
+  for (const auto& entry : golden::load("core").at("print")) {
+    const Tensor t = golden::decode_tensor(entry.at("tensor"));
+    std::ostringstream out;
+    out << t;
+    EXPECT_EQ(out.str(), entry.at("text").get<std::string>());
+  }
+}
+
+TEST(GoldenCore, ToDType) {
+  golden::run_cases("core", "to", [](const Case& c) -> std::vector<Tensor> {
+    return {c.tensor(0).to(golden::dtype_from_name(c.attrs.at("dtype")))};
+  });
+}
+
+TEST(GoldenCore, Arange) {
+  golden::run_cases("core", "arange", [](const Case& c) -> std::vector<Tensor> {
+    if (c.inputs.size() == 1) return {ember::arange(c.scalar(0))};
+    if (c.inputs.size() == 2) return {ember::arange(c.scalar(0), c.scalar(1))};
+    return {ember::arange(c.scalar(0), c.scalar(1), c.scalar(2))};
+  });
+}
+
+TEST(GoldenCore, Linspace) {
+  golden::run_cases("core", "linspace", [](const Case& c) -> std::vector<Tensor> {
+    return {ember::linspace(c.scalar(0).to_double(), c.scalar(1).to_double(), c.scalar(2).to_int())};
+  });
+}
+
+TEST(GoldenCore, Eye) {
+  golden::run_cases("core", "eye", [](const Case& c) -> std::vector<Tensor> {
+    return {ember::eye(c.scalar(0).to_int(), c.scalar(1).to_int())};
+  });
+}
+
+TEST(Views, ShareStorageAndSeeWrites) {
+  Tensor base = ember::arange(24).reshape({2, 3, 4});
+  Tensor v = base.permute({2, 0, 1});
+  EXPECT_TRUE(v.shares_storage(base));
+  EXPECT_EQ(v.shape(), (ember::Shape{4, 2, 3}));
+  EXPECT_EQ(v.at<int64_t>({3, 1, 2}), base.at<int64_t>({1, 2, 3}));
+  base.select(0, 1).select(0, 2).fill_(-1);
+  EXPECT_EQ(v.at<int64_t>({0, 1, 2}), -1);
+  EXPECT_FALSE(v.is_contiguous());
+  EXPECT_TRUE(v.contiguous().is_contiguous());
+  EXPECT_FALSE(v.contiguous().shares_storage(base));
+  EXPECT_TRUE(base.contiguous().is_same(base));
+}
+
+TEST(Views, AllViewOps) {
+  Tensor x = ember::arange(24).reshape({2, 3, 4});
+  EXPECT_EQ(x.view({6, 4}).shape(), (ember::Shape{6, 4}));
+  EXPECT_EQ(x.view({-1, 8}).shape(), (ember::Shape{3, 8}));
+  EXPECT_EQ(x.flatten().shape(), (ember::Shape{24}));
+  EXPECT_EQ(x.flatten(1).shape(), (ember::Shape{2, 12}));
+  EXPECT_EQ(x.transpose(0, 2).shape(), (ember::Shape{4, 3, 2}));
+  EXPECT_EQ(x.select(1, 0).shape(), (ember::Shape{2, 4}));
+  EXPECT_EQ(x.narrow(2, 1, 2).at<int64_t>({1, 2, 1}), 22);
+  Tensor s = x.slice(2, 0, std::nullopt, 3);  // columns 0 and 3
+  EXPECT_EQ(s.shape(), (ember::Shape{2, 3, 2}));
+  EXPECT_EQ(s.at<int64_t>({1, 1, 1}), 19);
+  EXPECT_EQ(x.slice(0, -1, std::nullopt).shape(), (ember::Shape{1, 3, 4}));
+  EXPECT_EQ(x.unsqueeze(1).shape(), (ember::Shape{2, 1, 3, 4}));
+  EXPECT_EQ(x.unsqueeze(-1).shape(), (ember::Shape{2, 3, 4, 1}));
+  EXPECT_EQ(x.unsqueeze(1).squeeze(1).shape(), x.shape());
+  EXPECT_EQ(ember::zeros({1, 3, 1}).squeeze().shape(), (ember::Shape{3}));
+  Tensor e = ember::tensor<float>({1, 2, 3}).unsqueeze(0).expand({4, 3});
+  EXPECT_EQ(e.strides(), (ember::Strides{0, 1}));
+  EXPECT_EQ(e.at<float>({3, 2}), 3.0f);
+  Tensor w = x.as_strided({3, 3}, {1, 1}, 2);  // sliding windows
+  EXPECT_EQ(w.at<int64_t>({2, 2}), 6);
+  EXPECT_EQ(ember::ones({2, 3}).t().shape(), (ember::Shape{3, 2}));
+  // reshape of a non-viewable tensor copies; view throws
+  Tensor tx = x.transpose(1, 2);
+  EXPECT_THROW(tx.view({24}), ember::Error);
+  Tensor r = tx.reshape({24});
+  EXPECT_FALSE(r.shares_storage(x));
+  EXPECT_EQ(r.at<int64_t>({1}), 4);
+  // reshape of a viewable tensor does not copy
+  EXPECT_TRUE(x.reshape({4, 6}).shares_storage(x));
+}
+
+TEST(Views, ErrorsNameTheOp) {
+  Tensor x = ember::zeros({2, 3});
+  auto starts_with = [](const std::function<void()>& f, const std::string& prefix) {
+    try {
+      f();
+    } catch (const ember::Error& e) {
+      return std::string(e.what()).rfind(prefix, 0) == 0;
+    }
+    return false;
+  };
+  EXPECT_TRUE(starts_with([&] { x.view({4, 2}); }, "[view]"));
+  EXPECT_TRUE(starts_with([&] { x.permute({0, 0}); }, "[permute]"));
+  EXPECT_TRUE(starts_with([&] { x.transpose(0, 2); }, "[transpose]"));
+  EXPECT_TRUE(starts_with([&] { x.select(1, 3); }, "[select]"));
+  EXPECT_TRUE(starts_with([&] { x.narrow(1, 2, 2); }, "[narrow]"));
+  EXPECT_TRUE(starts_with([&] { x.expand({3, 3}); }, "[expand]"));
+  EXPECT_TRUE(starts_with([&] { x.as_strided({10}, {1}); }, "[as_strided]"));
+  EXPECT_TRUE(starts_with([&] { x.item(); }, "[item]"));
+  EXPECT_TRUE(starts_with([&] { x.slice(0, 0, 1, 0); }, "[slice]"));
+  EXPECT_TRUE(starts_with([&] { x.reshape({-1, -1}); }, "[reshape]"));
+  EXPECT_TRUE(starts_with([&] { (void)x.data_ptr<double>(); }, "[data_ptr]"));
+  EXPECT_TRUE(starts_with([&] { ember::zeros({1, 1, 1, 1, 1, 1, 1, 1, 1}); }, "[shape]"));
+  EXPECT_TRUE(starts_with([&] { ember::zeros({2, -1}); }, "[empty]"));
+  EXPECT_TRUE(starts_with([&] { ember::ones({2}, ember::Device{ember::DeviceType::CUDA, 0}); }, "[allocate]"));
+  EXPECT_TRUE(starts_with([&] { ember::arange(0, 5, -1); }, "[arange]"));
+  EXPECT_TRUE(starts_with([&] { ember::randint(5, 5, {2}); }, "[randint]"));
+}
+
+TEST(Creation, FactoriesAndLike) {
+  EXPECT_EQ(ember::full({2}, 7).dtype(), ember::kInt64);
+  EXPECT_EQ(ember::full({2}, 7.5).dtype(), ember::kFloat32);
+  EXPECT_EQ(ember::full({2}, true).dtype(), ember::kBool);
+  EXPECT_EQ(ember::full({2, 2}, 7.5, ember::kFloat64).at<double>({1, 1}), 7.5);
+  EXPECT_EQ(ember::zeros_like(ember::ones({3}, ember::kInt32)).dtype(), ember::kInt32);
+  EXPECT_EQ(ember::ones_like(ember::ones({3})).sum().item<float>(), 3.0f);
+  std::vector<double> data = {1, 2, 3, 4, 5, 6};
+  Tensor blob = ember::from_blob(data.data(), {2, 3}, ember::kFloat64);
+  blob.mul_(2);
+  EXPECT_EQ(data[5], 12.0);  // from_blob wraps, not copies
+  Tensor strided = ember::from_blob(data.data(), {3}, ember::kFloat64, ember::Strides{2});
+  EXPECT_EQ(strided.at<double>({2}), 10.0);
+  Tensor v = ember::from_vector(std::vector<int32_t>{1, 2, 3, 4}, ember::Shape{2, 2});
+  EXPECT_EQ(v.dtype(), ember::kInt32);
+  EXPECT_EQ(v.at<int32_t>({1, 0}), 3);
+  EXPECT_THROW(ember::from_vector(std::vector<int32_t>{1, 2, 3}, ember::Shape{2, 2}), ember::Error);
+}
+
+TEST(Random, SeededAndThreadIndependent) {
+  ember::manual_seed(42);
+  Tensor a = ember::rand({1000, 100});
+  ember::manual_seed(42);
+  ember::set_num_threads(1);
+  Tensor b = ember::rand({1000, 100});
+  ember::set_num_threads(2);
+  EXPECT_TRUE(golden::all_close(a, b, {0, 0}));
+  // uniform [0, 1): mean 0.5, variance 1/12
+  const std::vector<float> u = a.to_vector<float>();
+  double mean = 0, var = 0;
+  for (float x : u) {
+    ASSERT_GE(x, 0.0f);
+    ASSERT_LT(x, 1.0f);
+    mean += x;
+  }
+  mean /= static_cast<double>(u.size());
+  for (float x : u) var += (x - mean) * (x - mean);
+  var /= static_cast<double>(u.size());
+  EXPECT_NEAR(mean, 0.5, 0.01);
+  EXPECT_NEAR(var, 1.0 / 12, 0.002);
+  // standard normal
+  const std::vector<double> n = ember::randn({100000}, ember::kFloat64).to_vector<double>();
+  mean = 0;
+  var = 0;
+  for (double x : n) mean += x;
+  mean /= static_cast<double>(n.size());
+  for (double x : n) var += (x - mean) * (x - mean);
+  var /= static_cast<double>(n.size());
+  EXPECT_NEAR(mean, 0.0, 0.02);
+  EXPECT_NEAR(var, 1.0, 0.02);
+  // randint covers [low, high) and nothing else
+  const std::vector<int64_t> r = ember::randint(-3, 4, {10000}).to_vector<int64_t>();
+  int counts[7] = {};
+  for (int64_t x : r) {
+    ASSERT_GE(x, -3);
+    ASSERT_LT(x, 4);
+    ++counts[x + 3];
+  }
+  for (int c : counts) EXPECT_GT(c, 1200);
+  // consecutive draws differ
+  EXPECT_NE(ember::rand({4}).to_vector<float>(), ember::rand({4}).to_vector<float>());
+}
+
+TEST(Allocator, SteadyStateLoopHitsTheCache) {
+  Tensor x = ember::rand({256, 256});
+  for (int i = 0; i < 3; ++i) x = ember::exp(x) * 0.5;  // warm up the size class
+  const ember::MemoryStats before = ember::memory_stats();
+  for (int i = 0; i < 50; ++i) x = ember::exp(x) * 0.5;
+  const ember::MemoryStats after = ember::memory_stats();
+  EXPECT_EQ(after.system_allocations, before.system_allocations);
+  EXPECT_GE(after.cache_hits - before.cache_hits, 100);
+  EXPECT_GE(after.peak_bytes_in_use, after.bytes_in_use);
+  EXPECT_GE(after.bytes_reserved, after.bytes_in_use);
+  const int64_t in_use = after.bytes_in_use;
+  {
+    Tensor big = ember::empty({1 << 20});
+    EXPECT_GE(ember::memory_stats().bytes_in_use, in_use + (4 << 20));
+  }
+  EXPECT_EQ(ember::memory_stats().bytes_in_use, in_use);
+  ember::empty_cache();
+  const ember::MemoryStats emptied = ember::memory_stats();
+  EXPECT_EQ(emptied.bytes_reserved, emptied.bytes_in_use);
+}
+
+TEST(Scalars, ItemAndAt) {
+  EXPECT_EQ(ember::tensor<double>({2.5}).item<double>(), 2.5);
+  EXPECT_EQ(ember::tensor<int32_t>({1, 2, 3}).at<int32_t>({-1}), 3);
+  EXPECT_THROW(ember::tensor<int32_t>({1, 2, 3}).at<int32_t>({3}), ember::Error);
+  EXPECT_EQ(ember::Half(1.5f), 1.5f);
+  EXPECT_EQ(static_cast<float>(ember::BFloat16(3.0f)), 3.0f);
 }

@@ -13,9 +13,9 @@ namespace detail {
 namespace {
 
 // PyTorch's combine_categories: a lower tier only matters when it holds a higher category.
-DType combine_categories(std::optional<DType> higher, std::optional<DType> lower) {
-  if (!higher) return *lower;
-  if (!lower) return *higher;
+std::optional<DType> combine_categories(std::optional<DType> higher, std::optional<DType> lower) {
+  if (!higher) return lower;
+  if (!lower) return higher;
   if (is_floating(*higher)) return *higher;
   if (*higher == kBool || is_floating(*lower)) return promote_types(*higher, *lower);
   return *higher;
@@ -56,15 +56,22 @@ DType result_type(std::initializer_list<Operand> operands) {
       promote_into(scalar_tier, o.scalar->default_dtype());
     }
   }
-  return combine_categories(dim_tier, combine_categories(zero_dim_tier, scalar_tier));
+  return combine_categories(dim_tier, combine_categories(zero_dim_tier, scalar_tier)).value_or(kFloat32);
 }
 
 Tensor binary_op(OpKind op, Operand a, Operand b, Tensor* out) {
   const char* name = name_of(op);
   if (a.tensor && b.tensor) check_same_device(name, {a.tensor, b.tensor});
   const DType common = result_type({a, b});
-  EMBER_CHECK(!(has_trait(op, kNoBool) && common == kBool), "[", name,
-              "] is not supported for bool tensors; use logical_xor / logical_not instead");
+  EMBER_CHECK(!(has_trait(op, kNoBool) && common == kBool), "[", name, "] is not supported for bool tensors",
+              op == OpKind::Sub ? "; use logical_xor instead" : "");
+  if (op == OpKind::Sub) {
+    auto is_bool = [](const Operand& o) {
+      return o.tensor ? o.tensor->dtype() == kBool : o.scalar->kind() == Scalar::Kind::Bool;
+    };
+    EMBER_CHECK(!is_bool(a) && !is_bool(b), "[sub] subtraction with a bool operand is not supported; use logical_not",
+                " or logical_xor instead");
+  }
   const DType compute = has_trait(op, kFloatResult) && !is_floating(common) ? kFloat32 : common;
   const DType result = has_trait(op, kBoolResult) ? kBool : compute;
   if (op == OpKind::Pow && b.scalar && !is_floating(compute)) {
@@ -98,6 +105,8 @@ Tensor binary_op(OpKind op, Operand a, Operand b, Tensor* out) {
 Tensor unary_op(OpKind op, const Tensor& x, Tensor* out) {
   const char* name = name_of(op);
   EMBER_CHECK(!(has_trait(op, kNoBool) && x.dtype() == kBool), "[", name, "] is not supported for bool tensors");
+  EMBER_CHECK(!has_trait(op, kFloatOnly) || is_floating(x.dtype()), "[", name,
+              "] expects a floating-point tensor, got ", x.dtype());
   const DType compute = has_trait(op, kFloatResult) && !is_floating(x.dtype()) ? kFloat32 : x.dtype();
   const DType result = has_trait(op, kBoolResult) ? kBool : compute;
   const Tensor input = x.to(compute);
@@ -261,8 +270,6 @@ Tensor masked_fill(const Tensor& x, const Tensor& mask, const Scalar& value) {
   const Shape shape = broadcast_shapes(x.shape(), mask.shape(), "masked_fill");
   EMBER_CHECK(shape == x.shape(), "[masked_fill] mask of shape ", mask.shape(), " does not broadcast to the input's shape ",
               x.shape());
-  EMBER_CHECK(is_floating(x.dtype()) || !value.is_floating(), "[masked_fill] cannot fill a ", x.dtype(),
-              " tensor with the floating-point value ", value.to_double());
   const Tensor fill = scalar_tensor(value, x.dtype());
   return where(mask, x, fill);
 }

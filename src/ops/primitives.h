@@ -16,12 +16,13 @@ enum OpTrait : uint32_t {
   kFloatResult = 1u << 4,  // integer/bool inputs give float32 (exp, div, ...)
   kBoolResult = 1u << 5,   // comparisons and logical ops
   kNoBool = 1u << 6,       // rejects bool inputs, as PyTorch does
+  kFloatOnly = 1u << 7,    // rejects integer and bool inputs, as PyTorch does
 };
 
 // X(Kind, "name", traits, flops per output element, Functor)
 #define EMBER_UNARY_PRIMITIVES(X)                                                  \
   X(Neg, "neg", kElementwise | kInPlace | kNoBool, 1, Neg)                         \
-  X(Abs, "abs", kElementwise | kInPlace, 1, Abs)                                   \
+  X(Abs, "abs", kElementwise | kInPlace | kNoBool, 1, Abs)                                   \
   X(Sign, "sign", kElementwise | kInPlace, 1, Sign)                                \
   X(Exp, "exp", kElementwise | kInPlace | kFloatResult, 8, Exp)                    \
   X(Log, "log", kElementwise | kInPlace | kFloatResult, 8, Log)                    \
@@ -35,9 +36,9 @@ enum OpTrait : uint32_t {
   X(Tanh, "tanh", kElementwise | kInPlace | kFloatResult, 8, Tanh)                 \
   X(Sigmoid, "sigmoid", kElementwise | kInPlace | kFloatResult, 10, Sigmoid)       \
   X(Relu, "relu", kElementwise | kInPlace | kNoBool, 1, Relu)                      \
-  X(GeluErf, "gelu", kElementwise | kInPlace | kFloatResult, 20, GeluErf)          \
-  X(GeluTanh, "gelu_tanh", kElementwise | kInPlace | kFloatResult, 14, GeluTanh)   \
-  X(Silu, "silu", kElementwise | kInPlace | kFloatResult, 11, Silu)                \
+  X(GeluErf, "gelu", kElementwise | kInPlace | kFloatResult | kFloatOnly, 20, GeluErf)          \
+  X(GeluTanh, "gelu_tanh", kElementwise | kInPlace | kFloatResult | kFloatOnly, 14, GeluTanh)   \
+  X(Silu, "silu", kElementwise | kInPlace | kFloatResult | kFloatOnly, 11, Silu)                \
   X(LogicalNot, "logical_not", kElementwise | kBoolResult, 1, LogicalNot)          \
   X(IsNan, "isnan", kElementwise | kBoolResult, 1, IsNan)                          \
   X(IsInf, "isinf", kElementwise | kBoolResult, 1, IsInf)
@@ -47,7 +48,7 @@ enum OpTrait : uint32_t {
   X(Sub, "sub", kElementwise | kInPlace | kNoBool, 1, Sub)                               \
   X(Mul, "mul", kElementwise | kCommutative | kInPlace, 1, Mul)                          \
   X(Div, "div", kElementwise | kInPlace | kFloatResult, 1, Div)                          \
-  X(Pow, "pow", kElementwise | kInPlace, 10, Pow)                                        \
+  X(Pow, "pow", kElementwise | kInPlace | kNoBool, 10, Pow)                                        \
   X(Minimum, "minimum", kElementwise | kCommutative | kInPlace, 1, Minimum)              \
   X(Maximum, "maximum", kElementwise | kCommutative | kInPlace, 1, Maximum)              \
   X(Eq, "eq", kElementwise | kCommutative | kBoolResult, 1, Eq)                          \

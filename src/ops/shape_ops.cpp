@@ -12,9 +12,4 @@ Tensor tile(const Tensor&, const Shape&) { EMBER_TODO("tile"); }
 Tensor flip(const Tensor&, const Axes&) { EMBER_TODO("flip"); }
 Tensor roll(const Tensor&, const std::vector<int64_t>&, const std::vector<int64_t>&) { EMBER_TODO("roll"); }
 Tensor pad(const Tensor&, const std::vector<int64_t>&, const Scalar&) { EMBER_TODO("pad"); }
-Tensor index_select(const Tensor&, int64_t, const Tensor&) { EMBER_TODO("index_select"); }
-Tensor gather(const Tensor&, int64_t, const Tensor&) { EMBER_TODO("gather"); }
-Tensor scatter_add(const Tensor&, int64_t, const Tensor&, const Tensor&) { EMBER_TODO("scatter_add"); }
-Tensor one_hot(const Tensor&, int64_t) { EMBER_TODO("one_hot"); }
-Tensor embedding(const Tensor&, const Tensor&) { EMBER_TODO("embedding"); }
 }  // namespace ember

@@ -1,0 +1,2 @@
+// CPU gemm kernels (see kernels.h).
+#include "kernels/cpu/kernels.h"

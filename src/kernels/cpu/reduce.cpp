@@ -1,0 +1,2 @@
+// CPU reduce kernels (see kernels.h).
+#include "kernels/cpu/kernels.h"

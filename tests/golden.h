@@ -1,0 +1,65 @@
+// The golden-data harness: loads reference cases written by tests/golden/make_golden.py (PyTorch),
+// rebuilds their inputs with the same views, and compares ember's results within dtype tolerances.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "ember/ember.h"
+
+namespace golden {
+
+using nlohmann::json;
+
+// An input of a case: a tensor, a scalar, a list of tensors, or null.
+struct Value {
+  std::optional<ember::Tensor> tensor;
+  std::optional<ember::Scalar> scalar;
+  std::vector<ember::Tensor> list;
+  bool is_null = false;
+};
+
+struct Case {
+  std::string op;
+  std::string name;
+  std::vector<Value> inputs;
+  json attrs;
+  bool error = false;
+  std::string message;
+  std::vector<ember::Tensor> expected;  // one entry, or several for multi-output ops
+
+  const ember::Tensor& tensor(size_t i) const;
+  ember::Scalar scalar(size_t i) const;
+};
+
+// The whole JSON of an area (tests/golden/<area>.json), parsed once.
+const json& load(const std::string& area);
+std::vector<Case> cases(const std::string& area);
+
+ember::Tensor decode_tensor(const json& j);
+ember::DType dtype_from_name(const std::string& name);
+ember::Scalar scalar_from_json(const json& j);
+
+struct Tolerance {
+  double rtol;
+  double atol;
+};
+Tolerance tolerance_for(ember::DType dtype);
+
+// Same shape, same dtype, values within tolerance (NaN matches NaN, infinities match exactly).
+::testing::AssertionResult all_close(const ember::Tensor& actual, const ember::Tensor& expected, Tolerance tol);
+
+// An op under test: builds ember's result(s) from a case.
+using OpFn = std::function<std::vector<ember::Tensor>(const Case&)>;
+
+// Runs every case of `op` in `area` through `fn`: expects an ember::Error where PyTorch raised,
+// and a match within tolerance otherwise. `tolerance` may widen the default per case.
+void run_cases(const std::string& area, const std::string& op, const OpFn& fn,
+               const std::function<Tolerance(const Case&, ember::DType)>& tolerance = nullptr);
+
+}  // namespace golden

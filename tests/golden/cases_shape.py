@@ -1,0 +1,6 @@
+"""Reference data for the shape area."""
+from golden_lib import Recorder
+
+
+def build():
+    return Recorder()

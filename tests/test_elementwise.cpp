@@ -1,0 +1,190 @@
+// Elementwise ops against PyTorch (tests/golden/elementwise.json), plus behaviour the golden data
+// cannot show: in-place and out= forms, overlap, errors.
+#include <gtest/gtest.h>
+
+#include "golden.h"
+
+using ember::Tensor;
+using golden::Case;
+
+namespace {
+
+// A binary op called with (tensor, tensor) or (tensor, scalar), as the case says.
+template <class TT, class TS>
+golden::OpFn binary(TT tensor_tensor, TS tensor_scalar) {
+  return [=](const Case& c) -> std::vector<Tensor> {
+    if (c.inputs[1].scalar) return {tensor_scalar(c.tensor(0), c.scalar(1))};
+    return {tensor_tensor(c.tensor(0), c.tensor(1))};
+  };
+}
+
+golden::OpFn unary(Tensor (*fn)(const Tensor&)) {
+  return [=](const Case& c) -> std::vector<Tensor> { return {fn(c.tensor(0))}; };
+}
+
+#define TT(f) [](const Tensor& a, const Tensor& b) { return ember::f(a, b); }
+#define TS(f) [](const Tensor& a, const ember::Scalar& b) { return ember::f(a, b); }
+#define NO_SCALAR [](const Tensor&, const ember::Scalar&) -> Tensor { throw std::logic_error("no scalar form"); }
+
+const std::map<std::string, golden::OpFn>& registry() {
+  static const std::map<std::string, golden::OpFn> ops = {
+      {"neg", unary(ember::neg)},
+      {"abs", unary(ember::abs)},
+      {"sign", unary(ember::sign)},
+      {"exp", unary(ember::exp)},
+      {"log", unary(ember::log)},
+      {"log1p", unary(ember::log1p)},
+      {"expm1", unary(ember::expm1)},
+      {"sqrt", unary(ember::sqrt)},
+      {"rsqrt", unary(ember::rsqrt)},
+      {"square", unary(ember::square)},
+      {"sin", unary(ember::sin)},
+      {"cos", unary(ember::cos)},
+      {"tanh", unary(ember::tanh)},
+      {"sigmoid", unary(ember::sigmoid)},
+      {"relu", unary(ember::relu)},
+      {"gelu", [](const Case& c) -> std::vector<Tensor> { return {ember::gelu(c.tensor(0))}; }},
+      {"gelu_tanh", [](const Case& c) -> std::vector<Tensor> { return {ember::gelu(c.tensor(0), "tanh")}; }},
+      {"silu", unary(ember::silu)},
+      {"logical_not", unary(ember::logical_not)},
+      {"isnan", unary(ember::isnan)},
+      {"isinf", unary(ember::isinf)},
+      {"add", binary(TT(add), TS(add))},
+      {"sub", binary(TT(sub), TS(sub))},
+      {"mul", binary(TT(mul), TS(mul))},
+      {"div", binary(TT(div), TS(div))},
+      {"pow", binary(TT(pow), TS(pow))},
+      {"minimum", binary(TT(minimum), NO_SCALAR)},
+      {"maximum", binary(TT(maximum), NO_SCALAR)},
+      {"eq", binary(TT(eq), TS(eq))},
+      {"ne", binary(TT(ne), TS(ne))},
+      {"lt", binary(TT(lt), TS(lt))},
+      {"le", binary(TT(le), TS(le))},
+      {"gt", binary(TT(gt), TS(gt))},
+      {"ge", binary(TT(ge), TS(ge))},
+      {"logical_and", binary(TT(logical_and), NO_SCALAR)},
+      {"logical_or", binary(TT(logical_or), NO_SCALAR)},
+      {"where",
+       [](const Case& c) -> std::vector<Tensor> {
+         if (c.inputs[2].scalar) return {ember::where(c.tensor(0), c.tensor(1), c.scalar(2))};
+         return {ember::where(c.tensor(0), c.tensor(1), c.tensor(2))};
+       }},
+      {"clamp",
+       [](const Case& c) -> std::vector<Tensor> {
+         std::optional<ember::Scalar> hi;
+         if (c.inputs.size() > 2) hi = c.scalar(2);
+         return {ember::clamp(c.tensor(0), c.scalar(1), hi)};
+       }},
+      {"masked_fill",
+       [](const Case& c) -> std::vector<Tensor> { return {ember::masked_fill(c.tensor(0), c.tensor(1), c.scalar(2))}; }},
+  };
+  return ops;
+}
+
+// Transcendentals in float16/bfloat16 are computed in float and rounded once; PyTorch does the
+// same, but a one-ulp difference in float can round differently: allow one 16-bit ulp.
+golden::Tolerance tolerance(const Case& c, ember::DType dtype) {
+  golden::Tolerance tol = golden::tolerance_for(dtype);
+  if (dtype == ember::kFloat16) tol = {2e-3, 1e-3};
+  if (dtype == ember::kBFloat16) tol = {1.6e-2, 1e-2};
+  return tol;
+}
+
+class GoldenElementwise : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(GoldenElementwise, MatchesPyTorch) { golden::run_cases("elementwise", GetParam(), registry().at(GetParam()), tolerance); }
+
+std::vector<std::string> op_names() {
+  std::vector<std::string> names;
+  for (const auto& [name, fn] : registry()) names.push_back(name);
+  return names;
+}
+
+INSTANTIATE_TEST_SUITE_P(Ops, GoldenElementwise, ::testing::ValuesIn(op_names()),
+                         [](const auto& param_info) { return param_info.param; });
+
+}  // namespace
+
+TEST(Elementwise, ThreeCallFormsAgree) {
+  Tensor a = ember::arange(6).reshape({2, 3}).to(ember::kFloat32);
+  Tensor b = ember::tensor<float>({10, 20, 30});
+  const Tensor f = ember::add(a, b), m = a.add(b), o = a + b;
+  EXPECT_TRUE(golden::all_close(m, f, {0, 0}));
+  EXPECT_TRUE(golden::all_close(o, f, {0, 0}));
+  EXPECT_EQ(f.at<float>({1, 2}), 35.0f);
+  EXPECT_EQ((2 - a).at<float>({0, 1}), 1.0f);
+  EXPECT_EQ((a / 2).at<float>({1, 0}), 1.5f);
+  EXPECT_EQ((1 / (a + 1)).at<float>({0, 1}), 0.5f);
+}
+
+TEST(Elementwise, InPlaceWritesIntoSelfAndBumpsVersion) {
+  Tensor a = ember::ones({2, 3});
+  const float* p = a.data_ptr<float>();
+  const uint32_t v = a.version();
+  a.add_(ember::tensor<float>({1, 2, 3}));
+  a *= 2;
+  EXPECT_EQ(a.data_ptr<float>(), p);
+  EXPECT_GT(a.version(), v);
+  EXPECT_EQ(a.at<float>({1, 2}), 8.0f);
+}
+
+TEST(Elementwise, InPlaceRejectsWhatCannotBeHeld) {
+  Tensor i = ember::ones({3}, ember::kInt64);
+  EXPECT_THROW(i.add_(0.5), ember::Error);              // float result into int64
+  Tensor small = ember::ones({3});
+  EXPECT_THROW(small.add_(ember::ones({2, 3})), ember::Error);  // would need to grow
+}
+
+TEST(Elementwise, InPlaceOnOverlappingViewUsesTemporary) {
+  // x[1:] += x[:-1] must read the original values, as PyTorch's out-of-place semantics would.
+  Tensor x = ember::arange(5).to(ember::kFloat32);
+  Tensor tail = x.slice(0, 1, std::nullopt);
+  Tensor t = x.t();  // a 1-D transpose is the same view
+  Tensor expected = ember::tensor<float>({0, 1, 3, 5, 7});
+  tail.add_(x.slice(0, 0, 4));
+  EXPECT_TRUE(golden::all_close(x, expected, {0, 0}));
+  (void)t;
+}
+
+TEST(Elementwise, OutFormsWriteIntoOut) {
+  Tensor a = ember::rand({4, 5});
+  Tensor b = ember::rand({5});
+  Tensor out = ember::empty({4, 5});
+  const void* p = out.data_ptr();
+  ember::add_out(out, a, b);
+  EXPECT_EQ(out.data_ptr(), p);
+  EXPECT_TRUE(golden::all_close(out, a + b, {0, 0}));
+  ember::mul_out(out, a, b);
+  EXPECT_TRUE(golden::all_close(out, a * b, {0, 0}));
+  Tensor wrong = ember::empty({5, 4});
+  EXPECT_THROW(ember::sub_out(wrong, a, b), ember::Error);
+  Tensor ints = ember::empty({4, 5}, ember::kInt64);
+  EXPECT_THROW(ember::div_out(ints, a, b), ember::Error);
+}
+
+TEST(Elementwise, LargeTensorsMatchSmallPath) {
+  // Above the grain size the kernels split across threads; the answer must not change.
+  ember::manual_seed(3);
+  Tensor a = ember::randn({300, 1000});
+  Tensor b = ember::randn({1000});
+  Tensor big = ember::exp(a) * b;
+  Tensor row = ember::exp(a.select(0, 123)) * b;
+  EXPECT_TRUE(golden::all_close(big.select(0, 123), row, {0, 0}));
+}
+
+TEST(Elementwise, ErrorsNameTheOpAndShapes) {
+  try {
+    ember::add(ember::ones({2, 3}), ember::ones({4}));
+    FAIL() << "no error";
+  } catch (const ember::Error& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("[add]", 0), 0u) << e.what();
+    EXPECT_NE(std::string(e.what()).find("[2, 3]"), std::string::npos) << e.what();
+  }
+  try {
+    ember::gelu(ember::ones({2}), "fast");
+    FAIL() << "no error";
+  } catch (const ember::Error& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("[gelu]", 0), 0u) << e.what();
+  }
+  EXPECT_THROW(ember::pow(ember::ones({2}, ember::kInt64), -1), ember::Error);
+}
