@@ -1,0 +1,2 @@
+// CPU indexing kernels.
+#include "kernels/cpu/kernels.h"
