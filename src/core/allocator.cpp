@@ -94,7 +94,8 @@ CpuCachingAllocator& cpu_allocator() {
   return *allocator;
 }
 
-void release_cpu_block(void* data, int64_t class_bytes, void* /*context*/) { cpu_allocator().release(data, class_bytes); }
+// The class size is recomputed from the requested size, so storages report exactly what was asked.
+void release_cpu_block(void* data, int64_t nbytes, void* /*context*/) { cpu_allocator().release(data, size_class(nbytes)); }
 
 void check_cpu(Device device, const char* op) {
   EMBER_CHECK(device.is_cpu(), "[", op, "] device ", device, " is not available in this build");
@@ -107,8 +108,7 @@ std::shared_ptr<StorageImpl> allocate_storage(int64_t nbytes, Device device) {
   EMBER_CHECK(nbytes >= 0, "[allocate] negative size ", nbytes);
   int64_t class_bytes = 0;
   void* p = cpu_allocator().allocate(nbytes, &class_bytes);
-  // The storage remembers its class size (nbytes) so release returns it to the right list.
-  return std::make_shared<StorageImpl>(p, class_bytes, device, &release_cpu_block, nullptr);
+  return std::make_shared<StorageImpl>(p, nbytes, device, &release_cpu_block, nullptr);
 }
 
 MemoryStats memory_stats(Device device) {

@@ -65,6 +65,8 @@ Tensor binary_op(OpKind op, Operand a, Operand b, Tensor* out) {
   const DType common = result_type({a, b});
   EMBER_CHECK(!(has_trait(op, kNoBool) && common == kBool), "[", name, "] is not supported for bool tensors",
               op == OpKind::Sub ? "; use logical_xor instead" : "");
+  EMBER_CHECK(!(op == OpKind::Pow && common == kBool && a.tensor && b.tensor), "[pow] is not supported for two bool ",
+              "tensors");
   if (op == OpKind::Sub) {
     auto is_bool = [](const Operand& o) {
       return o.tensor ? o.tensor->dtype() == kBool : o.scalar->kind() == Scalar::Kind::Bool;
@@ -107,7 +109,8 @@ Tensor unary_op(OpKind op, const Tensor& x, Tensor* out) {
   EMBER_CHECK(!(has_trait(op, kNoBool) && x.dtype() == kBool), "[", name, "] is not supported for bool tensors");
   EMBER_CHECK(!has_trait(op, kFloatOnly) || is_floating(x.dtype()), "[", name,
               "] expects a floating-point tensor, got ", x.dtype());
-  const DType compute = has_trait(op, kFloatResult) && !is_floating(x.dtype()) ? kFloat32 : x.dtype();
+  DType compute = has_trait(op, kFloatResult) && !is_floating(x.dtype()) ? kFloat32 : x.dtype();
+  if (op == OpKind::Square && x.dtype() == kBool) compute = kInt64;  // as pow(x, 2) promotes
   const DType result = has_trait(op, kBoolResult) ? kBool : compute;
   const Tensor input = x.to(compute);
   Tensor target;
@@ -249,7 +252,6 @@ Tensor where(const Tensor& condition, const Scalar& a, const Tensor& b) {
 
 Tensor clamp(const Tensor& x, std::optional<Scalar> min, std::optional<Scalar> max) {
   EMBER_CHECK(min || max, "[clamp] at least one of min and max must be given");
-  EMBER_CHECK(x.dtype() != kBool, "[clamp] is not supported for bool tensors");
   Tensor result = x;
   // NaN in x propagates through maximum/minimum; bounds keep x's dtype unless they are floats.
   if (min) result = binary_op(OpKind::Maximum, {&result, nullptr}, {nullptr, &*min});
@@ -271,7 +273,7 @@ Tensor masked_fill(const Tensor& x, const Tensor& mask, const Scalar& value) {
   EMBER_CHECK(shape == x.shape(), "[masked_fill] mask of shape ", mask.shape(), " does not broadcast to the input's shape ",
               x.shape());
   const Tensor fill = scalar_tensor(value, x.dtype());
-  return where(mask, x, fill);
+  return where(mask, fill, x);
 }
 
 }  // namespace ember

@@ -48,7 +48,7 @@ enum OpTrait : uint32_t {
   X(Sub, "sub", kElementwise | kInPlace | kNoBool, 1, Sub)                               \
   X(Mul, "mul", kElementwise | kCommutative | kInPlace, 1, Mul)                          \
   X(Div, "div", kElementwise | kInPlace | kFloatResult, 1, Div)                          \
-  X(Pow, "pow", kElementwise | kInPlace | kNoBool, 10, Pow)                                        \
+  X(Pow, "pow", kElementwise | kInPlace, 10, Pow)                                        \
   X(Minimum, "minimum", kElementwise | kCommutative | kInPlace, 1, Minimum)              \
   X(Maximum, "maximum", kElementwise | kCommutative | kInPlace, 1, Maximum)              \
   X(Eq, "eq", kElementwise | kCommutative | kBoolResult, 1, Eq)                          \

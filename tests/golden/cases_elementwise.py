@@ -83,7 +83,8 @@ def build():
 
     for dtype in ALL_DTYPES:
         x = Tensor(make([3, 4], dtype, rng))
-        r.case("clamp", f"{dtype}/both", lambda t, lo, hi: torch.clamp(t, lo, hi), [x, -1, 2])
+        # uint8 gets a bound it can hold: PyTorch's handling of -1 for uint8 is not a defined conversion
+        r.case("clamp", f"{dtype}/both", lambda t, lo, hi: torch.clamp(t, lo, hi), [x, 1 if dtype == "uint8" else -1, 2])
         r.case("clamp", f"{dtype}/min", lambda t, lo: torch.clamp(t, min=lo), [x, 0])
         r.case("clamp", f"{dtype}/float-bounds", lambda t, lo, hi: torch.clamp(t, lo, hi), [x, -0.5, 1.5])
     r.case("clamp", "float32/nan", lambda t, lo, hi: torch.clamp(t, lo, hi),

@@ -29,7 +29,7 @@ V vec_sigmoid(D d, V x) {
   const V one = hn::Set(d, 1);
   const V e = hn::Exp(d, hn::Neg(hn::Abs(x)));
   const V r = hn::Div(one, hn::Add(one, e));
-  return hn::IfThenElse(hn::Lt(x, hn::Zero(d)), hn::Mul(e, r), r);
+  return hn::IfThenElse(hn::IsNaN(x), x, hn::IfThenElse(hn::Lt(x, hn::Zero(d)), hn::Mul(e, r), r));
 }
 
 // Highway's Exp/Expm1 are valid up to ~104 (f32) / ~706 (f64); beyond the overflow point the answer is +inf.
@@ -117,9 +117,7 @@ struct Sign {
   C operator()(C x) const {
     if constexpr (std::is_same_v<C, bool>) {
       return x;
-    } else if constexpr (std::is_floating_point_v<C>) {
-      return x != x ? x : static_cast<C>((C(0) < x) - (x < C(0)));
-    } else {
+    } else {  // NaN gives 0, as PyTorch
       return static_cast<C>((C(0) < x) - (x < C(0)));
     }
   }
