@@ -2,7 +2,10 @@
 // views, storage sharing, the allocator and errors.
 #include <gtest/gtest.h>
 
+#include <random>
 #include <sstream>
+
+#include "ops/cost.h"
 
 #include "golden.h"
 
@@ -253,4 +256,65 @@ TEST(Scalars, ItemAndAt) {
   EXPECT_THROW(ember::tensor<int32_t>({1, 2, 3}).at<int32_t>({3}), ember::Error);
   EXPECT_EQ(ember::Half(1.5f), 1.5f);
   EXPECT_EQ(static_cast<float>(ember::BFloat16(3.0f)), 3.0f);
+}
+
+namespace {
+// Index into `t` (of shape s, possibly with fewer dims) for a full index of the broadcast shape.
+ember::Shape broadcast_index(const ember::Shape& full, const ember::Shape& index, const ember::Shape& s) {
+  ember::Shape out(s.size());
+  for (int i = 0; i < s.size(); ++i) {
+    const int j = full.size() - s.size() + i;
+    out[i] = s[i] == 1 ? 0 : index[j];
+  }
+  return out;
+}
+}  // namespace
+
+TEST(Broadcasting, RandomShapesPropertyTest) {
+  // For random compatible shapes and layouts, every element of a + b equals the sum of the
+  // elements NumPy's rules pick from a and b.
+  std::mt19937 rng(7);
+  auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  for (int trial = 0; trial < 200; ++trial) {
+    const int nd = pick(0, 4);
+    ember::Shape full(nd);
+    for (int d = 0; d < nd; ++d) full[d] = pick(1, 4);
+    auto random_operand = [&]() {
+      const int dims = pick(0, nd);
+      ember::Shape s(dims);
+      for (int i = 0; i < dims; ++i) s[i] = pick(0, 2) == 0 ? 1 : full[nd - dims + i];
+      Tensor t = ember::randint(-50, 50, s.empty() ? ember::Shape{} : s);
+      if (dims >= 2 && pick(0, 1)) t = t.transpose(0, 1).contiguous().transpose(0, 1);  // same values, strided
+      return t;
+    };
+    const Tensor a = random_operand(), b = random_operand();
+    const Tensor c = a + b;
+    const ember::Shape expected = ember::broadcast_shapes(a.shape(), b.shape(), "test");
+    ASSERT_EQ(c.shape(), expected);
+    ember::Shape index(expected.size());
+    for (int64_t linear = 0; linear < c.numel(); ++linear) {
+      int64_t rest = linear;
+      for (int d = expected.size() - 1; d >= 0; --d) {
+        index[d] = rest % expected[d];
+        rest /= expected[d];
+      }
+      const int64_t want = a.at<int64_t>(broadcast_index(expected, index, a.shape())) +
+                           b.at<int64_t>(broadcast_index(expected, index, b.shape()));
+      ASSERT_EQ(c.at<int64_t>(index), want) << a.shape() << " + " << b.shape() << " at " << index;
+    }
+  }
+}
+
+TEST(Dispatch, CostRulesCountFlopsAndBytes) {
+  const Tensor a = ember::ones({8, 16}), b = ember::ones({16});
+  const Tensor out = a + b;
+  const ember::OpCost add = ember::elementwise_cost(ember::OpKind::Add, out, {&a, &b});
+  EXPECT_EQ(add.flops, 128.0);
+  EXPECT_EQ(add.bytes, 4.0 * (128 + 128 + 16));
+  const ember::OpCost mm = ember::matmul_cost(2, 3, 4, 5, ember::kFloat32);
+  EXPECT_EQ(mm.flops, 2.0 * 2 * 3 * 4 * 5);
+  EXPECT_EQ(mm.bytes, 2.0 * 4 * (3 * 5 + 5 * 4 + 3 * 4));
+  EXPECT_EQ(ember::op_info(ember::OpKind::Exp).name, "exp");
+  EXPECT_TRUE(ember::has_trait(ember::OpKind::Add, ember::kCommutative));
+  EXPECT_FALSE(ember::has_trait(ember::OpKind::Sub, ember::kCommutative));
 }
