@@ -1,0 +1,19 @@
+// The SIMD part of the elementwise kernels: contiguous float/double rows, compiled for every
+// Highway target and chosen at run time. Each returns how many leading elements it wrote (a whole
+// number of vectors, or 0 when the op has no vector form); the caller finishes the tail in scalar.
+#pragma once
+
+#include <cstdint>
+
+#include "ember/dtype.h"
+#include "ops/primitives.h"
+
+namespace ember::cpu::simd {
+
+// out[i] = op(in[i]) for contiguous out and in.
+int64_t unary_row(OpKind op, DType dtype, void* out, const void* in, int64_t n);
+// out[i] = op(a[i], b[i]) for contiguous out; a (or b) is one broadcast value when a_scalar (b_scalar).
+int64_t binary_row(OpKind op, DType dtype, void* out, const void* a, bool a_scalar, const void* b, bool b_scalar,
+                   int64_t n);
+
+}  // namespace ember::cpu::simd
