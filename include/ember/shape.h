@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <ostream>
+#include <type_traits>
 #include <vector>
 
 #include "ember/error.h"
@@ -20,6 +21,7 @@ class Shape {
   Shape(std::initializer_list<int64_t> values) { assign(values.begin(), values.end()); }
   Shape(const std::vector<int64_t>& values) { assign(values.begin(), values.end()); }  // NOLINT
   template <class It>
+    requires(!std::is_integral_v<It>)
   Shape(It first, It last) {
     assign(first, last);
   }

@@ -1,5 +1,7 @@
 // parallel_for over [begin, end) with a grain size: ranges smaller than `grain` run on the calling
 // thread, so small tensors never pay for an OpenMP region.
+// `f` must not throw: an exception leaving an OpenMP region terminates the process. Kernels that
+// can meet bad input (an index out of range) record it and let the caller throw after the loop.
 #pragma once
 
 #include <algorithm>
