@@ -168,10 +168,3 @@ EMBER_SCALAR_ONLY(LogicalOr)
 #undef EMBER_VECTOR_BINARY
 
 }  // namespace vec
-
-namespace fn {  // the name reduce.cpp uses for the overflow-safe exp
-template <class D, class V>
-V vec_exp(D d, V x) {
-  return vec::exp(d, x);
-}
-}  // namespace fn

@@ -561,7 +561,7 @@ namespace hn = hwy::HWY_NAMESPACE;
 
 namespace {
 
-#include "kernels/cpu/functors-inl.h"  // fn::vec_exp
+#include "kernels/cpu/functors-inl.h"  // vec::exp
 
 using reduction::AccOf;
 using reduction::kHalfType;
@@ -755,16 +755,16 @@ void online_max_sum(const T* x, int64_t n, compute_t<T>* max_out, compute_t<T>* 
       const V x2 = load_vector(d, x + i + 2 * lanes), x3 = load_vector(d, x + i + 3 * lanes);
       const V m_new = hn::Max(vm, hn::Max(hn::Max(x0, x1), hn::Max(x2, x3)));
       const V shift = shift_of(m_new);
-      const V e01 = hn::Add(fn::vec_exp(d, hn::Sub(x0, shift)), fn::vec_exp(d, hn::Sub(x1, shift)));
-      const V e23 = hn::Add(fn::vec_exp(d, hn::Sub(x2, shift)), fn::vec_exp(d, hn::Sub(x3, shift)));
-      vs = hn::MulAdd(vs, fn::vec_exp(d, hn::Sub(vm, shift)), hn::Add(e01, e23));
+      const V e01 = hn::Add(vec::exp(d, hn::Sub(x0, shift)), vec::exp(d, hn::Sub(x1, shift)));
+      const V e23 = hn::Add(vec::exp(d, hn::Sub(x2, shift)), vec::exp(d, hn::Sub(x3, shift)));
+      vs = hn::MulAdd(vs, vec::exp(d, hn::Sub(vm, shift)), hn::Add(e01, e23));
       vm = m_new;
     }
     for (; i + lanes <= n; i += lanes) {
       const V x0 = load_vector(d, x + i);
       const V m_new = hn::Max(vm, x0);
       const V shift = shift_of(m_new);
-      vs = hn::MulAdd(vs, fn::vec_exp(d, hn::Sub(vm, shift)), fn::vec_exp(d, hn::Sub(x0, shift)));
+      vs = hn::MulAdd(vs, vec::exp(d, hn::Sub(vm, shift)), vec::exp(d, hn::Sub(x0, shift)));
       vm = m_new;
     }
     HWY_ALIGN C lane_max[hn::MaxLanes(d)];
@@ -805,7 +805,7 @@ void softmax_last_dim(T* out, const T* in, int64_t rows, int64_t n) {
         const auto vm = hn::Set(d, m), vf = hn::Set(d, factor);
         for (; i + lanes <= n; i += lanes) {
           const auto centered = hn::Sub(load_vector(d, x + i), vm);
-          store_vector(d, kLog ? hn::Sub(centered, vf) : hn::Mul(fn::vec_exp(d, centered), vf), y + i);
+          store_vector(d, kLog ? hn::Sub(centered, vf) : hn::Mul(vec::exp(d, centered), vf), y + i);
         }
       }
       for (; i < n; ++i) {
@@ -854,7 +854,7 @@ void softmax_middle_dim(T* out, const T* in, int64_t outer, int64_t dim_size, in
           const hn::ScalableTag<C> d;
           const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
           for (; j + lanes <= n; j += lanes) {
-            const auto e = fn::vec_exp(d, hn::Sub(load_vector(d, row + j), hn::Load(d, m + j)));
+            const auto e = vec::exp(d, hn::Sub(load_vector(d, row + j), hn::Load(d, m + j)));
             if constexpr (kStoreExp) hn::StoreU(e, d, dst + j);
             hn::Store(hn::Add(hn::Load(d, s + j), e), d, s + j);
           }
@@ -879,7 +879,7 @@ void softmax_middle_dim(T* out, const T* in, int64_t outer, int64_t dim_size, in
               hn::StoreU(hn::Mul(hn::LoadU(d, dst + j), factor), d, dst + j);
             } else {
               const auto centered = hn::Sub(load_vector(d, row + j), hn::Load(d, m + j));
-              store_vector(d, kLog ? hn::Sub(centered, factor) : hn::Mul(fn::vec_exp(d, centered), factor), dst + j);
+              store_vector(d, kLog ? hn::Sub(centered, factor) : hn::Mul(vec::exp(d, centered), factor), dst + j);
             }
           }
         }
