@@ -108,6 +108,18 @@ Tolerance tolerance_for(ember::DType dtype) {
   }
 }
 
+std::vector<std::string> op_names(const Registry& registry) {
+  std::vector<std::string> names;
+  for (const auto& entry : registry) names.push_back(entry.first);
+  return names;
+}
+
+Tolerance one_ulp_for_16bit(const Case& /*c*/, ember::DType dtype) {
+  if (dtype == ember::kFloat16) return {2e-3, 1e-3};
+  if (dtype == ember::kBFloat16) return {1.6e-2, 1e-2};
+  return tolerance_for(dtype);
+}
+
 ::testing::AssertionResult all_close(const ember::Tensor& actual, const ember::Tensor& expected, Tolerance tol) {
   if (actual.dtype() != expected.dtype()) {
     return ::testing::AssertionFailure() << "dtype " << actual.dtype() << ", expected " << expected.dtype();

@@ -56,6 +56,18 @@ Tolerance tolerance_for(ember::DType dtype);
 
 // An op under test: builds ember's result(s) from a case.
 using OpFn = std::function<std::vector<ember::Tensor>(const Case&)>;
+using Registry = std::map<std::string, OpFn>;
+
+// The op names of a registry, to instantiate one parameterized test per op...
+std::vector<std::string> op_names(const Registry& registry);
+// ...named after the op.
+struct OpName {
+  std::string operator()(const ::testing::TestParamInfo<std::string>& info) const { return info.param; }
+};
+
+// float16/bfloat16 results are rounded once from float32 on both sides, but float32 values that
+// differ in the last bit can round to neighbouring 16-bit values: allow one 16-bit ulp.
+Tolerance one_ulp_for_16bit(const Case& c, ember::DType dtype);
 
 // Runs every case of `op` in `area` through `fn`: expects an ember::Error where PyTorch raised,
 // and a match within tolerance otherwise. `tolerance` may widen the default per case.

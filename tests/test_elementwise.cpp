@@ -26,8 +26,8 @@ golden::OpFn unary(Tensor (*fn)(const Tensor&)) {
 #define TS(f) [](const Tensor& a, const ember::Scalar& b) { return ember::f(a, b); }
 #define NO_SCALAR [](const Tensor&, const ember::Scalar&) -> Tensor { throw std::logic_error("no scalar form"); }
 
-const std::map<std::string, golden::OpFn>& registry() {
-  static const std::map<std::string, golden::OpFn> ops = {
+const golden::Registry& registry() {
+  static const golden::Registry ops = {
       {"neg", unary(ember::neg)},
       {"abs", unary(ember::abs)},
       {"sign", unary(ember::sign)},
@@ -81,27 +81,12 @@ const std::map<std::string, golden::OpFn>& registry() {
   return ops;
 }
 
-// Transcendentals in float16/bfloat16 are computed in float and rounded once; PyTorch does the
-// same, but a one-ulp difference in float can round differently: allow one 16-bit ulp.
-golden::Tolerance tolerance(const Case& c, ember::DType dtype) {
-  golden::Tolerance tol = golden::tolerance_for(dtype);
-  if (dtype == ember::kFloat16) tol = {2e-3, 1e-3};
-  if (dtype == ember::kBFloat16) tol = {1.6e-2, 1e-2};
-  return tol;
-}
 
 class GoldenElementwise : public ::testing::TestWithParam<std::string> {};
 
-TEST_P(GoldenElementwise, MatchesPyTorch) { golden::run_cases("elementwise", GetParam(), registry().at(GetParam()), tolerance); }
+TEST_P(GoldenElementwise, MatchesPyTorch) { golden::run_cases("elementwise", GetParam(), registry().at(GetParam()), golden::one_ulp_for_16bit); }
 
-std::vector<std::string> op_names() {
-  std::vector<std::string> names;
-  for (const auto& [name, fn] : registry()) names.push_back(name);
-  return names;
-}
-
-INSTANTIATE_TEST_SUITE_P(Ops, GoldenElementwise, ::testing::ValuesIn(op_names()),
-                         [](const auto& param_info) { return param_info.param; });
+INSTANTIATE_TEST_SUITE_P(Ops, GoldenElementwise, ::testing::ValuesIn(golden::op_names(registry())), golden::OpName());
 
 }  // namespace
 

@@ -46,8 +46,8 @@ golden::OpFn over_dims(DimsFn fn) {
   return [=](const Case& c) -> std::vector<Tensor> { return {fn(input(c), dims(c), keepdim(c))}; };
 }
 
-const std::map<std::string, golden::OpFn>& registry() {
-  static const std::map<std::string, golden::OpFn> ops = {
+const golden::Registry& registry() {
+  static const golden::Registry ops = {
       {"sum", over_dims(ember::sum)},
       {"mean", over_dims(ember::mean)},
       {"prod", over_dims(ember::prod)},
@@ -82,27 +82,12 @@ const std::map<std::string, golden::OpFn>& registry() {
   return ops;
 }
 
-// Both sides round float16/bfloat16 results once from float32, but float32 partial results summed
-// in another order can round to the neighbouring 16-bit value: allow one 16-bit ulp.
-golden::Tolerance tolerance(const Case& c, ember::DType dtype) {
-  golden::Tolerance tol = golden::tolerance_for(dtype);
-  if (dtype == ember::kFloat16) tol = {2e-3, 1e-3};
-  if (dtype == ember::kBFloat16) tol = {1.6e-2, 1e-2};
-  return tol;
-}
 
 class GoldenReduce : public ::testing::TestWithParam<std::string> {};
 
-TEST_P(GoldenReduce, MatchesPyTorch) { golden::run_cases("reduce", GetParam(), registry().at(GetParam()), tolerance); }
+TEST_P(GoldenReduce, MatchesPyTorch) { golden::run_cases("reduce", GetParam(), registry().at(GetParam()), golden::one_ulp_for_16bit); }
 
-std::vector<std::string> op_names() {
-  std::vector<std::string> names;
-  for (const auto& [name, fn] : registry()) names.push_back(name);
-  return names;
-}
-
-INSTANTIATE_TEST_SUITE_P(Ops, GoldenReduce, ::testing::ValuesIn(op_names()),
-                         [](const auto& param_info) { return param_info.param; });
+INSTANTIATE_TEST_SUITE_P(Ops, GoldenReduce, ::testing::ValuesIn(golden::op_names(registry())), golden::OpName());
 
 // Expects `fn` to throw an ember::Error whose message starts with `prefix` and contains `detail`.
 template <class F>

@@ -17,8 +17,8 @@ namespace {
 int64_t attr_int(const Case& c, const char* name) { return c.attrs.at(name).get<int64_t>(); }
 std::vector<int64_t> attr_list(const Case& c, const char* name) { return c.attrs.at(name).get<std::vector<int64_t>>(); }
 
-const std::map<std::string, golden::OpFn>& registry() {
-  static const std::map<std::string, golden::OpFn> ops = {
+const golden::Registry& registry() {
+  static const golden::Registry ops = {
       {"cat", [](const Case& c) -> std::vector<Tensor> { return {ember::cat(c.inputs[0].list, attr_int(c, "dim"))}; }},
       {"stack",
        [](const Case& c) -> std::vector<Tensor> { return {ember::stack(c.inputs[0].list, attr_int(c, "dim"))}; }},
@@ -79,14 +79,7 @@ class GoldenShape : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(GoldenShape, MatchesPyTorch) { golden::run_cases("shape", GetParam(), registry().at(GetParam())); }
 
-std::vector<std::string> op_names() {
-  std::vector<std::string> names;
-  for (const auto& [name, fn] : registry()) names.push_back(name);
-  return names;
-}
-
-INSTANTIATE_TEST_SUITE_P(Ops, GoldenShape, ::testing::ValuesIn(op_names()),
-                         [](const auto& param_info) { return param_info.param; });
+INSTANTIATE_TEST_SUITE_P(Ops, GoldenShape, ::testing::ValuesIn(golden::op_names(registry())), golden::OpName());
 
 // The message of the ember::Error that `fn` throws ("" if it throws none).
 template <class F>
