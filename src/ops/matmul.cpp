@@ -1,7 +1,253 @@
-// Placeholder until the GEMM lands.
+// Matrix products: matmul (torch.matmul semantics), matmul_out and linear, on the CPU GEMM
+// (kernels/cpu/gemm.h).
+//
+// Shape rule: (..., m, k) @ (..., k, n) -> (broadcast(...), m, n). A 1-D left operand is a row
+// and a 1-D right operand a column, whose size-1 dim is then dropped from the result; 1-D @ 1-D
+// is a dot product giving a 0-dim tensor. linear(x, weight, bias) = x @ weight^T + bias with
+// x (..., in), weight (out, in) and bias broadcasting to the result (..., out); a 1-D weight (in)
+// gives (...), as in PyTorch.
+// Dtype rule: no promotion. The operands (and the bias) must share one dtype, which the result
+// keeps; every dtype but bool is supported (16-bit floats are computed in float32 and rounded
+// once, integers wrap around on overflow), as in PyTorch.
+// Cost: matmul_cost(batch, m, n, k, dtype) in ops/cost.h: 2 * batch * m * n * k FLOPs, bytes =
+// A + B + C once each.
+// Backward: added with autograd (dA = dC @ B^T, dB = A^T @ dC, dbias = dC summed over rows).
+//
+// Operands reach the kernel as they are: a transposed or strided view costs no copy (the kernel's
+// packing reads any strides). A batch whose rows can be laid end to end (x of any rank times a
+// 2-D matrix, the linear case) becomes one tall GEMM; other batches go to gemm_batched with
+// per-problem offsets, broadcast batch dims stepping by 0.
+#include <algorithm>
+#include <optional>
+#include <vector>
+
+#include "core/tensor_internal.h"
 #include "ember/ops.h"
+#include "kernels/cpu/gemm.h"
+
 namespace ember {
-Tensor matmul(const Tensor&, const Tensor&) { EMBER_FAIL("[matmul] not implemented on cpu"); }
-Tensor& matmul_out(Tensor&, const Tensor&, const Tensor&) { EMBER_FAIL("[matmul_out] not implemented on cpu"); }
-Tensor linear(const Tensor&, const Tensor&, const std::optional<Tensor>&) { EMBER_FAIL("[linear] not implemented on cpu"); }
+namespace {
+
+// The operands seen as stacks of matrices: a (batch_a..., m, k), b (batch_b..., k, n).
+struct MatmulShapes {
+  Tensor a;
+  Tensor b;
+  Shape batch;  // the broadcast batch dims
+  int64_t m = 0, n = 0, k = 0;
+  Shape result;  // what the user gets: batch, then m unless a is 1-D, then n unless b is 1-D
+  Shape full;    // batch + (m, n)
+};
+
+void check_operands(const char* op, const Tensor& a, const Tensor& b) {
+  detail::check_same_device(op, {&a, &b});
+  EMBER_CHECK(a.dtype() == b.dtype(), "[", op, "] expected both operands to have the same dtype, got ", a.dtype(),
+              " (shape ", a.shape(), ") and ", b.dtype(), " (shape ", b.shape(), ")");
+  EMBER_CHECK(a.dtype() != kBool, "[", op, "] is not supported for bool tensors (shapes ", a.shape(), " and ",
+              b.shape(), ")");
+}
+
+MatmulShapes matmul_shapes(const Tensor& a, const Tensor& b) {
+  EMBER_CHECK(a.dim() >= 1 && b.dim() >= 1, "[matmul] both arguments need at least 1 dimension, got shapes ", a.shape(),
+              " and ", b.shape());
+  check_operands("matmul", a, b);
+  MatmulShapes s;
+  s.a = a.dim() == 1 ? a.unsqueeze(0) : a;
+  s.b = b.dim() == 1 ? b.unsqueeze(1) : b;
+  s.m = s.a.size(-2);
+  s.k = s.a.size(-1);
+  s.n = s.b.size(-1);
+  EMBER_CHECK(s.b.size(-2) == s.k, "[matmul] shapes ", a.shape(), " and ", b.shape(), " cannot be multiplied: ", s.k,
+              " columns on the left, ", s.b.size(-2), " rows on the right");
+  const Shape batch_a(s.a.shape().begin(), s.a.shape().end() - 2);
+  const Shape batch_b(s.b.shape().begin(), s.b.shape().end() - 2);
+  for (int i = 1; i <= std::min(batch_a.size(), batch_b.size()); ++i) {
+    const int64_t da = batch_a[batch_a.size() - i], db = batch_b[batch_b.size() - i];
+    EMBER_CHECK(da == db || da == 1 || db == 1, "[matmul] the batch dims of shapes ", a.shape(), " and ", b.shape(),
+                " don't broadcast: ", batch_a, " vs ", batch_b);
+  }
+  s.batch = broadcast_shapes(batch_a, batch_b, "matmul");
+  s.result = s.batch;
+  if (a.dim() > 1) s.result.push_back(s.m);
+  if (b.dim() > 1) s.result.push_back(s.n);
+  s.full = s.batch;
+  s.full.push_back(s.m);
+  s.full.push_back(s.n);
+  return s;
+}
+
+// The stride of dims [0, count) of (shape, strides) merged into one dim, if they can be: each dim
+// must step exactly over the one inside it (size-1 dims don't count).
+std::optional<int64_t> merged_stride(const Shape& shape, const Strides& strides, int count) {
+  std::optional<int64_t> inner;
+  int64_t expected = 0;
+  for (int d = count - 1; d >= 0; --d) {
+    if (shape[d] == 1) continue;
+    if (!inner) {
+      inner = strides[d];
+    } else if (strides[d] != expected) {
+      return std::nullopt;
+    }
+    expected = strides[d] * shape[d];
+  }
+  return inner.value_or(1);
+}
+
+// The strides of the batch dims of `t` (all but its last two) expanded to `batch`, 0 where broadcast.
+Strides batch_strides(const Tensor& t, const Shape& batch) {
+  const Shape own(t.shape().begin(), t.shape().end() - 2);
+  Strides own_strides(t.strides().begin(), t.strides().end() - 2);
+  const Tensor head = detail::make_view(t, own, own_strides, t.offset());
+  return detail::broadcast_strides(head, batch);
+}
+
+// out (batch..., m, n) = a @ b, + the per-column bias ((n), (1) or ()) when given, + beta * out. `out` must
+// not overlap a, b or bias, nor itself.
+void run_gemm(const Tensor& out, const MatmulShapes& s, const Tensor* bias, double beta) {
+  const int nb = s.batch.size();
+  cpu::GemmArgs args;
+  args.dtype = out.dtype();
+  args.m = s.m;
+  args.n = s.n;
+  args.k = s.k;
+  args.a = s.a.data_ptr();
+  args.a_row_stride = s.a.stride(-2);
+  args.a_col_stride = s.a.stride(-1);
+  args.b = s.b.data_ptr();
+  args.b_row_stride = s.b.stride(-2);
+  args.b_col_stride = s.b.stride(-1);
+  args.c = out.data_ptr();
+  args.c_row_stride = out.stride(-2);
+  args.c_col_stride = out.stride(-1);
+  args.beta = beta;
+  if (bias != nullptr) {
+    args.bias = bias->data_ptr();
+    args.bias_stride = bias->dim() == 0 || bias->size(0) == 1 ? 0 : bias->stride(0);  // size 1: broadcast
+  }
+  if (out.numel() == 0) return;
+
+  const Strides a_batch = batch_strides(s.a, s.batch), b_batch = batch_strides(s.b, s.batch);
+  const Strides c_batch(out.strides().begin(), out.strides().end() - 2);
+  bool b_shared = true;
+  for (int d = 0; d < nb; ++d) b_shared = b_shared && (b_batch[d] == 0 || s.batch[d] == 1);
+  if (b_shared) {
+    // One matrix on the right: lay the rows of every batch end to end if both a and out allow it.
+    Shape rows = s.batch;
+    rows.push_back(s.m);
+    Strides a_rows = a_batch, c_rows = c_batch;
+    a_rows.push_back(args.a_row_stride);
+    c_rows.push_back(args.c_row_stride);
+    const std::optional<int64_t> a_stride = merged_stride(rows, a_rows, nb + 1);
+    const std::optional<int64_t> c_stride = merged_stride(rows, c_rows, nb + 1);
+    if (a_stride && c_stride) {
+      args.m = rows.numel();
+      args.a_row_stride = *a_stride;
+      args.c_row_stride = *c_stride;
+      cpu::gemm(args);
+      return;
+    }
+  }
+  const int64_t batch = s.batch.numel();
+  std::vector<int64_t> a_offsets(static_cast<size_t>(batch)), b_offsets(a_offsets.size()), c_offsets(a_offsets.size());
+  std::vector<int64_t> index(static_cast<size_t>(nb), 0);
+  int64_t a_offset = 0, b_offset = 0, c_offset = 0;
+  for (int64_t i = 0; i < batch; ++i) {
+    a_offsets[static_cast<size_t>(i)] = a_offset;
+    b_offsets[static_cast<size_t>(i)] = b_offset;
+    c_offsets[static_cast<size_t>(i)] = c_offset;
+    for (int d = nb - 1; d >= 0; --d) {  // step the batch index, last dim fastest
+      a_offset += a_batch[d];
+      b_offset += b_batch[d];
+      c_offset += c_batch[d];
+      if (++index[static_cast<size_t>(d)] < s.batch[d]) break;
+      a_offset -= a_batch[d] * s.batch[d];
+      b_offset -= b_batch[d] * s.batch[d];
+      c_offset -= c_batch[d] * s.batch[d];
+      index[static_cast<size_t>(d)] = 0;
+    }
+  }
+  cpu::gemm_batched(args, batch, a_offsets.data(), b_offsets.data(), c_offsets.data());
+}
+
+bool has_internal_overlap(const Tensor& t) {
+  for (int d = 0; d < t.dim(); ++d) {
+    if (t.shape()[d] > 1 && t.strides()[d] == 0) return true;
+  }
+  return false;
+}
+
+// Computes the product into `out` (shape s.full): directly when out's memory is its own, through
+// a temporary when it shares storage with an input.
+void matmul_into(const Tensor& out, const MatmulShapes& s, const Tensor* bias, double beta,
+                 std::initializer_list<const Tensor*> inputs) {
+  bool shared = false;
+  for (const Tensor* t : inputs) shared = shared || out.shares_storage(*t);
+  if (!shared) {
+    run_gemm(out, s, bias, beta);
+    return;
+  }
+  const Tensor temporary = detail::make_empty(s.full, out.dtype(), out.device());
+  if (beta != 0.0) detail::copy_into(temporary, out);
+  run_gemm(temporary, s, bias, beta);
+  detail::copy_into(out, temporary);
+}
+
+}  // namespace
+
+Tensor matmul(const Tensor& a, const Tensor& b) {
+  const MatmulShapes s = matmul_shapes(a, b);
+  const Tensor out = detail::make_empty(s.full, a.dtype(), a.device());
+  run_gemm(out, s, nullptr, 0.0);
+  return s.result == s.full ? out : out.view(s.result);
+}
+
+Tensor& matmul_out(Tensor& out, const Tensor& a, const Tensor& b) {
+  const MatmulShapes s = matmul_shapes(a, b);
+  detail::check_same_device("matmul", {&out, &a});
+  EMBER_CHECK(out.shape() == s.result, "[matmul] out= tensor has shape ", out.shape(), ", but ", a.shape(), " @ ",
+              b.shape(), " has shape ", s.result);
+  EMBER_CHECK(out.dtype() == a.dtype(), "[matmul] out= tensor has dtype ", out.dtype(), ", but the result has dtype ",
+              a.dtype());
+  EMBER_CHECK(!has_internal_overlap(out), "[matmul] out= tensor of shape ", out.shape(), " and strides ", out.strides(),
+              " has elements that share memory");
+  Tensor full = out;
+  if (a.dim() == 1) full = full.unsqueeze(s.batch.size());  // put back the dims 1-D operands dropped
+  if (b.dim() == 1) full = full.unsqueeze(full.dim());
+  matmul_into(full, s, nullptr, 0.0, {&a, &b});
+  out.bump_version();
+  return out;
+}
+
+Tensor linear(const Tensor& x, const Tensor& weight, const std::optional<Tensor>& bias) {
+  EMBER_CHECK(x.dim() >= 1, "[linear] input needs at least 1 dimension, got shape ", x.shape());
+  EMBER_CHECK(weight.dim() == 1 || weight.dim() == 2, "[linear] weight must be (out_features, in_features) or ",
+              "(in_features), got shape ", weight.shape());
+  check_operands("linear", x, weight);
+  EMBER_CHECK(x.size(-1) == weight.size(-1), "[linear] input of shape ", x.shape(), " has ", x.size(-1),
+              " features, but weight of shape ", weight.shape(), " expects ", weight.size(-1));
+  const MatmulShapes s = matmul_shapes(x, weight.dim() == 2 ? weight.t() : weight);
+  const Tensor out = detail::make_empty(s.full, x.dtype(), x.device());
+  if (!bias) {
+    run_gemm(out, s, nullptr, 0.0);
+    return s.result == s.full ? out : out.view(s.result);
+  }
+  detail::check_same_device("linear", {&x, &*bias});
+  EMBER_CHECK(bias->dtype() == x.dtype(), "[linear] bias has dtype ", bias->dtype(), ", but input and weight have ",
+              x.dtype());
+  EMBER_CHECK(weight.dim() == 2 || bias->dim() == 0, "[linear] with a 1-D weight (shape ", weight.shape(),
+              ") the bias must be 0-dim, got shape ", bias->shape());
+  EMBER_CHECK(bias->dim() <= s.result.size() && broadcast_shapes(bias->shape(), s.result, "linear") == s.result,
+              "[linear] bias of shape ", bias->shape(), " does not broadcast to the output shape ", s.result);
+  bool per_column = true;  // (out), (1, out), (), ...: the kernel adds it while writing C
+  for (int d = 0; d + 1 < bias->dim(); ++d) per_column = per_column && bias->shape()[d] == 1;
+  if (per_column) {
+    const Tensor column = bias->dim() <= 1 ? *bias : bias->reshape({bias->shape().back()});
+    run_gemm(out, s, &column, 0.0);
+  } else {  // a bias that varies along rows too: start from it and add the product (beta = 1)
+    const Tensor result_view = s.result == s.full ? out : out.view(s.result);
+    detail::copy_into(result_view, *bias);
+    run_gemm(out, s, nullptr, 1.0);
+  }
+  return s.result == s.full ? out : out.view(s.result);
+}
+
 }  // namespace ember

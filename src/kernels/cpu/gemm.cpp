@@ -1,2 +1,882 @@
-// CPU gemm kernels (see kernels.h).
-#include "kernels/cpu/kernels.h"
+// Packed, blocked GEMM for every Highway target (SSE4, AVX2, AVX-512, scalar):
+// C = alpha * A @ B + beta * C + bias, with A, B and C at any row and column strides (gemm.h).
+//
+// The loops are Goto's and BLIS's:
+//
+//   for jc in [0, n) step NC                          B panel, KC x NC: L3, shared by the threads
+//     for pc in [0, k) step KC (equal blocks of at most KC)
+//       pack B[pc:+KC, jc:+NC] into NR-wide micro-panels     (the threads split the packing)
+//       (threads that split n alone pack only their own micro-panels, with no barrier)
+//       for ic in this thread's rows, step MC         A block, MC x KC: L2, one per thread
+//         pack A[ic:+MC, pc:+KC] into MR-high micro-panels
+//         for jr in this thread's micro-panels of B            B micro-panel, KC x NR: L1
+//           for ir in [0, MC) step MR
+//             micro-kernel: an MR x NR tile of C held in registers takes KC rank-1 updates
+//             (hn::MulAdd), then goes to C: times alpha, plus beta * C and the bias on the first
+//             KC block, plus what C already holds on the later ones.
+//
+// Packing reads any strides, so a transposed or strided operand needs no copy of its own (a B
+// stored transposed is packed through in-register 8 x 8 transposes), and pads partial
+// micro-panels with zeros, so the micro-kernel always runs full tiles; an edge tile, or a C whose
+// rows are not contiguous, is written back element by element.
+//
+// Note [GEMM blocking]: the sizes, for a typical x86 core (32-48 KiB L1d, 256 KiB-2 MiB L2,
+// a few MiB of shared L3 per core):
+// - MR x NR = 6 x (2 vectors): 12 accumulators + 2 vectors of B + 1 broadcast of A = 15 of the 16
+//   registers of SSE4/AVX2. Each k step feeds 12 independent FMAs from 2 loads and 6 broadcasts:
+//   more than the 2 FMA units x 4-5 cycles of latency need, and fewer loads than the 2-3 load
+//   ports can serve. (AVX-512 runs the same 6 x 32 tile with registers to spare.)
+// - KC = 256 at most (k is cut into equal blocks: 784 = 4 x 196): the B micro-panel (256 x 16
+//   floats, or 256 x 8 doubles on AVX2, = 16 KiB) fills half of L1 and stays there while the A
+//   micro-panels (6 KiB each) stream past it. The k blocks depend on k alone (not on the dtype,
+//   target or thread count) because they alone decide the order in which each element of C is
+//   summed: the result never depends on how the work is split among threads.
+// - MC: the A block is about 144 KiB (144 float rows, 72 double rows): it stays in L2 (512 KiB
+//   on Zen 3, 1-2 MiB on recent Intel) while every B micro-panel of the panel sweeps over it.
+// - NC: the B panel is about 2 MiB (2048 floats, 1024 doubles wide): a share of L3 that holds
+//   the panel while every thread runs all of its A blocks against it.
+//
+// Problems too small to pay for packing, and matrix-vector shapes, take an unpacked path that
+// reads A and B in place; float16/bfloat16 are converted to float32, multiplied, and rounded
+// once at the end; integer dtypes take a plain loop that wraps around as PyTorch's does. Only the
+// float32/float64 SIMD paths are compiled per target; the dtype dispatch, the batch loop and the
+// 16-bit and integer paths are compiled once (HWY_ONCE, at the end).
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "kernels/cpu/gemm.cpp"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+
+#include <hwy/aligned_allocator.h>
+#include <hwy/highway.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "ember/error.h"
+#include "kernels/cpu/gemm.h"
+#include "kernels/cpu/parallel.h"
+
+// Target-independent helpers, compiled once (this file is included once per Highway target).
+#ifndef EMBER_KERNELS_CPU_GEMM_SHARED
+#define EMBER_KERNELS_CPU_GEMM_SHARED
+namespace ember::cpu::gemm_detail {
+
+// See Note [GEMM blocking].
+inline constexpr int64_t kMr = 6;                         // rows of the register tile
+inline constexpr int64_t kNrVectors = 2;                  // its width, in vectors
+inline constexpr int64_t kKc = 256;                       // depth of one packed block
+inline constexpr int64_t kBlockABytes = 144 * 1024;       // an MC x KC block of A
+inline constexpr int64_t kPanelBBytes = 2 * 1024 * 1024;  // a KC x NC panel of B
+// Problems with fewer multiply-adds than this skip packing, which would cost more than it saves
+// (measured on Zen 3: the unpacked path wins up to about 64^3 unless k is tiny, when writing C
+// dominates and the packed tiles write it faster); below kTinyWork everything is call overhead.
+inline constexpr double kUnpackedWork = 64.0 * 64.0 * 64.0;
+inline constexpr int64_t kUnpackedMinK = 16;
+inline constexpr double kTinyWork = 16.0 * 16.0 * 16.0;
+// Problems with fewer multiply-adds than this run on one thread: about 20 us of work on one core,
+// against a few us to wake and join a team of OpenMP threads.
+inline constexpr double kParallelWork = 128.0 * 128.0 * 64.0;
+
+inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+inline int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
+
+// Part `part` of [0, count) cut into `parts` contiguous ranges whose sizes differ by at most one.
+inline std::pair<int64_t, int64_t> split_range(int64_t count, int64_t parts, int64_t part) {
+  const int64_t base = count / parts, extra = count % parts;
+  const int64_t begin = part * base + std::min(part, extra);
+  return {begin, begin + base + (part < extra ? 1 : 0)};
+}
+
+enum class Scratch : int { kPackedA, kPackedB, kBias, kConvertedA, kConvertedB, kResult, kCount };
+
+// Grow-only, 64-byte aligned memory owned by the calling thread, one buffer per use, so repeated
+// GEMMs never go back to the allocator. OpenMP's worker threads live as long as the process and
+// so do their buffers (at most one A block each, plus one B panel for a calling thread).
+inline void* scratch(Scratch slot, int64_t bytes) {
+  constexpr int kSlots = static_cast<int>(Scratch::kCount);
+  thread_local hwy::AlignedFreeUniquePtr<uint8_t[]> buffers[kSlots];
+  thread_local int64_t sizes[kSlots] = {};
+  const int i = static_cast<int>(slot);
+  if (sizes[i] < bytes) {
+    buffers[i] = hwy::AllocateAligned<uint8_t>(static_cast<size_t>(bytes));
+    EMBER_CHECK(buffers[i] != nullptr, "[gemm] out of memory allocating ", bytes, " bytes of workspace");
+    sizes[i] = bytes;
+  }
+  return buffers[i].get();
+}
+
+// Runs body(thread, count) on `threads` threads, or on the calling thread alone when threads is 1
+// (which is what the batch loop relies on to run single-threaded problems inside its own region).
+template <class F>
+void run_threads(int threads, const F& body) {
+  if (threads <= 1) {
+    body(0, 1);
+    return;
+  }
+#ifdef _OPENMP
+#pragma omp parallel num_threads(threads)
+  body(omp_get_thread_num(), omp_get_num_threads());
+#else
+  body(0, 1);
+#endif
+}
+
+// A barrier among the `count` threads of run_threads (nothing when there is one).
+inline void barrier(int count) {
+  if (count > 1) {
+#ifdef _OPENMP
+#pragma omp barrier
+#endif
+  }
+}
+
+// How the threads tile C: `rows` groups along m times `cols` groups along n. The factorization
+// of the thread count that leaves the busiest thread the fewest MR x NR tiles; ties go to
+// splitting m, whose threads share no A block.
+struct ThreadGrid {
+  int rows = 1;
+  int cols = 1;
+};
+inline ThreadGrid choose_grid(int threads, int64_t row_tiles, int64_t col_panels) {
+  ThreadGrid best{threads, 1};
+  int64_t best_load = std::numeric_limits<int64_t>::max();
+  for (int rows = threads; rows >= 1; --rows) {
+    if (threads % rows != 0) continue;
+    const int cols = threads / rows;
+    const int64_t load = ceil_div(row_tiles, rows) * ceil_div(col_panels, cols);
+    if (load < best_load) {
+      best_load = load;
+      best = {rows, cols};
+    }
+  }
+  return best;
+}
+
+// One problem with typed pointers (see GemmArgs); bias is contiguous (n) or null.
+template <class T>
+struct Problem {
+  int64_t m, n, k;
+  const T* a;
+  int64_t a_row_stride, a_col_stride;
+  const T* b;
+  int64_t b_row_stride, b_col_stride;
+  T* c;
+  int64_t c_row_stride, c_col_stride;
+  T alpha, beta;
+  const T* bias;
+};
+
+// The value stored in one element of C, whose share of the product (one KC block's, or all of
+// it) is `sum`: the first share brings beta * C and the bias, the later ones add to C.
+template <class T>
+inline T finish(T sum, const T* c, bool first, T alpha, T beta, const T* bias) {
+  T v = alpha * sum;
+  if (!first) return *c + v;
+  if (beta != T(0)) v = std::fma(beta, *c, v);
+  if (bias != nullptr) v += *bias;
+  return v;
+}
+
+// Integers: a plain loop that accumulates in uint64_t. Unsigned arithmetic wraps modulo 2^64, and
+// truncating that to T gives exactly T's two's-complement wraparound, which is what PyTorch's
+// integer matmul returns on overflow.
+template <class T>
+void integer_gemm(const GemmArgs& g, const T* a, const T* b, T* c, int threads) {
+  const auto widen = [](T v) { return static_cast<uint64_t>(static_cast<int64_t>(v)); };
+  const uint64_t alpha = static_cast<uint64_t>(static_cast<int64_t>(g.alpha));
+  const uint64_t beta = static_cast<uint64_t>(static_cast<int64_t>(g.beta));
+  const T* bias = static_cast<const T*>(g.bias);
+  run_threads(static_cast<int>(std::min<int64_t>(threads, g.m)), [&](int thread, int count) {
+    const auto [row_begin, row_end] = split_range(g.m, count, thread);
+    std::vector<uint64_t> sums(static_cast<size_t>(g.n));
+    for (int64_t i = row_begin; i < row_end; ++i) {
+      std::fill(sums.begin(), sums.end(), 0);
+      for (int64_t p = 0; p < g.k; ++p) {
+        const uint64_t x = widen(a[i * g.a_row_stride + p * g.a_col_stride]);
+        const T* b_row = b + p * g.b_row_stride;
+        for (int64_t j = 0; j < g.n; ++j) sums[static_cast<size_t>(j)] += x * widen(b_row[j * g.b_col_stride]);
+      }
+      for (int64_t j = 0; j < g.n; ++j) {
+        T* out = c + i * g.c_row_stride + j * g.c_col_stride;
+        uint64_t v = alpha * sums[static_cast<size_t>(j)];
+        if (beta != 0) v += beta * widen(*out);
+        if (bias != nullptr) v += widen(bias[j * g.bias_stride]);
+        *out = static_cast<T>(v);
+      }
+    }
+  });
+}
+
+}  // namespace ember::cpu::gemm_detail
+#endif  // EMBER_KERNELS_CPU_GEMM_SHARED
+
+HWY_BEFORE_NAMESPACE();
+namespace ember::cpu {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+using namespace gemm_detail;  // NOLINT(google-build-using-namespace)
+
+// The first `count` values at `p` in the low lanes, zeros above: a tail load that never reads
+// past p + count (SSE4's MaskedLoad reads the whole vector).
+template <class D, class T = hn::TFromD<D>>
+HWY_INLINE hn::Vec<D> load_partial(D d, const T* p, int64_t count) {
+  HWY_ALIGN T lanes[hn::MaxLanes(d)] = {};
+  for (int64_t i = 0; i < count; ++i) lanes[i] = p[i];
+  return hn::Load(d, lanes);
+}
+
+// Where a micro-kernel's MR x NR tile goes: `rows` x `cols` of it are inside C.
+template <class T>
+struct Tile {
+  T* c;
+  int64_t row_stride, col_stride;
+  int64_t rows, cols;
+  bool first;  // the first KC block: bring in beta * C and the bias
+  T alpha, beta;
+  const T* bias;  // at the tile's first column, or null
+};
+
+// Writes the tile's sums (MR rows of NR, row-major in `sums`) to C.
+template <class D, class T = hn::TFromD<D>>
+HWY_INLINE void write_tile(D d, const T* HWY_RESTRICT sums, const Tile<T>& t) {
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d)), nr = kNrVectors * lanes;
+  if (t.rows == kMr && t.cols == nr && t.col_stride == 1) {
+    const auto alpha = hn::Set(d, t.alpha), beta = hn::Set(d, t.beta);
+    for (int64_t r = 0; r < kMr; ++r) {
+      for (int64_t v = 0; v < kNrVectors; ++v) {
+        T* c = t.c + r * t.row_stride + v * lanes;
+        auto x = hn::Mul(alpha, hn::Load(d, sums + r * nr + v * lanes));
+        if (!t.first) {
+          x = hn::Add(hn::LoadU(d, c), x);
+        } else {
+          if (t.beta != T(0)) x = hn::MulAdd(beta, hn::LoadU(d, c), x);
+          if (t.bias != nullptr) x = hn::Add(x, hn::LoadU(d, t.bias + v * lanes));
+        }
+        hn::StoreU(x, d, c);
+      }
+    }
+    return;
+  }
+  for (int64_t r = 0; r < t.rows; ++r) {
+    for (int64_t j = 0; j < t.cols; ++j) {
+      T* c = t.c + r * t.row_stride + j * t.col_stride;
+      *c = finish(sums[r * nr + j], c, t.first, t.alpha, t.beta, t.bias ? t.bias + j : nullptr);
+    }
+  }
+}
+
+// The register-tiled micro-kernel: sums (MR x NR) = A micro-panel (MR x kc, packed as kc groups
+// of MR) @ B micro-panel (kc x NR, packed as kc rows of NR), then written to C.
+template <class D, class T = hn::TFromD<D>>
+HWY_INLINE void micro_kernel(D d, int64_t kc, const T* HWY_RESTRICT a, const T* HWY_RESTRICT b, const Tile<T>& tile) {
+  static_assert(kMr == 6 && kNrVectors == 2, "the micro-kernel below is written out for a 6 x 2-vector tile");
+  const size_t lanes = hn::Lanes(d);
+  auto c00 = hn::Zero(d), c01 = hn::Zero(d), c10 = hn::Zero(d), c11 = hn::Zero(d);
+  auto c20 = hn::Zero(d), c21 = hn::Zero(d), c30 = hn::Zero(d), c31 = hn::Zero(d);
+  auto c40 = hn::Zero(d), c41 = hn::Zero(d), c50 = hn::Zero(d), c51 = hn::Zero(d);
+  for (int64_t p = 0; p < kc; ++p) {
+    const auto b0 = hn::Load(d, b), b1 = hn::Load(d, b + lanes);
+    auto x = hn::Set(d, a[0]);
+    c00 = hn::MulAdd(x, b0, c00);
+    c01 = hn::MulAdd(x, b1, c01);
+    x = hn::Set(d, a[1]);
+    c10 = hn::MulAdd(x, b0, c10);
+    c11 = hn::MulAdd(x, b1, c11);
+    x = hn::Set(d, a[2]);
+    c20 = hn::MulAdd(x, b0, c20);
+    c21 = hn::MulAdd(x, b1, c21);
+    x = hn::Set(d, a[3]);
+    c30 = hn::MulAdd(x, b0, c30);
+    c31 = hn::MulAdd(x, b1, c31);
+    x = hn::Set(d, a[4]);
+    c40 = hn::MulAdd(x, b0, c40);
+    c41 = hn::MulAdd(x, b1, c41);
+    x = hn::Set(d, a[5]);
+    c50 = hn::MulAdd(x, b0, c50);
+    c51 = hn::MulAdd(x, b1, c51);
+    a += kMr;
+    b += kNrVectors * lanes;
+  }
+  HWY_ALIGN T sums[kMr * kNrVectors * hn::MaxLanes(d)];
+  const size_t nr = kNrVectors * lanes;
+  hn::Store(c00, d, sums + 0 * nr);
+  hn::Store(c01, d, sums + 0 * nr + lanes);
+  hn::Store(c10, d, sums + 1 * nr);
+  hn::Store(c11, d, sums + 1 * nr + lanes);
+  hn::Store(c20, d, sums + 2 * nr);
+  hn::Store(c21, d, sums + 2 * nr + lanes);
+  hn::Store(c30, d, sums + 3 * nr);
+  hn::Store(c31, d, sums + 3 * nr + lanes);
+  hn::Store(c40, d, sums + 4 * nr);
+  hn::Store(c41, d, sums + 4 * nr + lanes);
+  hn::Store(c50, d, sums + 5 * nr);
+  hn::Store(c51, d, sums + 5 * nr + lanes);
+  write_tile(d, sums, tile);
+}
+
+#if HWY_TARGET != HWY_SCALAR
+// In-register transposes of a square block held in 256-bit vectors (two 128-bit halves, as on
+// AVX2 and AVX-512): on return, vector q holds what was lane q of every input. They turn a
+// transposed B into packed rows without element-by-element stores.
+template <class D, class V = hn::Vec<D>>
+HWY_INLINE void transpose_8x8(D d, V& r0, V& r1, V& r2, V& r3, V& r4, V& r5, V& r6, V& r7) {
+  const hn::Repartition<uint64_t, D> d64;
+  const auto pairs = [d, d64](V x, V y, bool upper) HWY_ATTR {  // 64-bit interleave of 32-bit pairs
+    const auto x64 = hn::BitCast(d64, x), y64 = hn::BitCast(d64, y);
+    return hn::BitCast(d, upper ? hn::InterleaveUpper(d64, x64, y64) : hn::InterleaveLower(d64, x64, y64));
+  };
+  // t: a0 b0 a1 b1 | a4 b4 a5 b5 and a2 b2 a3 b3 | a6 b6 a7 b7 for each pair of rows (a, b).
+  const V t0 = hn::InterleaveLower(d, r0, r1), t1 = hn::InterleaveUpper(d, r0, r1);
+  const V t2 = hn::InterleaveLower(d, r2, r3), t3 = hn::InterleaveUpper(d, r2, r3);
+  const V t4 = hn::InterleaveLower(d, r4, r5), t5 = hn::InterleaveUpper(d, r4, r5);
+  const V t6 = hn::InterleaveLower(d, r6, r7), t7 = hn::InterleaveUpper(d, r6, r7);
+  // u: lanes q and q + 4 of four rows.
+  const V u0 = pairs(t0, t2, false), u1 = pairs(t0, t2, true), u2 = pairs(t1, t3, false), u3 = pairs(t1, t3, true);
+  const V u4 = pairs(t4, t6, false), u5 = pairs(t4, t6, true), u6 = pairs(t5, t7, false), u7 = pairs(t5, t7, true);
+  r0 = hn::ConcatLowerLower(d, u4, u0);
+  r4 = hn::ConcatUpperUpper(d, u4, u0);
+  r1 = hn::ConcatLowerLower(d, u5, u1);
+  r5 = hn::ConcatUpperUpper(d, u5, u1);
+  r2 = hn::ConcatLowerLower(d, u6, u2);
+  r6 = hn::ConcatUpperUpper(d, u6, u2);
+  r3 = hn::ConcatLowerLower(d, u7, u3);
+  r7 = hn::ConcatUpperUpper(d, u7, u3);
+}
+
+template <class D, class V = hn::Vec<D>>
+HWY_INLINE void transpose_4x4(D d, V& r0, V& r1, V& r2, V& r3) {
+  // t: a0 b0 | a2 b2 and a1 b1 | a3 b3 for each pair of rows (a, b).
+  const V t0 = hn::InterleaveLower(d, r0, r1), t1 = hn::InterleaveUpper(d, r0, r1);
+  const V t2 = hn::InterleaveLower(d, r2, r3), t3 = hn::InterleaveUpper(d, r2, r3);
+  r0 = hn::ConcatLowerLower(d, t2, t0);
+  r2 = hn::ConcatUpperUpper(d, t2, t0);
+  r1 = hn::ConcatLowerLower(d, t3, t1);
+  r3 = hn::ConcatUpperUpper(d, t3, t1);
+}
+#endif  // HWY_TARGET != HWY_SCALAR
+
+// Packs the first `cols` columns of a panel whose columns are contiguous (B stored transposed):
+// dst[p * nr + j] = src[j * col_stride + p]. Square blocks go through a register transpose
+// (8 x 8 floats, 4 x 4 doubles) where 256-bit vectors exist; the rest element by element.
+template <class T>
+void pack_b_columns(const T* src, int64_t col_stride, int64_t kc, int64_t cols, int64_t nr, T* HWY_RESTRICT dst) {
+  int64_t j = 0;
+#if HWY_TARGET != HWY_SCALAR
+  if constexpr (sizeof(T) == 4) {
+    const hn::CappedTag<T, 8> d;
+    if constexpr (hn::MaxLanes(d) == 8) {
+      for (; j + 8 <= cols; j += 8) {
+        const T* c = src + j * col_stride;
+        const int64_t s = col_stride;
+        int64_t p = 0;
+        for (; p + 8 <= kc; p += 8) {
+          auto r0 = hn::LoadU(d, c + p), r1 = hn::LoadU(d, c + s + p), r2 = hn::LoadU(d, c + 2 * s + p);
+          auto r3 = hn::LoadU(d, c + 3 * s + p), r4 = hn::LoadU(d, c + 4 * s + p), r5 = hn::LoadU(d, c + 5 * s + p);
+          auto r6 = hn::LoadU(d, c + 6 * s + p), r7 = hn::LoadU(d, c + 7 * s + p);
+          transpose_8x8(d, r0, r1, r2, r3, r4, r5, r6, r7);
+          T* out = dst + p * nr + j;
+          hn::StoreU(r0, d, out);
+          hn::StoreU(r1, d, out + nr);
+          hn::StoreU(r2, d, out + 2 * nr);
+          hn::StoreU(r3, d, out + 3 * nr);
+          hn::StoreU(r4, d, out + 4 * nr);
+          hn::StoreU(r5, d, out + 5 * nr);
+          hn::StoreU(r6, d, out + 6 * nr);
+          hn::StoreU(r7, d, out + 7 * nr);
+        }
+        for (; p < kc; ++p) {
+          for (int64_t q = 0; q < 8; ++q) dst[p * nr + j + q] = c[q * s + p];
+        }
+      }
+    }
+  } else if constexpr (sizeof(T) == 8) {
+    const hn::CappedTag<T, 4> d;
+    if constexpr (hn::MaxLanes(d) == 4) {
+      for (; j + 4 <= cols; j += 4) {
+        const T* c = src + j * col_stride;
+        const int64_t s = col_stride;
+        int64_t p = 0;
+        for (; p + 4 <= kc; p += 4) {
+          auto r0 = hn::LoadU(d, c + p), r1 = hn::LoadU(d, c + s + p), r2 = hn::LoadU(d, c + 2 * s + p);
+          auto r3 = hn::LoadU(d, c + 3 * s + p);
+          transpose_4x4(d, r0, r1, r2, r3);
+          T* out = dst + p * nr + j;
+          hn::StoreU(r0, d, out);
+          hn::StoreU(r1, d, out + nr);
+          hn::StoreU(r2, d, out + 2 * nr);
+          hn::StoreU(r3, d, out + 3 * nr);
+        }
+        for (; p < kc; ++p) {
+          for (int64_t q = 0; q < 4; ++q) dst[p * nr + j + q] = c[q * s + p];
+        }
+      }
+    }
+  }
+#endif
+  for (; j < cols; ++j) {
+    const T* column = src + j * col_stride;
+    for (int64_t p = 0; p < kc; ++p) dst[p * nr + j] = column[p];
+  }
+}
+
+// Packs panels [panel_begin, panel_end) of the kc x nc block of B at `b`: panel q holds, for each
+// p, the NR values B[p, q*NR : q*NR + NR] side by side, zeros past column nc.
+template <class D, class T = hn::TFromD<D>>
+void pack_b(D d, const T* b, int64_t row_stride, int64_t col_stride, int64_t kc, int64_t nc, int64_t panel_begin,
+            int64_t panel_end, T* HWY_RESTRICT packed) {
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d)), nr = kNrVectors * lanes;
+  for (int64_t q = panel_begin; q < panel_end; ++q) {
+    const int64_t cols = std::min(nr, nc - q * nr);
+    const T* src = b + q * nr * col_stride;
+    T* dst = packed + q * nr * kc;
+    if (col_stride == 1 && cols == nr) {  // rows of B are contiguous: copy vectors
+      for (int64_t p = 0; p < kc; ++p) {
+        for (int64_t v = 0; v < kNrVectors; ++v) {
+          hn::Store(hn::LoadU(d, src + p * row_stride + v * lanes), d, dst + p * nr + v * lanes);
+        }
+      }
+    } else if (row_stride == 1) {  // columns of B are contiguous (a transposed B)
+      pack_b_columns(src, col_stride, kc, cols, nr, dst);
+      for (int64_t j = cols; j < nr; ++j) {
+        for (int64_t p = 0; p < kc; ++p) dst[p * nr + j] = T(0);
+      }
+    } else {
+      for (int64_t p = 0; p < kc; ++p) {
+        for (int64_t j = 0; j < nr; ++j) dst[p * nr + j] = j < cols ? src[p * row_stride + j * col_stride] : T(0);
+      }
+    }
+  }
+}
+
+// Packs the mc x kc block of A at `a` into MR-high micro-panels: for each p, the MR values
+// A[r0 : r0 + MR, p] side by side, zeros past row mc.
+template <class T>
+void pack_a(const T* a, int64_t row_stride, int64_t col_stride, int64_t mc, int64_t kc, T* HWY_RESTRICT packed) {
+  for (int64_t r0 = 0; r0 < mc; r0 += kMr) {
+    const int64_t rows = std::min(kMr, mc - r0);
+    const T* src = a + r0 * row_stride;
+    T* dst = packed + r0 * kc;
+    if (rows == kMr) {
+      for (int64_t p = 0; p < kc; ++p) {
+        for (int64_t r = 0; r < kMr; ++r) dst[p * kMr + r] = src[r * row_stride + p * col_stride];
+      }
+    } else {
+      for (int64_t p = 0; p < kc; ++p) {
+        for (int64_t r = 0; r < kMr; ++r) dst[p * kMr + r] = r < rows ? src[r * row_stride + p * col_stride] : T(0);
+      }
+    }
+  }
+}
+
+// The packed path (see the top of the file), on up to `threads` threads.
+template <class T>
+void packed_gemm(const Problem<T>& p, int threads) {
+  const hn::ScalableTag<T> d;
+  const int64_t nr = kNrVectors * static_cast<int64_t>(hn::Lanes(d));
+  // k in equal blocks of at most KC (784 = 4 x 196, not 3 x 256 + 16): no thin last block. The
+  // split depends on k alone, so the summation order still never depends on the threads.
+  const int64_t kc_block = ceil_div(p.k, ceil_div(p.k, kKc));
+  const int64_t mc_max = std::max<int64_t>(kMr, kBlockABytes / (kKc * static_cast<int64_t>(sizeof(T))) / kMr * kMr);
+  const int64_t nc_max = std::max<int64_t>(nr, kPanelBBytes / (kKc * static_cast<int64_t>(sizeof(T))) / nr * nr);
+  const int64_t nc_block = std::min(nc_max, round_up(p.n, nr));
+  T* b_packed = static_cast<T*>(scratch(Scratch::kPackedB, kc_block * nc_block * static_cast<int64_t>(sizeof(T))));
+  const int64_t row_tiles = ceil_div(p.m, kMr);
+
+  run_threads(threads, [&](int thread, int count) HWY_ATTR {
+    const ThreadGrid grid = choose_grid(count, row_tiles, nc_block / nr);
+    const auto [tile_begin, tile_end] = split_range(row_tiles, grid.rows, thread / grid.cols);
+    const int64_t row_begin = tile_begin * kMr, row_end = std::min(p.m, tile_end * kMr);
+    const int64_t mc_block = std::min(mc_max, round_up(std::max<int64_t>(row_end - row_begin, 1), kMr));
+    T* a_packed = static_cast<T*>(scratch(Scratch::kPackedA, mc_block * kc_block * static_cast<int64_t>(sizeof(T))));
+
+    for (int64_t jc = 0; jc < p.n; jc += nc_block) {
+      const int64_t nc = std::min(nc_block, p.n - jc), panels = ceil_div(nc, nr);
+      const auto [panel_begin, panel_end] = split_range(panels, grid.cols, thread % grid.cols);
+      // When the threads split n only, each one packs just the micro-panels it uses and nobody
+      // waits; otherwise they share the packing of the whole panel and meet at barriers.
+      const bool private_panels = grid.rows == 1;
+      const auto [pack_begin, pack_end] =
+          private_panels ? std::pair{panel_begin, panel_end} : split_range(panels, count, thread);
+      const int sync = private_panels ? 1 : count;
+      for (int64_t pc = 0; pc < p.k; pc += kc_block) {
+        const int64_t kc = std::min(kc_block, p.k - pc);
+        pack_b(d, p.b + pc * p.b_row_stride + jc * p.b_col_stride, p.b_row_stride, p.b_col_stride, kc, nc, pack_begin,
+               pack_end, b_packed);
+        barrier(sync);  // the whole panel is packed
+        for (int64_t ic = row_begin; ic < row_end && panel_begin < panel_end; ic += mc_block) {
+          const int64_t mc = std::min(mc_block, row_end - ic);
+          pack_a(p.a + ic * p.a_row_stride + pc * p.a_col_stride, p.a_row_stride, p.a_col_stride, mc, kc, a_packed);
+          for (int64_t q = panel_begin; q < panel_end; ++q) {
+            const int64_t j = jc + q * nr;
+            for (int64_t r0 = 0; r0 < mc; r0 += kMr) {
+              const Tile<T> tile{p.c + (ic + r0) * p.c_row_stride + j * p.c_col_stride,
+                                 p.c_row_stride,
+                                 p.c_col_stride,
+                                 std::min(kMr, mc - r0),
+                                 std::min(nr, p.n - j),
+                                 pc == 0,
+                                 p.alpha,
+                                 p.beta,
+                                 p.bias ? p.bias + j : nullptr};
+              micro_kernel(d, kc, a_packed + r0 * kc, b_packed + q * nr * kc, tile);
+            }
+          }
+        }
+        barrier(sync);  // everyone is done with the panel before it is packed again
+      }
+    }
+  });
+}
+
+// Writes `count` (<= lanes) finished sums of row i of C, starting at column j, from one vector.
+template <class D, class T = hn::TFromD<D>>
+HWY_INLINE void store_sums(D d, const Problem<T>& p, int64_t i, int64_t j, hn::Vec<D> sums, int64_t count) {
+  T* c = p.c + i * p.c_row_stride + j * p.c_col_stride;
+  const T* bias = p.bias ? p.bias + j : nullptr;
+  if (count == static_cast<int64_t>(hn::Lanes(d)) && p.c_col_stride == 1) {
+    auto x = hn::Mul(hn::Set(d, p.alpha), sums);
+    if (p.beta != T(0)) x = hn::MulAdd(hn::Set(d, p.beta), hn::LoadU(d, c), x);
+    if (bias != nullptr) x = hn::Add(x, hn::LoadU(d, bias));
+    hn::StoreU(x, d, c);
+    return;
+  }
+  HWY_ALIGN T lanes[hn::MaxLanes(d)];
+  hn::Store(sums, d, lanes);
+  for (int64_t v = 0; v < count; ++v) {
+    T* out = c + v * p.c_col_stride;
+    *out = finish(lanes[v], out, true, p.alpha, p.beta, bias ? bias + v : nullptr);
+  }
+}
+
+// Unpacked, B's rows contiguous, one row of C at a time over columns [col_begin, col_end): two
+// vectors of columns, then one (the last one partial), summing A[i, k] * B[k, j:...] over k.
+template <class D, class T = hn::TFromD<D>>
+void unpacked_row(D d, const Problem<T>& p, int64_t i, int64_t col_begin, int64_t col_end) {
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+  const T* a_row = p.a + i * p.a_row_stride;
+  int64_t j = col_begin;
+  for (; j + 2 * lanes <= col_end; j += 2 * lanes) {
+    auto s0 = hn::Zero(d), s1 = hn::Zero(d);
+    for (int64_t k = 0; k < p.k; ++k) {
+      const auto x = hn::Set(d, a_row[k * p.a_col_stride]);
+      const T* b_row = p.b + k * p.b_row_stride + j;
+      s0 = hn::MulAdd(x, hn::LoadU(d, b_row), s0);
+      s1 = hn::MulAdd(x, hn::LoadU(d, b_row + lanes), s1);
+    }
+    store_sums(d, p, i, j, s0, lanes);
+    store_sums(d, p, i, j + lanes, s1, lanes);
+  }
+  for (; j < col_end; j += lanes) {
+    const int64_t valid = std::min(lanes, col_end - j);
+    auto s = hn::Zero(d);
+    for (int64_t k = 0; k < p.k; ++k) {
+      const T* b_row = p.b + k * p.b_row_stride + j;
+      s = hn::MulAdd(hn::Set(d, a_row[k * p.a_col_stride]),
+                     valid == lanes ? hn::LoadU(d, b_row) : load_partial(d, b_row, valid), s);
+    }
+    store_sums(d, p, i, j, s, valid);
+  }
+}
+
+// Unpacked, B's rows contiguous: blocks of 4 rows x 2 vectors of C (8 accumulators: enough
+// independent FMAs to fill both FMA units) read A in place (broadcast) and B rows as vectors;
+// then 4 rows x 1 vector for the last columns, and leftover rows one at a time.
+template <class D, class T = hn::TFromD<D>>
+void unpacked_rows(D d, const Problem<T>& p, int64_t row_begin, int64_t row_end, int64_t col_begin, int64_t col_end) {
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+  const int64_t ars = p.a_row_stride, acs = p.a_col_stride;
+  int64_t i = row_begin;
+  for (; i + 4 <= row_end; i += 4) {
+    const T* a0 = p.a + i * ars;
+    int64_t j = col_begin;
+    for (; j + 2 * lanes <= col_end; j += 2 * lanes) {
+      auto c00 = hn::Zero(d), c01 = hn::Zero(d), c10 = hn::Zero(d), c11 = hn::Zero(d);
+      auto c20 = hn::Zero(d), c21 = hn::Zero(d), c30 = hn::Zero(d), c31 = hn::Zero(d);
+      for (int64_t k = 0; k < p.k; ++k) {
+        const T* b_row = p.b + k * p.b_row_stride + j;
+        const auto b0 = hn::LoadU(d, b_row), b1 = hn::LoadU(d, b_row + lanes);
+        const T* a = a0 + k * acs;
+        auto x = hn::Set(d, a[0]);
+        c00 = hn::MulAdd(x, b0, c00);
+        c01 = hn::MulAdd(x, b1, c01);
+        x = hn::Set(d, a[ars]);
+        c10 = hn::MulAdd(x, b0, c10);
+        c11 = hn::MulAdd(x, b1, c11);
+        x = hn::Set(d, a[2 * ars]);
+        c20 = hn::MulAdd(x, b0, c20);
+        c21 = hn::MulAdd(x, b1, c21);
+        x = hn::Set(d, a[3 * ars]);
+        c30 = hn::MulAdd(x, b0, c30);
+        c31 = hn::MulAdd(x, b1, c31);
+      }
+      store_sums(d, p, i, j, c00, lanes);
+      store_sums(d, p, i, j + lanes, c01, lanes);
+      store_sums(d, p, i + 1, j, c10, lanes);
+      store_sums(d, p, i + 1, j + lanes, c11, lanes);
+      store_sums(d, p, i + 2, j, c20, lanes);
+      store_sums(d, p, i + 2, j + lanes, c21, lanes);
+      store_sums(d, p, i + 3, j, c30, lanes);
+      store_sums(d, p, i + 3, j + lanes, c31, lanes);
+    }
+    for (; j < col_end; j += lanes) {  // the last columns: 4 rows x 1 vector, maybe partial
+      const int64_t valid = std::min(lanes, col_end - j);
+      auto c0 = hn::Zero(d), c1 = hn::Zero(d), c2 = hn::Zero(d), c3 = hn::Zero(d);
+      for (int64_t k = 0; k < p.k; ++k) {
+        const T* b_row = p.b + k * p.b_row_stride + j;
+        const auto b0 = valid == lanes ? hn::LoadU(d, b_row) : load_partial(d, b_row, valid);
+        const T* a = a0 + k * acs;
+        c0 = hn::MulAdd(hn::Set(d, a[0]), b0, c0);
+        c1 = hn::MulAdd(hn::Set(d, a[ars]), b0, c1);
+        c2 = hn::MulAdd(hn::Set(d, a[2 * ars]), b0, c2);
+        c3 = hn::MulAdd(hn::Set(d, a[3 * ars]), b0, c3);
+      }
+      store_sums(d, p, i, j, c0, valid);
+      store_sums(d, p, i + 1, j, c1, valid);
+      store_sums(d, p, i + 2, j, c2, valid);
+      store_sums(d, p, i + 3, j, c3, valid);
+    }
+  }
+  for (; i < row_end; ++i) unpacked_row(d, p, i, col_begin, col_end);
+}
+
+// Unpacked, A's rows and B's columns contiguous along k: C[i, j] is a dot product, computed
+// for four columns at a time so each load of A serves four FMAs.
+template <class D, class T = hn::TFromD<D>>
+void unpacked_dots(D d, const Problem<T>& p, int64_t row_begin, int64_t row_end, int64_t col_begin, int64_t col_end) {
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+  const int64_t body = p.k / lanes * lanes, tail = p.k - body;
+  for (int64_t i = row_begin; i < row_end; ++i) {
+    const T* a_row = p.a + i * p.a_row_stride;
+    T* c_row = p.c + i * p.c_row_stride;
+    int64_t j = col_begin;
+    for (; j + 4 <= col_end; j += 4) {
+      const T* b0 = p.b + j * p.b_col_stride;
+      const T* b1 = b0 + p.b_col_stride;
+      const T* b2 = b1 + p.b_col_stride;
+      const T* b3 = b2 + p.b_col_stride;
+      auto s0 = hn::Zero(d), s1 = hn::Zero(d), s2 = hn::Zero(d), s3 = hn::Zero(d);
+      for (int64_t k = 0; k < body; k += lanes) {
+        const auto x = hn::LoadU(d, a_row + k);
+        s0 = hn::MulAdd(x, hn::LoadU(d, b0 + k), s0);
+        s1 = hn::MulAdd(x, hn::LoadU(d, b1 + k), s1);
+        s2 = hn::MulAdd(x, hn::LoadU(d, b2 + k), s2);
+        s3 = hn::MulAdd(x, hn::LoadU(d, b3 + k), s3);
+      }
+      if (body < p.k) {
+        const auto x = load_partial(d, a_row + body, tail);
+        s0 = hn::MulAdd(x, load_partial(d, b0 + body, tail), s0);
+        s1 = hn::MulAdd(x, load_partial(d, b1 + body, tail), s1);
+        s2 = hn::MulAdd(x, load_partial(d, b2 + body, tail), s2);
+        s3 = hn::MulAdd(x, load_partial(d, b3 + body, tail), s3);
+      }
+      const T sums[4] = {hn::GetLane(hn::SumOfLanes(d, s0)), hn::GetLane(hn::SumOfLanes(d, s1)),
+                         hn::GetLane(hn::SumOfLanes(d, s2)), hn::GetLane(hn::SumOfLanes(d, s3))};
+      for (int64_t v = 0; v < 4; ++v) {
+        T* c = c_row + (j + v) * p.c_col_stride;
+        *c = finish(sums[v], c, true, p.alpha, p.beta, p.bias ? p.bias + j + v : nullptr);
+      }
+    }
+    for (; j < col_end; ++j) {
+      const T* b0 = p.b + j * p.b_col_stride;
+      auto s = hn::Zero(d);
+      for (int64_t k = 0; k < body; k += lanes) s = hn::MulAdd(hn::LoadU(d, a_row + k), hn::LoadU(d, b0 + k), s);
+      if (body < p.k) s = hn::MulAdd(load_partial(d, a_row + body, tail), load_partial(d, b0 + body, tail), s);
+      T* c = c_row + j * p.c_col_stride;
+      *c = finish(hn::GetLane(hn::SumOfLanes(d, s)), c, true, p.alpha, p.beta, p.bias ? p.bias + j : nullptr);
+    }
+  }
+}
+
+enum class Unpacked { kRows, kDots };
+
+// Runs an unpacked form on up to `threads` threads, splitting rows, or columns when there are
+// fewer rows than threads (a vector times a matrix).
+template <class T>
+void unpacked_gemm(Unpacked form, const Problem<T>& p, int threads) {
+  const hn::ScalableTag<T> d;
+  const int64_t column_unit = form == Unpacked::kRows ? 2 * static_cast<int64_t>(hn::Lanes(d)) : 4;
+  run_threads(threads, [&](int thread, int count) HWY_ATTR {
+    int64_t row_begin = 0, row_end = p.m, col_begin = 0, col_end = p.n;
+    if (p.m >= count) {
+      std::tie(row_begin, row_end) = split_range(p.m, count, thread);
+    } else {
+      const auto [unit_begin, unit_end] = split_range(ceil_div(p.n, column_unit), count, thread);
+      col_begin = std::min(p.n, unit_begin * column_unit);
+      col_end = std::min(p.n, unit_end * column_unit);
+    }
+    if (form == Unpacked::kRows) {
+      unpacked_rows(d, p, row_begin, row_end, col_begin, col_end);
+    } else {
+      unpacked_dots(d, p, row_begin, row_end, col_begin, col_end);
+    }
+  });
+}
+
+// C^T = B^T A^T: the same problem seen from its transpose (valid without a bias, which is per column).
+template <class T>
+Problem<T> transposed(const Problem<T>& p) {
+  Problem<T> t = p;
+  t.m = p.n;
+  t.n = p.m;
+  t.a = p.b;
+  t.a_row_stride = p.b_col_stride;
+  t.a_col_stride = p.b_row_stride;
+  t.b = p.a;
+  t.b_row_stride = p.a_col_stride;
+  t.b_col_stride = p.a_row_stride;
+  t.c_row_stride = p.c_col_stride;
+  t.c_col_stride = p.c_row_stride;
+  t.bias = nullptr;
+  return t;
+}
+
+// float32 / float64: picks the unpacked or the packed path from the shape and strides alone (never
+// from the thread count, so the summation order, and the result, do not depend on it).
+template <class T>
+void solve(Problem<T> p, int threads) {
+  if (p.m == 0 || p.n == 0) return;
+  if (p.k == 0) {  // no products: C = beta * C + bias
+    for (int64_t i = 0; i < p.m; ++i) {
+      for (int64_t j = 0; j < p.n; ++j) {
+        T* c = p.c + i * p.c_row_stride + j * p.c_col_stride;
+        *c = finish(T(0), c, true, p.alpha, p.beta, p.bias ? p.bias + j : nullptr);
+      }
+    }
+    return;
+  }
+  // A size-1 dim's stride is never used to step: call it 1 so more problems find a fast form.
+  if (p.m == 1) p.a_row_stride = p.c_row_stride = 1;
+  if (p.n == 1) p.b_col_stride = p.c_col_stride = 1;
+  if (p.k == 1) p.a_col_stride = p.b_row_stride = 1;
+  const double work = static_cast<double>(p.m) * static_cast<double>(p.n) * static_cast<double>(p.k);
+  const int used = work >= kParallelWork ? threads : 1;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(hn::ScalableTag<T>()));
+  const bool rows_ok = p.b_col_stride == 1;
+  const bool dots_ok = p.a_col_stride == 1 && p.b_row_stride == 1;
+  const bool transposed_rows_ok = p.bias == nullptr && p.a_row_stride == 1;
+  if (p.n < lanes) {  // too narrow for vectors across n: go along k, or along m
+    if (dots_ok) return unpacked_gemm(Unpacked::kDots, p, used);
+    if (transposed_rows_ok) return unpacked_gemm(Unpacked::kRows, transposed(p), used);
+  }
+  if (p.m == 1 || work < kTinyWork || (work < kUnpackedWork && p.k >= kUnpackedMinK)) {
+    if (rows_ok) return unpacked_gemm(Unpacked::kRows, p, used);
+    if (dots_ok) return unpacked_gemm(Unpacked::kDots, p, used);
+  }
+  packed_gemm(p, used);
+}
+
+// The per-target entry points.
+void SolveFloat(const Problem<float>& p, int threads) { solve(p, threads); }
+void SolveDouble(const Problem<double>& p, int threads) { solve(p, threads); }
+
+}  // namespace HWY_NAMESPACE
+}  // namespace ember::cpu
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace ember::cpu {
+namespace gemm_detail {
+
+HWY_EXPORT(SolveFloat);
+HWY_EXPORT(SolveDouble);
+
+void solve_simd(const Problem<float>& p, int threads) { HWY_DYNAMIC_DISPATCH(SolveFloat)(p, threads); }
+void solve_simd(const Problem<double>& p, int threads) { HWY_DYNAMIC_DISPATCH(SolveDouble)(p, threads); }
+
+// float16 / bfloat16: convert A and B to float32, multiply in float32, and round once while
+// applying alpha, beta and the bias.
+template <class S>
+void solve_half(const GemmArgs& g, const S* a, const S* b, S* c, int threads) {
+  const int64_t m = g.m, n = g.n, k = g.k;
+  float* a32 = static_cast<float*>(scratch(Scratch::kConvertedA, std::max<int64_t>(m * k, 1) * 4));
+  float* b32 = static_cast<float*>(scratch(Scratch::kConvertedB, std::max<int64_t>(k * n, 1) * 4));
+  float* c32 = static_cast<float*>(scratch(Scratch::kResult, std::max<int64_t>(m * n, 1) * 4));
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t p = 0; p < k; ++p) a32[i * k + p] = static_cast<float>(a[i * g.a_row_stride + p * g.a_col_stride]);
+  }
+  for (int64_t p = 0; p < k; ++p) {
+    for (int64_t j = 0; j < n; ++j) b32[p * n + j] = static_cast<float>(b[p * g.b_row_stride + j * g.b_col_stride]);
+  }
+  solve_simd(Problem<float>{m, n, k, a32, k, 1, b32, n, 1, c32, n, 1, 1.0f, 0.0f, nullptr}, threads);
+  const S* bias = static_cast<const S*>(g.bias);
+  const float alpha = static_cast<float>(g.alpha), beta = static_cast<float>(g.beta);
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      S* out = c + i * g.c_row_stride + j * g.c_col_stride;
+      float v = alpha * c32[i * n + j];
+      if (beta != 0.0f) v = std::fma(beta, static_cast<float>(*out), v);
+      if (bias != nullptr) v += static_cast<float>(bias[j * g.bias_stride]);
+      *out = S(v);
+    }
+  }
+}
+
+// One problem of the batch, at the given element offsets, on up to `threads` threads.
+template <class T>
+void solve_one(const GemmArgs& g, int64_t a_offset, int64_t b_offset, int64_t c_offset, int threads) {
+  const T* a = static_cast<const T*>(g.a) + a_offset;
+  const T* b = static_cast<const T*>(g.b) + b_offset;
+  T* c = static_cast<T*>(g.c) + c_offset;
+  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+    const T* bias = static_cast<const T*>(g.bias);
+    if (bias != nullptr && g.bias_stride != 1 && g.n > 1) {  // the tiles read the bias as vectors
+      T* contiguous = static_cast<T*>(scratch(Scratch::kBias, g.n * static_cast<int64_t>(sizeof(T))));
+      for (int64_t j = 0; j < g.n; ++j) contiguous[j] = bias[j * g.bias_stride];
+      bias = contiguous;
+    }
+    solve_simd(Problem<T>{g.m, g.n, g.k, a, g.a_row_stride, g.a_col_stride, b, g.b_row_stride, g.b_col_stride, c,
+                          g.c_row_stride, g.c_col_stride, static_cast<T>(g.alpha), static_cast<T>(g.beta), bias},
+               threads);
+  } else if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) {
+    solve_half(g, a, b, c, threads);
+  } else {
+    const double work = static_cast<double>(g.m) * static_cast<double>(g.n) * static_cast<double>(g.k);
+    integer_gemm(g, a, b, c, work >= kParallelWork ? threads : 1);
+  }
+}
+
+}  // namespace gemm_detail
+
+void gemm(const GemmArgs& args) { gemm_batched(args, 1, nullptr, nullptr, nullptr); }
+
+void gemm_batched(const GemmArgs& g, int64_t batch, const int64_t* a_offsets, const int64_t* b_offsets,
+                  const int64_t* c_offsets) {
+  using namespace gemm_detail;  // NOLINT(google-build-using-namespace)
+  if (batch <= 0 || g.m <= 0 || g.n <= 0) return;
+  dispatch_dtype(g.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if constexpr (std::is_same_v<T, bool>) {
+      EMBER_FAIL("[gemm] has no kernel for bool");
+    } else {
+      const double work =
+          static_cast<double>(g.m) * static_cast<double>(g.n) * static_cast<double>(std::max<int64_t>(g.k, 1));
+      const int threads = num_threads();
+      const auto offset = [](const int64_t* offsets, int64_t i) { return offsets ? offsets[i] : 0; };
+      // Threads over the batch when the problems are too small to split, or when there are enough
+      // of them to keep every thread busy; otherwise inside each problem.
+      const bool over_batch = batch > 1 && threads > 1 && work * static_cast<double>(batch) >= kParallelWork &&
+                              (work < kParallelWork || batch >= 4 * threads);
+      if (over_batch) {
+        run_threads(static_cast<int>(std::min<int64_t>(threads, batch)), [&](int thread, int count) {
+          const auto [begin, end] = split_range(batch, count, thread);
+          for (int64_t i = begin; i < end; ++i) {
+            solve_one<T>(g, offset(a_offsets, i), offset(b_offsets, i), offset(c_offsets, i), 1);
+          }
+        });
+        return;
+      }
+      for (int64_t i = 0; i < batch; ++i) {
+        solve_one<T>(g, offset(a_offsets, i), offset(b_offsets, i), offset(c_offsets, i), threads);
+      }
+    }
+  });
+}
+
+}  // namespace ember::cpu
+#endif  // HWY_ONCE
