@@ -2,6 +2,8 @@
 // cannot show: in-place and out= forms, overlap, errors.
 #include <gtest/gtest.h>
 
+#include <functional>
+
 #include "golden.h"
 
 using ember::Tensor;
@@ -124,11 +126,44 @@ TEST(Elementwise, InPlaceOnOverlappingViewUsesTemporary) {
   // x[1:] += x[:-1] must read the original values, as PyTorch's out-of-place semantics would.
   Tensor x = ember::arange(5).to(ember::kFloat32);
   Tensor tail = x.slice(0, 1, std::nullopt);
-  Tensor t = x.t();  // a 1-D transpose is the same view
   Tensor expected = ember::tensor<float>({0, 1, 3, 5, 7});
   tail.add_(x.slice(0, 0, 4));
   EXPECT_TRUE(golden::all_close(x, expected, {0, 0}));
-  (void)t;
+}
+
+TEST(Elementwise, InPlaceMethodsMatchOutOfPlace) {
+  ember::manual_seed(5);
+  const Tensor x = ember::randn({7, 9});
+  const Tensor mask = x > 0.5;
+  auto check = [&](const std::function<void(Tensor&)>& in_place, const Tensor& expected) {
+    Tensor y = x.clone();
+    const void* p = y.data_ptr();
+    in_place(y);
+    EXPECT_EQ(y.data_ptr(), p);
+    EXPECT_TRUE(golden::all_close(y, expected, {0, 0}));
+  };
+  check([](Tensor& y) { y.neg_(); }, ember::neg(x));
+  check([](Tensor& y) { y.exp_(); }, ember::exp(x));
+  check([](Tensor& y) { y.relu_(); }, ember::relu(x));
+  check([](Tensor& y) { y.sigmoid_(); }, ember::sigmoid(x));
+  check([](Tensor& y) { y.tanh_(); }, ember::tanh(x));
+  check([](Tensor& y) { y.pow_(2); }, ember::pow(x, 2));
+  check([](Tensor& y) { y.clamp_(-0.5, 0.5); }, ember::clamp(x, -0.5, 0.5));
+  check([&](Tensor& y) { y.masked_fill_(mask, 9); }, ember::masked_fill(x, mask, 9));
+  check([](Tensor& y) { y -= 1.5; }, x - 1.5);
+  check([](Tensor& y) { y /= 4; }, x / 4);
+}
+
+TEST(Elementwise, ScalarOnTheLeftAndTensorBounds) {
+  const Tensor x = ember::tensor<float>({-2, 0, 1, 3});
+  EXPECT_EQ(ember::pow(2, x).to_vector<float>(), (std::vector<float>{0.25f, 1, 2, 8}));
+  EXPECT_EQ(ember::div(1, ember::tensor<int64_t>({2, 4})).to_vector<float>(), (std::vector<float>{0.5f, 0.25f}));
+  EXPECT_EQ(ember::rsub(x, 1).to_vector<float>(), (std::vector<float>{3, 1, 0, -2}));
+  const Tensor lo = ember::tensor<float>({-1, 1, -1, -1}), hi = ember::tensor<float>({0, 2, 0.5f, 2});
+  EXPECT_EQ(ember::clamp(x, lo, hi).to_vector<float>(), (std::vector<float>{-1, 1, 0.5f, 2}));
+  EXPECT_EQ(ember::clamp(x, std::nullopt, std::optional<Tensor>(hi)).to_vector<float>(),
+            (std::vector<float>{-2, 0, 0.5f, 2}));
+  EXPECT_THROW(ember::clamp(x, std::optional<ember::Scalar>(), std::optional<ember::Scalar>()), ember::Error);
 }
 
 TEST(Elementwise, OutFormsWriteIntoOut) {

@@ -390,7 +390,6 @@ Tensor Tensor::to(DType dtype) const {
 
 Tensor& Tensor::copy_(const Tensor& src) {
   detail::check_same_device("copy_", {this, &src});
-  broadcast_shapes(src.shape(), shape(), "copy_");
   EMBER_CHECK(broadcast_shapes(src.shape(), shape(), "copy_") == shape(), "[copy_] source of shape ", src.shape(),
               " cannot be broadcast to the destination's shape ", shape());
   // Overlapping source and destination: copy through a temporary.
