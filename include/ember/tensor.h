@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <iosfwd>
 #include <memory>
 #include <optional>
@@ -14,6 +15,7 @@
 #include "ember/device.h"
 #include "ember/dtype.h"
 #include "ember/error.h"
+#include "ember/handle.h"
 #include "ember/scalar.h"
 #include "ember/shape.h"
 
@@ -59,8 +61,10 @@ struct TensorImpl {
   DType dtype = kFloat32;
   // autograd links, used by the autograd layer
   bool requires_grad = false;
+  bool is_view = false;  // shares another tensor's storage (made by a view op or detach)
   std::shared_ptr<TensorImpl> grad;
-  std::shared_ptr<autograd::Node> grad_fn;
+  std::shared_ptr<autograd::Node> grad_fn;          // the op that produced this tensor (null: leaf)
+  std::shared_ptr<autograd::Node> grad_accumulator;  // a leaf's gradient sink, made on first use
 };
 
 // Options for factory functions: dtype (unset means the function's default), device, requires_grad.
@@ -125,10 +129,22 @@ class Tensor {
   bool is_same(const Tensor& other) const { return impl_ == other.impl_; }
   bool shares_storage(const Tensor& other) const { return impl().storage == other.impl().storage; }
 
-  // --- autograd slots (the engine comes with the autograd layer) --------------------------------
+  // --- autograd (see ember/autograd.h) ------------------------------------------------------------
   bool requires_grad() const { return impl().requires_grad; }
   Tensor& requires_grad_(bool value = true);
+  // The accumulated gradient (undefined until a backward reaches this tensor).
   Tensor grad() const { return Tensor(impl().grad); }
+  void set_grad(const Tensor& grad) const;
+  // A leaf was made by the user (no grad_fn); only leaves (and retain_grad tensors) get .grad.
+  bool is_leaf() const { return impl().grad_fn == nullptr; }
+  const std::shared_ptr<autograd::Node>& grad_fn() const { return impl().grad_fn; }
+  // Backpropagates from this tensor (a one-element tensor unless `gradient` is given).
+  void backward(const Tensor& gradient = {}, bool retain_graph = false) const;
+  // Calls hook(grad) whenever the gradient with respect to this tensor is computed; a defined
+  // return value replaces the gradient.
+  RemovableHandle register_hook(std::function<Tensor(const Tensor&)> hook) const;
+  // Keeps .grad for a non-leaf tensor too.
+  void retain_grad() const;
 
   // --- element access ---------------------------------------------------------------------------
   Scalar item() const;

@@ -27,6 +27,7 @@ Tensor make_view(const Tensor& base, const Shape& shape, const Strides& strides,
   impl->strides = strides;
   impl->offset = offset;
   impl->dtype = base.dtype();
+  impl->is_view = true;
   return Tensor(std::move(impl));
 }
 

@@ -4,6 +4,7 @@
 // times the output size, bytes = inputs + output. Backward: added with autograd.
 #include "ops/elementwise.h"
 
+#include "autograd/function.h"
 #include "core/tensor_internal.h"
 #include "ember/ops.h"
 #include "kernels/cpu/kernels.h"
@@ -144,13 +145,77 @@ DType result_type(const Tensor& a, const Scalar& b) { return detail::result_type
 
 // --- binary -------------------------------------------------------------------------------------
 
+using autograd::GradMask;
+using autograd::Grads;
+using autograd::needs_grad;
+using autograd::SavedTensor;
+
+// Arithmetic: the engine sums broadcast gradients back to each input's shape.
+Tensor add(const Tensor& a, const Tensor& b) {
+  Tensor out = binary_op(OpKind::Add, {&a, nullptr}, {&b, nullptr});
+  if (needs_grad(a, b)) {
+    autograd::record("add", out, {&a, &b}, [](const Tensor& g, GradMask) -> Grads { return {g, g}; });
+  }
+  return out;
+}
+Tensor add(const Tensor& a, const Scalar& b) {
+  Tensor out = binary_op(OpKind::Add, {&a, nullptr}, {nullptr, &b});
+  if (needs_grad(a)) autograd::record("add", out, {&a}, [](const Tensor& g, GradMask) -> Grads { return {g}; });
+  return out;
+}
+Tensor sub(const Tensor& a, const Tensor& b) {
+  Tensor out = binary_op(OpKind::Sub, {&a, nullptr}, {&b, nullptr});
+  if (needs_grad(a, b)) {
+    autograd::record("sub", out, {&a, &b}, [](const Tensor& g, GradMask needs) -> Grads {
+      return {g, needs[1] ? neg(g) : Tensor()};
+    });
+  }
+  return out;
+}
+Tensor sub(const Tensor& a, const Scalar& b) {
+  Tensor out = binary_op(OpKind::Sub, {&a, nullptr}, {nullptr, &b});
+  if (needs_grad(a)) autograd::record("sub", out, {&a}, [](const Tensor& g, GradMask) -> Grads { return {g}; });
+  return out;
+}
+Tensor mul(const Tensor& a, const Tensor& b) {
+  Tensor out = binary_op(OpKind::Mul, {&a, nullptr}, {&b, nullptr});
+  if (needs_grad(a, b)) {
+    autograd::record("mul", out, {&a, &b},
+                     [sa = SavedTensor(a), sb = SavedTensor(b)](const Tensor& g, GradMask needs) -> Grads {
+                       return {needs[0] ? mul(g, sb.get()) : Tensor(), needs[1] ? mul(g, sa.get()) : Tensor()};
+                     });
+  }
+  return out;
+}
+Tensor mul(const Tensor& a, const Scalar& b) {
+  Tensor out = binary_op(OpKind::Mul, {&a, nullptr}, {nullptr, &b});
+  if (needs_grad(a)) {
+    autograd::record("mul", out, {&a}, [b](const Tensor& g, GradMask) -> Grads { return {mul(g, b)}; });
+  }
+  return out;
+}
+Tensor div(const Tensor& a, const Tensor& b) {
+  Tensor out = binary_op(OpKind::Div, {&a, nullptr}, {&b, nullptr});
+  if (needs_grad(a, b)) {
+    autograd::record("div", out, {&a, &b},
+                     [sb = SavedTensor(b), so = SavedTensor(out)](const Tensor& g, GradMask needs) -> Grads {
+                       const Tensor gb = div(g, sb.get());
+                       return {needs[0] ? gb : Tensor(), needs[1] ? neg(mul(gb, so.get())) : Tensor()};
+                     });
+  }
+  return out;
+}
+Tensor div(const Tensor& a, const Scalar& b) {
+  Tensor out = binary_op(OpKind::Div, {&a, nullptr}, {nullptr, &b});
+  if (needs_grad(a)) {
+    autograd::record("div", out, {&a}, [b](const Tensor& g, GradMask) -> Grads { return {div(g, b)}; });
+  }
+  return out;
+}
+
 #define EMBER_BINARY_FRONT(fn, Kind)                                                                 \
   Tensor fn(const Tensor& a, const Tensor& b) { return binary_op(OpKind::Kind, {&a, nullptr}, {&b, nullptr}); } \
   Tensor fn(const Tensor& a, const Scalar& b) { return binary_op(OpKind::Kind, {&a, nullptr}, {nullptr, &b}); }
-EMBER_BINARY_FRONT(add, Add)
-EMBER_BINARY_FRONT(sub, Sub)
-EMBER_BINARY_FRONT(mul, Mul)
-EMBER_BINARY_FRONT(div, Div)
 EMBER_BINARY_FRONT(pow, Pow)
 EMBER_BINARY_FRONT(eq, Eq)
 EMBER_BINARY_FRONT(ne, Ne)

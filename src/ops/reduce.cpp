@@ -22,6 +22,7 @@
 #include <cmath>
 #include <limits>
 
+#include "autograd/function.h"
 #include "core/tensor_internal.h"
 #include "ember/ops.h"
 #include "kernels/cpu/reduce.h"
@@ -156,7 +157,24 @@ Tensor softmax_impl(OpKind op, const Tensor& x, int64_t dim) {
 
 }  // namespace
 
-Tensor sum(const Tensor& x, const Axes& dims, bool keepdim) { return sum_or_prod(OpKind::Sum, x, dims, keepdim); }
+// The gradient of a reduction's output, shaped back like the input: the reduced dims restored as
+// size 1 (when keepdim was false), then broadcast.
+Tensor expand_reduced(const Tensor& g, const Shape& in_shape, const Reduction& r) {
+  Shape kept;
+  for (int d = 0; d < in_shape.size(); ++d) kept.push_back(r.reduced[d] ? 1 : in_shape[d]);
+  return g.reshape(kept).expand(in_shape);
+}
+
+Tensor sum(const Tensor& x, const Axes& dims, bool keepdim) {
+  Tensor out = sum_or_prod(OpKind::Sum, x, dims, keepdim);
+  if (autograd::needs_grad(x)) {
+    autograd::record("sum", out, {&x},
+                     [r = plan("sum", x, dims, keepdim), shape = x.shape()](const Tensor& g, autograd::GradMask) {
+                       return autograd::Grads{expand_reduced(g, shape, r)};
+                     });
+  }
+  return out;
+}
 
 Tensor prod(const Tensor& x, const Axes& dims, bool keepdim) { return sum_or_prod(OpKind::Prod, x, dims, keepdim); }
 
