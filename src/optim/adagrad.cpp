@@ -1,0 +1,70 @@
+// Adagrad, as torch.optim.Adagrad with foreach=False (see ember/optim/adagrad.h).
+#include "ember/optim/adagrad.h"
+
+#include "ember/ops.h"
+#include "kernels/cpu/optim.h"
+#include "optim/options.h"
+
+namespace ember::optim {
+namespace {
+
+constexpr const char* kName = "Adagrad";
+
+Options to_options(const AdagradOptions& o) {
+  return {{"lr", o.lr},
+          {"lr_decay", o.lr_decay},
+          {"weight_decay", o.weight_decay},
+          {"initial_accumulator_value", o.initial_accumulator_value},
+          {"eps", o.eps}};
+}
+
+void validate(const Options& options) {
+  detail::check_non_negative(kName, options, "lr");
+  detail::check_non_negative(kName, options, "lr_decay");
+  detail::check_non_negative(kName, options, "weight_decay");
+  detail::check_non_negative(kName, options, "initial_accumulator_value");
+  detail::check_non_negative(kName, options, "eps");
+}
+
+}  // namespace
+
+Adagrad::Adagrad(std::vector<Tensor> params, AdagradOptions options)
+    : Adagrad(detail::single_group(std::move(params)), options) {}
+
+Adagrad::Adagrad(std::vector<ParamGroup> groups, AdagradOptions defaults)
+    : Optimizer(kName, to_options(defaults), validate, std::move(groups)) {
+  // PyTorch creates Adagrad's state with the optimizer, so it is in the state_dict from the start.
+  for (const ParamGroup& group : param_groups()) init_state(group);
+}
+
+void Adagrad::init_state(const ParamGroup& group) {
+  // PyTorch starts every accumulator at the optimizer's default, even in a group with its own value.
+  const double initial = defaults().at("initial_accumulator_value");
+  for (const Tensor& param : group.params) {
+    ParamState& state = state_for(param);
+    if (state.buffers.count("sum") == 0) {
+      state.step = 0;
+      state.buffers.emplace("sum", full(param.shape(), initial, param.dtype()));
+    }
+  }
+}
+
+std::vector<std::string> Adagrad::state_names(const Options&) const { return {"sum"}; }
+
+void Adagrad::step_group(ParamGroup& group) {
+  init_state(group);  // parameters added after construction, or without state in a loaded checkpoint
+  const double lr = group.option("lr");
+  const double lr_decay = group.option("lr_decay");
+  cpu::AdagradStep step;
+  step.weight_decay = group.option("weight_decay");
+  step.eps = group.option("eps");
+  for_each_param_with_grad(group, [&](const Tensor& param, const Tensor& grad, ParamState& state) {
+    state.step += 1;
+    cpu::AdagradStep s = step;
+    s.clr = lr / (1.0 + static_cast<double>(state.step - 1) * lr_decay);
+    cpu::adagrad_step(param.dtype(), s, param.data_ptr(), grad.data_ptr(), state.buffers.at("sum").data_ptr(),
+                      param.numel());
+  });
+}
+
+}  // namespace ember::optim

@@ -1,0 +1,71 @@
+// RMSprop, as torch.optim.RMSprop with foreach=False (see ember/optim/rmsprop.h).
+#include "ember/optim/rmsprop.h"
+
+#include "ember/ops.h"
+#include "kernels/cpu/optim.h"
+#include "optim/options.h"
+
+namespace ember::optim {
+namespace {
+
+constexpr const char* kName = "RMSprop";
+
+Options to_options(const RMSpropOptions& o) {
+  return {{"lr", o.lr},
+          {"alpha", o.alpha},
+          {"eps", o.eps},
+          {"weight_decay", o.weight_decay},
+          {"momentum", o.momentum},
+          {"centered", o.centered ? 1.0 : 0.0}};
+}
+
+void validate(const Options& options) {
+  detail::check_non_negative(kName, options, "lr");
+  detail::check_non_negative(kName, options, "eps");
+  detail::check_non_negative(kName, options, "momentum");
+  detail::check_non_negative(kName, options, "weight_decay");
+  detail::check_non_negative(kName, options, "alpha");
+  detail::get_flag(kName, options, "centered");
+}
+
+}  // namespace
+
+RMSprop::RMSprop(std::vector<Tensor> params, RMSpropOptions options)
+    : RMSprop(detail::single_group(std::move(params)), options) {}
+
+RMSprop::RMSprop(std::vector<ParamGroup> groups, RMSpropOptions defaults)
+    : Optimizer(kName, to_options(defaults), validate, std::move(groups)) {}
+
+std::vector<std::string> RMSprop::state_names(const Options& options) const {
+  std::vector<std::string> names = {"square_avg"};
+  if (detail::get(options, "momentum") > 0) names.emplace_back("momentum_buffer");
+  if (detail::get(options, "centered") != 0) names.emplace_back("grad_avg");
+  return names;
+}
+
+void RMSprop::step_group(ParamGroup& group) {
+  cpu::RmspropStep step;
+  step.lr = group.option("lr");
+  step.alpha = group.option("alpha");
+  step.eps = group.option("eps");
+  step.weight_decay = group.option("weight_decay");
+  step.momentum = group.option("momentum");
+  step.centered = group.option("centered") != 0;
+  for_each_param_with_grad(group, [&](const Tensor& param, const Tensor& grad, ParamState& state) {
+    if (state.buffers.empty()) state.step = 0;
+    // Buffers start at zero; one switched on after the first steps (momentum, centered) starts then.
+    for (const std::string& name : state_names(group.options)) {
+      if (state.buffers.count(name) == 0) state.buffers.emplace(name, zeros(param.shape(), param.dtype()));
+    }
+    state.step += 1;
+    auto buffer = [&](const char* name) -> void* {
+      const auto it = state.buffers.find(name);
+      return it == state.buffers.end() ? nullptr : it->second.data_ptr();
+    };
+    cpu::rmsprop_step(param.dtype(), step, param.data_ptr(), grad.data_ptr(), buffer("square_avg"),
+                      step.centered ? buffer("grad_avg") : nullptr,
+                      step.momentum > 0 ? buffer("momentum_buffer") : nullptr, param.numel());
+  });
+}
+
+}  // namespace ember::optim

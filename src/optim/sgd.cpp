@@ -1,0 +1,70 @@
+// SGD, as torch.optim.SGD with foreach=False (see ember/optim/sgd.h).
+#include "ember/optim/sgd.h"
+
+#include <cmath>
+
+#include "ember/ops.h"
+#include "kernels/cpu/optim.h"
+#include "optim/options.h"
+
+namespace ember::optim {
+namespace {
+
+constexpr const char* kName = "SGD";
+
+Options to_options(const SGDOptions& o) {
+  return {{"lr", o.lr},
+          {"momentum", o.momentum},
+          {"dampening", o.dampening},
+          {"weight_decay", o.weight_decay},
+          {"nesterov", o.nesterov ? 1.0 : 0.0}};
+}
+
+void validate(const Options& options) {
+  detail::check_non_negative(kName, options, "lr");
+  detail::check_non_negative(kName, options, "momentum");
+  detail::check_non_negative(kName, options, "weight_decay");
+  const double dampening = detail::get(options, "dampening");
+  EMBER_CHECK(!std::isnan(dampening), "[SGD] invalid dampening: ", dampening);
+  if (detail::get_flag(kName, options, "nesterov")) {
+    const double momentum = detail::get(options, "momentum");
+    EMBER_CHECK(momentum > 0 && dampening == 0,
+                "[SGD] Nesterov momentum requires momentum > 0 and dampening == 0, got momentum ", momentum,
+                " and dampening ", dampening);
+  }
+}
+
+}  // namespace
+
+SGD::SGD(std::vector<Tensor> params, SGDOptions options) : SGD(detail::single_group(std::move(params)), options) {}
+
+SGD::SGD(std::vector<ParamGroup> groups, SGDOptions defaults)
+    : Optimizer(kName, to_options(defaults), validate, std::move(groups)) {}
+
+std::vector<std::string> SGD::state_names(const Options& options) const {
+  if (detail::get(options, "momentum") == 0) return {};
+  return {"momentum_buffer"};
+}
+
+void SGD::step_group(ParamGroup& group) {
+  cpu::SgdStep step;
+  step.lr = group.option("lr");
+  step.momentum = group.option("momentum");
+  step.dampening = group.option("dampening");
+  step.weight_decay = group.option("weight_decay");
+  step.nesterov = group.option("nesterov") != 0;
+  for_each_param_with_grad(group, [&](const Tensor& param, const Tensor& grad, ParamState& state) {
+    cpu::SgdStep s = step;
+    void* buffer = nullptr;
+    if (s.momentum != 0) {
+      auto it = state.buffers.find("momentum_buffer");
+      s.first_step = it == state.buffers.end();
+      // PyTorch's first buffer is a copy of the gradient; the kernel writes it in the same pass.
+      if (s.first_step) it = state.buffers.emplace("momentum_buffer", empty(param.shape(), param.dtype())).first;
+      buffer = it->second.data_ptr();
+    }
+    cpu::sgd_step(param.dtype(), s, param.data_ptr(), grad.data_ptr(), buffer, param.numel());
+  });
+}
+
+}  // namespace ember::optim
