@@ -1,7 +1,13 @@
 // Tensor metadata, views (which share storage) and copies.
+// Backward: a view's gradient is the gradient seen through the inverse view (reshape, permute,
+// sum over expanded dims), or scattered into zeros for the views that drop elements (slice,
+// select, as_strided). Copies pass the gradient through; the engine casts it back to the input's
+// dtype. copy_, fill_ and zero_ take part in autograd through autograd::inplace.
 #include <algorithm>
 #include <cstring>
+#include <numeric>
 
+#include "autograd/function.h"
 #include "core/allocator.h"
 #include "core/tensor_internal.h"
 #include "ember/ops.h"
@@ -122,7 +128,7 @@ Scalar Tensor::at(const Shape& index) const {
   });
 }
 
-// --- views --------------------------------------------------------------------------------------
+// --- view geometry -------------------------------------------------------------------------------
 
 namespace {
 
@@ -184,7 +190,95 @@ bool view_strides(const Shape& old_shape, const Strides& old_strides, const Shap
   return true;
 }
 
+// --- autograd helpers for views and copies ---------------------------------------------------------
+
+using autograd::GradMask;
+using autograd::Grads;
+
+// Makes `out`, computed from `in`, differentiable: `backward(g)` maps out's gradient to in's.
+// Callers test tracks_grad(in) first, so the no-grad path builds no closure.
+template <class Backward>
+void record_unary(const char* name, const Tensor& in, const Tensor& out, Backward backward) {
+  autograd::record(name, out, {&in},
+                   [backward = std::move(backward)](const Tensor& g, GradMask) -> Grads { return {backward(g)}; });
+}
+
+// autograd::needs_grad(t) with the inline flag tested first: views and copies of tensors that don't
+// require grad (the common case) then skip the out-of-line grad-mode lookup.
+bool tracks_grad(const Tensor& t) { return t.requires_grad() && autograd::is_grad_enabled(); }
+
+// Zeros shaped `shape` with the gradient's dtype and device.
+Tensor zeros_for(const Shape& shape, const Tensor& g) {
+  TensorOptions options(g.dtype());
+  options.device = g.device();
+  return zeros(shape, options);
+}
+
+// A contiguous copy, recording nothing.
+Tensor copy_of(const Tensor& t, DType dtype) {
+  Tensor out = detail::make_empty(t.shape(), dtype, t.device());
+  detail::copy_into(out, t);
+  return out;
+}
+
+// Do distinct indices of (shape, strides) reach distinct memory? A sufficient test: ordered by
+// stride, each dim must step past everything the smaller dims reach. Geometries it rejects may
+// still be free of overlap (interleaved layouts); callers treat them as overlapping.
+bool is_non_overlapping(const Shape& shape, const Strides& strides) {
+  std::vector<int> dims;
+  for (int d = 0; d < shape.size(); ++d) {
+    if (shape[d] == 0) return true;
+    if (shape[d] > 1) dims.push_back(d);
+  }
+  std::sort(dims.begin(), dims.end(), [&](int a, int b) { return strides[a] < strides[b]; });
+  int64_t reach = 0;  // the largest offset the dims so far can reach
+  for (int d : dims) {
+    if (strides[d] <= reach) return false;
+    reach += (shape[d] - 1) * strides[d];
+  }
+  return true;
+}
+
+// The storage elements [first, end) a geometry touches (empty for zero elements).
+std::pair<int64_t, int64_t> storage_extent(const Shape& shape, const Strides& strides, int64_t offset) {
+  int64_t last = offset;
+  for (int d = 0; d < shape.size(); ++d) {
+    if (shape[d] == 0) return {offset, offset};
+    last += (shape[d] - 1) * strides[d];
+  }
+  return {offset, last + 1};
+}
+
+struct Geometry {
+  Shape shape;
+  Strides strides;
+  int64_t offset;
+};
+
+// as_strided's backward, on the storage both views live in: the output gradient lands on the
+// storage elements it came from (summed where output elements share one), and the input reads its
+// gradient from the same places. Only a small storage window is materialized.
+Tensor as_strided_backward(const Tensor& g, const Geometry& in, const Geometry& out) {
+  EMBER_CHECK(is_non_overlapping(in.shape, in.strides), "[as_strided] backward through an input whose elements ",
+              "share memory (shape ", in.shape, ", strides ", in.strides, ") is not supported; call contiguous() ",
+              "before as_strided");
+  const auto [in_first, in_end] = storage_extent(in.shape, in.strides, in.offset);
+  const auto [out_first, out_end] = storage_extent(out.shape, out.strides, out.offset);
+  const int64_t base = std::min(in_first, out_first);
+  const int64_t size = std::max(in_end, out_end) - base;
+  Tensor storage = zeros_for({size}, g);
+  if (is_non_overlapping(out.shape, out.strides)) {
+    storage.as_strided(out.shape, out.strides, out.offset - base).copy_(g);
+  } else {
+    const Tensor positions = arange(size, kInt64).as_strided(out.shape, out.strides, out.offset - base).reshape({-1});
+    storage = scatter_add(storage, 0, positions, g.reshape({-1}));
+  }
+  return storage.as_strided(in.shape, in.strides, in.offset - base);
+}
+
 }  // namespace
+
+// --- views --------------------------------------------------------------------------------------
 
 Tensor Tensor::view(const Shape& shape) const {
   const Shape target = infer_shape(shape, numel(), "view", this->shape());
@@ -192,14 +286,28 @@ Tensor Tensor::view(const Shape& shape) const {
   EMBER_CHECK(view_strides(this->shape(), this->strides(), target, &strides), "[view] cannot view a tensor of shape ",
               this->shape(), " and strides ", this->strides(), " as ", target,
               ": the memory is not contiguous enough; use reshape()");
-  return make_view(*this, target, strides, offset());
+  Tensor out = make_view(*this, target, strides, offset());
+  if (tracks_grad(*this)) {
+    record_unary("view", *this, out, [from = this->shape()](const Tensor& g) { return g.reshape(from); });
+  }
+  return out;
 }
 
 Tensor Tensor::reshape(const Shape& shape) const {
   const Shape target = infer_shape(shape, numel(), "reshape", this->shape());
   Strides strides;
-  if (view_strides(this->shape(), this->strides(), target, &strides)) return make_view(*this, target, strides, offset());
-  return contiguous().view(target);
+  Tensor out;
+  if (view_strides(this->shape(), this->strides(), target, &strides)) {
+    out = make_view(*this, target, strides, offset());
+  } else {
+    // A copy: a new tensor (not a view), filled through a view of it in this tensor's shape.
+    out = detail::make_empty(target, dtype(), device());
+    detail::copy_into(make_view(out, this->shape(), contiguous_strides(this->shape()), 0), *this);
+  }
+  if (tracks_grad(*this)) {
+    record_unary("reshape", *this, out, [from = this->shape()](const Tensor& g) { return g.reshape(from); });
+  }
+  return out;
 }
 
 Tensor Tensor::flatten(int64_t start_dim, int64_t end_dim) const {
@@ -220,6 +328,7 @@ Tensor Tensor::permute(const Axes& dims) const {
               " dimensions");
   Shape shape(dim());
   Strides strides(dim());
+  Axes inverse(dim());
   bool seen[kMaxDims] = {};
   for (int i = 0; i < dim(); ++i) {
     const int d = normalize_axis(dims[i], dim(), "permute");
@@ -227,27 +336,43 @@ Tensor Tensor::permute(const Axes& dims) const {
     seen[d] = true;
     shape[i] = this->shape()[d];
     strides[i] = this->strides()[d];
+    inverse[d] = i;
   }
-  return make_view(*this, shape, strides, offset());
+  Tensor out = make_view(*this, shape, strides, offset());
+  if (tracks_grad(*this)) {
+    record_unary("permute", *this, out, [inverse](const Tensor& g) { return g.permute(inverse); });
+  }
+  return out;
 }
 
 Tensor Tensor::transpose(int64_t dim0, int64_t dim1) const {
+  Tensor out;
+  int a = 0, b = 0;
   if (dim() == 0) {
     normalize_axis(dim0, 0, "transpose");
     normalize_axis(dim1, 0, "transpose");
-    return make_view(*this, shape(), strides(), offset());
+    out = make_view(*this, shape(), strides(), offset());
+  } else {
+    a = normalize_axis(dim0, dim(), "transpose");
+    b = normalize_axis(dim1, dim(), "transpose");
+    Shape shape = this->shape();
+    Strides strides = this->strides();
+    std::swap(shape[a], shape[b]);
+    std::swap(strides[a], strides[b]);
+    out = make_view(*this, shape, strides, offset());
   }
-  const int a = normalize_axis(dim0, dim(), "transpose"), b = normalize_axis(dim1, dim(), "transpose");
-  Shape shape = this->shape();
-  Strides strides = this->strides();
-  std::swap(shape[a], shape[b]);
-  std::swap(strides[a], strides[b]);
-  return make_view(*this, shape, strides, offset());
+  if (tracks_grad(*this)) {
+    record_unary("transpose", *this, out, [a, b](const Tensor& g) { return g.dim() == 0 ? g : g.transpose(a, b); });
+  }
+  return out;
 }
 
 Tensor Tensor::t() const {
   EMBER_CHECK(dim() <= 2, "[t] expects a tensor with at most 2 dimensions, got shape ", shape());
-  return dim() < 2 ? make_view(*this, shape(), strides(), offset()) : transpose(0, 1);
+  if (dim() == 2) return transpose(0, 1);
+  Tensor out = make_view(*this, shape(), strides(), offset());
+  if (tracks_grad(*this)) record_unary("t", *this, out, [](const Tensor& g) { return g; });
+  return out;
 }
 
 Tensor Tensor::slice(int64_t dim, std::optional<int64_t> start, std::optional<int64_t> end, int64_t step) const {
@@ -265,7 +390,16 @@ Tensor Tensor::slice(int64_t dim, std::optional<int64_t> start, std::optional<in
   Strides strides = this->strides();
   shape[d] = (e - s + step - 1) / step;
   strides[d] *= step;
-  return make_view(*this, shape, strides, offset() + s * this->strides()[d]);
+  Tensor out = make_view(*this, shape, strides, offset() + s * this->strides()[d]);
+  if (tracks_grad(*this)) {
+    // The gradient of the kept elements, zeros elsewhere.
+    record_unary("slice", *this, out, [from = this->shape(), d, s, e, step](const Tensor& g) {
+      Tensor grad = zeros_for(from, g);
+      grad.slice(d, s, e, step).copy_(g);
+      return grad;
+    });
+  }
+  return out;
 }
 
 Tensor Tensor::narrow(int64_t dim, int64_t start, int64_t length) const {
@@ -291,7 +425,15 @@ Tensor Tensor::select(int64_t dim, int64_t index) const {
   Strides strides = this->strides();
   shape.erase(d);
   strides.erase(d);
-  return make_view(*this, shape, strides, offset() + index * this->strides()[d]);
+  Tensor out = make_view(*this, shape, strides, offset() + index * this->strides()[d]);
+  if (tracks_grad(*this)) {
+    record_unary("select", *this, out, [from = this->shape(), d, index](const Tensor& g) {
+      Tensor grad = zeros_for(from, g);
+      grad.select(d, index).copy_(g);
+      return grad;
+    });
+  }
+  return out;
 }
 
 Tensor Tensor::expand(const Shape& target) const {
@@ -315,7 +457,11 @@ Tensor Tensor::expand(const Shape& target) const {
     shape[i] = want;
     strides[i] = have == want ? this->strides()[j] : 0;
   }
-  return make_view(*this, shape, strides, offset());
+  Tensor out = make_view(*this, shape, strides, offset());
+  if (tracks_grad(*this)) {
+    record_unary("expand", *this, out, [from = this->shape()](const Tensor& g) { return autograd::sum_to(g, from); });
+  }
+  return out;
 }
 
 Tensor Tensor::squeeze() const {
@@ -326,17 +472,26 @@ Tensor Tensor::squeeze() const {
     shape.push_back(this->shape()[d]);
     strides.push_back(this->strides()[d]);
   }
-  return make_view(*this, shape, strides, offset());
+  Tensor out = make_view(*this, shape, strides, offset());
+  if (tracks_grad(*this)) {
+    record_unary("squeeze", *this, out, [from = this->shape()](const Tensor& g) { return g.reshape(from); });
+  }
+  return out;
 }
 
 Tensor Tensor::squeeze(int64_t dim) const {
   const int d = normalize_axis(dim, this->dim(), "squeeze");
-  if (this->dim() == 0 || shape()[d] != 1) return make_view(*this, shape(), strides(), offset());
   Shape shape = this->shape();
   Strides strides = this->strides();
-  shape.erase(d);
-  strides.erase(d);
-  return make_view(*this, shape, strides, offset());
+  if (this->dim() > 0 && shape[d] == 1) {
+    shape.erase(d);
+    strides.erase(d);
+  }
+  Tensor out = make_view(*this, shape, strides, offset());
+  if (tracks_grad(*this)) {
+    record_unary("squeeze", *this, out, [from = this->shape()](const Tensor& g) { return g.reshape(from); });
+  }
+  return out;
 }
 
 Tensor Tensor::unsqueeze(int64_t dim) const {
@@ -346,7 +501,11 @@ Tensor Tensor::unsqueeze(int64_t dim) const {
   const int64_t stride = d < this->dim() ? this->strides()[d] * this->shape()[d] : 1;
   shape.insert(d, 1);
   strides.insert(d, stride);
-  return make_view(*this, shape, strides, offset());
+  Tensor out = make_view(*this, shape, strides, offset());
+  if (tracks_grad(*this)) {
+    record_unary("unsqueeze", *this, out, [from = this->shape()](const Tensor& g) { return g.reshape(from); });
+  }
+  return out;
 }
 
 Tensor Tensor::as_strided(const Shape& shape, const Strides& strides, std::optional<int64_t> offset) const {
@@ -364,7 +523,14 @@ Tensor Tensor::as_strided(const Shape& shape, const Strides& strides, std::optio
   const int64_t capacity = impl().storage->nbytes() / element_size();
   EMBER_CHECK(last < capacity, "[as_strided] shape ", shape, " with strides ", strides, " and offset ", start,
               " reaches element ", last, " beyond the storage's ", capacity, " elements");
-  return make_view(*this, shape, strides, start);
+  Tensor out = make_view(*this, shape, strides, start);
+  if (tracks_grad(*this)) {
+    record_unary(
+        "as_strided", *this, out,
+        [in = Geometry{this->shape(), this->strides(), this->offset()},
+         geometry = Geometry{shape, strides, start}](const Tensor& g) { return as_strided_backward(g, in, geometry); });
+  }
+  return out;
 }
 
 Tensor Tensor::detach() const { return make_view(*this, shape(), strides(), offset()); }
@@ -377,15 +543,16 @@ Tensor Tensor::contiguous() const {
 }
 
 Tensor Tensor::clone() const {
-  Tensor out = detail::make_empty(shape(), dtype(), device());
-  detail::copy_into(out, *this);
+  Tensor out = copy_of(*this, dtype());
+  if (tracks_grad(*this)) record_unary("clone", *this, out, [](const Tensor& g) { return g; });
   return out;
 }
 
 Tensor Tensor::to(DType dtype) const {
   if (dtype == this->dtype()) return *this;
-  Tensor out = detail::make_empty(shape(), dtype, device());
-  detail::copy_into(out, *this);
+  Tensor out = copy_of(*this, dtype);
+  // The engine casts the gradient back to this tensor's dtype.
+  if (tracks_grad(*this)) record_unary("to", *this, out, [](const Tensor& g) { return g; });
   return out;
 }
 
@@ -393,23 +560,51 @@ Tensor& Tensor::copy_(const Tensor& src) {
   detail::check_same_device("copy_", {this, &src});
   EMBER_CHECK(broadcast_shapes(src.shape(), shape(), "copy_") == shape(), "[copy_] source of shape ", src.shape(),
               " cannot be broadcast to the destination's shape ", shape());
+  if (autograd::needs_grad(*this, src)) {
+    // The old value gets no gradient (it is overwritten); src gets the gradient, summed over the
+    // dims it was broadcast along and cast to its dtype by the engine. src is read before *this is
+    // written, so sharing memory with it is harmless.
+    return autograd::inplace("copy_", *this, [&src](const Tensor& old) {
+      Tensor result = detail::make_empty(old.shape(), old.dtype(), old.device());
+      detail::copy_into(result, src);
+      autograd::record("copy_", result, {&old, &src}, [](const Tensor& g, GradMask needs) -> Grads {
+        return {needs[0] ? zeros_like(g) : Tensor(), needs[1] ? g : Tensor()};
+      });
+      return result;
+    });
+  }
   // Overlapping source and destination: copy through a temporary.
-  const Tensor source = shares_storage(src) ? src.clone() : src;
+  const Tensor source = shares_storage(src) ? copy_of(src, src.dtype()) : src;
   detail::copy_into(*this, source);
   bump_version();
   return *this;
 }
 
-Tensor& Tensor::fill_(const Scalar& value) {
-  if (numel() > 0) {
-    const Tensor* self = this;
-    const cpu::Loop loop = detail::make_loop(shape(), {self});
-    cpu::fill(dtype(), data_ptr(), value, loop);
+namespace {
+
+// fill_ and zero_: with autograd, the old value gets a zero gradient (it is overwritten).
+Tensor& fill_impl(Tensor& self, const Scalar& value, const char* name) {
+  if (autograd::needs_grad(self)) {
+    return autograd::inplace(name, self, [&value, name](const Tensor& old) {
+      Tensor result = detail::make_empty(old.shape(), old.dtype(), old.device());
+      result.fill_(value);
+      autograd::record(name, result, {&old}, [](const Tensor& g, GradMask) -> Grads { return {zeros_like(g)}; });
+      return result;
+    });
   }
-  bump_version();
-  return *this;
+  if (self.numel() > 0) {
+    const Tensor* target = &self;
+    const cpu::Loop loop = detail::make_loop(self.shape(), {target});
+    cpu::fill(self.dtype(), self.data_ptr(), value, loop);
+  }
+  self.bump_version();
+  return self;
 }
 
-Tensor& Tensor::zero_() { return fill_(0); }
+}  // namespace
+
+Tensor& Tensor::fill_(const Scalar& value) { return fill_impl(*this, value, "fill_"); }
+
+Tensor& Tensor::zero_() { return fill_impl(*this, 0, "zero_"); }
 
 }  // namespace ember

@@ -1,4 +1,5 @@
 // Tensor methods and operators: each forwards to the free function in ember/ops.h.
+#include "autograd/function.h"
 #include "ember/ops.h"
 #include "ops/elementwise.h"
 
@@ -53,25 +54,61 @@ Tensor Tensor::clamp(std::optional<Scalar> min, std::optional<Scalar> max) const
 Tensor Tensor::masked_fill(const Tensor& mask, const Scalar& value) const { return ember::masked_fill(*this, mask, value); }
 
 // --- in place: the result is written over *this (its shape and dtype must hold it) ----------------
+//
+// Without autograd the kernels write straight into *this. When *this or the other operand requires
+// grad (and grad mode is on), autograd::inplace computes the op out of place on a copy of the old
+// value, records it, writes the result back and makes it *this's grad_fn.
 
 namespace {
-Tensor& write_back(Tensor& self, const Tensor& result, const char* op) {
+
+void check_writable(const Tensor& self, const Tensor& result, const char* op) {
   EMBER_CHECK(result.shape() == self.shape(), "[", op, "] the result's shape ", result.shape(),
               " does not match the in-place tensor's shape ", self.shape());
   EMBER_CHECK(detail::can_cast(result.dtype(), self.dtype()), "[", op, "] result type ", result.dtype(),
               " can't be cast to the in-place tensor's dtype ", self.dtype());
+}
+
+Tensor& write_back(Tensor& self, const Tensor& result, const char* op) {
+  check_writable(self, result, op);
   return self.copy_(result);
 }
+
+// The in-place op `op` through autograd: compute(old value of self) gives the new value.
+template <class Compute>
+Tensor& differentiable_inplace(const char* op, Tensor& self, Compute compute) {
+  return autograd::inplace(op, self, [&](const Tensor& old) {
+    Tensor result = compute(old);
+    check_writable(self, result, op);
+    return result;
+  });
+}
+
+// The other operand of a binary in-place op, as the out-of-place op must see it: the old value of
+// self when it is self, a copy when it shares self's memory otherwise (the write-back would change
+// it under the saved tensors of the recorded op).
+Tensor other_operand(const Tensor& other, const Tensor& self, const Tensor& old_self) {
+  if (other.is_same(self)) return old_self;
+  if (other.shares_storage(self)) return other.clone();
+  return other;
+}
+
 }  // namespace
 
-#define EMBER_INPLACE_BINARY(fn, Kind)                                                              \
-  Tensor& Tensor::fn##_(const Tensor& o) {                                                         \
-    detail::binary_op(OpKind::Kind, {this, nullptr}, {&o, nullptr}, this);                         \
-    return *this;                                                                                  \
-  }                                                                                                \
-  Tensor& Tensor::fn##_(const Scalar& o) {                                                         \
-    detail::binary_op(OpKind::Kind, {this, nullptr}, {nullptr, &o}, this);                         \
-    return *this;                                                                                  \
+#define EMBER_INPLACE_BINARY(fn, Kind)                                                                                \
+  Tensor& Tensor::fn##_(const Tensor& o) {                                                                            \
+    if (autograd::needs_grad(*this, o)) {                                                                             \
+      return differentiable_inplace(#fn "_", *this,                                                                   \
+                                    [&](const Tensor& old) { return ember::fn(old, other_operand(o, *this, old)); }); \
+    }                                                                                                                 \
+    detail::binary_op(OpKind::Kind, {this, nullptr}, {&o, nullptr}, this);                                            \
+    return *this;                                                                                                     \
+  }                                                                                                                   \
+  Tensor& Tensor::fn##_(const Scalar& o) {                                                                            \
+    if (autograd::needs_grad(*this)) {                                                                                \
+      return differentiable_inplace(#fn "_", *this, [&](const Tensor& old) { return ember::fn(old, o); });            \
+    }                                                                                                                 \
+    detail::binary_op(OpKind::Kind, {this, nullptr}, {nullptr, &o}, this);                                            \
+    return *this;                                                                                                     \
   }
 EMBER_INPLACE_BINARY(add, Add)
 EMBER_INPLACE_BINARY(sub, Sub)
@@ -80,14 +117,20 @@ EMBER_INPLACE_BINARY(div, Div)
 #undef EMBER_INPLACE_BINARY
 
 Tensor& Tensor::pow_(const Scalar& o) {
+  if (autograd::needs_grad(*this)) {
+    return differentiable_inplace("pow_", *this, [&](const Tensor& old) { return ember::pow(old, o); });
+  }
   detail::binary_op(OpKind::Pow, {this, nullptr}, {nullptr, &o}, this);
   return *this;
 }
 
-#define EMBER_INPLACE_UNARY(fn, Kind)             \
-  Tensor& Tensor::fn##_() {                      \
-    detail::unary_op(OpKind::Kind, *this, this); \
-    return *this;                                \
+#define EMBER_INPLACE_UNARY(fn, Kind)                                                                  \
+  Tensor& Tensor::fn##_() {                                                                            \
+    if (autograd::needs_grad(*this)) {                                                                 \
+      return differentiable_inplace(#fn "_", *this, [](const Tensor& old) { return ember::fn(old); }); \
+    }                                                                                                  \
+    detail::unary_op(OpKind::Kind, *this, this);                                                       \
+    return *this;                                                                                      \
   }
 EMBER_INPLACE_UNARY(neg, Neg)
 EMBER_INPLACE_UNARY(exp, Exp)
@@ -97,9 +140,16 @@ EMBER_INPLACE_UNARY(tanh, Tanh)
 #undef EMBER_INPLACE_UNARY
 
 Tensor& Tensor::clamp_(std::optional<Scalar> min, std::optional<Scalar> max) {
+  if (autograd::needs_grad(*this)) {
+    return differentiable_inplace("clamp_", *this, [&](const Tensor& old) { return ember::clamp(old, min, max); });
+  }
   return write_back(*this, ember::clamp(*this, min, max), "clamp_");
 }
 Tensor& Tensor::masked_fill_(const Tensor& mask, const Scalar& value) {
+  if (autograd::needs_grad(*this)) {
+    return differentiable_inplace("masked_fill_", *this,
+                                  [&](const Tensor& old) { return ember::masked_fill(old, mask, value); });
+  }
   return write_back(*this, ember::masked_fill(*this, mask, value), "masked_fill_");
 }
 

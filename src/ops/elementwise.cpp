@@ -1,8 +1,11 @@
 // Elementwise ops: unary math, binary arithmetic and comparisons, where, clamp, masked_fill.
 // Shape rule: NumPy broadcasting. Dtype rule: PyTorch promotion (result_type); kFloatResult ops
 // compute integers in float32, kBoolResult ops return bool. Cost: the table's FLOPs per element
-// times the output size, bytes = inputs + output. Backward: added with autograd.
+// times the output size, bytes = inputs + output. Backward: each differentiable op records its
+// vector-Jacobian product, written with ember ops, right after its forward.
 #include "ops/elementwise.h"
+
+#include <cmath>
 
 #include "autograd/function.h"
 #include "core/tensor_internal.h"
@@ -150,7 +153,8 @@ using autograd::Grads;
 using autograd::needs_grad;
 using autograd::SavedTensor;
 
-// Arithmetic: the engine sums broadcast gradients back to each input's shape.
+// Gradients may keep the broadcast output shape and the promoted dtype: the engine sums them back
+// to each input's shape and casts them to its dtype.
 Tensor add(const Tensor& a, const Tensor& b) {
   Tensor out = binary_op(OpKind::Add, {&a, nullptr}, {&b, nullptr});
   if (needs_grad(a, b)) {
@@ -175,6 +179,11 @@ Tensor sub(const Tensor& a, const Tensor& b) {
 Tensor sub(const Tensor& a, const Scalar& b) {
   Tensor out = binary_op(OpKind::Sub, {&a, nullptr}, {nullptr, &b});
   if (needs_grad(a)) autograd::record("sub", out, {&a}, [](const Tensor& g, GradMask) -> Grads { return {g}; });
+  return out;
+}
+Tensor rsub(const Tensor& a, const Scalar& b) {
+  Tensor out = binary_op(OpKind::Sub, {nullptr, &b}, {&a, nullptr});
+  if (needs_grad(a)) autograd::record("rsub", out, {&a}, [](const Tensor& g, GradMask) -> Grads { return {neg(g)}; });
   return out;
 }
 Tensor mul(const Tensor& a, const Tensor& b) {
@@ -212,11 +221,94 @@ Tensor div(const Tensor& a, const Scalar& b) {
   }
   return out;
 }
+Tensor div(const Scalar& a, const Tensor& b) {
+  Tensor out = binary_op(OpKind::Div, {nullptr, &a}, {&b, nullptr});
+  if (needs_grad(b)) {
+    // d(a / b)/db = -a / b^2 = -out / b
+    autograd::record("div", out, {&b},
+                     [sb = SavedTensor(b), so = SavedTensor(out)](const Tensor& g, GradMask) -> Grads {
+                       return {neg(div(mul(g, so.get()), sb.get()))};
+                     });
+  }
+  return out;
+}
 
-#define EMBER_BINARY_FRONT(fn, Kind)                                                                 \
+// pow, as PyTorch: d/da = b * a^(b-1), taken as 0 where b == 0 (so 0^0 has no infinite slope);
+// d/db = out * log(a), taken as 0 where a == 0 and b >= 0 (the limit from the right).
+Tensor pow(const Tensor& a, const Tensor& b) {
+  Tensor out = binary_op(OpKind::Pow, {&a, nullptr}, {&b, nullptr});
+  if (needs_grad(a, b)) {
+    autograd::record(
+        "pow", out, {&a, &b},
+        [sa = SavedTensor(a), sb = SavedTensor(b), so = SavedTensor(out)](const Tensor& g, GradMask needs) -> Grads {
+          const Tensor base = sa.get(), exponent = sb.get();
+          Tensor ga, gb;
+          if (needs[0]) ga = where(eq(exponent, 0), 0.0, mul(g, mul(exponent, pow(base, sub(exponent, 1)))));
+          if (needs[1]) {
+            gb = where(logical_and(eq(base, 0), ge(exponent, 0)), 0.0, mul(g, mul(so.get(), log(base))));
+          }
+          return {ga, gb};
+        });
+  }
+  return out;
+}
+Tensor pow(const Tensor& a, const Scalar& b) {
+  Tensor out = binary_op(OpKind::Pow, {&a, nullptr}, {nullptr, &b});
+  if (needs_grad(a)) {
+    autograd::record("pow", out, {&a}, [sa = SavedTensor(a), b](const Tensor& g, GradMask) -> Grads {
+      if (b.to_double() == 0.0) return {zeros_like(g)};
+      const Scalar lower = b.is_floating() ? Scalar(b.to_double() - 1.0) : Scalar(b.to_int() - 1);
+      return {mul(g, mul(pow(sa.get(), lower), b))};
+    });
+  }
+  return out;
+}
+Tensor pow(const Scalar& a, const Tensor& b) {
+  Tensor out = binary_op(OpKind::Pow, {nullptr, &a}, {&b, nullptr});
+  if (needs_grad(b)) {
+    autograd::record("pow", out, {&b},
+                     [sb = SavedTensor(b), so = SavedTensor(out), a](const Tensor& g, GradMask) -> Grads {
+                       const double base = a.to_double();
+                       Tensor grad = mul(mul(g, so.get()), std::log(base));
+                       if (base == 0.0) grad = where(ge(sb.get(), 0), 0.0, grad);
+                       return {grad};
+                     });
+  }
+  return out;
+}
+
+namespace {
+
+// minimum/maximum, as PyTorch: the gradient goes to the selected input and is split in half
+// between the two where they tie. `loses(a, b)` tells where a is not selected.
+template <class Loses>
+Tensor extremum(OpKind op, const Tensor& a, const Tensor& b, Loses loses) {
+  Tensor out = binary_op(op, {&a, nullptr}, {&b, nullptr});
+  if (needs_grad(a, b)) {
+    autograd::record(op_info(op).name.data(), out, {&a, &b},
+                     [sa = SavedTensor(a), sb = SavedTensor(b), loses](const Tensor& g, GradMask needs) -> Grads {
+                       const Tensor x = sa.get(), y = sb.get();
+                       const Tensor shared = where(eq(x, y), mul(g, 0.5), g);
+                       return {needs[0] ? where(loses(x, y), 0.0, shared) : Tensor(),
+                               needs[1] ? where(loses(y, x), 0.0, shared) : Tensor()};
+                     });
+  }
+  return out;
+}
+
+}  // namespace
+
+Tensor minimum(const Tensor& a, const Tensor& b) {
+  return extremum(OpKind::Minimum, a, b, [](const Tensor& x, const Tensor& y) { return gt(x, y); });
+}
+Tensor maximum(const Tensor& a, const Tensor& b) {
+  return extremum(OpKind::Maximum, a, b, [](const Tensor& x, const Tensor& y) { return lt(x, y); });
+}
+
+// Comparisons and logical ops give bool tensors: nothing to differentiate.
+#define EMBER_BINARY_FRONT(fn, Kind)                                                                            \
   Tensor fn(const Tensor& a, const Tensor& b) { return binary_op(OpKind::Kind, {&a, nullptr}, {&b, nullptr}); } \
   Tensor fn(const Tensor& a, const Scalar& b) { return binary_op(OpKind::Kind, {&a, nullptr}, {nullptr, &b}); }
-EMBER_BINARY_FRONT(pow, Pow)
 EMBER_BINARY_FRONT(eq, Eq)
 EMBER_BINARY_FRONT(ne, Ne)
 EMBER_BINARY_FRONT(lt, Lt)
@@ -225,63 +317,185 @@ EMBER_BINARY_FRONT(gt, Gt)
 EMBER_BINARY_FRONT(ge, Ge)
 #undef EMBER_BINARY_FRONT
 
-Tensor rsub(const Tensor& a, const Scalar& b) { return binary_op(OpKind::Sub, {nullptr, &b}, {&a, nullptr}); }
-Tensor div(const Scalar& a, const Tensor& b) { return binary_op(OpKind::Div, {nullptr, &a}, {&b, nullptr}); }
-Tensor pow(const Scalar& a, const Tensor& b) { return binary_op(OpKind::Pow, {nullptr, &a}, {&b, nullptr}); }
-Tensor minimum(const Tensor& a, const Tensor& b) { return binary_op(OpKind::Minimum, {&a, nullptr}, {&b, nullptr}); }
-Tensor maximum(const Tensor& a, const Tensor& b) { return binary_op(OpKind::Maximum, {&a, nullptr}, {&b, nullptr}); }
 Tensor logical_and(const Tensor& a, const Tensor& b) {
   return binary_op(OpKind::LogicalAnd, {&a, nullptr}, {&b, nullptr});
 }
 Tensor logical_or(const Tensor& a, const Tensor& b) { return binary_op(OpKind::LogicalOr, {&a, nullptr}, {&b, nullptr}); }
 
+// out= forms write into a caller's buffer, which autograd cannot track: they refuse to run when a
+// gradient would be needed.
+namespace {
+
+void check_out_without_grad(const char* op, const char* functional, const Tensor& out, const Tensor& a,
+                            const Tensor& b) {
+  EMBER_CHECK(!needs_grad(out, a, b), "[", op,
+              "] does not support autograd (out= forms are not differentiable), but an input (shapes ", a.shape(),
+              " and ", b.shape(), ") or the output (shape ", out.shape(), ") requires grad; use ", functional,
+              "() instead, or run under NoGradGuard");
+}
+
+}  // namespace
+
 Tensor& add_out(Tensor& out, const Tensor& a, const Tensor& b) {
+  check_out_without_grad("add_out", "add", out, a, b);
   binary_op(OpKind::Add, {&a, nullptr}, {&b, nullptr}, &out);
   return out;
 }
 Tensor& sub_out(Tensor& out, const Tensor& a, const Tensor& b) {
+  check_out_without_grad("sub_out", "sub", out, a, b);
   binary_op(OpKind::Sub, {&a, nullptr}, {&b, nullptr}, &out);
   return out;
 }
 Tensor& mul_out(Tensor& out, const Tensor& a, const Tensor& b) {
+  check_out_without_grad("mul_out", "mul", out, a, b);
   binary_op(OpKind::Mul, {&a, nullptr}, {&b, nullptr}, &out);
   return out;
 }
 Tensor& div_out(Tensor& out, const Tensor& a, const Tensor& b) {
+  check_out_without_grad("div_out", "div", out, a, b);
   binary_op(OpKind::Div, {&a, nullptr}, {&b, nullptr}, &out);
   return out;
 }
 
 // --- unary --------------------------------------------------------------------------------------
+//
+// Each op saves only what its derivative needs: the input x, or the output y where the derivative
+// is cheapest in terms of it (exp, sqrt, tanh, sigmoid, ...).
 
-#define EMBER_UNARY_FRONT(fn, Kind) \
-  Tensor fn(const Tensor& x) { return unary_op(OpKind::Kind, x); }
-EMBER_UNARY_FRONT(neg, Neg)
-EMBER_UNARY_FRONT(abs, Abs)
-EMBER_UNARY_FRONT(sign, Sign)
-EMBER_UNARY_FRONT(exp, Exp)
-EMBER_UNARY_FRONT(log, Log)
-EMBER_UNARY_FRONT(log1p, Log1p)
-EMBER_UNARY_FRONT(expm1, Expm1)
-EMBER_UNARY_FRONT(sqrt, Sqrt)
-EMBER_UNARY_FRONT(rsqrt, Rsqrt)
-EMBER_UNARY_FRONT(square, Square)
-EMBER_UNARY_FRONT(sin, Sin)
-EMBER_UNARY_FRONT(cos, Cos)
-EMBER_UNARY_FRONT(tanh, Tanh)
-EMBER_UNARY_FRONT(sigmoid, Sigmoid)
-EMBER_UNARY_FRONT(relu, Relu)
-EMBER_UNARY_FRONT(silu, Silu)
-EMBER_UNARY_FRONT(logical_not, LogicalNot)
-EMBER_UNARY_FRONT(isnan, IsNan)
-EMBER_UNARY_FRONT(isinf, IsInf)
-#undef EMBER_UNARY_FRONT
+namespace {
+
+// y = op(x) with dx = backward(g, x).
+template <class Backward>
+Tensor unary_saving_input(const char* name, OpKind op, const Tensor& x, Backward backward) {
+  Tensor out = unary_op(op, x);
+  if (needs_grad(x)) {
+    autograd::record(name, out, {&x}, [sx = SavedTensor(x), backward](const Tensor& g, GradMask) -> Grads {
+      return {backward(g, sx.get())};
+    });
+  }
+  return out;
+}
+
+// y = op(x) with dx = backward(g, y).
+template <class Backward>
+Tensor unary_saving_output(const char* name, OpKind op, const Tensor& x, Backward backward) {
+  Tensor out = unary_op(op, x);
+  if (needs_grad(x)) {
+    autograd::record(name, out, {&x}, [so = SavedTensor(out), backward](const Tensor& g, GradMask) -> Grads {
+      return {backward(g, so.get())};
+    });
+  }
+  return out;
+}
+
+constexpr double kSqrt2OverPi = 0.79788456080286535588;  // sqrt(2 / pi)
+constexpr double kInvSqrt2Pi = 0.39894228040143267794;   // 1 / sqrt(2 pi)
+constexpr double kGeluTanhCoefficient = 0.044715;
+
+}  // namespace
+
+Tensor neg(const Tensor& x) {
+  Tensor out = unary_op(OpKind::Neg, x);
+  if (needs_grad(x)) autograd::record("neg", out, {&x}, [](const Tensor& g, GradMask) -> Grads { return {neg(g)}; });
+  return out;
+}
+Tensor abs(const Tensor& x) {  // sign(0) = 0: no gradient at the kink, as PyTorch
+  return unary_saving_input("abs", OpKind::Abs, x, [](const Tensor& g, const Tensor& in) { return mul(g, sign(in)); });
+}
+Tensor sign(const Tensor& x) {  // piecewise constant: a zero gradient
+  Tensor out = unary_op(OpKind::Sign, x);
+  if (needs_grad(x)) {
+    autograd::record("sign", out, {&x}, [](const Tensor& g, GradMask) -> Grads { return {zeros_like(g)}; });
+  }
+  return out;
+}
+Tensor exp(const Tensor& x) {
+  return unary_saving_output("exp", OpKind::Exp, x, [](const Tensor& g, const Tensor& y) { return mul(g, y); });
+}
+Tensor log(const Tensor& x) {
+  return unary_saving_input("log", OpKind::Log, x, [](const Tensor& g, const Tensor& in) { return div(g, in); });
+}
+Tensor log1p(const Tensor& x) {
+  return unary_saving_input("log1p", OpKind::Log1p, x,
+                            [](const Tensor& g, const Tensor& in) { return div(g, add(in, 1)); });
+}
+Tensor expm1(const Tensor& x) {  // d/dx = exp(x) = y + 1
+  return unary_saving_output("expm1", OpKind::Expm1, x,
+                             [](const Tensor& g, const Tensor& y) { return mul(g, add(y, 1)); });
+}
+Tensor sqrt(const Tensor& x) {  // d/dx = 1 / (2 sqrt(x))
+  return unary_saving_output("sqrt", OpKind::Sqrt, x,
+                             [](const Tensor& g, const Tensor& y) { return div(g, mul(y, 2)); });
+}
+Tensor rsqrt(const Tensor& x) {  // d/dx = -x^(-3/2) / 2 = -y^3 / 2
+  return unary_saving_output("rsqrt", OpKind::Rsqrt, x,
+                             [](const Tensor& g, const Tensor& y) { return mul(mul(g, mul(square(y), y)), -0.5); });
+}
+Tensor square(const Tensor& x) {
+  return unary_saving_input("square", OpKind::Square, x,
+                            [](const Tensor& g, const Tensor& in) { return mul(g, mul(in, 2)); });
+}
+Tensor sin(const Tensor& x) {
+  return unary_saving_input("sin", OpKind::Sin, x, [](const Tensor& g, const Tensor& in) { return mul(g, cos(in)); });
+}
+Tensor cos(const Tensor& x) {
+  return unary_saving_input("cos", OpKind::Cos, x,
+                            [](const Tensor& g, const Tensor& in) { return mul(g, neg(sin(in))); });
+}
+Tensor tanh(const Tensor& x) {  // d/dx = 1 - y^2
+  return unary_saving_output("tanh", OpKind::Tanh, x,
+                             [](const Tensor& g, const Tensor& y) { return mul(g, rsub(square(y), 1)); });
+}
+Tensor sigmoid(const Tensor& x) {  // d/dx = y (1 - y)
+  return unary_saving_output("sigmoid", OpKind::Sigmoid, x,
+                             [](const Tensor& g, const Tensor& y) { return mul(g, mul(y, rsub(y, 1))); });
+}
+Tensor relu(const Tensor& x) {  // the gradient passes where the output is positive (none at 0)
+  return unary_saving_output("relu", OpKind::Relu, x,
+                             [](const Tensor& g, const Tensor& y) { return where(gt(y, 0), g, 0.0); });
+}
+Tensor silu(const Tensor& x) {  // d/dx [x s(x)] = s (1 + x (1 - s))
+  return unary_saving_input("silu", OpKind::Silu, x, [](const Tensor& g, const Tensor& in) {
+    const Tensor s = sigmoid(in);
+    return mul(g, mul(s, add(mul(in, rsub(s, 1)), 1)));
+  });
+}
 
 Tensor gelu(const Tensor& x, std::string_view approximate) {
   EMBER_CHECK(approximate == "none" || approximate == "tanh", "[gelu] approximate must be \"none\" or \"tanh\", got \"",
               approximate, "\"");
-  return unary_op(approximate == "tanh" ? OpKind::GeluTanh : OpKind::GeluErf, x);
+  if (approximate == "tanh") {
+    // y = x/2 (1 + t), t = tanh(u), u = sqrt(2/pi) (x + c x^3):
+    // dy/dx = (1 + t)/2 + x/2 (1 - t^2) sqrt(2/pi) (1 + 3 c x^2).
+    return unary_saving_input("gelu", OpKind::GeluTanh, x, [](const Tensor& g, const Tensor& in) {
+      const Tensor in2 = square(in);
+      const Tensor t = tanh(mul(mul(in, add(mul(in2, kGeluTanhCoefficient), 1)), kSqrt2OverPi));
+      const Tensor du = mul(add(mul(in2, 3 * kGeluTanhCoefficient), 1), kSqrt2OverPi);
+      const Tensor slope = mul(add(add(t, 1), mul(mul(in, rsub(square(t), 1)), du)), 0.5);
+      return mul(g, slope);
+    });
+  }
+  // y = x Phi(x): dy/dx = Phi(x) + x phi(x). ember has no erf op, so Phi comes from the saved
+  // output as y / x (exact to the kernel's accuracy), with Phi(0) = 1/2.
+  Tensor out = unary_op(OpKind::GeluErf, x);
+  if (needs_grad(x)) {
+    autograd::record("gelu", out, {&x},
+                     [sx = SavedTensor(x), so = SavedTensor(out)](const Tensor& g, GradMask) -> Grads {
+                       const Tensor in = sx.get();
+                       const Tensor cdf = where(eq(in, 0), 0.5, div(so.get(), in));
+                       const Tensor pdf = mul(exp(mul(square(in), -0.5)), kInvSqrt2Pi);
+                       return {mul(g, add(cdf, mul(in, pdf)))};
+                     });
+  }
+  return out;
 }
+
+#define EMBER_UNARY_FRONT(fn, Kind) \
+  Tensor fn(const Tensor& x) { return unary_op(OpKind::Kind, x); }
+EMBER_UNARY_FRONT(logical_not, LogicalNot)
+EMBER_UNARY_FRONT(isnan, IsNan)
+EMBER_UNARY_FRONT(isinf, IsInf)
+#undef EMBER_UNARY_FRONT
 
 // --- where, clamp, masked_fill ------------------------------------------------------------------
 
@@ -303,32 +517,113 @@ Tensor where_impl(const Tensor& condition, Operand a, Operand b) {
   return out;
 }
 
+// The gradient `g` where `condition` selects the input (`selected`), zero elsewhere.
+Tensor route(const Tensor& g, const Tensor& condition, bool selected) {
+  return selected ? where(condition, g, 0.0) : where(condition, 0.0, g);
+}
+
 }  // namespace
 
 Tensor where(const Tensor& condition, const Tensor& a, const Tensor& b) {
-  return where_impl(condition, {&a, nullptr}, {&b, nullptr});
+  Tensor out = where_impl(condition, {&a, nullptr}, {&b, nullptr});
+  if (needs_grad(a, b)) {
+    autograd::record("where", out, {&a, &b}, [sc = SavedTensor(condition)](const Tensor& g, GradMask needs) -> Grads {
+      return {needs[0] ? route(g, sc.get(), true) : Tensor(), needs[1] ? route(g, sc.get(), false) : Tensor()};
+    });
+  }
+  return out;
 }
 Tensor where(const Tensor& condition, const Tensor& a, const Scalar& b) {
-  return where_impl(condition, {&a, nullptr}, {nullptr, &b});
+  Tensor out = where_impl(condition, {&a, nullptr}, {nullptr, &b});
+  if (needs_grad(a)) {
+    autograd::record("where", out, {&a}, [sc = SavedTensor(condition)](const Tensor& g, GradMask) -> Grads {
+      return {route(g, sc.get(), true)};
+    });
+  }
+  return out;
 }
 Tensor where(const Tensor& condition, const Scalar& a, const Tensor& b) {
-  return where_impl(condition, {nullptr, &a}, {&b, nullptr});
+  Tensor out = where_impl(condition, {nullptr, &a}, {&b, nullptr});
+  if (needs_grad(b)) {
+    autograd::record("where", out, {&b}, [sc = SavedTensor(condition)](const Tensor& g, GradMask) -> Grads {
+      return {route(g, sc.get(), false)};
+    });
+  }
+  return out;
 }
 
+// clamp with scalar bounds: the gradient passes where min < x < max, strictly, as the PyTorch
+// that made tests/golden/grad.json does (at a bound, and for NaN, it is 0).
 Tensor clamp(const Tensor& x, std::optional<Scalar> min, std::optional<Scalar> max) {
   EMBER_CHECK(min || max, "[clamp] at least one of min and max must be given");
   Tensor result = x;
   // NaN in x propagates through maximum/minimum; bounds keep x's dtype unless they are floats.
   if (min) result = binary_op(OpKind::Maximum, {&result, nullptr}, {nullptr, &*min});
   if (max) result = binary_op(OpKind::Minimum, {&result, nullptr}, {nullptr, &*max});
+  if (needs_grad(x)) {
+    autograd::record("clamp", result, {&x}, [sx = SavedTensor(x), min, max](const Tensor& g, GradMask) -> Grads {
+      const Tensor in = sx.get();
+      Tensor inside;
+      if (min) inside = gt(in, *min);
+      if (max) inside = inside.defined() ? logical_and(inside, lt(in, *max)) : lt(in, *max);
+      return {where(inside, g, 0.0)};
+    });
+  }
   return result;
 }
+
+namespace {
+
+// The gradients of clamp(x, low, high) with tensor bounds, as PyTorch: the gradient goes to whichever
+// of x, low, high the result equals, split in half on a tie between x and one bound (x keeps all of
+// it when low == x == high); when low > high the result is high, which gets all of it.
+Grads clamp_tensor_backward(const Tensor& g, const Tensor& in, const Tensor& low, const Tensor& high, GradMask needs) {
+  const Tensor half = mul(g, 0.5);
+  Grads grads(3);
+  if (!high.defined()) {  // maximum(x, low)
+    const Tensor tie = eq(in, low);
+    if (needs[0]) grads[0] = where(gt(in, low), g, where(tie, half, 0.0));
+    if (needs[1]) grads[1] = where(lt(in, low), g, where(tie, half, 0.0));
+    return grads;
+  }
+  if (!low.defined()) {  // minimum(x, high)
+    const Tensor tie = eq(in, high);
+    if (needs[0]) grads[0] = where(lt(in, high), g, where(tie, half, 0.0));
+    if (needs[2]) grads[2] = where(gt(in, high), g, where(tie, half, 0.0));
+    return grads;
+  }
+  const Tensor ordered = le(low, high);
+  const Tensor open = lt(low, high);  // the bounds differ, so x can tie with only one of them
+  const Tensor at_low = eq(in, low), at_high = eq(in, high);
+  if (needs[0]) {
+    const Tensor inside = logical_and(ge(in, low), le(in, high));
+    grads[0] = where(inside, where(logical_and(open, logical_or(at_low, at_high)), half, g), 0.0);
+  }
+  if (needs[1]) {
+    grads[1] = where(logical_and(lt(in, low), ordered), g, where(logical_and(at_low, open), half, 0.0));
+  }
+  if (needs[2]) {
+    const Tensor selected = logical_or(lt(high, low), logical_and(ordered, gt(in, high)));
+    grads[2] = where(selected, g, where(logical_and(at_high, open), half, 0.0));
+  }
+  return grads;
+}
+
+}  // namespace
 
 Tensor clamp(const Tensor& x, const std::optional<Tensor>& min, const std::optional<Tensor>& max) {
   EMBER_CHECK(min || max, "[clamp] at least one of min and max must be given");
   Tensor result = x;
-  if (min) result = maximum(result, *min);
-  if (max) result = minimum(result, *max);
+  if (min) result = binary_op(OpKind::Maximum, {&result, nullptr}, {&*min, nullptr});
+  if (max) result = binary_op(OpKind::Minimum, {&result, nullptr}, {&*max, nullptr});
+  const Tensor lo = min.value_or(Tensor()), hi = max.value_or(Tensor());
+  if (needs_grad(x, lo, hi)) {
+    autograd::record(
+        "clamp", result, {&x, &lo, &hi},
+        [sx = SavedTensor(x), slo = SavedTensor(lo), shi = SavedTensor(hi)](const Tensor& g, GradMask needs) -> Grads {
+          return clamp_tensor_backward(g, sx.get(), slo.get(), shi.get(), needs);
+        });
+  }
   return result;
 }
 
@@ -338,7 +633,13 @@ Tensor masked_fill(const Tensor& x, const Tensor& mask, const Scalar& value) {
   EMBER_CHECK(shape == x.shape(), "[masked_fill] mask of shape ", mask.shape(), " does not broadcast to the input's shape ",
               x.shape());
   const Tensor fill = scalar_tensor(value, x.dtype());
-  return where(mask, fill, x);
+  Tensor out = where_impl(mask, {&fill, nullptr}, {&x, nullptr});
+  if (needs_grad(x)) {
+    autograd::record("masked_fill", out, {&x}, [sm = SavedTensor(mask)](const Tensor& g, GradMask) -> Grads {
+      return {route(g, sm.get(), false)};
+    });
+  }
+  return out;
 }
 
 }  // namespace ember

@@ -7,14 +7,37 @@
 // for dimension d with size n", detected by the kernels (Note [index bounds in kernels]).
 // scatter_add accumulates float16/bfloat16 in float32 and rounds once, as PyTorch's CPU kernel.
 // Cost: bytes = inputs read + output written; scatter_add does one FLOP per index element.
-// Backward: added with autograd (index_select/gather <-> scatter_add).
+// Backward: index_select, gather and embedding scatter-add the gradient into zeros of the input's
+// shape (repeated indices add up); scatter_add passes it through to self and gathers it for src.
+// Indices are not differentiable.
 #include "kernels/cpu/indexing.h"
 
+#include "autograd/function.h"
 #include "core/tensor_internal.h"
 #include "ember/ops.h"
 
 namespace ember {
 namespace {
+
+using autograd::GradMask;
+using autograd::Grads;
+using autograd::needs_grad;
+using autograd::SavedTensor;
+
+// Zeros shaped `shape` with the gradient's dtype and device.
+Tensor zeros_for(const Shape& shape, const Tensor& g) {
+  TensorOptions options(g.dtype());
+  options.device = g.device();
+  return zeros(shape, options);
+}
+
+// index_select's backward: g's slices along d added into the rows `index` names.
+Tensor index_add_into_zeros(const Shape& x_shape, int d, const Tensor& index, const Tensor& g) {
+  if (x_shape.empty()) return g.reshape(x_shape);  // a 0-dim input: its one element was selected
+  Shape along(g.dim(), int64_t{1});
+  along[d] = index.numel();
+  return scatter_add(zeros_for(x_shape, g), d, index.reshape(along).expand(g.shape()), g);
+}
 
 void check_index_dtype(const char* op, const Tensor& index) {
   EMBER_CHECK(index.dtype() == kInt64 || index.dtype() == kInt32, "[", op,
@@ -70,7 +93,14 @@ cpu::IndexLines index_lines(const Tensor& out, const Tensor& data, const Tensor&
 }  // namespace
 
 Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
-  return index_select_impl("index_select", x, dim, index);
+  Tensor out = index_select_impl("index_select", x, dim, index);
+  if (needs_grad(x)) {
+    autograd::record(
+        "index_select", out, {&x},
+        [x_shape = x.shape(), d = normalize_axis(dim, x.dim(), "index_select"), si = SavedTensor(index)](
+            const Tensor& g, GradMask) -> Grads { return {index_add_into_zeros(x_shape, d, si.get(), g)}; });
+  }
+  return out;
 }
 
 Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
@@ -93,10 +123,18 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
   const std::optional<int64_t> bad =
       cpu::gather(x.dtype(), os.data_ptr(), xs.data_ptr(), is.data_ptr(), index.dtype(), g);
   EMBER_CHECK(!bad, "[gather] index ", *bad, " is out of bounds for dimension ", d, " with size ", size);
+  if (needs_grad(x)) {
+    autograd::record("gather", out, {&x},
+                     [x_shape = x.shape(), d, si = SavedTensor(index)](const Tensor& grad, GradMask) -> Grads {
+                       return {scatter_add(zeros_for(x_shape, grad), d, si.get(), grad)};
+                     });
+  }
   return out;
 }
 
-Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src) {
+namespace {
+
+Tensor scatter_add_forward(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src) {
   detail::check_same_device("scatter_add", {&x, &index, &src});
   const int d = normalize_axis(dim, x.dim(), "scatter_add");
   EMBER_CHECK(x.dtype() == src.dtype(), "[scatter_add] expected self and src to have the same dtype, got ", x.dtype(),
@@ -126,6 +164,34 @@ Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tens
       cpu::scatter_add(target.dtype(), target.data_ptr(), values.data_ptr(), is.data_ptr(), index.dtype(), g);
   EMBER_CHECK(!bad, "[scatter_add] index ", *bad, " is out of bounds for dimension ", d, " with size ", size);
   if (widen) detail::copy_into(os, target);
+  return out;
+}
+
+// scatter_add's gradient for src: what each src element was added to, zero for the elements
+// outside the index's extent (src may be larger than index).
+Tensor scatter_add_src_grad(const Tensor& g, int d, const Tensor& index, const Shape& src_shape) {
+  if (index.numel() == 0) return zeros_for(src_shape, g);
+  const Tensor gathered = gather(g, d, index);
+  if (gathered.shape() == src_shape) return gathered;
+  Tensor grad = zeros_for(src_shape, g);
+  Tensor region = grad;
+  for (int k = 0; k < index.dim(); ++k) region = region.narrow(k, 0, index.shape()[k]);
+  region.copy_(gathered);
+  return grad;
+}
+
+}  // namespace
+
+Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src) {
+  Tensor out = scatter_add_forward(x, dim, index, src);
+  if (needs_grad(x, src)) {
+    autograd::record(
+        "scatter_add", out, {&x, &src},
+        [d = normalize_axis(dim, x.dim(), "scatter_add"), si = SavedTensor(index), src_shape = src.shape()](
+            const Tensor& g, GradMask needs) -> Grads {
+          return {needs[0] ? g : Tensor(), needs[1] ? scatter_add_src_grad(g, d, si.get(), src_shape) : Tensor()};
+        });
+  }
   return out;
 }
 
@@ -162,7 +228,17 @@ Tensor embedding(const Tensor& weight, const Tensor& indices) {
   check_index_dtype("embedding", indices);
   Shape shape = indices.shape();
   shape.push_back(weight.shape()[1]);
-  return index_select_impl("embedding", weight, 0, indices.reshape({-1})).view(shape);
+  Tensor out = index_select_impl("embedding", weight, 0, indices.reshape({-1})).view(shape);
+  if (needs_grad(weight)) {
+    // Each looked-up row's gradient is added to its weight row (rows looked up twice add up).
+    autograd::record("embedding", out, {&weight},
+                     [weight_shape = weight.shape(), si = SavedTensor(indices)](const Tensor& g, GradMask) -> Grads {
+                       const int64_t count = si.get().numel(), width = weight_shape[1];
+                       const Tensor rows = si.get().reshape({count, 1}).expand({count, width});
+                       return {scatter_add(zeros_for(weight_shape, g), 0, rows, g.reshape({count, width}))};
+                     });
+  }
+  return out;
 }
 
 }  // namespace ember

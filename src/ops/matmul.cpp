@@ -11,7 +11,10 @@
 // once, integers wrap around on overflow), as in PyTorch.
 // Cost: matmul_cost(batch, m, n, k, dtype) in ops/cost.h: 2 * batch * m * n * k FLOPs, bytes =
 // A + B + C once each.
-// Backward: added with autograd (dA = dC @ B^T, dB = A^T @ dC, dbias = dC summed over rows).
+// Backward: dA = dC @ B^T and dB = A^T @ dC, as matmuls on transposed views (the GEMM's packing
+// absorbs the transposes, so nothing is copied), summed over broadcast batch dims; a shared 2-D
+// right operand gets its gradient from one GEMM over all rows; dbias = dC summed over rows. Only
+// the gradients an input needs are computed. out= forms are not differentiable.
 //
 // Operands reach the kernel as they are: a transposed or strided view costs no copy (the kernel's
 // packing reads any strides). A batch whose rows can be laid end to end (x of any rank times a
@@ -21,6 +24,7 @@
 #include <optional>
 #include <vector>
 
+#include "autograd/function.h"
 #include "core/tensor_internal.h"
 #include "ember/ops.h"
 #include "kernels/cpu/gemm.h"
@@ -191,16 +195,82 @@ void matmul_into(const Tensor& out, const MatmulShapes& s, const Tensor* bias, d
   detail::copy_into(out, temporary);
 }
 
+// --- backward -----------------------------------------------------------------------------------
+
+using autograd::GradMask;
+using autograd::Grads;
+using autograd::SavedTensor;
+
+// The last two dims swapped, as a plain view (no autograd link: for internal use).
+Tensor transposed(const Tensor& t) {
+  Shape shape = t.shape();
+  Strides strides = t.strides();
+  std::swap(shape[shape.size() - 1], shape[shape.size() - 2]);
+  std::swap(strides[strides.size() - 1], strides[strides.size() - 2]);
+  return detail::make_view(t, shape, strides, t.offset());
+}
+
+// t (..., r, c) seen as the 2-D matrix (rows, c) of all its rows, when its memory allows a view.
+std::optional<Tensor> rows_view(const Tensor& t) {
+  if (t.dim() == 2) return t;
+  const int lead = t.dim() - 1;
+  const std::optional<int64_t> row_stride = merged_stride(t.shape(), t.strides(), lead);
+  if (!row_stride) return std::nullopt;
+  const Shape shape{t.numel() / std::max<int64_t>(t.size(-1), 1), t.size(-1)};
+  return detail::make_view(t, shape, Strides{*row_stride, t.stride(-1)}, t.offset());
+}
+
+// The gradients of a @ b (torch.matmul semantics) for the output gradient g.
+Grads matmul_backward(const Tensor& g, const Tensor& a, const Tensor& b, GradMask needs) {
+  // Work on the matrix forms: a (..., m, k), b (..., k, n), g (batch..., m, n).
+  const Tensor a2 = a.dim() == 1 ? a.unsqueeze(0) : a;
+  const Tensor b2 = b.dim() == 1 ? b.unsqueeze(1) : b;
+  Shape full = g.shape();
+  if (a.dim() == 1) full.insert(full.size() - (b.dim() == 1 ? 0 : 1), 1);
+  if (b.dim() == 1) full.push_back(1);
+  const Tensor g2 = g.reshape(full);
+  Tensor grad_a, grad_b;
+  if (needs[0]) {
+    // (batch..., m, n) @ (..., n, k); a 2-D b makes this one tall GEMM.
+    grad_a = autograd::sum_to(matmul(g2, transposed(b2)), a2.shape()).reshape(a.shape());
+  }
+  if (needs[1]) {
+    const std::optional<Tensor> a_rows = b2.dim() == 2 && g2.dim() > 2 ? rows_view(a2) : std::nullopt;
+    const std::optional<Tensor> g_rows = a_rows ? rows_view(g2) : std::nullopt;
+    Tensor product;
+    if (a_rows && g_rows) {
+      // b is shared by every batch: one GEMM with the batch folded into the inner dim,
+      // (k, rows) @ (rows, n), instead of a batch of products summed afterwards.
+      product = matmul(transposed(*a_rows), *g_rows);
+    } else {
+      product = matmul(transposed(a2), g2);
+    }
+    grad_b = autograd::sum_to(product, b2.shape()).reshape(b.shape());
+  }
+  return {grad_a, grad_b};
+}
+
 }  // namespace
 
 Tensor matmul(const Tensor& a, const Tensor& b) {
   const MatmulShapes s = matmul_shapes(a, b);
-  const Tensor out = detail::make_empty(s.full, a.dtype(), a.device());
-  run_gemm(out, s, nullptr, 0.0);
-  return s.result == s.full ? out : out.view(s.result);
+  const Tensor full = detail::make_empty(s.full, a.dtype(), a.device());
+  run_gemm(full, s, nullptr, 0.0);
+  Tensor out = s.result == s.full ? full : full.view(s.result);
+  if (autograd::needs_grad(a, b)) {
+    autograd::record("matmul", out, {&a, &b},
+                     [sa = SavedTensor(a), sb = SavedTensor(b)](const Tensor& g, GradMask needs) -> Grads {
+                       return matmul_backward(g, sa.get(), sb.get(), needs);
+                     });
+  }
+  return out;
 }
 
 Tensor& matmul_out(Tensor& out, const Tensor& a, const Tensor& b) {
+  EMBER_CHECK(!autograd::needs_grad(out, a, b),
+              "[matmul_out] does not support autograd (out= forms are not differentiable), but an input ", "(shapes ",
+              a.shape(), " and ", b.shape(), ") or the output (shape ", out.shape(),
+              ") requires grad; use matmul() instead, or run under NoGradGuard");
   const MatmulShapes s = matmul_shapes(a, b);
   detail::check_same_device("matmul", {&out, &a});
   EMBER_CHECK(out.shape() == s.result, "[matmul] out= tensor has shape ", out.shape(), ", but ", a.shape(), " @ ",
@@ -217,14 +287,11 @@ Tensor& matmul_out(Tensor& out, const Tensor& a, const Tensor& b) {
   return out;
 }
 
-Tensor linear(const Tensor& x, const Tensor& weight, const std::optional<Tensor>& bias) {
-  EMBER_CHECK(x.dim() >= 1, "[linear] input needs at least 1 dimension, got shape ", x.shape());
-  EMBER_CHECK(weight.dim() == 1 || weight.dim() == 2, "[linear] weight must be (out_features, in_features) or ",
-              "(in_features), got shape ", weight.shape());
-  check_operands("linear", x, weight);
-  EMBER_CHECK(x.size(-1) == weight.size(-1), "[linear] input of shape ", x.shape(), " has ", x.size(-1),
-              " features, but weight of shape ", weight.shape(), " expects ", weight.size(-1));
-  const MatmulShapes s = matmul_shapes(x, weight.dim() == 2 ? weight.t() : weight);
+namespace {
+
+Tensor linear_forward(const Tensor& x, const Tensor& weight, const std::optional<Tensor>& bias) {
+  // The transposed weight is a plain view: the node recorded by linear() links to weight itself.
+  const MatmulShapes s = matmul_shapes(x, weight.dim() == 2 ? transposed(weight) : weight);
   const Tensor out = detail::make_empty(s.full, x.dtype(), x.device());
   if (!bias) {
     run_gemm(out, s, nullptr, 0.0);
@@ -248,6 +315,45 @@ Tensor linear(const Tensor& x, const Tensor& weight, const std::optional<Tensor>
     run_gemm(out, s, nullptr, 1.0);
   }
   return s.result == s.full ? out : out.view(s.result);
+}
+
+// The rows of t (..., c) as a matrix (rows, c): a view when the memory allows, else a copy.
+Tensor as_rows(const Tensor& t) { return t.dim() == 1 ? t.unsqueeze(0) : t.reshape({-1, t.size(-1)}); }
+
+// linear = x @ weight^T + bias: dx = g @ weight, dweight = g_rows^T @ x_rows (one GEMM over every
+// row, written directly in weight's (out, in) layout), dbias = g summed over rows.
+Grads linear_backward(const Tensor& g, const Tensor& x, const Tensor& weight, const Shape& bias_shape, GradMask needs) {
+  Grads grads(3);
+  if (weight.dim() == 2) {
+    if (needs[0]) grads[0] = matmul(g, weight);
+    if (needs[1]) grads[1] = matmul(transposed(as_rows(g)), as_rows(x));
+  } else {  // weight (in): the output drops the feature dim
+    if (needs[0]) grads[0] = mul(g.unsqueeze(-1), weight);
+    if (needs[1]) grads[1] = matmul(g.reshape({-1}), as_rows(x));
+  }
+  if (needs[2]) grads[2] = autograd::sum_to(g, bias_shape);
+  return grads;
+}
+
+}  // namespace
+
+Tensor linear(const Tensor& x, const Tensor& weight, const std::optional<Tensor>& bias) {
+  EMBER_CHECK(x.dim() >= 1, "[linear] input needs at least 1 dimension, got shape ", x.shape());
+  EMBER_CHECK(weight.dim() == 1 || weight.dim() == 2, "[linear] weight must be (out_features, in_features) or ",
+              "(in_features), got shape ", weight.shape());
+  check_operands("linear", x, weight);
+  EMBER_CHECK(x.size(-1) == weight.size(-1), "[linear] input of shape ", x.shape(), " has ", x.size(-1),
+              " features, but weight of shape ", weight.shape(), " expects ", weight.size(-1));
+  Tensor out = linear_forward(x, weight, bias);
+  const Tensor b = bias.value_or(Tensor());
+  if (autograd::needs_grad(x, weight, b)) {
+    autograd::record("linear", out, {&x, &weight, &b},
+                     [sx = SavedTensor(weight.requires_grad() ? x : Tensor()), sw = SavedTensor(weight),
+                      bias_shape = b.defined() ? b.shape() : Shape()](const Tensor& g, GradMask needs) -> Grads {
+                       return linear_backward(g, sx.get(), sw.get(), bias_shape, needs);
+                     });
+  }
+  return out;
 }
 
 }  // namespace ember

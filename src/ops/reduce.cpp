@@ -18,7 +18,8 @@
 // Cost: a primitive reduction is reduction_cost(in, out): one FLOP per input element, bytes = input
 // + output. softmax: 5 FLOPs per element (the table's entry), bytes = 2 x input. Composed ops cost
 // the sum of their parts, e.g. var reads the input twice.
-// Backward: added with autograd.
+// Backward: each op records its vector-Jacobian product (below the forwards); amax/amin share
+// the gradient among tied extremes and prod handles zeros, as PyTorch.
 #include <cmath>
 #include <limits>
 
@@ -157,26 +158,86 @@ Tensor softmax_impl(OpKind op, const Tensor& x, int64_t dim) {
 
 }  // namespace
 
-// The gradient of a reduction's output, shaped back like the input: the reduced dims restored as
-// size 1 (when keepdim was false), then broadcast.
-Tensor expand_reduced(const Tensor& g, const Shape& in_shape, const Reduction& r) {
+// --- autograd -------------------------------------------------------------------------------------
+//
+// Every backward first brings the output gradient (and the saved output, where used) back to the
+// input's rank: the reduced dims restored as size 1 ("kept" shape), then broadcast against the input.
+
+namespace {
+
+using autograd::GradMask;
+using autograd::Grads;
+using autograd::SavedTensor;
+
+// `t` (a reduction's output) with the reduced dims of an input of `in_shape` restored as size 1.
+Tensor keep_reduced(const Tensor& t, const Shape& in_shape, const Reduction& r) {
   Shape kept;
   for (int d = 0; d < in_shape.size(); ++d) kept.push_back(r.reduced[d] ? 1 : in_shape[d]);
-  return g.reshape(kept).expand(in_shape);
+  return t.reshape(kept);
 }
+
+// The gradient of a reduction's output, broadcast back to the input's shape.
+Tensor expand_reduced(const Tensor& g, const Shape& in_shape, const Reduction& r) {
+  return keep_reduced(g, in_shape, r).expand(in_shape);
+}
+
+// The reduced dims as an axis list, for reductions in backward (keepdim = true).
+Axes reduced_axes(const Reduction& r, int ndim) {
+  Axes axes;
+  for (int d = 0; d < ndim; ++d) {
+    if (r.reduced[d]) axes.push_back(d);
+  }
+  return axes;
+}
+
+// Sum over the reduced dims, keeping them (a 0-dim input has none: nothing to sum).
+Tensor sum_kept(const Tensor& t, const Reduction& r) {
+  if (t.dim() == 0) return t;
+  return sum(t, reduced_axes(r, t.dim()), /*keepdim=*/true);
+}
+
+// amax/amin/inf-norm: the gradient is shared evenly among the elements equal to the extreme
+// (`hits`, a bool tensor of the input's shape), as PyTorch.
+Tensor share_among(const Tensor& g, const Tensor& hits, const Shape& in_shape, const Reduction& r) {
+  const Tensor count = sum_kept(hits, r);
+  return where(hits, div(keep_reduced(g, in_shape, r), count), 0.0);
+}
+
+}  // namespace
 
 Tensor sum(const Tensor& x, const Axes& dims, bool keepdim) {
   Tensor out = sum_or_prod(OpKind::Sum, x, dims, keepdim);
   if (autograd::needs_grad(x)) {
     autograd::record("sum", out, {&x},
-                     [r = plan("sum", x, dims, keepdim), shape = x.shape()](const Tensor& g, autograd::GradMask) {
-                       return autograd::Grads{expand_reduced(g, shape, r)};
+                     [r = plan("sum", x, dims, keepdim), shape = x.shape()](const Tensor& g, GradMask) -> Grads {
+                       return {expand_reduced(g, shape, r)};
                      });
   }
   return out;
 }
 
-Tensor prod(const Tensor& x, const Axes& dims, bool keepdim) { return sum_or_prod(OpKind::Prod, x, dims, keepdim); }
+// prod: d out / d x_i is the product of the other elements. Without zeros that is out / x_i; with
+// one zero in a group only the zero's slot gets the product of the rest; with two or more, none.
+Tensor prod(const Tensor& x, const Axes& dims, bool keepdim) {
+  Tensor out = sum_or_prod(OpKind::Prod, x, dims, keepdim);
+  if (autograd::needs_grad(x)) {
+    autograd::record("prod", out, {&x},
+                     [r = plan("prod", x, dims, keepdim), sx = SavedTensor(x), so = SavedTensor(out)](
+                         const Tensor& g, GradMask) -> Grads {
+                       const Tensor in = sx.get();
+                       const Tensor grad = keep_reduced(g, in.shape(), r);
+                       const Tensor zero = eq(in, 0);
+                       if (!any(zero).item<bool>()) return {mul(grad, div(keep_reduced(so.get(), in.shape(), r), in))};
+                       const Tensor zeros_in_group = sum_kept(zero, r);
+                       const Tensor rest =
+                           in.dim() == 0 ? ones_like(in) : prod(where(zero, 1.0, in), reduced_axes(r, in.dim()), true);
+                       const Tensor others = where(eq(zeros_in_group, 0), div(rest, where(zero, 1.0, in)),
+                                                   where(logical_and(eq(zeros_in_group, 1), zero), rest, 0.0));
+                       return {mul(grad, others)};
+                     });
+  }
+  return out;
+}
 
 Tensor mean(const Tensor& x, const Axes& dims, bool keepdim) {
   check_cpu("mean", x);
@@ -185,12 +246,40 @@ Tensor mean(const Tensor& x, const Axes& dims, bool keepdim) {
   // float16/bfloat16: sum in float32, divide, round once (as PyTorch). An empty reduction is 0/0.
   Tensor total = run(OpKind::Sum, x, r, compute_dtype(x.dtype()));
   total.div_(static_cast<double>(r.reduce_size));
-  return total.to(x.dtype());
+  Tensor out = total.to(x.dtype());
+  if (autograd::needs_grad(x)) {
+    autograd::record("mean", out, {&x}, [r, shape = x.shape()](const Tensor& g, GradMask) -> Grads {
+      return {div(expand_reduced(g, shape, r), static_cast<double>(r.reduce_size))};
+    });
+  }
+  return out;
 }
 
-Tensor amax(const Tensor& x, const Axes& dims, bool keepdim) { return extreme(OpKind::Amax, x, dims, keepdim); }
-Tensor amin(const Tensor& x, const Axes& dims, bool keepdim) { return extreme(OpKind::Amin, x, dims, keepdim); }
+namespace {
 
+Tensor extreme_with_grad(OpKind op, const Tensor& x, const Axes& dims, bool keepdim) {
+  Tensor out = extreme(op, x, dims, keepdim);
+  if (autograd::needs_grad(x)) {
+    autograd::record(name_of(op), out, {&x},
+                     [r = plan(name_of(op), x, dims, keepdim), sx = SavedTensor(x), so = SavedTensor(out)](
+                         const Tensor& g, GradMask) -> Grads {
+                       const Tensor in = sx.get();
+                       return {share_among(g, eq(in, keep_reduced(so.get(), in.shape(), r)), in.shape(), r)};
+                     });
+  }
+  return out;
+}
+
+}  // namespace
+
+Tensor amax(const Tensor& x, const Axes& dims, bool keepdim) {
+  return extreme_with_grad(OpKind::Amax, x, dims, keepdim);
+}
+Tensor amin(const Tensor& x, const Axes& dims, bool keepdim) {
+  return extreme_with_grad(OpKind::Amin, x, dims, keepdim);
+}
+
+// Integer results: nothing to differentiate.
 Tensor argmax(const Tensor& x, std::optional<int64_t> dim, bool keepdim) {
   return arg_extreme(OpKind::Argmax, x, dim, keepdim);
 }
@@ -198,11 +287,12 @@ Tensor argmin(const Tensor& x, std::optional<int64_t> dim, bool keepdim) {
   return arg_extreme(OpKind::Argmin, x, dim, keepdim);
 }
 
-Tensor var(const Tensor& x, const Axes& dims, int64_t correction, bool keepdim) {
-  check_cpu("var", x);
-  check_floating("var", x);
-  const Reduction r = plan("var", x, dims, keepdim);
-  const Reduction kept = plan("var", x, dims, true);
+namespace {
+
+// The composed forwards below run their steps without recording them: the public functions
+// record one node each.
+
+Tensor var_forward(const Tensor& x, const Reduction& r, const Reduction& kept, int64_t correction) {
   // Two passes (mean, then squared deviations from it) stay accurate when |mean| >> std.
   const Tensor input = x.to(compute_dtype(x.dtype()));
   Tensor mean_kept = run(OpKind::Sum, input, kept, input.dtype());
@@ -215,38 +305,93 @@ Tensor var(const Tensor& x, const Axes& dims, int64_t correction, bool keepdim) 
   return result.to(x.dtype());
 }
 
+// d var / dx = 2 (x - mean) / (n - correction), times the incoming gradient `scale` (kept shape).
+Tensor var_backward(const Tensor& scale, const Tensor& in, const Reduction& r, int64_t correction) {
+  const Tensor centered = sub(in, div(sum_kept(in, r), static_cast<double>(r.reduce_size)));
+  const double denominator = static_cast<double>(std::max<int64_t>(r.reduce_size - correction, 0));
+  return div(mul(centered, scale), denominator * 0.5);
+}
+
+}  // namespace
+
+Tensor var(const Tensor& x, const Axes& dims, int64_t correction, bool keepdim) {
+  check_cpu("var", x);
+  check_floating("var", x);
+  const Reduction r = plan("var", x, dims, keepdim);
+  Tensor out;
+  {
+    autograd::NoGradGuard no_grad;
+    out = var_forward(x, r, plan("var", x, dims, true), correction);
+  }
+  if (autograd::needs_grad(x)) {
+    autograd::record("var", out, {&x}, [r, correction, sx = SavedTensor(x)](const Tensor& g, GradMask) -> Grads {
+      const Tensor in = sx.get();
+      return {var_backward(keep_reduced(g, in.shape(), r), in, r, correction)};
+    });
+  }
+  return out;
+}
+
+// std = sqrt(var): d std = d var / (2 std), taken as 0 where std is 0, as PyTorch.
 Tensor std(const Tensor& x, const Axes& dims, int64_t correction, bool keepdim) {
   check_cpu("std", x);
   check_floating("std", x);
-  const Tensor variance = var(x.to(compute_dtype(x.dtype())), dims, correction, keepdim);
-  return sqrt(variance).to(x.dtype());
+  const Reduction r = plan("std", x, dims, keepdim);
+  Tensor out;
+  {
+    autograd::NoGradGuard no_grad;
+    const Tensor variance = var_forward(x.to(compute_dtype(x.dtype())), r, plan("std", x, dims, true), correction);
+    out = sqrt(variance).to(x.dtype());
+  }
+  if (autograd::needs_grad(x)) {
+    autograd::record("std", out, {&x},
+                     [r, correction, sx = SavedTensor(x), so = SavedTensor(out)](const Tensor& g, GradMask) -> Grads {
+                       const Tensor in = sx.get();
+                       const Tensor result = keep_reduced(so.get(), in.shape(), r);
+                       const Tensor scale =
+                           where(eq(result, 0), 0.0, div(keep_reduced(g, in.shape(), r), mul(result, 2)));
+                       return {var_backward(scale, in, r, correction)};
+                     });
+  }
+  return out;
 }
 
+// d logsumexp / dx = exp(x - logsumexp) (the softmax over the reduced dims).
 Tensor logsumexp(const Tensor& x, const Axes& dims, bool keepdim) {
   check_cpu("logsumexp", x);
   const Reduction r = plan("logsumexp", x, dims, keepdim);
   const DType result_dtype = is_floating(x.dtype()) ? x.dtype() : kFloat32;
-  const Tensor input = x.to(compute_dtype(result_dtype));
   if (r.reduce_size == 0) return full(r.out_shape, -std::numeric_limits<double>::infinity(), result_dtype);
-  // log(sum(exp(x - m))) + m with m the max, replaced by 0 where it is infinite: a row of -inf
-  // gives log(0) = -inf, a row holding +inf gives +inf, and nan propagates through m.
-  const Reduction kept = plan("logsumexp", x, dims, true);
-  Tensor m = run(OpKind::Amax, input, kept, input.dtype());
-  m = masked_fill(m, isinf(m), 0);
-  Tensor shifted = input - m;
-  const Tensor total = run(OpKind::Sum, shifted.exp_(), r, input.dtype());
-  return (log(total) + squeeze_reduced(m, r, keepdim)).to(result_dtype);
+  Tensor out;
+  {
+    autograd::NoGradGuard no_grad;
+    const Tensor input = x.to(compute_dtype(result_dtype));
+    // log(sum(exp(x - m))) + m with m the max, replaced by 0 where it is infinite: a row of -inf
+    // gives log(0) = -inf, a row holding +inf gives +inf, and nan propagates through m.
+    const Reduction kept = plan("logsumexp", x, dims, true);
+    Tensor m = run(OpKind::Amax, input, kept, input.dtype());
+    m = masked_fill(m, isinf(m), 0);
+    Tensor shifted = input - m;
+    const Tensor total = run(OpKind::Sum, shifted.exp_(), r, input.dtype());
+    out = (log(total) + squeeze_reduced(m, r, keepdim)).to(result_dtype);
+  }
+  if (autograd::needs_grad(x)) {
+    autograd::record("logsumexp", out, {&x},
+                     [r, sx = SavedTensor(x), so = SavedTensor(out)](const Tensor& g, GradMask) -> Grads {
+                       const Tensor in = sx.get();
+                       const Tensor weights = exp(sub(in, keep_reduced(so.get(), in.shape(), r)));
+                       return {mul(keep_reduced(g, in.shape(), r), weights)};
+                     });
+  }
+  return out;
 }
 
 Tensor all(const Tensor& x, const Axes& dims, bool keepdim) { return truth(OpKind::All, x, dims, keepdim); }
 Tensor any(const Tensor& x, const Axes& dims, bool keepdim) { return truth(OpKind::Any, x, dims, keepdim); }
 
-Tensor norm(const Tensor& x, double p, const Axes& dims, bool keepdim) {
-  check_cpu("norm", x);
-  check_floating("norm", x);
-  EMBER_CHECK(!std::isnan(p), "[norm] p must be a number, got nan");
-  const Reduction r = plan("norm", x, dims, keepdim);
-  if (p < 0 || std::isinf(p)) check_nonempty("norm", x, r, "a norm with p = inf, -inf or p < 0 has no identity");
+namespace {
+
+Tensor norm_forward(const Tensor& x, double p, const Reduction& r) {
   const Tensor input = x.to(compute_dtype(x.dtype()));
   const DType dtype = input.dtype();
   Tensor result;
@@ -264,7 +409,70 @@ Tensor norm(const Tensor& x, double p, const Axes& dims, bool keepdim) {
   return result.to(x.dtype());
 }
 
-Tensor softmax(const Tensor& x, int64_t dim) { return softmax_impl(OpKind::Softmax, x, dim); }
-Tensor log_softmax(const Tensor& x, int64_t dim) { return softmax_impl(OpKind::LogSoftmax, x, dim); }
+// The p-norm's gradient, as PyTorch: d ||x|| / dx_i = sign(x_i) |x_i|^(p-1) / ||x||^(p-1), with the
+// subgradient 0 where the norm is 0; p = inf shares the gradient among the elements of largest
+// magnitude; the count of nonzeros (p = 0) is piecewise constant.
+Tensor norm_backward(const Tensor& g, const Tensor& in, const Tensor& out, double p, const Reduction& r) {
+  const Tensor grad = keep_reduced(g, in.shape(), r);
+  const Tensor norm = keep_reduced(out, in.shape(), r);
+  if (p == 0) return zeros_like(in);
+  if (p == 1) return mul(grad, sign(in));
+  if (p == 2) return mul(in, where(eq(norm, 0), 0.0, div(grad, norm)));
+  if (std::isinf(p)) {
+    const Tensor magnitude = abs(in);
+    const Tensor hits = logical_or(eq(magnitude, norm), isnan(magnitude));
+    return mul(sign(in), share_among(g, hits, in.shape(), r));
+  }
+  if (p < 1) {  // |x|^(p-1) is infinite at 0; PyTorch takes the subgradient 0 there
+    const Tensor scaled = mul(sign(in), where(eq(in, 0), 0.0, pow(abs(in), p - 1)));
+    return mul(scaled, mul(grad, pow(norm, 1 - p)));
+  }
+  const Tensor scale = where(eq(norm, 0), 0.0, div(grad, pow(norm, p - 1)));
+  const Tensor scaled = p < 2 ? mul(sign(in), pow(abs(in), p - 1)) : mul(in, pow(abs(in), p - 2));
+  return mul(scaled, scale);
+}
+
+}  // namespace
+
+Tensor norm(const Tensor& x, double p, const Axes& dims, bool keepdim) {
+  check_cpu("norm", x);
+  check_floating("norm", x);
+  EMBER_CHECK(!std::isnan(p), "[norm] p must be a number, got nan");
+  const Reduction r = plan("norm", x, dims, keepdim);
+  if (p < 0 || std::isinf(p)) check_nonempty("norm", x, r, "a norm with p = inf, -inf or p < 0 has no identity");
+  Tensor out;
+  {
+    autograd::NoGradGuard no_grad;
+    out = norm_forward(x, p, r);
+  }
+  if (autograd::needs_grad(x)) {
+    autograd::record("norm", out, {&x},
+                     [r, p, sx = SavedTensor(x), so = SavedTensor(out)](const Tensor& g, GradMask) -> Grads {
+                       return {norm_backward(g, sx.get(), so.get(), p, r)};
+                     });
+  }
+  return out;
+}
+
+// softmax: dx = y (g - sum(g y)); log_softmax: dx = g - exp(y) sum(g), both over dim.
+Tensor softmax(const Tensor& x, int64_t dim) {
+  Tensor out = softmax_impl(OpKind::Softmax, x, dim);
+  if (autograd::needs_grad(x)) {
+    autograd::record("softmax", out, {&x}, [dim, so = SavedTensor(out)](const Tensor& g, GradMask) -> Grads {
+      const Tensor y = so.get();
+      return {mul(y, sub(g, sum(mul(g, y), {dim}, true)))};
+    });
+  }
+  return out;
+}
+Tensor log_softmax(const Tensor& x, int64_t dim) {
+  Tensor out = softmax_impl(OpKind::LogSoftmax, x, dim);
+  if (autograd::needs_grad(x)) {
+    autograd::record("log_softmax", out, {&x}, [dim, so = SavedTensor(out)](const Tensor& g, GradMask) -> Grads {
+      return {sub(g, mul(exp(so.get()), sum(g, {dim}, true)))};
+    });
+  }
+  return out;
+}
 
 }  // namespace ember

@@ -5,7 +5,9 @@
 // never handed out). The copy kernel handles any layout, dtype conversion and threading, so these
 // ops need no kernels of their own. Dtype rules: cat and stack promote across their inputs as
 // torch.cat; the rest keep the input's dtype. Cost: no FLOPs; bytes = input read + output written.
-// Backward: added with autograd (cat <-> split, flip <-> flip, roll <-> roll, pad <-> crop).
+// Backward: cat's gradient is split back (narrow), stack's selected, repeat/tile's copies summed,
+// flip's flipped, roll's rolled back and pad's cropped (pad with the negated pads, which also
+// zero-fills what a negative pad cropped). split and chunk return slices, which record themselves.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -15,11 +17,23 @@
 #include <utility>
 #include <vector>
 
+#include "autograd/function.h"
 #include "core/tensor_internal.h"
 #include "ember/ops.h"
 
 namespace ember {
 namespace {
+
+using autograd::GradMask;
+using autograd::Grads;
+using autograd::needs_grad;
+
+// Zeros shaped `shape` with the gradient's dtype and device.
+Tensor zeros_for(const Shape& shape, const Tensor& g) {
+  TensorOptions options(g.dtype());
+  options.device = g.device();
+  return zeros(shape, options);
+}
 
 std::string format_list(const std::vector<int64_t>& values) {
   std::ostringstream out;
@@ -174,10 +188,28 @@ Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) {
   }
   Tensor out = detail::make_empty(shape, dtype, first->device());
   int64_t offset = 0;
+  std::vector<int64_t> starts;  // where each input begins along d (-1: skipped)
   for (const Tensor& t : tensors) {
-    if (is_legacy_empty(t)) continue;
+    if (is_legacy_empty(t)) {
+      starts.push_back(-1);
+      continue;
+    }
     detail::copy_into(out.narrow(d, offset, t.shape()[d]), t);
+    starts.push_back(offset);
     offset += t.shape()[d];
+  }
+  if (autograd::any_requires_grad(tensors)) {
+    std::vector<int64_t> sizes;
+    for (const Tensor& t : tensors) sizes.push_back(is_legacy_empty(t) ? 0 : t.shape()[d]);
+    autograd::record("cat", out, tensors, [d, starts, sizes](const Tensor& g, GradMask needs) -> Grads {
+      Grads grads(starts.size());
+      for (size_t i = 0; i < starts.size(); ++i) {
+        if (i < 64 && !needs[i]) continue;  // GradMask covers the first 64 inputs; compute the rest
+
+        grads[i] = starts[i] < 0 ? zeros_for({0}, g) : g.narrow(d, starts[i], sizes[i]);
+      }
+      return grads;
+    });
   }
   return out;
 }
@@ -195,6 +227,15 @@ Tensor stack(const std::vector<Tensor>& tensors, int64_t dim) {
   shape.insert(d, static_cast<int64_t>(tensors.size()));
   Tensor out = detail::make_empty(shape, common_dtype(tensors), first.device());
   for (size_t i = 0; i < tensors.size(); ++i) detail::copy_into(out.select(d, static_cast<int64_t>(i)), tensors[i]);
+  if (autograd::any_requires_grad(tensors)) {
+    autograd::record("stack", out, tensors, [d, count = tensors.size()](const Tensor& g, GradMask needs) -> Grads {
+      Grads grads(count);
+      for (size_t i = 0; i < count; ++i) {
+        if (i >= 64 || needs[i]) grads[i] = g.select(d, static_cast<int64_t>(i));  // GradMask covers 64
+      }
+      return grads;
+    });
+  }
   return out;
 }
 
@@ -247,17 +288,55 @@ std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t dim) {
   return split(x, split_size, d);
 }
 
+namespace {
+
+// repeat's backward: every dim k of g holds repeats[k] copies of the input's (padded) dim side by
+// side; split it into (copies, size) and sum the copies away, one repeated dim at a time.
+Tensor sum_repeats(const Tensor& g, const Shape& x_shape, const Shape& repeats) {
+  const int lead = repeats.size() - x_shape.size();
+  Tensor grad = g;
+  for (int k = 0; k < repeats.size(); ++k) {
+    const int64_t copies = repeats[k], size = k < lead ? 1 : x_shape[k - lead];
+    if (copies == 1) continue;
+    Shape split = grad.shape();
+    split[k] = size;
+    if (copies == 0) {
+      grad = zeros_for(split, grad);
+    } else if (grad.dim() < kMaxDims) {
+      split.insert(k, copies);
+      grad = sum(grad.reshape(split), {k});
+    } else {  // no room for one more dim: add the copies up one by one
+      Tensor total = grad.narrow(k, 0, size).clone();
+      for (int64_t i = 1; i < copies; ++i) total.add_(grad.narrow(k, i * size, size));
+      grad = total;
+    }
+  }
+  return grad.reshape(x_shape);
+}
+
+Tensor repeat_with_grad(const char* op, const Tensor& x, const Shape& repeats) {
+  Tensor out = repeat_impl(op, x, repeats);
+  if (needs_grad(x)) {
+    autograd::record(op, out, {&x}, [x_shape = x.shape(), repeats](const Tensor& g, GradMask) -> Grads {
+      return {sum_repeats(g, x_shape, repeats)};
+    });
+  }
+  return out;
+}
+
+}  // namespace
+
 Tensor repeat(const Tensor& x, const Shape& repeats) {
   EMBER_CHECK(repeats.size() >= x.dim(), "[repeat] number of dimensions of repeat dims (", repeats.size(),
               ") can not be smaller than number of dimensions of tensor (", x.dim(), ")");
-  return repeat_impl("repeat", x, repeats);
+  return repeat_with_grad("repeat", x, repeats);
 }
 
 Tensor tile(const Tensor& x, const Shape& reps) {
   // Fewer reps than dims: leading 1s, as torch.tile.
   Shape repeats = reps;
   while (repeats.size() < x.dim()) repeats.insert(0, 1);
-  return repeat_impl("tile", x, repeats);
+  return repeat_with_grad("tile", x, repeats);
 }
 
 Tensor flip(const Tensor& x, const Axes& dims) {
@@ -275,16 +354,21 @@ Tensor flip(const Tensor& x, const Axes& dims) {
   Tensor out = detail::make_empty(x.shape(), x.dtype(), x.device());
   // A view read backwards along the flipped dims; it never leaves this function.
   detail::copy_into(out, detail::make_view(x, x.shape(), strides, offset));
+  if (needs_grad(x)) {
+    autograd::record("flip", out, {&x}, [dims](const Tensor& g, GradMask) -> Grads { return {flip(g, dims)}; });
+  }
   return out;
 }
 
-Tensor roll(const Tensor& x, const std::vector<int64_t>& shifts, const std::vector<int64_t>& dims) {
+namespace {
+
+Tensor roll_forward(const Tensor& x, const std::vector<int64_t>& shifts, const std::vector<int64_t>& dims) {
   EMBER_CHECK(!shifts.empty(), "[roll] shifts required");
   if (dims.empty()) {
     // Roll the flattened tensor, then restore the shape.
     EMBER_CHECK(shifts.size() == 1, "[roll] shifts and dims must align: got ", shifts.size(),
                 " shifts and no dims (only one shift is allowed without dims)");
-    return roll(x.reshape({-1}), shifts, {0}).view(x.shape());
+    return roll_forward(x.reshape({-1}), shifts, {0}).view(x.shape());
   }
   EMBER_CHECK(shifts.size() == dims.size(), "[roll] shifts and dims must align: got ", shifts.size(), " shifts and ",
               dims.size(), " dims");
@@ -304,6 +388,25 @@ Tensor roll(const Tensor& x, const std::vector<int64_t>& shifts, const std::vect
     if (named[d] && total[d] != 0) rolls.emplace_back(d, total[d]);
   }
   roll_into(out, x, rolls, 0);
+  return out;
+}
+
+}  // namespace
+
+Tensor roll(const Tensor& x, const std::vector<int64_t>& shifts, const std::vector<int64_t>& dims) {
+  if (!needs_grad(x)) return roll_forward(x, shifts, dims);
+  Tensor out;
+  {
+    autograd::NoGradGuard no_grad;  // its internal views and reshapes: one node for the whole roll
+    out = roll_forward(x, shifts, dims);
+  }
+  {
+    autograd::record("roll", out, {&x}, [shifts, dims](const Tensor& g, GradMask) -> Grads {
+      std::vector<int64_t> back;
+      for (int64_t s : shifts) back.push_back(-s);
+      return {roll(g, back, dims)};
+    });
+  }
   return out;
 }
 
@@ -340,6 +443,13 @@ Tensor pad(const Tensor& x, const std::vector<int64_t>& pads, const Scalar& valu
   Tensor dst = out;
   for (int d = 0; d < x.dim(); ++d) dst = dst.narrow(d, placement[d].first, placement[d].second);
   detail::copy_into(dst, src);
+  if (needs_grad(x)) {
+    autograd::record("pad", out, {&x}, [pads](const Tensor& g, GradMask) -> Grads {
+      std::vector<int64_t> back;
+      for (int64_t p : pads) back.push_back(-p);
+      return {pad(g, back, 0)};
+    });
+  }
   return out;
 }
 
