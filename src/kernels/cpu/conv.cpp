@@ -1,0 +1,365 @@
+// 2-D convolution by im2col + GEMM.
+//
+// For one image and one group, with K = in_channels / groups * kernel_h * kernel_w and P =
+// out_height * out_width:
+//   forward          out (C_out/g, P)  = weight (C_out/g, K) @ columns (K, P)           (+ bias per row)
+//   grad input       dcolumns (K, P)   = weight^T (K, C_out/g) @ grad_out (C_out/g, P), then col2im
+//   grad weight      dweight (C_out/g, K) += grad_out (C_out/g, P) @ columns^T (P, K)
+// where row (c, ki, kj) of `columns` holds, for every output position, the input element that
+// kernel tap (ki, kj) of channel c sees there (0 in the padding). The GEMM reads columns^T through
+// its strides. Grad input transposes the weight once per call (the GEMM packs its A operand for
+// every image, and packing rows is cheaper than gathering columns); grad weight puts several
+// images' columns and output gradients side by side to make one deeper GEMM (Note
+// [deterministic weight gradient]).
+//
+// im2col and col2im work a whole output row at a time: for each kernel tap the range of output
+// columns that land inside the image is computed once, so the inner loop is a plain copy (stride 1)
+// or a strided gather, with no bounds test per element. In the forward and grad input, a 1x1 kernel
+// with stride 1 and no padding needs no columns at all: the image (C, H*W) is its own column matrix.
+//
+// Threads go over the images: each image's im2col and GEMMs run on one thread with its own column
+// buffer (the GEMMs of a CNN's images are small, so this beats splitting each GEMM). A GEMM called
+// inside that parallel region gets a team of one thread (OpenMP nesting is off by default); a
+// single image runs on the calling thread and leaves the threads to the GEMM.
+#include "kernels/cpu/conv.h"
+
+#include <algorithm>
+#include <cstddef>
+#include <cstring>
+#include <type_traits>
+#include <vector>
+
+#include "ember/error.h"
+#include "kernels/cpu/gemm.h"
+#include "kernels/cpu/parallel.h"
+
+namespace ember::cpu {
+namespace {
+
+// The sizes every kernel derives from the geometry.
+struct Sizes {
+  int64_t in_per_group;   // input channels per group
+  int64_t out_per_group;  // output channels per group
+  int64_t patch;          // K: rows of one group's column matrix
+  int64_t in_plane;       // in_height * in_width
+  int64_t out_plane;      // P: out_height * out_width
+  bool pointwise;         // 1x1 kernel, stride 1, no padding: the image is its own column matrix
+};
+
+Sizes sizes_of(const Conv2dGeometry& g) {
+  Sizes s{};
+  s.in_per_group = g.in_channels / g.groups;
+  s.out_per_group = g.out_channels / g.groups;
+  s.patch = s.in_per_group * g.kernel_h * g.kernel_w;
+  s.in_plane = g.in_height * g.in_width;
+  s.out_plane = g.out_height * g.out_width;
+  s.pointwise =
+      g.kernel_h == 1 && g.kernel_w == 1 && g.stride_h == 1 && g.stride_w == 1 && g.pad_h == 0 && g.pad_w == 0;
+  return s;
+}
+
+// For one kernel tap along one axis: output position o reads input position o * stride + offset,
+// which is inside [0, in_size) exactly for o in [first, last).
+struct TapRange {
+  int64_t first;
+  int64_t last;
+  int64_t offset;
+};
+
+TapRange tap_range(int64_t out_size, int64_t in_size, int64_t stride, int64_t offset) {
+  // first: the least o with o * stride + offset >= 0; last: one past the greatest with
+  // o * stride + offset <= in_size - 1.
+  int64_t first = offset >= 0 ? 0 : (-offset + stride - 1) / stride;
+  int64_t last = in_size - 1 - offset < 0 ? 0 : (in_size - 1 - offset) / stride + 1;
+  first = std::min(first, out_size);
+  last = std::clamp(last, first, out_size);
+  return {first, last, offset};
+}
+
+// Grow-only buffers owned by the calling thread (OpenMP workers live as long as the process), so a
+// training loop allocates its column buffers once.
+enum class Slot : int { kColumns, kPartials, kWeightT, kCount };
+
+template <class T>
+T* thread_buffer(Slot slot, int64_t count) {
+  thread_local std::vector<T> buffers[static_cast<int>(Slot::kCount)];
+  std::vector<T>& buffer = buffers[static_cast<int>(slot)];
+  if (static_cast<int64_t>(buffer.size()) < count) buffer.resize(static_cast<size_t>(count));
+  return buffer.data();
+}
+
+// Copies n elements. The rows im2col copies are a feature map's width, often a handful of
+// elements, and a call to memmove per row would cost more than the copy: short rows go in
+// fixed-size blocks, which compile to a few vector moves.
+template <class T>
+inline void copy_row(const T* src, T* dst, int64_t n) {
+  if (n >= 64) {
+    std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(T));
+    return;
+  }
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) std::memcpy(dst + i, src + i, 8 * sizeof(T));
+  if (n - i >= 4) {
+    std::memcpy(dst + i, src + i, 4 * sizeof(T));
+    i += 4;
+  }
+  for (; i < n; ++i) dst[i] = src[i];
+}
+
+// Zeroes n elements; n is often 0 (no padding on that side), which then costs nothing.
+template <class T>
+inline void zero_row(T* dst, int64_t n) {
+  if (n > 0) std::fill(dst, dst + n, T(0));
+}
+
+// columns (in_channels * kernel_h * kernel_w, P) from one image (in_channels, H, W); consecutive rows
+// of `columns` are row_stride elements apart (P for one image alone).
+template <class T>
+void im2col(const Conv2dGeometry& g, const T* image, T* columns, int64_t row_stride) {
+  const int64_t out_w = g.out_width, plane = g.out_height * g.out_width;
+  // Channel outermost: the rows of `columns` are written in order, each channel's plane is read
+  // while it is in L1.
+  for (int64_t c = 0; c < g.in_channels; ++c) {
+    const T* src = image + c * g.in_height * g.in_width;
+    for (int64_t ki = 0; ki < g.kernel_h; ++ki) {
+      const TapRange rows = tap_range(g.out_height, g.in_height, g.stride_h, ki * g.dilation_h - g.pad_h);
+      for (int64_t kj = 0; kj < g.kernel_w; ++kj) {
+        const TapRange cols = tap_range(out_w, g.in_width, g.stride_w, kj * g.dilation_w - g.pad_w);
+        T* dst = columns + ((c * g.kernel_h + ki) * g.kernel_w + kj) * row_stride;
+        zero_row(dst, rows.first * out_w);
+        for (int64_t oh = rows.first; oh < rows.last; ++oh) {
+          T* d = dst + oh * out_w;
+          const T* s = src + (oh * g.stride_h + rows.offset) * g.in_width;
+          zero_row(d, cols.first);
+          if (g.stride_w == 1) {
+            copy_row(s + cols.first + cols.offset, d + cols.first, cols.last - cols.first);
+          } else {
+            for (int64_t ow = cols.first; ow < cols.last; ++ow) d[ow] = s[ow * g.stride_w + cols.offset];
+          }
+          zero_row(d + cols.last, out_w - cols.last);
+        }
+        zero_row(dst + rows.last * out_w, plane - rows.last * out_w);
+      }
+    }
+  }
+}
+
+// image (in_channels, H, W) = the sum of every column entry into the input element it came from
+// (the adjoint of im2col). The image is overwritten.
+template <class T>
+void col2im(const Conv2dGeometry& g, const T* columns, T* image) {
+  const int64_t out_w = g.out_width, plane = g.out_height * g.out_width;
+  for (int64_t c = 0; c < g.in_channels; ++c) {
+    T* dst = image + c * g.in_height * g.in_width;
+    std::fill(dst, dst + g.in_height * g.in_width, T(0));
+    for (int64_t ki = 0; ki < g.kernel_h; ++ki) {
+      const TapRange rows = tap_range(g.out_height, g.in_height, g.stride_h, ki * g.dilation_h - g.pad_h);
+      for (int64_t kj = 0; kj < g.kernel_w; ++kj) {
+        const TapRange cols = tap_range(out_w, g.in_width, g.stride_w, kj * g.dilation_w - g.pad_w);
+        const T* src = columns + ((c * g.kernel_h + ki) * g.kernel_w + kj) * plane;
+        for (int64_t oh = rows.first; oh < rows.last; ++oh) {
+          const T* s = src + oh * out_w;
+          T* d = dst + (oh * g.stride_h + rows.offset) * g.in_width;
+          if (g.stride_w == 1) {
+            for (int64_t ow = cols.first; ow < cols.last; ++ow) d[ow + cols.offset] += s[ow];
+          } else {
+            for (int64_t ow = cols.first; ow < cols.last; ++ow) d[ow * g.stride_w + cols.offset] += s[ow];
+          }
+        }
+      }
+    }
+  }
+}
+
+// Runs body(n) for every image, images split over the threads (see the top of the file).
+template <class F>
+void for_each_image(int64_t batch, const F& body) {
+  parallel_for(0, batch, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t n = begin; n < end; ++n) body(n);
+  });
+}
+
+template <class T>
+GemmArgs gemm_args(int64_t m, int64_t n, int64_t k) {
+  GemmArgs args;
+  args.dtype = std::is_same_v<T, float> ? kFloat32 : kFloat64;
+  args.m = m;
+  args.n = n;
+  args.k = k;
+  return args;
+}
+
+template <class T>
+void forward(const Conv2dGeometry& g, const T* input, const T* weight, const T* bias, T* out) {
+  const Sizes s = sizes_of(g);
+  for_each_image(g.batch, [&](int64_t n) {
+    const T* image = input + n * g.in_channels * s.in_plane;
+    const T* columns = image;
+    if (!s.pointwise) {
+      T* buffer = thread_buffer<T>(Slot::kColumns, g.in_channels * g.kernel_h * g.kernel_w * s.out_plane);
+      im2col(g, image, buffer, s.out_plane);
+      columns = buffer;
+    }
+    T* out_image = out + n * g.out_channels * s.out_plane;
+    for (int64_t group = 0; group < g.groups; ++group) {
+      GemmArgs args = gemm_args<T>(s.out_per_group, s.out_plane, s.patch);
+      args.a = weight + group * s.out_per_group * s.patch;
+      args.a_row_stride = s.patch;
+      args.a_col_stride = 1;
+      args.b = columns + group * s.patch * s.out_plane;
+      args.b_row_stride = s.out_plane;
+      args.b_col_stride = 1;
+      args.c = out_image + group * s.out_per_group * s.out_plane;
+      args.c_row_stride = s.out_plane;
+      args.c_col_stride = 1;
+      gemm(args);
+    }
+    if (bias != nullptr) {
+      // The GEMM's bias epilogue is per column; here the bias is per row (output channel), added
+      // while the image's output is still in cache.
+      for (int64_t oc = 0; oc < g.out_channels; ++oc) {
+        T* row = out_image + oc * s.out_plane;
+        const T b = bias[oc];
+        for (int64_t p = 0; p < s.out_plane; ++p) row[p] += b;
+      }
+    }
+  });
+}
+
+template <class T>
+void backward_input(const Conv2dGeometry& g, const T* grad_out, const T* weight, T* grad_input) {
+  const Sizes s = sizes_of(g);
+  // weight^T per group, (K, C_out/g) with rows contiguous, made once: the GEMM packs its A operand
+  // for every image, and packing rows is much cheaper than gathering columns.
+  T* weight_t = thread_buffer<T>(Slot::kWeightT, g.out_channels * s.patch);
+  for (int64_t group = 0; group < g.groups; ++group) {
+    const T* w = weight + group * s.out_per_group * s.patch;
+    T* wt = weight_t + group * s.out_per_group * s.patch;
+    for (int64_t o = 0; o < s.out_per_group; ++o) {
+      for (int64_t k = 0; k < s.patch; ++k) wt[k * s.out_per_group + o] = w[o * s.patch + k];
+    }
+  }
+  for_each_image(g.batch, [&](int64_t n) {
+    T* image = grad_input + n * g.in_channels * s.in_plane;
+    T* columns =
+        s.pointwise ? image : thread_buffer<T>(Slot::kColumns, g.in_channels * g.kernel_h * g.kernel_w * s.out_plane);
+    const T* grad_image = grad_out + n * g.out_channels * s.out_plane;
+    for (int64_t group = 0; group < g.groups; ++group) {
+      GemmArgs args = gemm_args<T>(s.patch, s.out_plane, s.out_per_group);
+      args.a = weight_t + group * s.out_per_group * s.patch;  // weight^T: (K, C_out/g)
+      args.a_row_stride = s.out_per_group;
+      args.a_col_stride = 1;
+      args.b = grad_image + group * s.out_per_group * s.out_plane;
+      args.b_row_stride = s.out_plane;
+      args.b_col_stride = 1;
+      args.c = columns + group * s.patch * s.out_plane;
+      args.c_row_stride = s.out_plane;
+      args.c_col_stride = 1;
+      gemm(args);
+    }
+    if (!s.pointwise) col2im(g, columns, image);
+  });
+}
+
+// Note [deterministic weight gradient]
+// The weight gradient sums over the batch. The images are cut into at most kWeightPartials
+// contiguous ranges by the batch size alone; each range accumulates its images in order into its
+// own partial sum (one range per task, tasks spread over the threads), and the partial sums are
+// then added in range order. So the result is bitwise the same for any thread count.
+//
+// Within a range, several images go through one GEMM: their columns side by side (K, images * P)
+// and their output gradients side by side (C_out, images * P), so the GEMM's k is images * P
+// rather than P: fewer, deeper products, and C is written once per GEMM instead of once per image.
+// The number of images per GEMM depends on the sizes alone (a column buffer of about
+// kColumnBudget elements), so the order of the sums does too.
+constexpr int64_t kWeightPartials = 16;
+constexpr int64_t kColumnBudget = int64_t{1} << 20;
+
+template <class T>
+void backward_weight(const Conv2dGeometry& g, const T* grad_out, const T* input, T* grad_weight) {
+  const Sizes s = sizes_of(g);
+  const int64_t weight_size = g.out_channels * s.patch;
+  const int64_t rows = g.in_channels * g.kernel_h * g.kernel_w;  // columns of every group
+  const int64_t partials = std::min(g.batch, kWeightPartials);
+  const int64_t per_gemm = std::max<int64_t>(1, kColumnBudget / std::max<int64_t>(1, rows * s.out_plane));
+  // Range 0 sums straight into grad_weight; the others into this buffer of the calling thread.
+  T* extra = thread_buffer<T>(Slot::kPartials, (partials - 1) * weight_size);
+  parallel_for(0, partials, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t part = begin; part < end; ++part) {
+      T* sum = part == 0 ? grad_weight : extra + (part - 1) * weight_size;
+      const int64_t first = part * g.batch / partials, last = (part + 1) * g.batch / partials;
+      for (int64_t n0 = first; n0 < last; n0 += per_gemm) {
+        const int64_t images = std::min(per_gemm, last - n0), width = images * s.out_plane;
+        T* columns = thread_buffer<T>(Slot::kColumns, (rows + g.out_channels) * width);
+        T* grads = columns + rows * width;  // (C_out, images * P)
+        for (int64_t i = 0; i < images; ++i) {
+          im2col(g, input + (n0 + i) * g.in_channels * s.in_plane, columns + i * s.out_plane, width);
+          const T* grad_image = grad_out + (n0 + i) * g.out_channels * s.out_plane;
+          for (int64_t oc = 0; oc < g.out_channels; ++oc) {
+            copy_row(grad_image + oc * s.out_plane, grads + oc * width + i * s.out_plane, s.out_plane);
+          }
+        }
+        for (int64_t group = 0; group < g.groups; ++group) {
+          GemmArgs args = gemm_args<T>(s.out_per_group, s.patch, width);
+          args.a = grads + group * s.out_per_group * width;
+          args.a_row_stride = width;
+          args.a_col_stride = 1;
+          args.b = columns + group * s.patch * width;  // columns^T: (images * P, K)
+          args.b_row_stride = 1;
+          args.b_col_stride = width;
+          args.c = sum + group * s.out_per_group * s.patch;
+          args.c_row_stride = s.patch;
+          args.c_col_stride = 1;
+          args.beta = n0 == first ? 0.0 : 1.0;
+          gemm(args);
+        }
+      }
+    }
+  });
+  parallel_for(0, weight_size, kElementwiseGrain, [&](int64_t begin, int64_t end) {
+    for (int64_t part = 1; part < partials; ++part) {
+      const T* partial = extra + (part - 1) * weight_size;
+      for (int64_t i = begin; i < end; ++i) grad_weight[i] += partial[i];
+    }
+  });
+}
+
+template <class F>
+void dispatch_float(const char* op, DType dtype, const F& f) {
+  if (dtype == kFloat32) {
+    f(float{});
+  } else if (dtype == kFloat64) {
+    f(double{});
+  } else {
+    EMBER_FAIL("[", op, "] the CPU kernel takes float32 or float64, got ", dtype);
+  }
+}
+
+}  // namespace
+
+void conv2d_forward(DType dtype, const Conv2dGeometry& g, const void* input, const void* weight, const void* bias,
+                    void* out) {
+  dispatch_float("conv2d", dtype, [&](auto zero) {
+    using T = decltype(zero);
+    forward(g, static_cast<const T*>(input), static_cast<const T*>(weight), static_cast<const T*>(bias),
+            static_cast<T*>(out));
+  });
+}
+
+void conv2d_backward_input(DType dtype, const Conv2dGeometry& g, const void* grad_out, const void* weight,
+                           void* grad_input) {
+  dispatch_float("conv2d", dtype, [&](auto zero) {
+    using T = decltype(zero);
+    backward_input(g, static_cast<const T*>(grad_out), static_cast<const T*>(weight), static_cast<T*>(grad_input));
+  });
+}
+
+void conv2d_backward_weight(DType dtype, const Conv2dGeometry& g, const void* grad_out, const void* input,
+                            void* grad_weight) {
+  dispatch_float("conv2d", dtype, [&](auto zero) {
+    using T = decltype(zero);
+    backward_weight(g, static_cast<const T*>(grad_out), static_cast<const T*>(input), static_cast<T*>(grad_weight));
+  });
+}
+
+}  // namespace ember::cpu

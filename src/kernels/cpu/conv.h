@@ -1,0 +1,49 @@
+// The CPU 2-D convolution kernels: forward, gradient with respect to the input, and gradient with
+// respect to the weight, by im2col + the packed GEMM (kernels/cpu/gemm.h). Like every kernel they
+// see raw pointers and sizes, never a Tensor; src/ops/conv.cpp validates, makes the operands
+// contiguous and allocates.
+#pragma once
+
+#include <cstdint>
+
+#include "ember/dtype.h"
+
+namespace ember::cpu {
+
+// One convolution's geometry. Input (batch, in_channels, in_height, in_width), weight
+// (out_channels, in_channels / groups, kernel_h, kernel_w), output (batch, out_channels,
+// out_height, out_width), all contiguous. The sizes are already checked: every one positive
+// (padding may be 0), channels divisible by groups, the output at least 1 x 1.
+struct Conv2dGeometry {
+  int64_t batch = 1;
+  int64_t in_channels = 1;
+  int64_t in_height = 1;
+  int64_t in_width = 1;
+  int64_t out_channels = 1;
+  int64_t out_height = 1;
+  int64_t out_width = 1;
+  int64_t kernel_h = 1;
+  int64_t kernel_w = 1;
+  int64_t stride_h = 1;
+  int64_t stride_w = 1;
+  int64_t pad_h = 0;
+  int64_t pad_w = 0;
+  int64_t dilation_h = 1;
+  int64_t dilation_w = 1;
+  int64_t groups = 1;
+};
+
+// out = conv(input, weight) + bias (bias: (out_channels) or null). float32 and float64.
+void conv2d_forward(DType dtype, const Conv2dGeometry& g, const void* input, const void* weight, const void* bias,
+                    void* out);
+
+// grad_input = the transposed convolution of grad_out with weight. float32 and float64.
+void conv2d_backward_input(DType dtype, const Conv2dGeometry& g, const void* grad_out, const void* weight,
+                           void* grad_input);
+
+// grad_weight = sum over the batch of grad_out (x) the input's patches. float32 and float64. The
+// result does not depend on the thread count (Note [deterministic weight gradient] in conv.cpp).
+void conv2d_backward_weight(DType dtype, const Conv2dGeometry& g, const void* grad_out, const void* input,
+                            void* grad_weight);
+
+}  // namespace ember::cpu

@@ -1,0 +1,321 @@
+"""nn.functional reference data: conv2d, max_pool2d, avg_pool2d, adaptive_avg_pool2d, batch_norm, layer_norm,
+rms_norm, cross_entropy, nll_loss, mse_loss, l1_loss and binary_cross_entropy_with_logits, in float32 and float64.
+
+Each case records the forward output AND the gradients: the last input is a cotangent `cot` (the gradient of
+the output), attrs["grad"] lists the inputs (by position) that require grad, and "expected" is
+[output, grad of each listed input...]. batch_norm also appends running_mean and running_var after the update.
+Inputs include strided/padded/dilated/grouped convolutions, ceil_mode pools, non-contiguous ("t") inputs,
+ignore_index and label smoothing, and PyTorch's errors for bad shapes, channel mismatches and bad targets.
+
+Attribute conventions read by tests/test_nn_functional.cpp: pairs are [h, w] lists; "stride" may be null
+(the kernel size); "reduction" is "none" | "mean" | "sum"; "eps" may be null (rms_norm's dtype default).
+"""
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from golden_lib import Recorder, Tensor, make
+
+FLOATS = ["float32", "float64"]
+
+
+def leaf(x):
+    return x.detach().requires_grad_() if x is not None else None
+
+
+def grads_of(out, leaves, cot):
+    out.backward(cot)
+    return [out.detach()] + [(x.grad if x.grad is not None else torch.zeros_like(x)) for x in leaves]
+
+
+def with_grads(forward, grad_positions):
+    """fn(*inputs, cot, **attrs): runs forward on leaves for the listed inputs, backward with cot."""
+
+    def fn(*args, **attrs):
+        *inputs, cot = args
+        inputs = [leaf(x) if i in grad_positions else x for i, x in enumerate(inputs)]
+        out = forward(*inputs, **{k: v for k, v in attrs.items() if k != "grad"})
+        return grads_of(out, [inputs[i] for i in grad_positions], cot)
+
+    return fn
+
+
+def record(r, rng, op, name, forward, inputs, attrs, grad_positions, dtype):
+    """Records forward + gradients; the cotangent is drawn for the output's shape (none when torch raises)."""
+    attrs = dict(attrs, grad=list(grad_positions))
+    kwargs = {k: v for k, v in attrs.items() if k != "grad"}
+    try:
+        with torch.no_grad():
+            values = [x.value() if isinstance(x, Tensor) else x for x in inputs]
+            shape = list(forward(*values, **kwargs).shape)
+        cot = Tensor(make(shape, dtype, rng))
+    except (RuntimeError, ValueError, IndexError, TypeError):
+        cot = Tensor(make([], dtype, rng))
+    r.case(op, name, with_grads(forward, grad_positions), list(inputs) + [cot], attrs)
+
+
+def pair(v):
+    return v if isinstance(v, (list, tuple)) else [v, v]
+
+
+# --- the ops as torch calls, taking ember's attribute names -------------------------------------------------
+
+
+def f_conv2d(x, w, b, stride, padding, dilation, groups):
+    return F.conv2d(x, w, b, stride=tuple(stride), padding=tuple(padding), dilation=tuple(dilation), groups=groups)
+
+
+def f_max_pool2d(x, kernel, stride, padding, dilation, ceil_mode):
+    return F.max_pool2d(x, tuple(kernel), None if stride is None else tuple(stride), tuple(padding), tuple(dilation),
+                        ceil_mode=ceil_mode)
+
+
+def f_avg_pool2d(x, kernel, stride, padding, ceil_mode, count_include_pad):
+    return F.avg_pool2d(x, tuple(kernel), None if stride is None else tuple(stride), tuple(padding), ceil_mode=ceil_mode,
+                        count_include_pad=count_include_pad)
+
+
+def f_adaptive_avg_pool2d(x, output_size):
+    return F.adaptive_avg_pool2d(x, tuple(output_size))
+
+
+def f_layer_norm(x, w, b, normalized_shape, eps):
+    return F.layer_norm(x, normalized_shape, w, b, eps)
+
+
+def f_rms_norm(x, w, normalized_shape, eps):
+    return F.rms_norm(x, normalized_shape, w, eps)
+
+
+def f_cross_entropy(x, t, ignore_index, reduction, label_smoothing):
+    return F.cross_entropy(x, t, ignore_index=ignore_index, reduction=reduction, label_smoothing=label_smoothing)
+
+
+def f_nll_loss(x, t, ignore_index, reduction):
+    return F.nll_loss(x, t, ignore_index=ignore_index, reduction=reduction)
+
+
+def f_mse_loss(x, t, reduction):
+    return F.mse_loss(x, t, reduction=reduction)
+
+
+def f_l1_loss(x, t, reduction):
+    return F.l1_loss(x, t, reduction=reduction)
+
+
+def f_bce(x, t, w, pw, reduction):
+    return F.binary_cross_entropy_with_logits(x, t, w, reduction=reduction, pos_weight=pw)
+
+
+def t_layout(shape, dtype, rng, **kw):
+    """A non-contiguous input of `shape`: the last two dims stored transposed."""
+    base = make(list(shape[:-2]) + [shape[-1], shape[-2]], dtype, rng, **kw)
+    return Tensor(base, "t")
+
+
+def build():
+    rng = np.random.default_rng(11)
+    r = Recorder()
+
+    def T(shape, dtype, **kw):
+        return Tensor(make(list(shape), dtype, rng, **kw))
+
+    for dt in FLOATS:
+        # --- conv2d: (x, w, b, cot) ------------------------------------------------------------------------
+        conv = [
+            # name, x, w shape, bias, stride, padding, dilation, groups
+            ("basic", T([2, 3, 7, 7], dt), [4, 3, 3, 3], True, 1, 0, 1, 1),
+            ("stride2_pad1", T([2, 3, 7, 8], dt), [4, 3, 3, 3], True, 2, 1, 1, 1),
+            ("dilation2_pad2", T([1, 2, 8, 7], dt), [3, 2, 3, 3], True, 1, 2, 2, 1),
+            ("grouped", T([2, 4, 6, 6], dt), [6, 2, 3, 3], True, [1, 2], [1, 0], 1, 2),
+            ("depthwise", T([2, 3, 5, 5], dt), [3, 1, 3, 3], False, 1, 1, 1, 3),
+            ("rect_kernel_nobias", T([2, 2, 6, 7], dt), [3, 2, 2, 3], False, [2, 1], [1, 1], [1, 2], 1),
+            ("pointwise", T([2, 4, 5, 5], dt), [3, 4, 1, 1], True, 1, 0, 1, 1),
+            ("unbatched", T([3, 6, 6], dt), [2, 3, 3, 3], True, 1, 1, 1, 1),
+            ("transposed_input", t_layout([2, 3, 6, 5], dt, rng), [2, 3, 3, 3], True, 1, 1, 1, 1),
+            ("stride3_all_padding", T([1, 2, 5, 5], dt), [2, 2, 3, 3], True, 3, 1, 1, 1),
+        ]
+        for name, x, wshape, bias, stride, padding, dilation, groups in conv:
+            w = T(wshape, dt, low=-1.0, high=1.0)
+            b = T([wshape[0]], dt) if bias else None
+            grad = [0, 1, 2] if bias else [0, 1]
+            attrs = {"stride": pair(stride), "padding": pair(padding), "dilation": pair(dilation), "groups": groups}
+            record(r, rng, "conv2d", f"{name}_{dt}", f_conv2d, [x, w, b], attrs, grad, dt)
+        if dt == "float32":
+            bad = [
+                ("channel_mismatch", [2, 3, 6, 6], [4, 2, 3, 3], 1, 0, 1),
+                ("input_2d", [6, 6], [4, 1, 3, 3], 1, 0, 1),
+                ("too_small", [1, 1, 2, 2], [1, 1, 3, 3], 1, 0, 1),
+                ("groups_not_dividing_out", [1, 4, 5, 5], [3, 2, 3, 3], 1, 0, 2),
+                ("weight_3d", [1, 2, 5, 5], [3, 2, 3], 1, 0, 1),
+            ]
+            for name, xs, ws, stride, padding, groups in bad:
+                attrs = {"stride": pair(stride), "padding": pair(padding), "dilation": [1, 1], "groups": groups}
+                record(r, rng, "conv2d", f"error_{name}", f_conv2d, [T(xs, dt), T(ws, dt), None], attrs, [0, 1], dt)
+
+        # --- max_pool2d / avg_pool2d: (x, cot) ---------------------------------------------------------------
+        pools = [
+            # name, x, kernel, stride, padding, dilation, ceil_mode
+            ("k2", T([2, 3, 6, 6], dt), 2, None, 0, 1, False),
+            ("k3_s2_p1", T([2, 2, 7, 7], dt), 3, 2, 1, 1, False),
+            ("k3_s2_ceil", T([1, 2, 8, 8], dt), 3, 2, 0, 1, True),
+            ("k3_s2_p1_ceil", T([1, 2, 8, 7], dt), 3, 2, 1, 1, True),
+            ("k2_s1_dilation2", T([1, 2, 6, 6], dt), 2, 1, 0, 2, False),
+            ("rect", T([1, 2, 7, 9], dt), [2, 3], [2, 2], [1, 1], 1, True),
+            ("unbatched", T([3, 5, 5], dt), 2, None, 0, 1, True),
+            ("transposed_input", t_layout([2, 2, 6, 5], dt, rng), 3, 2, 1, 1, False),
+        ]
+        for name, x, k, s, p, d, ceil in pools:
+            attrs = {"kernel": pair(k), "stride": None if s is None else pair(s), "padding": pair(p), "dilation": pair(d),
+                     "ceil_mode": ceil}
+            record(r, rng, "max_pool2d", f"{name}_{dt}", f_max_pool2d, [x], attrs, [0], dt)
+        for name, x, k, s, p, d, ceil in pools:
+            if d != 1:
+                continue
+            for include in (True, False):
+                attrs = {"kernel": pair(k), "stride": None if s is None else pair(s), "padding": pair(p),
+                         "ceil_mode": ceil, "count_include_pad": include}
+                record(r, rng, "avg_pool2d", f"{name}_include{int(include)}_{dt}", f_avg_pool2d, [x], attrs, [0], dt)
+        if dt == "float32":
+            attrs = {"kernel": [2, 2], "stride": None, "padding": [2, 2], "dilation": [1, 1], "ceil_mode": False}
+            record(r, rng, "max_pool2d", "error_padding_too_large", f_max_pool2d, [T([1, 1, 6, 6], dt)], attrs, [0], dt)
+            attrs = {"kernel": [4, 4], "stride": None, "padding": [0, 0], "dilation": [1, 1], "ceil_mode": False}
+            record(r, rng, "max_pool2d", "error_too_small", f_max_pool2d, [T([1, 1, 3, 3], dt)], attrs, [0], dt)
+            attrs = {"kernel": [2, 2], "stride": None, "padding": [0, 0], "dilation": [1, 1], "ceil_mode": False}
+            record(r, rng, "max_pool2d", "error_input_2d", f_max_pool2d, [T([6, 6], dt)], attrs, [0], dt)
+            attrs = {"kernel": [3, 3], "stride": None, "padding": [2, 2], "ceil_mode": False, "count_include_pad": True}
+            record(r, rng, "avg_pool2d", "error_padding_too_large", f_avg_pool2d, [T([1, 1, 6, 6], dt)], attrs, [0], dt)
+
+        # --- adaptive_avg_pool2d: (x, cot) -------------------------------------------------------------------
+        for name, x, size in [("7x7_to_3x2", T([2, 2, 7, 7], dt), [3, 2]), ("5x5_to_4x4", T([1, 3, 5, 5], dt), [4, 4]),
+                              ("global", T([2, 3, 4, 5], dt), [1, 1]), ("unbatched", T([2, 6, 5], dt), [2, 3]),
+                              ("transposed_input", t_layout([1, 2, 6, 7], dt, rng), [3, 3])]:
+            record(r, rng, "adaptive_avg_pool2d", f"{name}_{dt}", f_adaptive_avg_pool2d, [x], {"output_size": size},
+                   [0], dt)
+
+        # --- batch_norm: (x, running_mean, running_var, weight, bias, cot) --------------------------------------
+        def f_batch_norm(x, rm, rv, w, b, training, momentum, eps):
+            return F.batch_norm(x, rm, rv, w, b, training=training, momentum=momentum, eps=eps)
+
+        def bn_case(name, x, channels, affine, training, momentum, eps=1e-5, stats=True):
+            rm = make([channels], dt, rng, low=-0.5, high=0.5) if stats else None
+            rv = make([channels], dt, rng, positive=True, high=2.0) if stats else None
+            w = T([channels], dt) if affine else None
+            b = T([channels], dt) if affine else None
+            grad = [0, 3, 4] if affine else [0]
+            attrs = {"training": training, "momentum": momentum, "eps": eps}
+
+            def fn(*args, **kw):
+                xv, rmv, rvv, wv, bv, cot = args
+                rmv = rmv.clone() if rmv is not None else None
+                rvv = rvv.clone() if rvv is not None else None
+                inputs = [leaf(xv), rmv, rvv, leaf(wv) if affine else None, leaf(bv) if affine else None]
+                out = f_batch_norm(*inputs, kw["training"], kw["momentum"], kw["eps"])
+                result = grads_of(out, [inputs[i] for i in grad], cot)
+                return result + ([rmv, rvv] if stats else [])
+
+            with torch.no_grad():
+                shape = list(x.value().shape)
+            cot = Tensor(make(shape, dt, rng))
+            r.case("batch_norm", f"{name}_{dt}", fn, [x, rm, rv, w, b, cot], dict(attrs, grad=grad))
+
+        bn_case("train_2d", T([4, 3], dt), 3, True, True, 0.1)
+        bn_case("train_4d", T([3, 2, 4, 4], dt, low=-1.0, high=5.0), 2, True, True, 0.3, eps=1e-3)
+        bn_case("train_3d_no_affine", T([2, 3, 5], dt), 3, False, True, 0.1)
+        bn_case("train_no_running_stats", T([4, 2, 3], dt), 2, True, True, 0.1, stats=False)
+        bn_case("eval_4d", T([2, 3, 3, 3], dt), 3, True, False, 0.1)
+        bn_case("transposed_input", t_layout([2, 3, 4, 5], dt, rng), 3, True, True, 0.1)
+        if dt == "float32":
+            bn_case("error_one_value_per_channel", T([1, 3], dt), 3, True, True, 0.1)
+
+        # --- layer_norm: (x, weight, bias, cot); rms_norm: (x, weight, cot) -----------------------------------------
+        ln = [
+            ("last_dim", T([4, 5], dt), [5], True, 1e-5),
+            ("last_two_dims", T([2, 3, 4], dt, low=2.0, high=6.0), [3, 4], True, 1e-5),
+            ("no_affine", T([3, 6], dt), [6], False, 1e-3),
+            ("transposed_input", t_layout([2, 4, 3], dt, rng), [3], True, 1e-5),
+        ]
+        for name, x, ns, affine, eps in ln:
+            w = T(ns, dt) if affine else None
+            b = T(ns, dt) if affine else None
+            record(r, rng, "layer_norm", f"{name}_{dt}", f_layer_norm, [x, w, b], {"normalized_shape": ns, "eps": eps},
+                   [0, 1, 2] if affine else [0], dt)
+            record(r, rng, "rms_norm", f"{name}_{dt}", f_rms_norm, [x, w], {"normalized_shape": ns, "eps": None},
+                   [0, 1] if affine else [0], dt)
+        record(r, rng, "rms_norm", f"eps_given_{dt}", f_rms_norm, [T([3, 4], dt, low=-0.01, high=0.01), T([4], dt)],
+               {"normalized_shape": [4], "eps": 1e-4}, [0, 1], dt)
+        if dt == "float32":
+            record(r, rng, "layer_norm", "error_shape_mismatch", f_layer_norm, [T([4, 5], dt), None, None],
+                   {"normalized_shape": [4], "eps": 1e-5}, [0], dt)
+            record(r, rng, "layer_norm", "error_weight_shape", f_layer_norm, [T([4, 5], dt), T([4], dt), None],
+                   {"normalized_shape": [5], "eps": 1e-5}, [0], dt)
+
+        # --- cross_entropy / nll_loss: (x, target, cot) ----------------------------------------------------------
+        def targets(shape, classes, ignore=None):
+            t = torch.from_numpy(rng.integers(0, classes, size=shape))
+            if ignore is not None:
+                flat = t.view(-1)
+                flat[:: 3] = ignore
+            return Tensor(t)
+
+        ce = [
+            # name, x, target, ignore_index, reduction, label_smoothing
+            ("mean", T([5, 4], dt), targets([5], 4), -100, "mean", 0.0),
+            ("sum", T([5, 4], dt), targets([5], 4), -100, "sum", 0.0),
+            ("none", T([5, 4], dt), targets([5], 4), -100, "none", 0.0),
+            ("ignore_index", T([6, 4], dt), targets([6], 4, ignore=-100), -100, "mean", 0.0),
+            ("ignore_index_class", T([6, 3], dt), targets([6], 3, ignore=1), 1, "sum", 0.0),
+            ("label_smoothing", T([5, 4], dt), targets([5], 4), -100, "mean", 0.1),
+            ("smoothing_and_ignore", T([6, 5], dt), targets([6], 5, ignore=-1), -1, "mean", 0.25),
+            ("smoothing_none", T([4, 3], dt), targets([4], 3, ignore=-100), -100, "none", 0.2),
+            ("spatial", T([2, 4, 3], dt), targets([2, 3], 4), -100, "mean", 0.0),
+            ("spatial_4d_smoothing", T([2, 3, 2, 2], dt), targets([2, 2, 2], 3, ignore=-100), -100, "sum", 0.1),
+            ("unbatched", T([5], dt), Tensor(torch.tensor(3)), -100, "mean", 0.0),
+            ("transposed_input", t_layout([4, 6], dt, rng), targets([4], 6), -100, "mean", 0.0),
+            ("large_logits", T([3, 4], dt, low=-300.0, high=300.0), targets([3], 4), -100, "sum", 0.0),
+            ("all_ignored", T([3, 4], dt), Tensor(torch.full([3], -100)), -100, "mean", 0.0),
+        ]
+        for name, x, t, ignore, reduction, smoothing in ce:
+            attrs = {"ignore_index": ignore, "reduction": reduction, "label_smoothing": smoothing}
+            record(r, rng, "cross_entropy", f"{name}_{dt}", f_cross_entropy, [x, t], attrs, [0], dt)
+            if smoothing == 0.0:
+                lp = Tensor(torch.log_softmax(x.value(), dim=1 if x.value().dim() > 1 else 0).contiguous())
+                attrs = {"ignore_index": ignore, "reduction": reduction}
+                record(r, rng, "nll_loss", f"{name}_{dt}", f_nll_loss, [lp, t], attrs, [0], dt)
+        if dt == "float32":
+            for name, x, t in [("target_too_large", T([3, 4], dt), Tensor(torch.tensor([0, 4, 1]))),
+                               ("target_negative", T([3, 4], dt), Tensor(torch.tensor([0, -1, 1]))),
+                               ("target_shape", T([3, 4], dt), targets([4], 4)),
+                               ("spatial_target_shape", T([2, 4, 3], dt), targets([2, 4], 4))]:
+                attrs = {"ignore_index": -100, "reduction": "mean", "label_smoothing": 0.0}
+                record(r, rng, "cross_entropy", f"error_{name}", f_cross_entropy, [x, t], attrs, [0], dt)
+                attrs = {"ignore_index": -100, "reduction": "mean"}
+                record(r, rng, "nll_loss", f"error_{name}", f_nll_loss, [x, t], attrs, [0], dt)
+
+        # --- mse_loss / l1_loss / bce_with_logits ---------------------------------------------------------------
+        for reduction in ("mean", "sum", "none"):
+            x, t = T([3, 4], dt), T([3, 4], dt)
+            record(r, rng, "mse_loss", f"{reduction}_{dt}", f_mse_loss, [x, t], {"reduction": reduction}, [0, 1], dt)
+            record(r, rng, "l1_loss", f"{reduction}_{dt}", f_l1_loss, [x, t], {"reduction": reduction}, [0, 1], dt)
+        record(r, rng, "mse_loss", f"transposed_{dt}", f_mse_loss, [t_layout([3, 4], dt, rng), T([3, 4], dt)],
+               {"reduction": "mean"}, [0, 1], dt)
+        record(r, rng, "l1_loss", f"transposed_{dt}", f_l1_loss, [t_layout([3, 4], dt, rng), T([3, 4], dt)],
+               {"reduction": "sum"}, [0, 1], dt)
+
+        def probs(shape):
+            return Tensor(torch.from_numpy(rng.uniform(0.0, 1.0, size=shape)).to(getattr(torch, dt)))
+
+        bce = [
+            ("plain", T([4, 3], dt, low=-20.0, high=20.0), None, None, "mean"),
+            ("weight", T([4, 3], dt), T([3], dt, positive=True), None, "sum"),
+            ("pos_weight", T([4, 3], dt), None, T([3], dt, positive=True), "mean"),
+            ("both_none", T([2, 3], dt), T([2, 3], dt, positive=True), T([3], dt, positive=True), "none"),
+            ("large_logits", T([2, 4], dt, low=-200.0, high=200.0), None, T([4], dt, positive=True), "sum"),
+        ]
+        for name, x, w, pw, reduction in bce:
+            record(r, rng, "binary_cross_entropy_with_logits", f"{name}_{dt}", f_bce, [x, probs(list(x.value().shape)), w, pw],
+                   {"reduction": reduction}, [0, 1], dt)
+        if dt == "float32":
+            record(r, rng, "binary_cross_entropy_with_logits", "error_shape", f_bce, [T([4, 3], dt), probs([3]), None, None],
+                   {"reduction": "mean"}, [0], dt)
+    return r
