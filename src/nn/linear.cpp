@@ -1,0 +1,105 @@
+// Linear, Conv2d and Embedding: the layers with weight matrices, and PyTorch's default
+// initialization for them.
+#include <cmath>
+#include <sstream>
+
+#include "ember/nn/init.h"
+#include "ember/nn/modules.h"
+#include "ember/ops.h"
+#include "nn/repr.h"
+
+namespace ember::nn {
+namespace {
+
+std::optional<Tensor> optional_tensor(const Tensor& t) { return t.defined() ? std::optional<Tensor>(t) : std::nullopt; }
+
+// PyTorch's reset_parameters for Linear and Conv*: kaiming_uniform_(weight, a = sqrt(5)), which is
+// U(-1/sqrt(fan_in), 1/sqrt(fan_in)), and the bias from the same range.
+void reset_weight_and_bias(const Tensor& weight, const Tensor& bias) {
+  init::kaiming_uniform_(weight, std::sqrt(5.0));
+  if (bias.defined()) {
+    const int64_t fan_in = init::calculate_fan_in_and_fan_out(weight).fan_in;
+    const double bound = fan_in > 0 ? 1.0 / std::sqrt(static_cast<double>(fan_in)) : 0.0;
+    init::uniform_(bias, -bound, bound);
+  }
+}
+
+}  // namespace
+
+// --- Linear ---------------------------------------------------------------------------------------
+
+Linear::Linear(int64_t in, int64_t out, bool with_bias) : in_features(in), out_features(out) {
+  EMBER_CHECK(in >= 0 && out >= 0, "[Linear] in_features and out_features must be non-negative, got ", in, " and ",
+              out);
+  weight = register_parameter("weight", ember::empty({out, in}));
+  if (with_bias) bias = register_parameter("bias", ember::empty({out}));
+  reset_parameters();
+}
+
+void Linear::reset_parameters() { reset_weight_and_bias(weight, bias); }
+
+Tensor Linear::forward(const Tensor& input) { return functional::linear(input, weight, optional_tensor(bias)); }
+
+std::string Linear::extra_repr() const {
+  return repr::concat("in_features=", in_features, ", out_features=", out_features,
+                      ", bias=", repr::boolean(bias.defined()));
+}
+
+// --- Conv2d ---------------------------------------------------------------------------------------
+
+Conv2d::Conv2d(int64_t in, int64_t out, Pair kernel, Pair stride_, Pair padding_, Pair dilation_, int64_t groups_,
+               bool with_bias)
+    : in_channels(in),
+      out_channels(out),
+      kernel_size(kernel),
+      stride(stride_),
+      padding(padding_),
+      dilation(dilation_),
+      groups(groups_) {
+  EMBER_CHECK(groups > 0, "[Conv2d] groups must be positive, got ", groups);
+  EMBER_CHECK(in > 0 && out > 0, "[Conv2d] in_channels and out_channels must be positive, got ", in, " and ", out);
+  EMBER_CHECK(in % groups == 0 && out % groups == 0, "[Conv2d] in_channels (", in, ") and out_channels (", out,
+              ") must both be divisible by groups (", groups, ")");
+  EMBER_CHECK(kernel.h > 0 && kernel.w > 0, "[Conv2d] kernel_size must be positive, got ", repr::tuple(kernel));
+  EMBER_CHECK(stride.h > 0 && stride.w > 0, "[Conv2d] stride must be positive, got ", repr::tuple(stride));
+  EMBER_CHECK(padding.h >= 0 && padding.w >= 0, "[Conv2d] padding must be non-negative, got ", repr::tuple(padding));
+  EMBER_CHECK(dilation.h > 0 && dilation.w > 0, "[Conv2d] dilation must be positive, got ", repr::tuple(dilation));
+  weight = register_parameter("weight", ember::empty({out, in / groups, kernel.h, kernel.w}));
+  if (with_bias) bias = register_parameter("bias", ember::empty({out}));
+  reset_parameters();
+}
+
+void Conv2d::reset_parameters() { reset_weight_and_bias(weight, bias); }
+
+Tensor Conv2d::forward(const Tensor& input) {
+  return functional::conv2d(input, weight, optional_tensor(bias), stride, padding, dilation, groups);
+}
+
+std::string Conv2d::extra_repr() const {
+  // PyTorch's form: optional arguments appear only when they differ from their defaults.
+  std::ostringstream out;
+  out << in_channels << ", " << out_channels << ", kernel_size=" << repr::tuple(kernel_size)
+      << ", stride=" << repr::tuple(stride);
+  if (padding != Pair(0)) out << ", padding=" << repr::tuple(padding);
+  if (dilation != Pair(1)) out << ", dilation=" << repr::tuple(dilation);
+  if (groups != 1) out << ", groups=" << groups;
+  if (!bias.defined()) out << ", bias=false";
+  return out.str();
+}
+
+// --- Embedding ------------------------------------------------------------------------------------
+
+Embedding::Embedding(int64_t num, int64_t dim) : num_embeddings(num), embedding_dim(dim) {
+  EMBER_CHECK(num >= 0 && dim >= 0, "[Embedding] num_embeddings and embedding_dim must be non-negative, got ", num,
+              " and ", dim);
+  weight = register_parameter("weight", ember::empty({num, dim}));
+  reset_parameters();
+}
+
+void Embedding::reset_parameters() { init::normal_(weight); }
+
+Tensor Embedding::forward(const Tensor& indices) { return functional::embedding(indices, weight); }
+
+std::string Embedding::extra_repr() const { return repr::concat(num_embeddings, ", ", embedding_dim); }
+
+}  // namespace ember::nn
