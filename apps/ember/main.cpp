@@ -1,9 +1,11 @@
-// The ember command-line tool. `ember info` reports the build and this machine's SIMD target.
+// The ember command-line tool: `ember info` reports the build and this machine's SIMD target;
+// `ember train mnist` trains a model on MNIST (the main job).
 #include <CLI/CLI.hpp>
 #include <iostream>
 #include <nlohmann/json.hpp>
 
 #include "ember/ember.h"
+#include "train.h"
 
 namespace {
 
@@ -43,6 +45,36 @@ int main(int argc, char** argv) {
   bool as_json = false;
   CLI::App* info = app.add_subcommand("info", "Version, compiler, SIMD target, threads and build options");
   info->add_flag("--json", as_json, "Print one JSON object");
+
+  ember::cli::TrainOptions train;
+  CLI::App* train_cmd = app.add_subcommand("train", "Train a model on real data");
+  train_cmd->require_subcommand(1);
+  CLI::App* mnist = train_cmd->add_subcommand("mnist", "Train an MLP or a LeNet-style CNN on MNIST");
+  mnist->add_option("--model", train.model, "cnn or mlp")->check(CLI::IsMember({"cnn", "mlp"}))->capture_default_str();
+  mnist->add_option("--epochs", train.epochs, "Epochs to train")->check(CLI::PositiveNumber)->capture_default_str();
+  mnist->add_option("--batch-size", train.batch_size, "Batch size")->check(CLI::PositiveNumber)->capture_default_str();
+  mnist->add_option("--optimizer", train.optimizer, "sgd, momentum, adam, adamw, adagrad or rmsprop")
+      ->check(CLI::IsMember({"sgd", "momentum", "adam", "adamw", "adagrad", "rmsprop"}))
+      ->capture_default_str();
+  mnist->add_option("--lr", train.lr, "Learning rate (default: 0.01 for sgd/momentum/adagrad, else 1e-3)");
+  mnist->add_option("--schedule", train.schedule, "Learning rate: cosine (decays to 0 over the run) or constant")
+      ->check(CLI::IsMember({"cosine", "constant"}))
+      ->capture_default_str();
+  mnist->add_option("--shift", train.shift, "Augmentation: shift each training image by up to this many pixels (0: off)")
+      ->check(CLI::Range(0, 8))
+      ->capture_default_str();
+  mnist->add_option("--seed", train.seed, "Seed for initialization and shuffling")->capture_default_str();
+  mnist->add_option("--threads", train.threads, "Threads (default: all cores)")->check(CLI::NonNegativeNumber);
+  mnist->add_option("--data", train.data_dir,
+                    "Folder with the standard MNIST IDX files, or with mnist_5k.csv.gz (the offline subset that "
+                    "scripts/setup fetches)")
+      ->capture_default_str();
+  mnist->add_option("--save", train.save_path, "Write a checkpoint (safetensors) after every epoch");
+  mnist->add_option("--stop-after", train.stop_after,
+                    "Train only this many epochs now, then stop (with --save, continue later with --resume)")
+      ->check(CLI::PositiveNumber);
+  mnist->add_option("--resume", train.resume_path, "Continue from a checkpoint written by --save");
+  mnist->add_flag("--json", train.json, "End with one JSON line of results");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -50,6 +82,7 @@ int main(int argc, char** argv) {
   }
   try {
     if (info->parsed()) return run_info(as_json);
+    if (mnist->parsed()) return ember::cli::run_train_mnist(train);
   } catch (const ember::Error& e) {
     std::cerr << "error: " << e.what() << "\n";
     return 1;

@@ -146,6 +146,12 @@ class DataLoader {
 /// A seeded permutation of 0..n-1 that depends only on (seed, epoch).
 std::vector<int64_t> random_permutation(int64_t n, uint64_t seed, uint64_t epoch);
 
+/// Augmentation: moves each image of a batch (N, C, H, W) by its own random offset, uniform in
+/// [-max_shift, max_shift] pixels along each of H and W, filling the uncovered pixels with `fill`.
+/// The offsets depend only on (seed, stream), so a run can replay them (e.g. stream = the batch's
+/// global step). The result is a new tensor that does not require grad.
+Tensor random_shift(const Tensor& images, int64_t max_shift, double fill, uint64_t seed, uint64_t stream);
+
 enum class Split { Train, Test };
 
 /// The MNIST handwritten digits: images float32 (N, 1, 28, 28), labels int64 (N) in 0..9.

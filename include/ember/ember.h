@@ -6,6 +6,8 @@
 #include "ember/dtype.h"
 #include "ember/error.h"
 #include "ember/info.h"
+#include "ember/nn.h"
+#include "ember/optim.h"
 #include "ember/ops.h"
 #include "ember/scalar.h"
 #include "ember/shape.h"

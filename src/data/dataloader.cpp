@@ -11,7 +11,7 @@
 #include <thread>
 #include <utility>
 
-#include "core/random.h"
+#include "data/philox_stream.h"
 #include "ember/autograd.h"
 #include "ember/data.h"
 
@@ -19,54 +19,12 @@ namespace ember::data {
 
 // --- the permutation ------------------------------------------------------------------------------
 
-namespace {
-
-// A stream of 64-bit random words: Philox4x32-10 keyed by the seed, counting blocks within the
-// epoch. Counter-based, so epoch e's stream needs no state from epochs before it.
-class PhiloxStream {
- public:
-  PhiloxStream(uint64_t seed, uint64_t epoch)
-      : key_{static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32)},
-        epoch_low_(static_cast<uint32_t>(epoch)),
-        epoch_high_(static_cast<uint32_t>(epoch >> 32)) {}
-
-  uint64_t next() {
-    if (used_ == 2) {
-      words_ = ember::detail::philox4x32(
-          {static_cast<uint32_t>(block_), static_cast<uint32_t>(block_ >> 32), epoch_low_, epoch_high_}, key_);
-      ++block_;
-      used_ = 0;
-    }
-    const uint64_t value = (static_cast<uint64_t>(words_[2 * used_ + 1]) << 32) | words_[2 * used_];
-    ++used_;
-    return value;
-  }
-
-  // Uniform in [0, bound), without modulo bias: draws below 2^64 mod bound are rejected, so the
-  // accepted range is a whole multiple of bound.
-  uint64_t below(uint64_t bound) {
-    const uint64_t threshold = (0 - bound) % bound;
-    uint64_t value = next();
-    while (value < threshold) value = next();
-    return value % bound;
-  }
-
- private:
-  std::array<uint32_t, 2> key_;
-  uint32_t epoch_low_;
-  uint32_t epoch_high_;
-  uint64_t block_ = 0;
-  std::array<uint32_t, 4> words_{};
-  int used_ = 2;
-};
-
-}  // namespace
 
 std::vector<int64_t> random_permutation(int64_t n, uint64_t seed, uint64_t epoch) {
   EMBER_CHECK(n >= 0, "[random_permutation] n must be non-negative, got ", n);
   std::vector<int64_t> order(static_cast<size_t>(n));
   std::iota(order.begin(), order.end(), int64_t{0});
-  PhiloxStream stream(seed, epoch);
+  detail::PhiloxStream stream(seed, epoch);
   // Fisher-Yates, written out rather than std::shuffle, whose algorithm differs between standard
   // libraries: the order must be the same everywhere for a resumed run to see it again.
   for (int64_t i = n - 1; i > 0; --i) {

@@ -1,0 +1,258 @@
+// `ember train mnist`: trains the MLP or the LeNet-style CNN on MNIST with any of ember's
+// optimizers, shows progress, evaluates on the held-out images, checkpoints and resumes.
+#include "train.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "ember/data.h"
+#include "ember/ember.h"
+#include "ember/io.h"
+#include "ember/models/mnist.h"
+#include "ember/optim.h"
+
+namespace ember::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+double default_lr(const std::string& optimizer) {
+  if (optimizer == "sgd" || optimizer == "momentum" || optimizer == "adagrad") return 0.01;
+  if (optimizer == "rmsprop") return 1e-3;
+  return 3e-3;  // adam, adamw: with the cosine decay and shifts, 3e-3 beats 1e-3 on the 4,000 images
+}
+
+std::unique_ptr<optim::Optimizer> make_optimizer(const std::string& name, const std::vector<Tensor>& params,
+                                                 double lr) {
+  if (name == "sgd") return std::make_unique<optim::SGD>(params, optim::SGDOptions{.lr = lr});
+  if (name == "momentum") return std::make_unique<optim::SGD>(params, optim::SGDOptions{.lr = lr, .momentum = 0.9});
+  if (name == "adam") return std::make_unique<optim::Adam>(params, optim::AdamOptions{.lr = lr});
+  if (name == "adamw") return std::make_unique<optim::AdamW>(params, optim::AdamWOptions{.lr = lr});
+  if (name == "adagrad") return std::make_unique<optim::Adagrad>(params, optim::AdagradOptions{.lr = lr});
+  if (name == "rmsprop") return std::make_unique<optim::RMSprop>(params, optim::RMSpropOptions{.lr = lr});
+  EMBER_FAIL("[train] unknown optimizer \"", name, "\"; choose sgd, momentum, adam, adamw, adagrad or rmsprop");
+}
+
+// A checkpoint holds the model's and the optimizer's state plus what is needed to continue: the
+// number of finished epochs and the run's settings (resuming with other settings is refused).
+constexpr const char* kModelPrefix = "model.";
+constexpr const char* kOptimizerPrefix = "optimizer.";
+constexpr const char* kSchedulePrefix = "schedule.";
+// Keys the augmentation's random stream apart from the shuffling's (which uses the seed itself).
+constexpr uint64_t kShiftSeedOffset = 0x9E3779B97F4A7C15ULL;
+
+StateDict with_prefix(const StateDict& dict, const std::string& prefix) {
+  StateDict out;
+  for (const auto& [key, value] : dict) out.emplace(prefix + key, value);
+  return out;
+}
+
+StateDict strip_prefix(const StateDict& dict, const std::string& prefix) {
+  StateDict out;
+  for (const auto& [key, value] : dict) {
+    if (key.rfind(prefix, 0) == 0) out.emplace(key.substr(prefix.size()), value);
+  }
+  return out;
+}
+
+std::map<std::string, std::string> run_settings(const TrainOptions& o, double lr) {
+  char lr_text[32];
+  std::snprintf(lr_text, sizeof lr_text, "%.17g", lr);
+  return {{"task", "mnist"},
+          {"model", o.model},
+          {"optimizer", o.optimizer},
+          {"lr", lr_text},
+          {"batch_size", std::to_string(o.batch_size)},
+          {"shift", std::to_string(o.shift)},
+          {"schedule", o.schedule},
+          {"epochs", std::to_string(o.epochs)},
+          {"seed", std::to_string(o.seed)}};
+}
+
+// One line of progress, redrawn in place on a terminal.
+class Progress {
+ public:
+  Progress(bool live, int epoch, int epochs, int64_t total) : live_(live), epoch_(epoch), epochs_(epochs), total_(total) {}
+
+  void update(int64_t done, double loss, double accuracy, double elapsed, bool final) {
+    const double rate = elapsed > 0 ? static_cast<double>(done) / elapsed : 0.0;
+    if (live_) {
+      if (!final && done < total_ && seconds_since(last_draw_) < 0.1) return;
+      last_draw_ = Clock::now();
+      constexpr int kWidth = 24;
+      const int filled = total_ > 0 ? static_cast<int>(kWidth * done / total_) : kWidth;
+      const double eta = rate > 0 ? static_cast<double>(total_ - done) / rate : 0.0;
+      std::string bar(filled, '#');
+      bar.append(kWidth - filled, '.');
+      std::fprintf(stdout, "\repoch %d/%d [%s] %lld/%lld  loss %.4f  acc %5.1f%%  %6.0f samples/s  ETA %4.1fs ",
+                   epoch_, epochs_, bar.c_str(), static_cast<long long>(done), static_cast<long long>(total_), loss,
+                   100 * accuracy, rate, eta);
+      if (final) std::fputc('\n', stdout);
+      std::fflush(stdout);
+    } else if (final) {
+      std::fprintf(stdout, "epoch %d/%d  loss %.4f  train acc %5.1f%%  %6.0f samples/s  %.1fs\n", epoch_, epochs_, loss,
+                   100 * accuracy, rate, elapsed);
+      std::fflush(stdout);
+    }
+  }
+
+ private:
+  bool live_;
+  int epoch_;
+  int epochs_;
+  int64_t total_;
+  Clock::time_point last_draw_{};
+};
+
+double evaluate(nn::Module& model, const Tensor& images, const Tensor& labels) {
+  autograd::NoGradGuard no_grad;
+  model.eval();
+  int64_t correct = 0;
+  constexpr int64_t kChunk = 1000;
+  for (int64_t start = 0; start < images.size(0); start += kChunk) {
+    const int64_t n = std::min(kChunk, images.size(0) - start);
+    const Tensor predicted = model(images.narrow(0, start, n)).argmax(1);
+    correct += predicted.eq(labels.narrow(0, start, n)).sum().item<int64_t>();
+  }
+  model.train();
+  return images.size(0) > 0 ? static_cast<double>(correct) / static_cast<double>(images.size(0)) : 0.0;
+}
+
+}  // namespace
+
+int run_train_mnist(const TrainOptions& options) {
+  EMBER_CHECK(options.epochs >= 1, "[train] --epochs must be at least 1, got ", options.epochs);
+  EMBER_CHECK(options.batch_size >= 1, "[train] --batch-size must be at least 1, got ", options.batch_size);
+  if (options.threads > 0) set_num_threads(options.threads);
+  const double lr = options.lr.value_or(default_lr(options.optimizer));
+  EMBER_CHECK(lr > 0 && std::isfinite(lr), "[train] --lr must be a positive number, got ", lr);
+
+  const data::MNIST train_set(options.data_dir, data::Split::Train);
+  const data::MNIST test_set(options.data_dir, data::Split::Test);
+
+  manual_seed(options.seed);
+  std::shared_ptr<nn::Sequential> model = models::mnist_model(options.model);
+  std::unique_ptr<optim::Optimizer> optimizer = make_optimizer(options.optimizer, model->parameters(), lr);
+  // The learning rate follows a cosine from lr down to 0 over the whole run, stepped per batch.
+  const int64_t batches_per_epoch = (train_set.size() + options.batch_size - 1) / options.batch_size;
+  std::unique_ptr<optim::LRScheduler> schedule;
+  if (options.schedule == "cosine") {
+    schedule = std::make_unique<optim::CosineAnnealingLR>(*optimizer, batches_per_epoch * options.epochs);
+  }
+  const std::map<std::string, std::string> settings = run_settings(options, lr);
+
+  int first_epoch = 0;
+  if (!options.resume_path.empty()) {
+    const StateDict checkpoint = load(options.resume_path);
+    std::map<std::string, std::string> meta = load_metadata(options.resume_path);
+    for (const auto& [key, value] : settings) {
+      EMBER_CHECK(meta[key] == value, "[train] checkpoint ", options.resume_path, " was written with ", key, "=",
+                  meta[key], " but this run uses ", key, "=", value);
+    }
+    model->load_state_dict(strip_prefix(checkpoint, kModelPrefix));
+    optimizer->load_state_dict(strip_prefix(checkpoint, kOptimizerPrefix));
+    if (schedule) schedule->load_state_dict(strip_prefix(checkpoint, kSchedulePrefix));
+    const std::string& done = meta["epochs_done"];
+    EMBER_CHECK(!done.empty() && done.find_first_not_of("0123456789") == std::string::npos && done.size() < 9,
+                "[train] checkpoint ", options.resume_path, " has no valid epochs_done entry (got \"", done, "\")");
+    first_epoch = std::stoi(done);
+    EMBER_CHECK(first_epoch <= options.epochs, "[train] checkpoint ", options.resume_path, " already has ",
+                first_epoch, " epochs, more than --epochs ", options.epochs);
+  }
+
+  data::DataLoader loader(train_set, options.batch_size, /*shuffle=*/true, options.seed);
+  const bool live = ::isatty(::fileno(stdout)) != 0 && !options.json;
+  const int64_t n_train = train_set.size();
+  if (!options.json) {
+    std::printf("ember train mnist: %s, %s (lr %g, %s), batch %d, shifts of up to %d px, %lld train / %lld test "
+                "images, %d threads\n",
+                options.model.c_str(), options.optimizer.c_str(), lr, options.schedule.c_str(), options.batch_size,
+                options.shift,
+                static_cast<long long>(n_train), static_cast<long long>(test_set.size()), get_num_threads());
+  }
+
+  // The value of a blank pixel after normalization, for the pixels a shift uncovers.
+  const double background = (0.0 - data::MNIST::kMean) / data::MNIST::kStd;
+  const auto start = Clock::now();
+  double train_seconds = 0;
+  int64_t samples_seen = 0;
+  double last_loss = NAN;
+  model->train();
+  const int last_epoch = options.stop_after > 0 ? std::min(options.epochs, first_epoch + options.stop_after) : options.epochs;
+  for (int epoch = first_epoch; epoch < last_epoch; ++epoch) {
+    loader.set_epoch(epoch);
+    Progress progress(live, epoch + 1, options.epochs, n_train);
+    const auto epoch_start = Clock::now();
+    double loss_sum = 0;
+    int64_t correct = 0, seen = 0;
+    int64_t batch_index = 0;
+    for (const data::Batch& batch : loader) {
+      // Shifts depend on (seed, epoch, batch) only, so a resumed run replays them.
+      const Tensor inputs = options.shift > 0 ? data::random_shift(batch.inputs, options.shift, background,
+                                                                     options.seed + kShiftSeedOffset,
+                                                                     (static_cast<uint64_t>(epoch) << 32) + batch_index)
+                                              : batch.inputs;
+      ++batch_index;
+      optimizer->zero_grad();
+      const Tensor logits = (*model)(inputs);
+      const Tensor loss = nn::functional::cross_entropy(logits, batch.targets);
+      loss.backward();
+      optimizer->step();
+      if (schedule) schedule->step();
+      const int64_t n = batch.inputs.size(0);
+      last_loss = loss.item<double>();
+      loss_sum += last_loss * static_cast<double>(n);
+      correct += logits.argmax(1).eq(batch.targets).sum().item<int64_t>();
+      seen += n;
+      progress.update(seen, loss_sum / static_cast<double>(seen), static_cast<double>(correct) / static_cast<double>(seen),
+                      seconds_since(epoch_start), false);
+    }
+    const double elapsed = seconds_since(epoch_start);
+    train_seconds += elapsed;
+    samples_seen += seen;
+    progress.update(seen, loss_sum / static_cast<double>(std::max<int64_t>(seen, 1)),
+                    static_cast<double>(correct) / static_cast<double>(std::max<int64_t>(seen, 1)), elapsed, true);
+    if (!options.save_path.empty()) {
+      StateDict checkpoint = with_prefix(model->state_dict(), kModelPrefix);
+      checkpoint.merge(with_prefix(optimizer->state_dict(), kOptimizerPrefix));
+      if (schedule) checkpoint.merge(with_prefix(schedule->state_dict(), kSchedulePrefix));
+      std::map<std::string, std::string> meta = settings;
+      meta["epochs_done"] = std::to_string(epoch + 1);
+      save(checkpoint, options.save_path, meta);
+    }
+  }
+
+  const double accuracy = evaluate(*model, test_set.images(), test_set.labels());
+  const double total_seconds = seconds_since(start);
+  const double rate = train_seconds > 0 ? static_cast<double>(samples_seen) / train_seconds : 0.0;
+  if (options.json) {
+    const nlohmann::json result = {
+        {"task", "mnist"},
+        {"model", options.model},
+        {"optimizer", options.optimizer},
+        {"epochs", options.epochs},
+        {"train_samples", n_train},
+        {"test_samples", test_set.size()},
+        {"test_accuracy", accuracy},
+        {"final_loss", std::isnan(last_loss) ? nlohmann::json(nullptr) : nlohmann::json(last_loss)},
+        {"seconds", total_seconds},
+        {"samples_per_second", rate},
+    };
+    std::cout << result.dump() << std::endl;
+  } else {
+    std::printf("test accuracy %.2f%% on %lld images  |  %.1fs wall, %.0f samples/s\n", 100 * accuracy,
+                static_cast<long long>(test_set.size()), total_seconds, rate);
+  }
+  return 0;
+}
+
+}  // namespace ember::cli

@@ -1,0 +1,92 @@
+// Training parity with PyTorch (reference runs by tests/golden/make_parity.py): the MLP and the
+// default CNN of `ember train mnist`, from PyTorch's initial weights, replay the same 50 batches
+// with SGD-momentum and with Adam; every step's loss and the final weights must agree.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "ember/data.h"
+#include "ember/ember.h"
+#include "ember/io.h"
+#include "ember/models/mnist.h"
+#include "ember/optim.h"
+
+namespace ember {
+namespace {
+
+const std::string kParityDir = std::string(EMBER_GOLDEN_DIR) + "/parity/";
+
+const nlohmann::json& reference() {
+  static const nlohmann::json j = [] {
+    std::ifstream in(kParityDir + "parity.json");
+    return nlohmann::json::parse(in);
+  }();
+  return j;
+}
+
+const data::MNIST& train_split() {
+  static const data::MNIST mnist(std::string(EMBER_DATA_DIR) + "/mnist", data::Split::Train);
+  return mnist;
+}
+
+std::unique_ptr<optim::Optimizer> make_optimizer(const std::string& name, const nlohmann::json& hyper,
+                                                 const std::vector<Tensor>& params) {
+  if (name == "sgd_momentum") {
+    return std::make_unique<optim::SGD>(
+        params, optim::SGDOptions{.lr = hyper["lr"].get<double>(), .momentum = hyper["momentum"].get<double>()});
+  }
+  return std::make_unique<optim::Adam>(params, optim::AdamOptions{.lr = hyper["lr"].get<double>()});
+}
+
+struct ParityCase {
+  std::string model;
+  std::string optimizer;
+};
+
+class Parity : public ::testing::TestWithParam<ParityCase> {};
+
+TEST_P(Parity, LossesAndFinalWeightsMatchPyTorch) {
+  const ParityCase& c = GetParam();
+  const nlohmann::json& ref = reference()["models"][c.model];
+  const nlohmann::json& run = ref["optimizers"][c.optimizer];
+  auto model = models::mnist_model(c.model);
+  model->load_state_dict(load(kParityDir + c.model + "_init.safetensors"));
+  auto optimizer = make_optimizer(c.optimizer, run["hyper"], model->parameters());
+
+  const Tensor& images = train_split().images();
+  const Tensor& labels = train_split().labels();
+  const std::vector<double> losses = run["losses"].get<std::vector<double>>();
+  ASSERT_EQ(losses.size(), ref["batches"].size());
+  for (size_t step = 0; step < losses.size(); ++step) {
+    const Tensor index = from_vector(ref["batches"][step].get<std::vector<int64_t>>());
+    optimizer->zero_grad();
+    const Tensor loss = nn::functional::cross_entropy((*model)(images.index_select(0, index)), labels.index_select(0, index));
+    loss.backward();
+    optimizer->step();
+    const double expected = losses[step];
+    EXPECT_LE(std::abs(loss.item<double>() - expected), 1e-4 * std::abs(expected))
+        << c.model << "/" << c.optimizer << " step " << step << ": ember " << loss.item<double>() << ", PyTorch "
+        << expected;
+  }
+
+  const StateDict final_weights = load(kParityDir + c.model + "_" + c.optimizer + "_final.safetensors");
+  const StateDict ours = model->state_dict();
+  ASSERT_EQ(ours.size(), final_weights.size());
+  for (const auto& [name, expected] : final_weights) {
+    ASSERT_TRUE(ours.count(name)) << name;
+    const double max_diff = (ours.at(name) - expected).abs().max().item<double>();
+    EXPECT_LE(max_diff, 1e-4) << c.model << "/" << c.optimizer << " final " << name;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Mnist, Parity,
+                         ::testing::Values(ParityCase{"mlp", "sgd_momentum"}, ParityCase{"mlp", "adam"},
+                                           ParityCase{"cnn", "sgd_momentum"}, ParityCase{"cnn", "adam"}),
+                         [](const ::testing::TestParamInfo<ParityCase>& p) {
+                           return p.param.model + "_" + p.param.optimizer;
+                         });
+
+}  // namespace
+}  // namespace ember
