@@ -500,3 +500,40 @@ TEST_F(MnistFiles, CorruptIdxFilesGiveClearErrors) {
 
 }  // namespace
 }  // namespace ember::data
+
+namespace ember::data {
+namespace {
+
+TEST(RandomShift, MovesEachImageByItsOwnReplayableOffset) {
+  // Each image holds one bright pixel at (2, 2) of a 5x5 plane; after the shift it sits at
+  // (2 + dy, 2 + dx) with |dy|, |dx| <= 1, and everything else is the fill value.
+  Tensor images = zeros({16, 1, 5, 5});
+  for (int64_t i = 0; i < 16; ++i) images.select(0, i).select(0, 0).select(0, 2).select(0, 2).fill_(1.0);
+  const Tensor a = random_shift(images, 1, -0.5, /*seed=*/3, /*stream=*/11);
+  const Tensor b = random_shift(images, 1, -0.5, 3, 11);
+  EXPECT_EQ(a.to_vector<float>(), b.to_vector<float>());
+  EXPECT_NE(a.to_vector<float>(), random_shift(images, 1, -0.5, 3, 12).to_vector<float>());
+  int moved = 0;
+  for (int64_t i = 0; i < 16; ++i) {
+    const std::vector<float> plane = a.select(0, i).to_vector<float>();
+    int ones = 0;
+    for (int64_t p = 0; p < 25; ++p) {
+      if (plane[p] == 1.0f) {
+        ++ones;
+        EXPECT_LE(std::abs(p / 5 - 2), 1);
+        EXPECT_LE(std::abs(p % 5 - 2), 1);
+        moved += p != 12;
+      } else {
+        EXPECT_TRUE(plane[p] == 0.0f || plane[p] == -0.5f) << plane[p];
+      }
+    }
+    EXPECT_EQ(ones, 1);
+  }
+  EXPECT_GT(moved, 0);
+  EXPECT_EQ(random_shift(images, 0, 9.0, 3, 11).to_vector<float>(), images.to_vector<float>());
+  EXPECT_THROW(random_shift(zeros({5, 5}), 1, 0.0, 0, 0), Error);
+  EXPECT_THROW(random_shift(images, -1, 0.0, 0, 0), Error);
+}
+
+}  // namespace
+}  // namespace ember::data
