@@ -26,4 +26,6 @@ int main() {
   ember::autograd::NoGradGuard no_grad;
   const double accuracy = (*model)(x).argmax(1).eq(y).to(ember::kFloat32).mean().item<double>();
   std::printf("accuracy %.3f\n", accuracy);
+  ember::save(model->state_dict(), "train_mlp.safetensors");  // atomic; loads in Python's safetensors
+  model->load_state_dict(ember::load("train_mlp.safetensors"));
 }

@@ -18,6 +18,7 @@
 
 #include "ember/data.h"
 #include "ember/ember.h"
+#include "test_util.h"
 
 namespace ember::data {
 namespace {
@@ -41,18 +42,7 @@ std::vector<int64_t> targets_of(DataLoader& loader, std::vector<int64_t>* batch_
   return seen;
 }
 
-template <class Fn>
-void expect_error(Fn&& fn, const std::vector<std::string>& parts) {
-  try {
-    fn();
-    ADD_FAILURE() << "expected an ember::Error containing '" << parts.front() << "'";
-  } catch (const Error& e) {
-    const std::string message = e.what();
-    for (const std::string& part : parts) {
-      EXPECT_NE(message.find(part), std::string::npos) << "message: " << message << "\nexpected to contain: " << part;
-    }
-  }
-}
+using test_util::expect_error;
 
 TEST(DataLoader, BatchesInOrderWithoutShuffle) {
   DataLoader loader(numbered(10), /*batch_size=*/4);

@@ -19,6 +19,7 @@
 
 #include "ember/ember.h"
 #include "ember/io.h"
+#include "test_util.h"
 
 namespace ember {
 namespace {
@@ -85,19 +86,7 @@ void expect_same_tensor(const Tensor& actual, const Tensor& expected, const std:
   EXPECT_EQ(raw_bytes(actual), raw_bytes(expected));
 }
 
-// Runs fn, expecting an ember::Error whose message contains every one of `parts`.
-template <class Fn>
-void expect_error(Fn&& fn, const std::vector<std::string>& parts) {
-  try {
-    fn();
-    ADD_FAILURE() << "expected an ember::Error containing '" << parts.front() << "'";
-  } catch (const Error& e) {
-    const std::string message = e.what();
-    for (const std::string& part : parts) {
-      EXPECT_NE(message.find(part), std::string::npos) << "message: " << message << "\nexpected to contain: " << part;
-    }
-  }
-}
+using test_util::expect_error;
 
 StateDict every_dtype() {
   manual_seed(1);

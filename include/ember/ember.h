@@ -2,10 +2,12 @@
 #pragma once
 
 #include "ember/autograd.h"
+#include "ember/data.h"
 #include "ember/device.h"
 #include "ember/dtype.h"
 #include "ember/error.h"
 #include "ember/info.h"
+#include "ember/io.h"
 #include "ember/nn.h"
 #include "ember/optim.h"
 #include "ember/ops.h"

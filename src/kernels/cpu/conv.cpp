@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "ember/error.h"
+#include "kernels/cpu/float_dispatch.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/parallel.h"
 
@@ -322,17 +323,6 @@ void backward_weight(const Conv2dGeometry& g, const T* grad_out, const T* input,
       for (int64_t i = begin; i < end; ++i) grad_weight[i] += partial[i];
     }
   });
-}
-
-template <class F>
-void dispatch_float(const char* op, DType dtype, const F& f) {
-  if (dtype == kFloat32) {
-    f(float{});
-  } else if (dtype == kFloat64) {
-    f(double{});
-  } else {
-    EMBER_FAIL("[", op, "] the CPU kernel takes float32 or float64, got ", dtype);
-  }
 }
 
 }  // namespace

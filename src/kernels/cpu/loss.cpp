@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "ember/error.h"
+#include "kernels/cpu/float_dispatch.h"
 #include "kernels/cpu/parallel.h"
 
 namespace ember::cpu {
@@ -95,17 +96,6 @@ void nll_backward(const ClassLossArgs& a, const T* scale, int64_t scale_stride, 
     const int64_t t = a.target[p];
     if (t != a.ignore_index) out[t * a.inner] = -scale[p * scale_stride];
   });
-}
-
-template <class F>
-void dispatch_float(const char* op, DType dtype, const F& f) {
-  if (dtype == kFloat32) {
-    f(float{});
-  } else if (dtype == kFloat64) {
-    f(double{});
-  } else {
-    EMBER_FAIL("[", op, "] the CPU kernel takes float32 or float64, got ", dtype);
-  }
 }
 
 }  // namespace

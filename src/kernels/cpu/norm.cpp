@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "ember/error.h"
+#include "kernels/cpu/float_dispatch.h"
 #include "kernels/cpu/parallel.h"
 
 namespace ember::cpu {
@@ -232,17 +233,6 @@ void rows_backward(int64_t rows, int64_t cols, bool center, const T* x, const T*
       if (dbias != nullptr) dbias[j] = static_cast<T>(b);
     }
   });
-}
-
-template <class F>
-void dispatch_float(const char* op, DType dtype, const F& f) {
-  if (dtype == kFloat32) {
-    f(float{});
-  } else if (dtype == kFloat64) {
-    f(double{});
-  } else {
-    EMBER_FAIL("[", op, "] the CPU kernel takes float32 or float64, got ", dtype);
-  }
 }
 
 template <class T>

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "ember/error.h"
+#include "kernels/cpu/float_dispatch.h"
 #include "kernels/cpu/parallel.h"
 
 namespace ember::cpu {
@@ -212,17 +213,6 @@ void adaptive_backward(const Pool2dGeometry& g, const T* grad_out, T* grad_in) {
       }
     }
   });
-}
-
-template <class F>
-void dispatch_float(const char* op, DType dtype, const F& f) {
-  if (dtype == kFloat32) {
-    f(float{});
-  } else if (dtype == kFloat64) {
-    f(double{});
-  } else {
-    EMBER_FAIL("[", op, "] the CPU kernel takes float32 or float64, got ", dtype);
-  }
 }
 
 }  // namespace
