@@ -7,7 +7,7 @@
 int main() {
   namespace nn = ember::nn;
   ember::manual_seed(0);
-  ember::Tensor x = ember::rand({512, 2}) * 4.0 - 2.0;                   // points in [-2, 2)^2
+  ember::Tensor x = ember::rand({512, 2}) * 4.0 - 2.0;              // points in [-2, 2)^2
   ember::Tensor y = (x.square().sum({1}) < 1.5).to(ember::kInt64);  // class 1 inside the circle
 
   auto model = std::make_shared<nn::Sequential>();

@@ -197,8 +197,8 @@ TEST(Autograd, BackwardOnATensorWithoutGradIsAnError) {
 TEST(Gradcheck, PassesForCorrectAndFailsForWrongGradients) {
   Tensor a = randn({3, 4}, kFloat64).requires_grad_();
   Tensor b = randn({4}, kFloat64).requires_grad_();
-  EXPECT_TRUE(autograd::gradcheck([](const std::vector<Tensor>& x) { return x[0] * x[1] / (x[1] * x[1] + 1.0); },
-                                  {a, b}));
+  EXPECT_TRUE(
+      autograd::gradcheck([](const std::vector<Tensor>& x) { return x[0] * x[1] / (x[1] * x[1] + 1.0); }, {a, b}));
   // A hook that corrupts the gradient makes gradcheck fail with a message naming the input.
   auto wrong = [](const std::vector<Tensor>& x) {
     Tensor y = x[0] * 2.0;

@@ -62,7 +62,8 @@ TEST_P(Parity, LossesAndFinalWeightsMatchPyTorch) {
   for (size_t step = 0; step < losses.size(); ++step) {
     const Tensor index = from_vector(ref["batches"][step].get<std::vector<int64_t>>());
     optimizer->zero_grad();
-    const Tensor loss = nn::functional::cross_entropy((*model)(images.index_select(0, index)), labels.index_select(0, index));
+    const Tensor loss =
+        nn::functional::cross_entropy((*model)(images.index_select(0, index)), labels.index_select(0, index));
     loss.backward();
     optimizer->step();
     const double expected = losses[step];

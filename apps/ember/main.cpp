@@ -60,18 +60,21 @@ int main(int argc, char** argv) {
   mnist->add_option("--schedule", train.schedule, "Learning rate: cosine (decays to 0 over the run) or constant")
       ->check(CLI::IsMember({"cosine", "constant"}))
       ->capture_default_str();
-  mnist->add_option("--shift", train.shift, "Augmentation: shift each training image by up to this many pixels (0: off)")
+  mnist
+      ->add_option("--shift", train.shift, "Augmentation: shift each training image by up to this many pixels (0: off)")
       ->check(CLI::Range(0, 8))
       ->capture_default_str();
   mnist->add_option("--seed", train.seed, "Seed for initialization and shuffling")->capture_default_str();
   mnist->add_option("--threads", train.threads, "Threads (default: all cores)")->check(CLI::NonNegativeNumber);
-  mnist->add_option("--data", train.data_dir,
-                    "Folder with the standard MNIST IDX files, or with mnist_5k.csv.gz (the offline subset that "
-                    "scripts/setup fetches)")
+  mnist
+      ->add_option("--data", train.data_dir,
+                   "Folder with the standard MNIST IDX files, or with mnist_5k.csv.gz (the offline subset that "
+                   "scripts/setup fetches)")
       ->capture_default_str();
   mnist->add_option("--save", train.save_path, "Write a checkpoint (safetensors) after every epoch");
-  mnist->add_option("--stop-after", train.stop_after,
-                    "Train only this many epochs now, then stop (with --save, continue later with --resume)")
+  mnist
+      ->add_option("--stop-after", train.stop_after,
+                   "Train only this many epochs now, then stop (with --save, continue later with --resume)")
       ->check(CLI::PositiveNumber);
   mnist->add_option("--resume", train.resume_path, "Continue from a checkpoint written by --save");
   mnist->add_flag("--json", train.json, "End with one JSON line of results");

@@ -21,9 +21,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
+double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
 double default_lr(const std::string& optimizer) {
   if (optimizer == "sgd" || optimizer == "momentum" || optimizer == "adagrad") return 0.01;
@@ -81,7 +79,8 @@ std::map<std::string, std::string> run_settings(const TrainOptions& o, double lr
 // One line of progress, redrawn in place on a terminal.
 class Progress {
  public:
-  Progress(bool live, int epoch, int epochs, int64_t total) : live_(live), epoch_(epoch), epochs_(epochs), total_(total) {}
+  Progress(bool live, int epoch, int epochs, int64_t total)
+      : live_(live), epoch_(epoch), epochs_(epochs), total_(total) {}
 
   void update(int64_t done, double loss, double accuracy, double elapsed, bool final) {
     const double rate = elapsed > 0 ? static_cast<double>(done) / elapsed : 0.0;
@@ -93,8 +92,8 @@ class Progress {
       const double eta = rate > 0 ? static_cast<double>(total_ - done) / rate : 0.0;
       std::string bar(filled, '#');
       bar.append(kWidth - filled, '.');
-      std::fprintf(stdout, "\repoch %d/%d [%s] %lld/%lld  loss %.4f  acc %5.1f%%  %6.0f samples/s  ETA %4.1fs ",
-                   epoch_, epochs_, bar.c_str(), static_cast<long long>(done), static_cast<long long>(total_), loss,
+      std::fprintf(stdout, "\repoch %d/%d [%s] %lld/%lld  loss %.4f  acc %5.1f%%  %6.0f samples/s  ETA %4.1fs ", epoch_,
+                   epochs_, bar.c_str(), static_cast<long long>(done), static_cast<long long>(total_), loss,
                    100 * accuracy, rate, eta);
       if (final) std::fputc('\n', stdout);
       std::fflush(stdout);
@@ -165,19 +164,19 @@ int run_train_mnist(const TrainOptions& options) {
     EMBER_CHECK(!done.empty() && done.find_first_not_of("0123456789") == std::string::npos && done.size() < 9,
                 "[train] checkpoint ", options.resume_path, " has no valid epochs_done entry (got \"", done, "\")");
     first_epoch = std::stoi(done);
-    EMBER_CHECK(first_epoch <= options.epochs, "[train] checkpoint ", options.resume_path, " already has ",
-                first_epoch, " epochs, more than --epochs ", options.epochs);
+    EMBER_CHECK(first_epoch <= options.epochs, "[train] checkpoint ", options.resume_path, " already has ", first_epoch,
+                " epochs, more than --epochs ", options.epochs);
   }
 
   data::DataLoader loader(train_set, options.batch_size, /*shuffle=*/true, options.seed);
   const bool live = ::isatty(::fileno(stdout)) != 0 && !options.json;
   const int64_t n_train = train_set.size();
   if (!options.json) {
-    std::printf("ember train mnist: %s, %s (lr %g, %s), batch %d, shifts of up to %d px, %lld train / %lld test "
-                "images, %d threads\n",
-                options.model.c_str(), options.optimizer.c_str(), lr, options.schedule.c_str(), options.batch_size,
-                options.shift,
-                static_cast<long long>(n_train), static_cast<long long>(test_set.size()), get_num_threads());
+    std::printf(
+        "ember train mnist: %s, %s (lr %g, %s), batch %d, shifts of up to %d px, %lld train / %lld test "
+        "images, %d threads\n",
+        options.model.c_str(), options.optimizer.c_str(), lr, options.schedule.c_str(), options.batch_size,
+        options.shift, static_cast<long long>(n_train), static_cast<long long>(test_set.size()), get_num_threads());
   }
 
   // The value of a blank pixel after normalization, for the pixels a shift uncovers.
@@ -187,7 +186,8 @@ int run_train_mnist(const TrainOptions& options) {
   int64_t samples_seen = 0;
   double last_loss = NAN;
   model->train();
-  const int last_epoch = options.stop_after > 0 ? std::min(options.epochs, first_epoch + options.stop_after) : options.epochs;
+  const int last_epoch =
+      options.stop_after > 0 ? std::min(options.epochs, first_epoch + options.stop_after) : options.epochs;
   for (int epoch = first_epoch; epoch < last_epoch; ++epoch) {
     loader.set_epoch(epoch);
     Progress progress(live, epoch + 1, options.epochs, n_train);
@@ -198,8 +198,8 @@ int run_train_mnist(const TrainOptions& options) {
     for (const data::Batch& batch : loader) {
       // Shifts depend on (seed, epoch, batch) only, so a resumed run replays them.
       const Tensor inputs = options.shift > 0 ? data::random_shift(batch.inputs, options.shift, background,
-                                                                     options.seed + kShiftSeedOffset,
-                                                                     (static_cast<uint64_t>(epoch) << 32) + batch_index)
+                                                                   options.seed + kShiftSeedOffset,
+                                                                   (static_cast<uint64_t>(epoch) << 32) + batch_index)
                                               : batch.inputs;
       ++batch_index;
       optimizer->zero_grad();
@@ -213,8 +213,8 @@ int run_train_mnist(const TrainOptions& options) {
       loss_sum += last_loss * static_cast<double>(n);
       correct += logits.argmax(1).eq(batch.targets).sum().item<int64_t>();
       seen += n;
-      progress.update(seen, loss_sum / static_cast<double>(seen), static_cast<double>(correct) / static_cast<double>(seen),
-                      seconds_since(epoch_start), false);
+      progress.update(seen, loss_sum / static_cast<double>(seen),
+                      static_cast<double>(correct) / static_cast<double>(seen), seconds_since(epoch_start), false);
     }
     const double elapsed = seconds_since(epoch_start);
     train_seconds += elapsed;

@@ -13,14 +13,14 @@ struct TrainOptions {
   int stop_after = 0;  // > 0: train only this many epochs of the run now (save, then --resume later)
   int batch_size = 64;
   std::string optimizer = "adam";
-  std::optional<double> lr;  // unset: the optimizer's usual default
+  std::optional<double> lr;         // unset: the optimizer's usual default
   std::string schedule = "cosine";  // learning rate: "cosine" decay to 0 over the run, or "constant"
-  int shift = 2;  // augmentation: random shifts of up to this many pixels (0: none)
+  int shift = 2;                    // augmentation: random shifts of up to this many pixels (0: none)
   uint64_t seed = 0;
-  int threads = 0;  // 0: all cores
+  int threads = 0;                      // 0: all cores
   std::string data_dir = "data/mnist";  // IDX files, else the offline 5,000-image subset
-  std::string save_path;    // checkpoint after every epoch
-  std::string resume_path;  // continue from a checkpoint
+  std::string save_path;                // checkpoint after every epoch
+  std::string resume_path;              // continue from a checkpoint
   bool json = false;
 };
 

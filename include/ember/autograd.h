@@ -115,8 +115,7 @@ std::shared_ptr<Node> grad_accumulator(const Tensor& leaf);
 // Computes the gradients of `roots` (with the given output gradients; undefined means ones for a
 // one-element root) and accumulates them into the leaves' .grad. Frees the graph unless
 // retain_graph.
-void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grad_roots = {},
-              bool retain_graph = false);
+void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grad_roots = {}, bool retain_graph = false);
 
 // Returns d(outputs)/d(inputs) weighted by grad_outputs, without touching any .grad. An input that
 // the outputs do not depend on gets an undefined Tensor when allow_unused, else an error.
@@ -127,7 +126,7 @@ std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<T
 // --- checking gradients -------------------------------------------------------------------------
 
 struct GradcheckOptions {
-  double eps = 1e-6;   // central-difference step
+  double eps = 1e-6;  // central-difference step
   double atol = 1e-5;
   double rtol = 1e-3;
 };

@@ -1,9 +1,10 @@
 // The backward engine: counts each node's consumers, then runs nodes whose gradients are complete,
 // latest-created first, summing the gradients that reach a node from several consumers.
+#include "autograd/engine.h"
+
 #include <queue>
 #include <unordered_map>
 
-#include "autograd/engine.h"
 #include "autograd/function.h"
 #include "ember/ops.h"
 

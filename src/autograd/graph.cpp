@@ -162,11 +162,13 @@ void record_impl(const char* name, const Tensor& out, const Inputs& inputs, Get 
 }  // namespace
 
 void record(const char* name, const Tensor& out, std::initializer_list<const Tensor*> inputs, BackwardFn backward) {
-  record_impl(name, out, inputs, [](const Tensor* t) -> const Tensor& { return *t; }, std::move(backward));
+  record_impl(
+      name, out, inputs, [](const Tensor* t) -> const Tensor& { return *t; }, std::move(backward));
 }
 
 void record(const char* name, const Tensor& out, const std::vector<Tensor>& inputs, BackwardFn backward) {
-  record_impl(name, out, inputs, [](const Tensor& t) -> const Tensor& { return t; }, std::move(backward));
+  record_impl(
+      name, out, inputs, [](const Tensor& t) -> const Tensor& { return t; }, std::move(backward));
 }
 
 SavedTensor::SavedTensor(const Tensor& t) {

@@ -23,7 +23,8 @@ Tensor random_shift(const Tensor& images, int64_t max_shift, double fill, uint64
     // out[y, x] = in[y - dy, x - dx] where both are inside the image.
     const int64_t rows = h - std::abs(dy), cols = w - std::abs(dx);
     if (rows <= 0 || cols <= 0) continue;
-    const Tensor src = images.select(0, i).narrow(1, std::max<int64_t>(0, -dy), rows).narrow(2, std::max<int64_t>(0, -dx), cols);
+    const Tensor src =
+        images.select(0, i).narrow(1, std::max<int64_t>(0, -dy), rows).narrow(2, std::max<int64_t>(0, -dx), cols);
     out.select(0, i).narrow(1, std::max<int64_t>(0, dy), rows).narrow(2, std::max<int64_t>(0, dx), cols).copy_(src);
   }
   return out;
