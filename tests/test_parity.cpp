@@ -3,7 +3,9 @@
 // with SGD-momentum and with Adam; every step's loss and the final weights must agree.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -59,6 +61,7 @@ TEST_P(Parity, LossesAndFinalWeightsMatchPyTorch) {
   const Tensor& labels = train_split().labels();
   const std::vector<double> losses = run["losses"].get<std::vector<double>>();
   ASSERT_EQ(losses.size(), ref["batches"].size());
+  double worst_loss = 0, worst_weight = 0;
   for (size_t step = 0; step < losses.size(); ++step) {
     const Tensor index = from_vector(ref["batches"][step].get<std::vector<int64_t>>());
     optimizer->zero_grad();
@@ -67,6 +70,7 @@ TEST_P(Parity, LossesAndFinalWeightsMatchPyTorch) {
     loss.backward();
     optimizer->step();
     const double expected = losses[step];
+    worst_loss = std::max(worst_loss, std::abs(loss.item<double>() - expected) / std::abs(expected));
     EXPECT_LE(std::abs(loss.item<double>() - expected), 1e-4 * std::abs(expected))
         << c.model << "/" << c.optimizer << " step " << step << ": ember " << loss.item<double>() << ", PyTorch "
         << expected;
@@ -79,7 +83,10 @@ TEST_P(Parity, LossesAndFinalWeightsMatchPyTorch) {
     ASSERT_TRUE(ours.count(name)) << name;
     const double max_diff = (ours.at(name) - expected).abs().max().item<double>();
     EXPECT_LE(max_diff, 1e-4) << c.model << "/" << c.optimizer << " final " << name;
+    worst_weight = std::max(worst_weight, max_diff);
   }
+  std::printf("%s/%s: largest relative loss difference %.2e, largest weight difference %.2e\n", c.model.c_str(),
+              c.optimizer.c_str(), worst_loss, worst_weight);
 }
 
 INSTANTIATE_TEST_SUITE_P(Mnist, Parity,
