@@ -45,8 +45,9 @@ using BackwardFn = std::function<Grads(const Tensor& grad, GradMask needs)>;
 // autograd is not involved.
 template <class... Ts>
 bool needs_grad(const Ts&... tensors) {
-  if (!is_grad_enabled()) return false;
-  return ((tensors.defined() && tensors.requires_grad()) || ...);
+  // The flags first: they are plain loads, the grad mode is a thread-local behind a call.
+  if (!((tensors.defined() && tensors.requires_grad()) || ...)) return false;
+  return is_grad_enabled();
 }
 bool any_requires_grad(const std::vector<Tensor>& tensors);
 

@@ -196,16 +196,12 @@ using autograd::GradMask;
 using autograd::Grads;
 
 // Makes `out`, computed from `in`, differentiable: `backward(g)` maps out's gradient to in's.
-// Callers test tracks_grad(in) first, so the no-grad path builds no closure.
+// Callers test autograd::needs_grad(in) first, so the no-grad path builds no closure.
 template <class Backward>
 void record_unary(const char* name, const Tensor& in, const Tensor& out, Backward backward) {
   autograd::record(name, out, {&in},
                    [backward = std::move(backward)](const Tensor& g, GradMask) -> Grads { return {backward(g)}; });
 }
-
-// autograd::needs_grad(t) with the inline flag tested first: views and copies of tensors that don't
-// require grad (the common case) then skip the out-of-line grad-mode lookup.
-bool tracks_grad(const Tensor& t) { return t.requires_grad() && autograd::is_grad_enabled(); }
 
 // Zeros shaped `shape` with the gradient's dtype and device.
 Tensor zeros_for(const Shape& shape, const Tensor& g) {
@@ -287,7 +283,7 @@ Tensor Tensor::view(const Shape& shape) const {
               this->shape(), " and strides ", this->strides(), " as ", target,
               ": the memory is not contiguous enough; use reshape()");
   Tensor out = make_view(*this, target, strides, offset());
-  if (tracks_grad(*this)) {
+  if (autograd::needs_grad(*this)) {
     record_unary("view", *this, out, [from = this->shape()](const Tensor& g) { return g.reshape(from); });
   }
   return out;
@@ -304,7 +300,7 @@ Tensor Tensor::reshape(const Shape& shape) const {
     out = detail::make_empty(target, dtype(), device());
     detail::copy_into(make_view(out, this->shape(), contiguous_strides(this->shape()), 0), *this);
   }
-  if (tracks_grad(*this)) {
+  if (autograd::needs_grad(*this)) {
     record_unary("reshape", *this, out, [from = this->shape()](const Tensor& g) { return g.reshape(from); });
   }
   return out;
@@ -339,7 +335,7 @@ Tensor Tensor::permute(const Axes& dims) const {
     inverse[d] = i;
   }
   Tensor out = make_view(*this, shape, strides, offset());
-  if (tracks_grad(*this)) {
+  if (autograd::needs_grad(*this)) {
     record_unary("permute", *this, out, [inverse](const Tensor& g) { return g.permute(inverse); });
   }
   return out;
@@ -361,7 +357,7 @@ Tensor Tensor::transpose(int64_t dim0, int64_t dim1) const {
     std::swap(strides[a], strides[b]);
     out = make_view(*this, shape, strides, offset());
   }
-  if (tracks_grad(*this)) {
+  if (autograd::needs_grad(*this)) {
     record_unary("transpose", *this, out, [a, b](const Tensor& g) { return g.dim() == 0 ? g : g.transpose(a, b); });
   }
   return out;
@@ -371,7 +367,7 @@ Tensor Tensor::t() const {
   EMBER_CHECK(dim() <= 2, "[t] expects a tensor with at most 2 dimensions, got shape ", shape());
   if (dim() == 2) return transpose(0, 1);
   Tensor out = make_view(*this, shape(), strides(), offset());
-  if (tracks_grad(*this)) record_unary("t", *this, out, [](const Tensor& g) { return g; });
+  if (autograd::needs_grad(*this)) record_unary("t", *this, out, [](const Tensor& g) { return g; });
   return out;
 }
 
@@ -391,7 +387,7 @@ Tensor Tensor::slice(int64_t dim, std::optional<int64_t> start, std::optional<in
   shape[d] = (e - s + step - 1) / step;
   strides[d] *= step;
   Tensor out = make_view(*this, shape, strides, offset() + s * this->strides()[d]);
-  if (tracks_grad(*this)) {
+  if (autograd::needs_grad(*this)) {
     // The gradient of the kept elements, zeros elsewhere.
     record_unary("slice", *this, out, [from = this->shape(), d, s, e, step](const Tensor& g) {
       Tensor grad = zeros_for(from, g);
@@ -426,7 +422,7 @@ Tensor Tensor::select(int64_t dim, int64_t index) const {
   shape.erase(d);
   strides.erase(d);
   Tensor out = make_view(*this, shape, strides, offset() + index * this->strides()[d]);
-  if (tracks_grad(*this)) {
+  if (autograd::needs_grad(*this)) {
     record_unary("select", *this, out, [from = this->shape(), d, index](const Tensor& g) {
       Tensor grad = zeros_for(from, g);
       grad.select(d, index).copy_(g);
@@ -458,7 +454,7 @@ Tensor Tensor::expand(const Shape& target) const {
     strides[i] = have == want ? this->strides()[j] : 0;
   }
   Tensor out = make_view(*this, shape, strides, offset());
-  if (tracks_grad(*this)) {
+  if (autograd::needs_grad(*this)) {
     record_unary("expand", *this, out, [from = this->shape()](const Tensor& g) { return autograd::sum_to(g, from); });
   }
   return out;
@@ -473,7 +469,7 @@ Tensor Tensor::squeeze() const {
     strides.push_back(this->strides()[d]);
   }
   Tensor out = make_view(*this, shape, strides, offset());
-  if (tracks_grad(*this)) {
+  if (autograd::needs_grad(*this)) {
     record_unary("squeeze", *this, out, [from = this->shape()](const Tensor& g) { return g.reshape(from); });
   }
   return out;
@@ -488,7 +484,7 @@ Tensor Tensor::squeeze(int64_t dim) const {
     strides.erase(d);
   }
   Tensor out = make_view(*this, shape, strides, offset());
-  if (tracks_grad(*this)) {
+  if (autograd::needs_grad(*this)) {
     record_unary("squeeze", *this, out, [from = this->shape()](const Tensor& g) { return g.reshape(from); });
   }
   return out;
@@ -502,7 +498,7 @@ Tensor Tensor::unsqueeze(int64_t dim) const {
   shape.insert(d, 1);
   strides.insert(d, stride);
   Tensor out = make_view(*this, shape, strides, offset());
-  if (tracks_grad(*this)) {
+  if (autograd::needs_grad(*this)) {
     record_unary("unsqueeze", *this, out, [from = this->shape()](const Tensor& g) { return g.reshape(from); });
   }
   return out;
@@ -524,7 +520,7 @@ Tensor Tensor::as_strided(const Shape& shape, const Strides& strides, std::optio
   EMBER_CHECK(last < capacity, "[as_strided] shape ", shape, " with strides ", strides, " and offset ", start,
               " reaches element ", last, " beyond the storage's ", capacity, " elements");
   Tensor out = make_view(*this, shape, strides, start);
-  if (tracks_grad(*this)) {
+  if (autograd::needs_grad(*this)) {
     record_unary(
         "as_strided", *this, out,
         [in = Geometry{this->shape(), this->strides(), this->offset()},
@@ -544,7 +540,7 @@ Tensor Tensor::contiguous() const {
 
 Tensor Tensor::clone() const {
   Tensor out = copy_of(*this, dtype());
-  if (tracks_grad(*this)) record_unary("clone", *this, out, [](const Tensor& g) { return g; });
+  if (autograd::needs_grad(*this)) record_unary("clone", *this, out, [](const Tensor& g) { return g; });
   return out;
 }
 
@@ -552,7 +548,7 @@ Tensor Tensor::to(DType dtype) const {
   if (dtype == this->dtype()) return *this;
   Tensor out = copy_of(*this, dtype);
   // The engine casts the gradient back to this tensor's dtype.
-  if (tracks_grad(*this)) record_unary("to", *this, out, [](const Tensor& g) { return g; });
+  if (autograd::needs_grad(*this)) record_unary("to", *this, out, [](const Tensor& g) { return g; });
   return out;
 }
 
