@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "golden.h"
+#include "test_util.h"
 
 using ember::Tensor;
 using golden::Case;
@@ -112,17 +113,7 @@ Tensor matrix(int64_t rows, int64_t cols, const std::string& layout, ember::DTyp
   return ember::randn({rows, cols}, dtype);
 }
 
-// Restores the thread count a test changes.
-class ThreadCountGuard {
- public:
-  ThreadCountGuard() : saved_(ember::get_num_threads()) {}
-  ~ThreadCountGuard() { ember::set_num_threads(saved_); }
-  ThreadCountGuard(const ThreadCountGuard&) = delete;
-  ThreadCountGuard& operator=(const ThreadCountGuard&) = delete;
-
- private:
-  int saved_;
-};
+using test_util::ThreadCountGuard;
 
 std::string error_of(const std::function<void()>& fn) {
   try {

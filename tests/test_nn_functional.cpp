@@ -12,6 +12,7 @@
 
 #include "ember/nn/functional.h"
 #include "golden.h"
+#include "test_util.h"
 
 namespace {
 
@@ -389,17 +390,7 @@ TEST(NNFunctional, CrossEntropyMatchesLogSoftmaxNll) {
   EXPECT_NEAR(half.item<double>(), F::cross_entropy(x, target).item<double>(), 2e-2);
 }
 
-// Restores the thread count a test changes.
-class ThreadCountGuard {
- public:
-  ThreadCountGuard() : saved_(ember::get_num_threads()) {}
-  ~ThreadCountGuard() { ember::set_num_threads(saved_); }
-  ThreadCountGuard(const ThreadCountGuard&) = delete;
-  ThreadCountGuard& operator=(const ThreadCountGuard&) = delete;
-
- private:
-  int saved_;
-};
+using test_util::ThreadCountGuard;
 
 TEST(NNFunctional, ConvGradientsDoNotDependOnTheThreadCount) {
   ThreadCountGuard guard;

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "ember/error.h"
+#include "ember/info.h"
 
 namespace test_util {
 
@@ -23,5 +24,17 @@ void expect_error(Fn&& fn, const std::vector<std::string>& parts) {
     }
   }
 }
+
+// Restores the thread count a test changes.
+class ThreadCountGuard {
+ public:
+  ThreadCountGuard() : saved_(ember::get_num_threads()) {}
+  ~ThreadCountGuard() { ember::set_num_threads(saved_); }
+  ThreadCountGuard(const ThreadCountGuard&) = delete;
+  ThreadCountGuard& operator=(const ThreadCountGuard&) = delete;
+
+ private:
+  int saved_;
+};
 
 }  // namespace test_util
