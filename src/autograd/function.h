@@ -74,6 +74,9 @@ class SavedTensor {
 // Throws for a leaf that requires grad and for views (use the out-of-place op there).
 Tensor& inplace(const char* name, Tensor& self, const std::function<Tensor(const Tensor& self_copy)>& compute);
 
+// Zeros shaped `shape` with the gradient's dtype and device: where a backward scatters a gradient.
+Tensor zeros_for(const Shape& shape, const Tensor& grad);
+
 // The gradient `grad` summed over the dimensions that were broadcast from `shape`.
 Tensor sum_to(const Tensor& grad, const Shape& shape);
 

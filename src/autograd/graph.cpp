@@ -205,6 +205,12 @@ Tensor& inplace(const char* name, Tensor& self, const std::function<Tensor(const
   return self;
 }
 
+Tensor zeros_for(const Shape& shape, const Tensor& grad) {
+  TensorOptions options(grad.dtype());
+  options.device = grad.device();
+  return zeros(shape, options);
+}
+
 Tensor sum_to(const Tensor& grad, const Shape& shape) {
   if (grad.shape() == shape) return grad;
   const int lead = grad.dim() - shape.size();

@@ -203,13 +203,6 @@ void record_unary(const char* name, const Tensor& in, const Tensor& out, Backwar
                    [backward = std::move(backward)](const Tensor& g, GradMask) -> Grads { return {backward(g)}; });
 }
 
-// Zeros shaped `shape` with the gradient's dtype and device.
-Tensor zeros_for(const Shape& shape, const Tensor& g) {
-  TensorOptions options(g.dtype());
-  options.device = g.device();
-  return zeros(shape, options);
-}
-
 // A contiguous copy, recording nothing.
 Tensor copy_of(const Tensor& t, DType dtype) {
   Tensor out = detail::make_empty(t.shape(), dtype, t.device());
@@ -262,7 +255,7 @@ Tensor as_strided_backward(const Tensor& g, const Geometry& in, const Geometry& 
   const auto [out_first, out_end] = storage_extent(out.shape, out.strides, out.offset);
   const int64_t base = std::min(in_first, out_first);
   const int64_t size = std::max(in_end, out_end) - base;
-  Tensor storage = zeros_for({size}, g);
+  Tensor storage = autograd::zeros_for({size}, g);
   if (is_non_overlapping(out.shape, out.strides)) {
     storage.as_strided(out.shape, out.strides, out.offset - base).copy_(g);
   } else {
@@ -390,7 +383,7 @@ Tensor Tensor::slice(int64_t dim, std::optional<int64_t> start, std::optional<in
   if (autograd::needs_grad(*this)) {
     // The gradient of the kept elements, zeros elsewhere.
     record_unary("slice", *this, out, [from = this->shape(), d, s, e, step](const Tensor& g) {
-      Tensor grad = zeros_for(from, g);
+      Tensor grad = autograd::zeros_for(from, g);
       grad.slice(d, s, e, step).copy_(g);
       return grad;
     });
@@ -424,7 +417,7 @@ Tensor Tensor::select(int64_t dim, int64_t index) const {
   Tensor out = make_view(*this, shape, strides, offset() + index * this->strides()[d]);
   if (autograd::needs_grad(*this)) {
     record_unary("select", *this, out, [from = this->shape(), d, index](const Tensor& g) {
-      Tensor grad = zeros_for(from, g);
+      Tensor grad = autograd::zeros_for(from, g);
       grad.select(d, index).copy_(g);
       return grad;
     });

@@ -24,19 +24,12 @@ using autograd::Grads;
 using autograd::needs_grad;
 using autograd::SavedTensor;
 
-// Zeros shaped `shape` with the gradient's dtype and device.
-Tensor zeros_for(const Shape& shape, const Tensor& g) {
-  TensorOptions options(g.dtype());
-  options.device = g.device();
-  return zeros(shape, options);
-}
-
 // index_select's backward: g's slices along d added into the rows `index` names.
 Tensor index_add_into_zeros(const Shape& x_shape, int d, const Tensor& index, const Tensor& g) {
   if (x_shape.empty()) return g.reshape(x_shape);  // a 0-dim input: its one element was selected
   Shape along(g.dim(), int64_t{1});
   along[d] = index.numel();
-  return scatter_add(zeros_for(x_shape, g), d, index.reshape(along).expand(g.shape()), g);
+  return scatter_add(autograd::zeros_for(x_shape, g), d, index.reshape(along).expand(g.shape()), g);
 }
 
 void check_index_dtype(const char* op, const Tensor& index) {
@@ -126,7 +119,7 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
   if (needs_grad(x)) {
     autograd::record("gather", out, {&x},
                      [x_shape = x.shape(), d, si = SavedTensor(index)](const Tensor& grad, GradMask) -> Grads {
-                       return {scatter_add(zeros_for(x_shape, grad), d, si.get(), grad)};
+                       return {scatter_add(autograd::zeros_for(x_shape, grad), d, si.get(), grad)};
                      });
   }
   return out;
@@ -170,10 +163,10 @@ Tensor scatter_add_forward(const Tensor& x, int64_t dim, const Tensor& index, co
 // scatter_add's gradient for src: what each src element was added to, zero for the elements
 // outside the index's extent (src may be larger than index).
 Tensor scatter_add_src_grad(const Tensor& g, int d, const Tensor& index, const Shape& src_shape) {
-  if (index.numel() == 0) return zeros_for(src_shape, g);
+  if (index.numel() == 0) return autograd::zeros_for(src_shape, g);
   const Tensor gathered = gather(g, d, index);
   if (gathered.shape() == src_shape) return gathered;
-  Tensor grad = zeros_for(src_shape, g);
+  Tensor grad = autograd::zeros_for(src_shape, g);
   Tensor region = grad;
   for (int k = 0; k < index.dim(); ++k) region = region.narrow(k, 0, index.shape()[k]);
   region.copy_(gathered);
@@ -235,7 +228,7 @@ Tensor embedding(const Tensor& weight, const Tensor& indices) {
                      [weight_shape = weight.shape(), si = SavedTensor(indices)](const Tensor& g, GradMask) -> Grads {
                        const int64_t count = si.get().numel(), width = weight_shape[1];
                        const Tensor rows = si.get().reshape({count, 1}).expand({count, width});
-                       return {scatter_add(zeros_for(weight_shape, g), 0, rows, g.reshape({count, width}))};
+                       return {scatter_add(autograd::zeros_for(weight_shape, g), 0, rows, g.reshape({count, width}))};
                      });
   }
   return out;

@@ -28,13 +28,6 @@ using autograd::GradMask;
 using autograd::Grads;
 using autograd::needs_grad;
 
-// Zeros shaped `shape` with the gradient's dtype and device.
-Tensor zeros_for(const Shape& shape, const Tensor& g) {
-  TensorOptions options(g.dtype());
-  options.device = g.device();
-  return zeros(shape, options);
-}
-
 std::string format_list(const std::vector<int64_t>& values) {
   std::ostringstream out;
   out << '[';
@@ -206,7 +199,7 @@ Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) {
       for (size_t i = 0; i < starts.size(); ++i) {
         if (i < 64 && !needs[i]) continue;  // GradMask covers the first 64 inputs; compute the rest
 
-        grads[i] = starts[i] < 0 ? zeros_for({0}, g) : g.narrow(d, starts[i], sizes[i]);
+        grads[i] = starts[i] < 0 ? autograd::zeros_for({0}, g) : g.narrow(d, starts[i], sizes[i]);
       }
       return grads;
     });
@@ -301,7 +294,7 @@ Tensor sum_repeats(const Tensor& g, const Shape& x_shape, const Shape& repeats) 
     Shape split = grad.shape();
     split[k] = size;
     if (copies == 0) {
-      grad = zeros_for(split, grad);
+      grad = autograd::zeros_for(split, grad);
     } else if (grad.dim() < kMaxDims) {
       split.insert(k, copies);
       grad = sum(grad.reshape(split), {k});

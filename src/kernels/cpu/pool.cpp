@@ -108,10 +108,12 @@ int64_t divisor(const Window& r, const Window& c, const Pool2dGeometry& g, bool 
   return h * w;
 }
 
+// Average of each window (rows[oh] x cols[ow]) and its backward, for avg_pool2d (clipped strided
+// windows) and adaptive_avg_pool2d (the adaptive windows, which never need padding: their divisor
+// is their size, as with !count_include_pad).
 template <class T>
-void avg_forward(const Pool2dGeometry& g, bool count_include_pad, const T* in, T* out) {
-  const std::vector<Window> rows = windows(g.out_height, g.in_height, g.kernel_h, g.stride_h, g.pad_h, 1);
-  const std::vector<Window> cols = windows(g.out_width, g.in_width, g.kernel_w, g.stride_w, g.pad_w, 1);
+void mean_forward(const Pool2dGeometry& g, const std::vector<Window>& rows, const std::vector<Window>& cols,
+                  bool count_include_pad, const T* in, T* out) {
   const int64_t in_plane = g.in_height * g.in_width, out_plane = g.out_height * g.out_width;
   for_each_plane(g, [&](int64_t plane) {
     const T* x = in + plane * in_plane;
@@ -135,9 +137,8 @@ void avg_forward(const Pool2dGeometry& g, bool count_include_pad, const T* in, T
 }
 
 template <class T>
-void avg_backward(const Pool2dGeometry& g, bool count_include_pad, const T* grad_out, T* grad_in) {
-  const std::vector<Window> rows = windows(g.out_height, g.in_height, g.kernel_h, g.stride_h, g.pad_h, 1);
-  const std::vector<Window> cols = windows(g.out_width, g.in_width, g.kernel_w, g.stride_w, g.pad_w, 1);
+void mean_backward(const Pool2dGeometry& g, const std::vector<Window>& rows, const std::vector<Window>& cols,
+                   bool count_include_pad, const T* grad_out, T* grad_in) {
   const int64_t in_plane = g.in_height * g.in_width, out_plane = g.out_height * g.out_width;
   for_each_plane(g, [&](int64_t plane) {
     T* dx = grad_in + plane * in_plane;
@@ -159,6 +160,13 @@ void avg_backward(const Pool2dGeometry& g, bool count_include_pad, const T* grad
   });
 }
 
+std::vector<Window> avg_rows(const Pool2dGeometry& g) {
+  return windows(g.out_height, g.in_height, g.kernel_h, g.stride_h, g.pad_h, 1);
+}
+std::vector<Window> avg_cols(const Pool2dGeometry& g) {
+  return windows(g.out_width, g.in_width, g.kernel_w, g.stride_w, g.pad_w, 1);
+}
+
 // Adaptive windows: output o of `out_size` covers input [floor(o * in / out), ceil((o + 1) * in / out)).
 std::vector<Window> adaptive_windows(int64_t out_size, int64_t in_size) {
   std::vector<Window> result(static_cast<size_t>(out_size));
@@ -167,52 +175,6 @@ std::vector<Window> adaptive_windows(int64_t out_size, int64_t in_size) {
     result[static_cast<size_t>(o)] = {begin, 0, end - begin};
   }
   return result;
-}
-
-template <class T>
-void adaptive_forward(const Pool2dGeometry& g, const T* in, T* out) {
-  const std::vector<Window> rows = adaptive_windows(g.out_height, g.in_height);
-  const std::vector<Window> cols = adaptive_windows(g.out_width, g.in_width);
-  const int64_t in_plane = g.in_height * g.in_width, out_plane = g.out_height * g.out_width;
-  for_each_plane(g, [&](int64_t plane) {
-    const T* x = in + plane * in_plane;
-    T* y = out + plane * out_plane;
-    for (int64_t oh = 0; oh < g.out_height; ++oh) {
-      const Window r = rows[static_cast<size_t>(oh)];
-      for (int64_t ow = 0; ow < g.out_width; ++ow) {
-        const Window c = cols[static_cast<size_t>(ow)];
-        T total = 0;
-        for (int64_t i = 0; i < r.last; ++i) {
-          const T* row = x + (r.start + i) * g.in_width + c.start;
-          for (int64_t j = 0; j < c.last; ++j) total += row[j];
-        }
-        y[oh * g.out_width + ow] = total / static_cast<T>(r.last * c.last);
-      }
-    }
-  });
-}
-
-template <class T>
-void adaptive_backward(const Pool2dGeometry& g, const T* grad_out, T* grad_in) {
-  const std::vector<Window> rows = adaptive_windows(g.out_height, g.in_height);
-  const std::vector<Window> cols = adaptive_windows(g.out_width, g.in_width);
-  const int64_t in_plane = g.in_height * g.in_width, out_plane = g.out_height * g.out_width;
-  for_each_plane(g, [&](int64_t plane) {
-    T* dx = grad_in + plane * in_plane;
-    const T* dy = grad_out + plane * out_plane;
-    std::fill(dx, dx + in_plane, T(0));
-    for (int64_t oh = 0; oh < g.out_height; ++oh) {
-      const Window r = rows[static_cast<size_t>(oh)];
-      for (int64_t ow = 0; ow < g.out_width; ++ow) {
-        const Window c = cols[static_cast<size_t>(ow)];
-        const T share = dy[oh * g.out_width + ow] / static_cast<T>(r.last * c.last);
-        for (int64_t i = 0; i < r.last; ++i) {
-          T* row = dx + (r.start + i) * g.in_width + c.start;
-          for (int64_t j = 0; j < c.last; ++j) row[j] += share;
-        }
-      }
-    }
-  });
 }
 
 }  // namespace
@@ -235,7 +197,7 @@ void max_pool2d_backward(DType dtype, const Pool2dGeometry& g, const void* grad_
 void avg_pool2d_forward(DType dtype, const Pool2dGeometry& g, bool count_include_pad, const void* in, void* out) {
   dispatch_float("avg_pool2d", dtype, [&](auto zero) {
     using T = decltype(zero);
-    avg_forward(g, count_include_pad, static_cast<const T*>(in), static_cast<T*>(out));
+    mean_forward(g, avg_rows(g), avg_cols(g), count_include_pad, static_cast<const T*>(in), static_cast<T*>(out));
   });
 }
 
@@ -243,21 +205,24 @@ void avg_pool2d_backward(DType dtype, const Pool2dGeometry& g, bool count_includ
                          void* grad_in) {
   dispatch_float("avg_pool2d", dtype, [&](auto zero) {
     using T = decltype(zero);
-    avg_backward(g, count_include_pad, static_cast<const T*>(grad_out), static_cast<T*>(grad_in));
+    mean_backward(g, avg_rows(g), avg_cols(g), count_include_pad, static_cast<const T*>(grad_out),
+                  static_cast<T*>(grad_in));
   });
 }
 
 void adaptive_avg_pool2d_forward(DType dtype, const Pool2dGeometry& g, const void* in, void* out) {
   dispatch_float("adaptive_avg_pool2d", dtype, [&](auto zero) {
     using T = decltype(zero);
-    adaptive_forward(g, static_cast<const T*>(in), static_cast<T*>(out));
+    mean_forward(g, adaptive_windows(g.out_height, g.in_height), adaptive_windows(g.out_width, g.in_width),
+                 /*count_include_pad=*/false, static_cast<const T*>(in), static_cast<T*>(out));
   });
 }
 
 void adaptive_avg_pool2d_backward(DType dtype, const Pool2dGeometry& g, const void* grad_out, void* grad_in) {
   dispatch_float("adaptive_avg_pool2d", dtype, [&](auto zero) {
     using T = decltype(zero);
-    adaptive_backward(g, static_cast<const T*>(grad_out), static_cast<T*>(grad_in));
+    mean_backward(g, adaptive_windows(g.out_height, g.in_height), adaptive_windows(g.out_width, g.in_width),
+                  /*count_include_pad=*/false, static_cast<const T*>(grad_out), static_cast<T*>(grad_in));
   });
 }
 
