@@ -7,6 +7,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/block_pool.h"
 #include "ember/ops.h"
 
 namespace ember {
@@ -29,11 +30,11 @@ class CpuCachingAllocator {
     const int64_t bytes = size_class(nbytes);
     *class_bytes = bytes;
     std::lock_guard<std::mutex> lock(mutex_);
-    auto it = free_.find(bytes);
+    std::vector<void*>& blocks = free_list(bytes);
     void* p = nullptr;
-    if (it != free_.end() && !it->second.empty()) {
-      p = it->second.back();
-      it->second.pop_back();
+    if (!blocks.empty()) {
+      p = blocks.back();
+      blocks.pop_back();
       ++stats_.cache_hits;
     } else {
       p = std::aligned_alloc(kAlignment, static_cast<size_t>(bytes));
@@ -54,7 +55,7 @@ class CpuCachingAllocator {
   void release(void* p, int64_t class_bytes) {
     std::lock_guard<std::mutex> lock(mutex_);
     stats_.bytes_in_use -= class_bytes;
-    free_[class_bytes].push_back(p);
+    free_list(class_bytes).push_back(p);
   }
 
   void empty_cache() {
@@ -72,18 +73,32 @@ class CpuCachingAllocator {
   }
 
  private:
-  void release_cached_locked() {
-    for (auto& [bytes, blocks] : free_) {
-      for (void* p : blocks) {
-        std::free(p);
-        stats_.bytes_reserved -= bytes;
-        ++stats_.system_frees;
-      }
-      blocks.clear();
-    }
+  // The small classes (multiples of 64 bytes up to 1 KiB) are an array: a small op's output
+  // skips the hash lookup.
+  std::vector<void*>& free_list(int64_t class_bytes) {
+    if (class_bytes <= kSmallLimit) return small_[class_bytes / kAlignment - 1];
+    return free_[class_bytes];
   }
 
+  void release_blocks_locked(std::vector<void*>& blocks, int64_t bytes) {
+    for (void* p : blocks) {
+      std::free(p);
+      stats_.bytes_reserved -= bytes;
+      ++stats_.system_frees;
+    }
+    blocks.clear();
+  }
+
+  void release_cached_locked() {
+    for (int i = 0; i < kSmallClasses; ++i) release_blocks_locked(small_[i], (i + 1) * kAlignment);
+    for (auto& [bytes, blocks] : free_) release_blocks_locked(blocks, bytes);
+  }
+
+  static constexpr int64_t kSmallLimit = 1024;
+  static constexpr int kSmallClasses = kSmallLimit / kAlignment;
+
   std::mutex mutex_;
+  std::vector<void*> small_[kSmallClasses];
   std::unordered_map<int64_t, std::vector<void*>> free_;
   MemoryStats stats_;
 };
@@ -108,7 +123,7 @@ std::shared_ptr<StorageImpl> allocate_storage(int64_t nbytes, Device device) {
   EMBER_CHECK(nbytes >= 0, "[allocate] negative size ", nbytes);
   int64_t class_bytes = 0;
   void* p = cpu_allocator().allocate(nbytes, &class_bytes);
-  return std::make_shared<StorageImpl>(p, nbytes, device, &release_cpu_block, nullptr);
+  return detail::make_pooled<StorageImpl>(p, nbytes, device, &release_cpu_block, nullptr);
 }
 
 MemoryStats memory_stats(Device device) {

@@ -2,6 +2,7 @@
 #include <cmath>
 #include <mutex>
 
+#include "core/block_pool.h"
 #include "core/random.h"
 #include "core/tensor_internal.h"
 #include "ember/ops.h"
@@ -129,8 +130,8 @@ Tensor from_blob(void* data, const Shape& shape, DType dtype, std::optional<Stri
     EMBER_CHECK(shape[d] >= 0 && s[d] >= 0, "[from_blob] negative size or stride: shape ", shape, ", strides ", s);
     if (extent > 0) extent += (shape[d] - 1) * s[d];
   }
-  auto impl = std::make_shared<TensorImpl>();
-  impl->storage = std::make_shared<StorageImpl>(data, extent * dtype_size(dtype), kCPU, &release_nothing, nullptr);
+  auto impl = detail::make_pooled<TensorImpl>();
+  impl->storage = detail::make_pooled<StorageImpl>(data, extent * dtype_size(dtype), kCPU, &release_nothing, nullptr);
   impl->shape = shape;
   impl->strides = s;
   impl->dtype = dtype;

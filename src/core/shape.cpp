@@ -20,6 +20,7 @@ int normalize_axis(int64_t axis, int ndim, const char* op) {
 }
 
 Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op) {
+  if (a == b) return a;
   const int nd = a.size() > b.size() ? a.size() : b.size();
   Shape out(nd);
   for (int i = 0; i < nd; ++i) {

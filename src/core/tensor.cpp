@@ -9,6 +9,7 @@
 
 #include "autograd/function.h"
 #include "core/allocator.h"
+#include "core/block_pool.h"
 #include "core/tensor_internal.h"
 #include "ember/ops.h"
 #include "kernels/cpu/kernels.h"
@@ -18,7 +19,7 @@ namespace detail {
 
 Tensor make_empty(const Shape& shape, DType dtype, Device device) {
   for (int64_t s : shape) EMBER_CHECK(s >= 0, "[empty] negative dimension in shape ", shape);
-  auto impl = std::make_shared<TensorImpl>();
+  auto impl = detail::make_pooled<TensorImpl>();
   impl->storage = allocate_storage(shape.numel() * dtype_size(dtype), device);
   impl->shape = shape;
   impl->strides = contiguous_strides(shape);
@@ -27,7 +28,7 @@ Tensor make_empty(const Shape& shape, DType dtype, Device device) {
 }
 
 Tensor make_view(const Tensor& base, const Shape& shape, const Strides& strides, int64_t offset) {
-  auto impl = std::make_shared<TensorImpl>();
+  auto impl = detail::make_pooled<TensorImpl>();
   impl->storage = base.impl().storage;
   impl->shape = shape;
   impl->strides = strides;
@@ -37,7 +38,19 @@ Tensor make_view(const Tensor& base, const Shape& shape, const Strides& strides,
   return Tensor(std::move(impl));
 }
 
-cpu::Loop make_loop(const Shape& shape, std::initializer_list<const Tensor*> tensors) {
+namespace {
+
+cpu::Loop flat_loop(int64_t numel, int num_operands) {
+  cpu::Loop loop;
+  loop.ndim = 1;
+  loop.num_operands = num_operands;
+  loop.numel = numel;
+  loop.sizes[0] = numel;
+  for (int k = 0; k < num_operands; ++k) loop.strides[k][0] = 1;
+  return loop;
+}
+
+cpu::Loop strided_loop(const Shape& shape, std::initializer_list<const Tensor*> tensors) {
   Strides strides[cpu::kMaxOperands];
   const Strides* pointers[cpu::kMaxOperands];
   int k = 0;
@@ -47,6 +60,16 @@ cpu::Loop make_loop(const Shape& shape, std::initializer_list<const Tensor*> ten
     ++k;
   }
   return cpu::make_loop(shape, pointers, k);
+}
+
+}  // namespace
+
+cpu::Loop make_loop(const Shape& shape, std::initializer_list<const Tensor*> tensors) {
+  // The common case, every operand contiguous with the output's shape, is one flat row: skip the
+  // stride analysis (a measurable part of a small op's cost).
+  bool flat = true;
+  for (const Tensor* t : tensors) flat = flat && t->shape() == shape && t->is_contiguous();
+  return flat ? flat_loop(shape.numel(), static_cast<int>(tensors.size())) : strided_loop(shape, tensors);
 }
 
 void check_same_device(const char* op, std::initializer_list<const Tensor*> tensors) {
