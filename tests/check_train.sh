@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `ember train mnist`: the --json line has every promised field, bad input is a clear error, and a
 # run stopped after one epoch and resumed from its checkpoint ends bit-identical to an
-# uninterrupted run (same final checkpoint bytes, same results).
+# uninterrupted run (same final checkpoint bytes, same results), and the default CNN's
+# steady-state steps make no calls to the system allocator.
 set -euo pipefail
 ember="$1"
 data="$2"
@@ -20,7 +21,7 @@ python3 - "$tmp/full.txt" "$tmp/resumed.txt" <<'PY'
 import json, sys
 full, resumed = (json.loads(open(p).read().strip().splitlines()[-1]) for p in sys.argv[1:3])
 for key in ["task", "model", "epochs", "train_samples", "test_samples", "test_accuracy", "final_loss", "seconds",
-            "samples_per_second"]:
+            "samples_per_second", "system_allocs_per_step"]:
     assert key in full, f"missing {key}: {full}"
 assert full["task"] == "mnist" and full["model"] == "mlp" and full["epochs"] == 2, full
 assert full["train_samples"] == 4000 and full["test_samples"] == 1000, full
@@ -28,6 +29,15 @@ assert 0.8 < full["test_accuracy"] <= 1.0, full
 for key in ["test_accuracy", "final_loss"]:
     assert full[key] == resumed[key], (key, full[key], resumed[key])
 print("json and resume ok:", full["test_accuracy"], full["final_loss"])
+PY
+
+# The default CNN's steady-state steps are served entirely by the caching allocator.
+"$ember" train mnist --epochs 2 --threads 2 --data "$data" --json > "$tmp/cnn.txt"
+python3 - "$tmp/cnn.txt" <<'PY'
+import json, sys
+cnn = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
+assert cnn["model"] == "cnn" and cnn["system_allocs_per_step"] == 0, cnn
+print("steady-state system allocations per step:", cnn["system_allocs_per_step"])
 PY
 
 # Mismatched settings and bad files are refused with a message, not a crash.

@@ -185,6 +185,7 @@ int run_train_mnist(const TrainOptions& options) {
   double train_seconds = 0;
   int64_t samples_seen = 0;
   double last_loss = NAN;
+  double system_allocs_per_step = NAN;
   model->train();
   const int last_epoch =
       options.stop_after > 0 ? std::min(options.epochs, first_epoch + options.stop_after) : options.epochs;
@@ -195,7 +196,12 @@ int run_train_mnist(const TrainOptions& options) {
     double loss_sum = 0;
     int64_t correct = 0, seen = 0;
     int64_t batch_index = 0;
+    // Calls to the system allocator during the last epoch's steps after its first (the caching
+    // allocator should serve every one of them).
+    const bool measure_allocs = epoch == last_epoch - 1;
+    int64_t allocs_at_second_step = 0;
     for (const data::Batch& batch : loader) {
+      if (measure_allocs && batch_index == 1) allocs_at_second_step = memory_stats().system_allocations;
       // Shifts depend on (seed, epoch, batch) only, so a resumed run replays them.
       const Tensor inputs = options.shift > 0 ? data::random_shift(batch.inputs, options.shift, background,
                                                                    options.seed + kShiftSeedOffset,
@@ -217,6 +223,10 @@ int run_train_mnist(const TrainOptions& options) {
                       static_cast<double>(correct) / static_cast<double>(seen), seconds_since(epoch_start), false);
     }
     const double elapsed = seconds_since(epoch_start);
+    if (measure_allocs && batch_index > 1) {
+      system_allocs_per_step = static_cast<double>(memory_stats().system_allocations - allocs_at_second_step) /
+                               static_cast<double>(batch_index - 1);
+    }
     train_seconds += elapsed;
     samples_seen += seen;
     progress.update(seen, loss_sum / static_cast<double>(std::max<int64_t>(seen, 1)),
@@ -246,6 +256,8 @@ int run_train_mnist(const TrainOptions& options) {
         {"final_loss", std::isnan(last_loss) ? nlohmann::json(nullptr) : nlohmann::json(last_loss)},
         {"seconds", total_seconds},
         {"samples_per_second", rate},
+        {"system_allocs_per_step",
+         std::isnan(system_allocs_per_step) ? nlohmann::json(nullptr) : nlohmann::json(system_allocs_per_step)},
     };
     std::cout << result.dump() << std::endl;
   } else {
