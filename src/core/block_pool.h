@@ -89,10 +89,15 @@ struct PoolAllocator {
   }
 };
 
-// std::make_shared, with the object and its control block from the block pool.
+// std::make_shared, with the object and its control block from the block pool. Under
+// AddressSanitizer the pool is bypassed so that a use after free of a header is still caught.
 template <class T, class... Args>
 std::shared_ptr<T> make_pooled(Args&&... args) {
+#if defined(__SANITIZE_ADDRESS__)
+  return std::make_shared<T>(std::forward<Args>(args)...);
+#else
   return std::allocate_shared<T>(PoolAllocator<T>(), std::forward<Args>(args)...);
+#endif
 }
 
 }  // namespace ember::detail
