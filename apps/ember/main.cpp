@@ -2,6 +2,8 @@
 // `ember train mnist` trains a model on MNIST (the main job).
 #include <CLI/CLI.hpp>
 #include <iostream>
+#include <string>
+#include <vector>
 #include <nlohmann/json.hpp>
 
 #include "ember/ember.h"
@@ -11,6 +13,17 @@ namespace {
 
 int run_info(bool as_json) {
   const ember::BuildInfo info = ember::build_info();
+  std::vector<std::string> devices = {"cpu"};
+  nlohmann::json gpus = nlohmann::json::array();
+  for (int i = 0; i < ember::cuda::device_count(); ++i) {
+    const ember::cuda::DeviceProperties p = ember::cuda::get_device_properties(i);
+    devices.push_back("cuda:" + std::to_string(i));
+    gpus.push_back({{"index", i},
+                    {"name", p.name},
+                    {"compute_capability", std::to_string(p.compute_major) + "." + std::to_string(p.compute_minor)},
+                    {"memory_bytes", p.total_memory},
+                    {"multiprocessors", p.multiprocessors}});
+  }
   if (as_json) {
     nlohmann::json j = {
         {"version", info.version},
@@ -21,7 +34,13 @@ int run_info(bool as_json) {
         {"openmp", info.openmp},
         {"build_type", info.build_type},
         {"options", {{"cuda", info.cuda}, {"blas", info.blas}}},
-        {"devices", nlohmann::json::array({"cpu"})},
+        {"devices", devices},
+        {"cuda",
+         {{"built", ember::cuda::is_built()},
+          {"runtime", ember::cuda::runtime_version()},
+          {"architectures", ember::cuda::compiled_architectures()},
+          {"status", ember::cuda::status()},
+          {"gpus", gpus}}},
     };
     std::cout << j.dump(2) << "\n";
     return 0;
@@ -31,9 +50,17 @@ int run_info(bool as_json) {
             << "  build type    " << info.build_type << "\n"
             << "  SIMD target   " << info.simd_target << " (compiled: " << info.simd_compiled << ")\n"
             << "  threads       " << info.num_threads << (info.openmp ? " (OpenMP)" : " (no OpenMP)") << "\n"
-            << "  CUDA          " << (info.cuda ? "on" : "off") << "\n"
+            << "  CUDA          "
+            << (info.cuda ? "on (runtime " + ember::cuda::runtime_version() + ", " +
+                                ember::cuda::compiled_architectures() + "): " + ember::cuda::status()
+                          : std::string("off"))
+            << "\n"
             << "  BLAS          " << info.blas << "\n"
-            << "  devices       cpu\n";
+            << "  devices       cpu";
+  for (const nlohmann::json& gpu : gpus) {
+    std::cout << ", cuda:" << gpu["index"].get<int>() << " (" << gpu["name"].get<std::string>() << ")";
+  }
+  std::cout << "\n";
   return 0;
 }
 

@@ -1,0 +1,53 @@
+// The CUDA runtime queries: consistent answers with and without a GPU, clear errors for devices
+// that do not exist. Runs in every build; the GPU-only checks skip when no device is usable.
+#include <gtest/gtest.h>
+
+#include "ember/cuda.h"
+#include "ember/error.h"
+#include "ember/info.h"
+
+namespace ember {
+namespace {
+
+TEST(CudaRuntime, BuildFlagsAgree) {
+  EXPECT_EQ(cuda::is_built(), build_info().cuda);
+  if (cuda::is_built()) {
+    EXPECT_FALSE(cuda::runtime_version().empty());
+    EXPECT_NE(cuda::compiled_architectures().find("90"), std::string::npos) << cuda::compiled_architectures();
+  } else {
+    EXPECT_EQ(cuda::device_count(), 0);
+    EXPECT_NE(cuda::status().find("built without CUDA"), std::string::npos) << cuda::status();
+  }
+}
+
+TEST(CudaRuntime, MissingDevicesAreClearErrors) {
+  const int count = cuda::device_count();
+  EXPECT_GE(count, 0);
+  EXPECT_EQ(cuda::is_available(), count > 0);
+  EXPECT_FALSE(cuda::status().empty());
+  try {
+    cuda::get_device_properties(count);
+    FAIL() << "device " << count << " should not exist";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("[cuda] device"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(cuda::get_device_properties(-1), Error);
+  EXPECT_THROW(cuda::synchronize(count), Error);
+  EXPECT_NO_THROW(cuda::synchronize());  // every device, or none
+}
+
+TEST(CudaRuntime, DevicePropertiesOnAGpu) {
+  if (!cuda::is_available()) GTEST_SKIP() << cuda::status();
+  for (int i = 0; i < cuda::device_count(); ++i) {
+    const cuda::DeviceProperties p = cuda::get_device_properties(i);
+    EXPECT_EQ(p.index, i);
+    EXPECT_FALSE(p.name.empty());
+    EXPECT_GE(p.compute_major, 5);
+    EXPECT_GT(p.total_memory, int64_t{1} << 30);
+    EXPECT_GT(p.multiprocessors, 0);
+    EXPECT_NO_THROW(cuda::synchronize(i));
+  }
+}
+
+}  // namespace
+}  // namespace ember
