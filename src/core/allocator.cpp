@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/block_pool.h"
+#include "cuda/device_allocator.h"
 #include "ember/ops.h"
 
 namespace ember {
@@ -112,14 +113,10 @@ CpuCachingAllocator& cpu_allocator() {
 // The class size is recomputed from the requested size, so storages report exactly what was asked.
 void release_cpu_block(void* data, int64_t nbytes, void* /*context*/) { cpu_allocator().release(data, size_class(nbytes)); }
 
-void check_cpu(Device device, const char* op) {
-  EMBER_CHECK(device.is_cpu(), "[", op, "] device ", device, " is not available in this build");
-}
-
 }  // namespace
 
 std::shared_ptr<StorageImpl> allocate_storage(int64_t nbytes, Device device) {
-  check_cpu(device, "allocate");
+  if (device.is_cuda()) return cuda::detail::allocate_storage(nbytes, device.index);
   EMBER_CHECK(nbytes >= 0, "[allocate] negative size ", nbytes);
   int64_t class_bytes = 0;
   void* p = cpu_allocator().allocate(nbytes, &class_bytes);
@@ -127,15 +124,15 @@ std::shared_ptr<StorageImpl> allocate_storage(int64_t nbytes, Device device) {
 }
 
 MemoryStats memory_stats(Device device) {
-  check_cpu(device, "memory_stats");
+  if (device.is_cuda()) return cuda::detail::memory_stats(device.index);
   return cpu_allocator().stats();
 }
 void reset_peak_memory_stats(Device device) {
-  check_cpu(device, "reset_peak_memory_stats");
+  if (device.is_cuda()) return cuda::detail::reset_peak_memory_stats(device.index);
   cpu_allocator().reset_peak();
 }
 void empty_cache(Device device) {
-  check_cpu(device, "empty_cache");
+  if (device.is_cuda()) return cuda::detail::empty_cache(device.index);
   cpu_allocator().empty_cache();
 }
 

@@ -5,6 +5,7 @@
 #include "ember/cuda.h"
 #include "ember/error.h"
 #include "ember/info.h"
+#include "ember/ops.h"
 
 namespace ember {
 namespace {
@@ -47,6 +48,39 @@ TEST(CudaRuntime, DevicePropertiesOnAGpu) {
     EXPECT_GT(p.multiprocessors, 0);
     EXPECT_NO_THROW(cuda::synchronize(i));
   }
+}
+
+TEST(CudaAllocator, WithoutADeviceAllocationIsAClearError) {
+  if (cuda::is_available()) GTEST_SKIP() << "a GPU is present";
+  const Device gpu{DeviceType::CUDA, 0};
+  try {
+    empty({2, 3}, gpu);
+    FAIL() << "allocating on cuda:0 without a device should throw";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("[allocate] device cuda:0 is not available"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(memory_stats(gpu), Error);
+  EXPECT_THROW(empty_cache(gpu), Error);
+}
+
+TEST(CudaAllocator, SteadyStateAllocationsComeFromTheCache) {
+  if (!cuda::is_available()) GTEST_SKIP() << cuda::status();
+  const Device gpu{DeviceType::CUDA, 0};
+  auto step = [&] {
+    Tensor a = empty({1024, 1024}, gpu);
+    Tensor b = empty({7}, gpu);
+    Tensor c = empty({64, 3, 224, 224}, gpu);
+    EXPECT_EQ(a.device(), gpu);
+  };
+  step();
+  const MemoryStats before = memory_stats(gpu);
+  for (int i = 0; i < 10; ++i) step();
+  const MemoryStats after = memory_stats(gpu);
+  EXPECT_EQ(after.system_allocations, before.system_allocations);
+  EXPECT_EQ(after.bytes_in_use, 0);
+  EXPECT_GT(after.cache_hits, before.cache_hits);
+  empty_cache(gpu);
+  EXPECT_EQ(memory_stats(gpu).bytes_reserved, 0);
 }
 
 }  // namespace

@@ -1,0 +1,144 @@
+#include "cuda/device_allocator.h"
+
+#include <mutex>
+#include <vector>
+
+#include "core/block_allocator.h"
+#include "core/block_pool.h"
+#include "ember/cuda.h"
+
+#ifdef EMBER_WITH_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
+namespace ember::cuda::detail {
+namespace {
+
+void check_device(int device, const char* op) {
+  EMBER_CHECK(device >= 0 && device < device_count(), "[", op, "] device cuda:", device, " is not available: ",
+              status());
+}
+
+#ifdef EMBER_WITH_CUDA
+
+void check(cudaError_t result, const char* what) {
+  EMBER_CHECK(result == cudaSuccess, "[cuda] ", what, " failed: ", cudaGetErrorName(result), ": ",
+              cudaGetErrorString(result));
+}
+
+// Switches to `device` for the scope, and back.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device) {
+    check(cudaGetDevice(&previous_), "cudaGetDevice");
+    if (previous_ != device) check(cudaSetDevice(device), "cudaSetDevice");
+  }
+  ~DeviceGuard() { cudaSetDevice(previous_); }
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int previous_ = 0;
+};
+
+class CudaBackend : public ember::detail::DeviceBackend {
+ public:
+  explicit CudaBackend(int device) : device_(device) {}
+
+  void* allocate(size_t bytes) override {
+    DeviceGuard guard(device_);
+    void* ptr = nullptr;
+    const cudaError_t result = cudaMalloc(&ptr, bytes);
+    if (result == cudaErrorMemoryAllocation) {
+      (void)cudaGetLastError();  // out of memory is answered with nullptr, not a sticky error
+      return nullptr;
+    }
+    check(result, "cudaMalloc");
+    return ptr;
+  }
+  void free(void* ptr) override {
+    DeviceGuard guard(device_);
+    check(cudaFree(ptr), "cudaFree");
+  }
+  ember::detail::EventId record_event(ember::detail::StreamId stream) override {
+    DeviceGuard guard(device_);
+    cudaEvent_t event = nullptr;
+    check(cudaEventCreateWithFlags(&event, cudaEventDisableTiming), "cudaEventCreate");
+    check(cudaEventRecord(event, reinterpret_cast<cudaStream_t>(stream)), "cudaEventRecord");
+    return reinterpret_cast<ember::detail::EventId>(event);
+  }
+  bool event_done(ember::detail::EventId event) override {
+    const cudaError_t result = cudaEventQuery(reinterpret_cast<cudaEvent_t>(event));
+    if (result == cudaErrorNotReady) return false;
+    check(result, "cudaEventQuery");
+    return true;
+  }
+  void destroy_event(ember::detail::EventId event) override { cudaEventDestroy(reinterpret_cast<cudaEvent_t>(event)); }
+  std::string name() const override { return "cuda:" + std::to_string(device_); }
+
+ private:
+  int device_;
+};
+
+struct DeviceState {
+  explicit DeviceState(int device) : backend(device), allocator(&backend) {}
+  CudaBackend backend;
+  ember::detail::BlockAllocator allocator;
+};
+
+DeviceState& state(int device) {
+  // Never destroyed: storages released during static destruction still find their allocator.
+  static std::vector<DeviceState*>* states = [] {
+    auto* v = new std::vector<DeviceState*>();
+    for (int d = 0; d < device_count(); ++d) v->push_back(new DeviceState(d));
+    return v;
+  }();
+  return *(*states)[device];
+}
+
+void release_block(void* data, int64_t /*nbytes*/, void* context) {
+  const int device = static_cast<int>(reinterpret_cast<intptr_t>(context));
+  state(device).allocator.free(data);
+}
+
+#endif
+
+}  // namespace
+
+std::shared_ptr<StorageImpl> allocate_storage(int64_t nbytes, int device) {
+  check_device(device, "allocate");
+  EMBER_CHECK(nbytes >= 0, "[allocate] negative size ", nbytes);
+#ifdef EMBER_WITH_CUDA
+  // Until per-device streams exist, every block belongs to the default stream (0).
+  void* ptr = state(device).allocator.allocate(static_cast<size_t>(nbytes), 0);
+  return ember::detail::make_pooled<StorageImpl>(ptr, nbytes, Device{DeviceType::CUDA, device}, &release_block,
+                                                 reinterpret_cast<void*>(static_cast<intptr_t>(device)));
+#else
+  return nullptr;
+#endif
+}
+
+MemoryStats memory_stats(int device) {
+  check_device(device, "memory_stats");
+#ifdef EMBER_WITH_CUDA
+  return state(device).allocator.stats();
+#else
+  return {};
+#endif
+}
+
+void reset_peak_memory_stats(int device) {
+  check_device(device, "reset_peak_memory_stats");
+#ifdef EMBER_WITH_CUDA
+  state(device).allocator.reset_peak();
+#endif
+}
+
+void empty_cache(int device) {
+  check_device(device, "empty_cache");
+#ifdef EMBER_WITH_CUDA
+  state(device).allocator.empty_cache();
+#endif
+}
+
+}  // namespace ember::cuda::detail
