@@ -2,7 +2,8 @@
 # `ember info --json` prints one JSON object with every documented field.
 set -euo pipefail
 out=$("$1" info --json)
-for key in version compiler simd_target simd_compiled num_threads openmp build_type options cuda blas devices; do
+for key in version compiler simd_target simd_compiled num_threads openmp build_type options cuda blas devices \
+    built runtime architectures status gpus; do
   grep -q "\"$key\"" <<<"$out" || { echo "missing $key in: $out"; exit 1; }
 done
 "$1" info | grep -q "SIMD target" || { echo "plain info lacks the SIMD target"; exit 1; }
