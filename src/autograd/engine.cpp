@@ -7,6 +7,8 @@
 
 #include "autograd/function.h"
 #include "ember/ops.h"
+#include "ops/cost.h"
+#include "profiler/op_scope.h"
 
 namespace ember::autograd {
 namespace {
@@ -40,6 +42,7 @@ Tensor conform(const Node& node, size_t index, Tensor grad) {
 
 void execute(const std::vector<std::pair<std::shared_ptr<Node>, Tensor>>& roots, GraphTask& task) {
   NoGradGuard no_grad;
+  const profiler::detail::PhaseScope phase(profiler::Phase::kBackward);
   // Consumers per node, over everything reachable from the roots.
   std::unordered_map<const Node*, int> dependencies;
   std::vector<Node*> stack;
@@ -88,6 +91,9 @@ void execute(const std::vector<std::pair<std::shared_ptr<Node>, Tensor>>& roots,
       const bool is_sink = dynamic_cast<AccumulateGrad*>(node) != nullptr;
       if (!is_sink || task.accumulate) {
         t_current_node = node->name();
+        // The node's work as one op, "<name>_backward"; its own kernels' cost where it has them.
+        profiler::detail::OpScope scope(node->name(), is_sink ? "" : "_backward", {&grad});
+        scope.cost_if_known([&] { return backward_cost(*node, grad); });
         try {
           outputs = node->apply(grad);
         } catch (...) {

@@ -22,6 +22,7 @@
 
 #include "autograd/function.h"
 #include "ember/autograd.h"
+#include "profiler/op_scope.h"
 
 namespace ember::nn {
 
@@ -106,6 +107,8 @@ Tensor Module::forward(const Tensor& /*input*/) {
 }
 
 Tensor Module::operator()(const Tensor& input) {
+  // While profiling, the forward is a range named after the module's type ("Conv2d").
+  const profiler::detail::LazyRange range([this] { return name(); }, /*is_module=*/true);
   if (!hooks_ || hooks_->empty()) [[likely]] {
     return forward(input);
   }

@@ -10,10 +10,12 @@
 // Backward: grad * mask / (1 - p), the same scaled mask as the forward.
 #include "autograd/function.h"
 #include "ember/nn/functional.h"
+#include "profiler/op_scope.h"
 
 namespace ember::nn::functional {
 
 Tensor dropout(const Tensor& input, double p, bool training) {
+  profiler::detail::OpScope scope("dropout", {&input});  // composite: its rand, lt, where, mul record costs
   EMBER_CHECK(p >= 0.0 && p <= 1.0, "[dropout] probability p must be in [0, 1], got ", p);
   EMBER_CHECK(is_floating(input.dtype()), "[dropout] expects a floating-point input, got ", input.dtype(), " (shape ",
               input.shape(), ")");

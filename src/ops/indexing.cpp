@@ -15,6 +15,8 @@
 #include "autograd/function.h"
 #include "core/tensor_internal.h"
 #include "ember/ops.h"
+#include "ops/cost.h"
+#include "profiler/op_scope.h"
 
 namespace ember {
 namespace {
@@ -42,6 +44,7 @@ Tensor at_least_1d(const Tensor& t) { return t.dim() == 0 ? t.reshape({1}) : t; 
 
 // Index rows of x (any layout) along dim: the shared body of index_select and embedding.
 Tensor index_select_impl(const char* op, const Tensor& x, int64_t dim, const Tensor& index) {
+  profiler::detail::OpScope scope(op, {&x, &index});
   detail::check_same_device(op, {&x, &index});
   check_index_dtype(op, index);
   EMBER_CHECK(index.dim() <= 1, "[", op, "] index is supposed to be a vector, got shape ", index.shape());
@@ -64,6 +67,7 @@ Tensor index_select_impl(const char* op, const Tensor& x, int64_t dim, const Ten
       cpu::index_select(out.data_ptr(), src.data_ptr(), outer, size, inner * x.element_size(), flat_index.data_ptr(),
                         index.dtype(), count, flat_index.strides()[0]);
   EMBER_CHECK(!bad, "[", op, "] index ", *bad, " is out of bounds for dimension ", d, " with size ", size);
+  scope.cost([&] { return gather_cost(out, index); });
   return out;
 }
 
@@ -97,6 +101,7 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
 }
 
 Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
+  profiler::detail::OpScope scope("gather", {&x, &index});
   detail::check_same_device("gather", {&x, &index});
   const int d = normalize_axis(dim, x.dim(), "gather");
   Tensor out = detail::make_empty(index.shape(), x.dtype(), x.device());
@@ -116,6 +121,7 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
   const std::optional<int64_t> bad =
       cpu::gather(x.dtype(), os.data_ptr(), xs.data_ptr(), is.data_ptr(), index.dtype(), g);
   EMBER_CHECK(!bad, "[gather] index ", *bad, " is out of bounds for dimension ", d, " with size ", size);
+  scope.cost([&] { return gather_cost(out, index); });
   if (needs_grad(x)) {
     autograd::record("gather", out, {&x},
                      [x_shape = x.shape(), d, si = SavedTensor(index)](const Tensor& grad, GradMask) -> Grads {
@@ -176,7 +182,9 @@ Tensor scatter_add_src_grad(const Tensor& g, int d, const Tensor& index, const S
 }  // namespace
 
 Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src) {
+  profiler::detail::OpScope scope("scatter_add", {&x, &index, &src});
   Tensor out = scatter_add_forward(x, dim, index, src);
+  scope.cost([&] { return scatter_add_cost(x, index, src); });
   if (needs_grad(x, src)) {
     autograd::record(
         "scatter_add", out, {&x, &src},
@@ -189,6 +197,7 @@ Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tens
 }
 
 Tensor one_hot(const Tensor& index, int64_t num_classes) {
+  profiler::detail::OpScope scope("one_hot", {&index});
   EMBER_CHECK(index.dtype() == kInt64, "[one_hot] is only applicable to index tensors of dtype int64, got ",
               index.dtype());
   Shape shape = index.shape();

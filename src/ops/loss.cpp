@@ -29,6 +29,8 @@
 #include "autograd/function.h"
 #include "core/tensor_internal.h"
 #include "ember/nn/functional.h"
+#include "ops/cost.h"
+#include "profiler/op_scope.h"
 
 namespace ember::nn::functional {
 namespace {
@@ -132,9 +134,11 @@ std::pair<Tensor, int64_t> class_grad_scale(const Tensor& grad, Reduction reduct
 
 Tensor cross_entropy(const Tensor& input, const Tensor& target, int64_t ignore_index, Reduction reduction,
                      double label_smoothing) {
+  profiler::detail::OpScope scope("cross_entropy", {&input, &target});
   EMBER_CHECK(label_smoothing >= 0.0 && label_smoothing <= 1.0,
               "[cross_entropy] label_smoothing must be in [0, 1], got ", label_smoothing);
   ClassProblem p = class_problem("cross_entropy", input, target, ignore_index);
+  scope.cost([&] { return cross_entropy_cost(p.args.outer * p.args.inner, p.args.classes, input.dtype()); });
   p.args.label_smoothing = label_smoothing;
   const DType compute = p.args.dtype;
   Tensor per_position = detail::make_empty(target.shape(), compute, input.device());
@@ -169,7 +173,9 @@ Tensor cross_entropy(const Tensor& input, const Tensor& target, int64_t ignore_i
 }
 
 Tensor nll_loss(const Tensor& input, const Tensor& target, int64_t ignore_index, Reduction reduction) {
+  profiler::detail::OpScope scope("nll_loss", {&input, &target});
   ClassProblem p = class_problem("nll_loss", input, target, ignore_index);
+  scope.cost([&] { return nll_loss_cost(p.args.outer * p.args.inner, input.dtype()); });
   const DType compute = p.args.dtype;
   Tensor per_position = detail::make_empty(target.shape(), compute, input.device());
   if (per_position.numel() > 0 && p.args.classes > 0) {
@@ -211,6 +217,7 @@ void check_regression(const char* op, const Tensor& input, const Tensor& target)
 template <class Value, class Slope>
 Tensor regression_loss(const char* op, const Tensor& input, const Tensor& target, Reduction reduction,
                        const Value& value, const Slope& slope) {
+  profiler::detail::OpScope scope(op, {&input, &target});  // composite: its ops record their costs
   check_regression(op, input, target);
   Tensor diff, out;
   {
@@ -244,6 +251,7 @@ Tensor l1_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
 
 Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& target, const std::optional<Tensor>& weight,
                                         const std::optional<Tensor>& pos_weight, Reduction reduction) {
+  profiler::detail::OpScope scope("binary_cross_entropy_with_logits", {&input, &target});  // composite
   EMBER_CHECK(is_floating(input.dtype()) && is_floating(target.dtype()),
               "[binary_cross_entropy_with_logits] expects floating-point input and target, got ", input.dtype(),
               " and ", target.dtype());

@@ -30,6 +30,8 @@
 #include "autograd/function.h"
 #include "core/tensor_internal.h"
 #include "ember/nn/functional.h"
+#include "ops/cost.h"
+#include "profiler/op_scope.h"
 
 namespace ember::nn::functional {
 namespace {
@@ -58,6 +60,7 @@ void check_input(const char* op, const Tensor& input) {
 // Layer norm and RMS norm: the shared front-end over rows of prod(normalized_shape) elements.
 Tensor row_norm(const char* op, bool center, const Tensor& input, const Shape& normalized_shape, const Tensor& weight,
                 const Tensor& bias, double eps) {
+  profiler::detail::OpScope scope(op, {&input});
   check_input(op, input);
   const int nd = normalized_shape.size();
   EMBER_CHECK(nd >= 1, "[", op, "] normalized_shape must have at least one dim");
@@ -71,6 +74,7 @@ Tensor row_norm(const char* op, bool center, const Tensor& input, const Shape& n
   const DType dtype = input.dtype(), compute = compute_dtype(dtype);
   const int64_t cols = normalized_shape.numel();
   const int64_t rows = cols == 0 ? 0 : input.numel() / cols;
+  scope.cost([&] { return row_norm_cost(center, rows, cols, weight.defined(), bias.defined(), input.dtype()); });
   const Tensor x = kernel_operand(input, compute);
   const Tensor w = weight.defined() ? kernel_operand(weight, compute) : Tensor();
   const Tensor b = bias.defined() ? kernel_operand(bias, compute) : Tensor();
@@ -119,6 +123,7 @@ double machine_epsilon(DType dtype) {
 Tensor batch_norm(const Tensor& input, const Tensor& running_mean, const Tensor& running_var,
                   const std::optional<Tensor>& weight, const std::optional<Tensor>& bias, bool training,
                   double momentum, double eps) {
+  profiler::detail::OpScope scope("batch_norm", {&input});
   check_input("batch_norm", input);
   EMBER_CHECK(input.dim() >= 2, "[batch_norm] expected an input of at least 2 dims (N, C, ...), got shape ",
               input.shape());
@@ -138,6 +143,7 @@ Tensor batch_norm(const Tensor& input, const Tensor& running_mean, const Tensor&
   EMBER_CHECK(!training || count > 1,
               "[batch_norm] expected more than 1 value per channel when training, got input of shape ", input.shape());
 
+  scope.cost([&] { return batch_norm_cost(input.numel(), channels, training, input.dtype()); });
   const DType dtype = input.dtype(), compute = compute_dtype(dtype);
   const Tensor x = kernel_operand(input, compute);
   Tensor mean, invstd, scale, shift;

@@ -20,14 +20,17 @@
 // the sum of their parts, e.g. var reads the input twice.
 // Backward: each op records its vector-Jacobian product (below the forwards); amax/amin share
 // the gradient among tied extremes and prod handles zeros, as PyTorch.
+#include "kernels/cpu/reduce.h"
+
 #include <cmath>
 #include <limits>
 
 #include "autograd/function.h"
 #include "core/tensor_internal.h"
 #include "ember/ops.h"
-#include "kernels/cpu/reduce.h"
+#include "ops/cost.h"
 #include "ops/primitives.h"
+#include "profiler/op_scope.h"
 
 namespace ember {
 namespace {
@@ -80,17 +83,19 @@ Reduction plan(const char* op, const Tensor& x, const Axes& dims, bool keepdim) 
 void check_nonempty(const char* op, const Tensor& x, const Reduction& r, const char* why) {
   if (x.numel() != 0) return;
   for (int d = 0; d < x.dim(); ++d) {
-    EMBER_CHECK(!(r.reduced[d] && x.shape()[d] == 0), "[", op, "] cannot reduce over dim ", d, " of size 0 (input shape ",
-                x.shape(), "): ", why);
+    EMBER_CHECK(!(r.reduced[d] && x.shape()[d] == 0), "[", op, "] cannot reduce over dim ", d,
+                " of size 0 (input shape ", x.shape(), "): ", why);
   }
 }
 
 // The primitive: one kernel call into a new contiguous output.
 Tensor run(OpKind op, const Tensor& x, const Reduction& r, DType out_dtype) {
+  profiler::detail::OpScope scope(name_of(op), {&x});
   Tensor out = detail::make_empty(r.out_shape, out_dtype, x.device());
   if (out.numel() == 0) return out;
   const cpu::ReduceLayout layout = cpu::make_reduce_layout(x.shape(), x.strides(), r.reduced);
   cpu::reduce(op, x.dtype(), out_dtype, out.data_ptr(), x.data_ptr(), layout);
+  scope.cost([&] { return reduction_cost(x, out); });
   return out;
 }
 
@@ -137,9 +142,12 @@ Tensor truth(OpKind op, const Tensor& x, const Axes& dims, bool keepdim) {
 }
 
 // Drops the reduced dims from a keepdim result (same elements, same order).
-Tensor squeeze_reduced(const Tensor& t, const Reduction& r, bool keepdim) { return keepdim ? t : t.reshape(r.out_shape); }
+Tensor squeeze_reduced(const Tensor& t, const Reduction& r, bool keepdim) {
+  return keepdim ? t : t.reshape(r.out_shape);
+}
 
 Tensor softmax_impl(OpKind op, const Tensor& x, int64_t dim) {
+  profiler::detail::OpScope scope(name_of(op), {&x});
   const char* name = name_of(op);
   check_cpu(name, x);
   check_floating(name, x);
@@ -153,6 +161,7 @@ Tensor softmax_impl(OpKind op, const Tensor& x, int64_t dim) {
   const Tensor input = x.contiguous();
   Tensor out = detail::make_empty(x.shape(), x.dtype(), x.device());
   cpu::softmax(op, x.dtype(), out.data_ptr(), input.data_ptr(), outer, size, inner);
+  scope.cost([&] { return softmax_cost(op, x); });
   return out;
 }
 
@@ -240,6 +249,7 @@ Tensor prod(const Tensor& x, const Axes& dims, bool keepdim) {
 }
 
 Tensor mean(const Tensor& x, const Axes& dims, bool keepdim) {
+  profiler::detail::OpScope scope("mean", {&x});  // composite: its sum and div record their costs
   check_cpu("mean", x);
   check_floating("mean", x);
   const Reduction r = plan("mean", x, dims, keepdim);
@@ -315,6 +325,7 @@ Tensor var_backward(const Tensor& scale, const Tensor& in, const Reduction& r, i
 }  // namespace
 
 Tensor var(const Tensor& x, const Axes& dims, int64_t correction, bool keepdim) {
+  profiler::detail::OpScope scope("var", {&x});  // composite: its ops record their costs
   check_cpu("var", x);
   check_floating("var", x);
   const Reduction r = plan("var", x, dims, keepdim);
@@ -334,6 +345,7 @@ Tensor var(const Tensor& x, const Axes& dims, int64_t correction, bool keepdim) 
 
 // std = sqrt(var): d std = d var / (2 std), taken as 0 where std is 0, as PyTorch.
 Tensor std(const Tensor& x, const Axes& dims, int64_t correction, bool keepdim) {
+  profiler::detail::OpScope scope("std", {&x});  // composite: its ops record their costs
   check_cpu("std", x);
   check_floating("std", x);
   const Reduction r = plan("std", x, dims, keepdim);
@@ -358,6 +370,7 @@ Tensor std(const Tensor& x, const Axes& dims, int64_t correction, bool keepdim) 
 
 // d logsumexp / dx = exp(x - logsumexp) (the softmax over the reduced dims).
 Tensor logsumexp(const Tensor& x, const Axes& dims, bool keepdim) {
+  profiler::detail::OpScope scope("logsumexp", {&x});  // composite: its ops record their costs
   check_cpu("logsumexp", x);
   const Reduction r = plan("logsumexp", x, dims, keepdim);
   const DType result_dtype = is_floating(x.dtype()) ? x.dtype() : kFloat32;
@@ -435,6 +448,7 @@ Tensor norm_backward(const Tensor& g, const Tensor& in, const Tensor& out, doubl
 }  // namespace
 
 Tensor norm(const Tensor& x, double p, const Axes& dims, bool keepdim) {
+  profiler::detail::OpScope scope("norm", {&x});  // composite: its ops record their costs
   check_cpu("norm", x);
   check_floating("norm", x);
   EMBER_CHECK(!std::isnan(p), "[norm] p must be a number, got nan");
@@ -454,13 +468,32 @@ Tensor norm(const Tensor& x, double p, const Axes& dims, bool keepdim) {
   return out;
 }
 
-// softmax: dx = y (g - sum(g y)); log_softmax: dx = g - exp(y) sum(g), both over dim.
+namespace {
+
+// softmax: dx = y (g - sum(g y)); log_softmax: dx = g - exp(y) sum(g), both over dim. Over the last
+// dim of float32/float64 one fused kernel pass per row; otherwise the same formulas in ember ops.
+Tensor softmax_backward(OpKind op, const Tensor& g, const Tensor& y, int64_t dim) {
+  const bool last_dim = y.dim() == 0 || normalize_axis(dim, y.dim(), name_of(op)) == y.dim() - 1;
+  const bool kernel_dtype = y.dtype() == kFloat32 || y.dtype() == kFloat64;
+  if (last_dim && kernel_dtype && g.dtype() == y.dtype() && g.shape() == y.shape() && y.device().is_cpu()) {
+    const Tensor grad = g.contiguous(), out = y.contiguous();
+    Tensor dx = detail::make_empty(y.shape(), y.dtype(), y.device());
+    const int64_t n = y.dim() == 0 ? 1 : y.shape()[y.dim() - 1];
+    if (dx.numel() > 0)
+      cpu::softmax_backward(op, y.dtype(), dx.data_ptr(), grad.data_ptr(), out.data_ptr(), dx.numel() / n, n);
+    return dx;
+  }
+  if (op == OpKind::Softmax) return mul(y, sub(g, sum(mul(g, y), {dim}, true)));
+  return sub(g, mul(exp(y), sum(g, {dim}, true)));
+}
+
+}  // namespace
+
 Tensor softmax(const Tensor& x, int64_t dim) {
   Tensor out = softmax_impl(OpKind::Softmax, x, dim);
   if (autograd::needs_grad(x)) {
     autograd::record("softmax", out, {&x}, [dim, so = SavedTensor(out)](const Tensor& g, GradMask) -> Grads {
-      const Tensor y = so.get();
-      return {mul(y, sub(g, sum(mul(g, y), {dim}, true)))};
+      return {softmax_backward(OpKind::Softmax, g, so.get(), dim)};
     });
   }
   return out;
@@ -469,7 +502,7 @@ Tensor log_softmax(const Tensor& x, int64_t dim) {
   Tensor out = softmax_impl(OpKind::LogSoftmax, x, dim);
   if (autograd::needs_grad(x)) {
     autograd::record("log_softmax", out, {&x}, [dim, so = SavedTensor(out)](const Tensor& g, GradMask) -> Grads {
-      return {sub(g, mul(exp(so.get()), sum(g, {dim}, true)))};
+      return {softmax_backward(OpKind::LogSoftmax, g, so.get(), dim)};
     });
   }
   return out;
