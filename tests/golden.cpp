@@ -120,6 +120,19 @@ Tolerance one_ulp_for_16bit(const Case& /*c*/, ember::DType dtype) {
   return tolerance_for(dtype);
 }
 
+Tolerance accumulation_tolerance(const Case& c, ember::DType dtype) {
+  const ember::Tensor& a = c.tensor(0);
+  const double k = a.dim() > 0 ? static_cast<double>(a.size(-1)) : 1.0;
+  switch (dtype) {
+    case ember::kFloat32:
+      return {1e-5, 2e-6 * k};
+    case ember::kFloat64:
+      return {1e-12, 1e-14 * k};
+    default:
+      return one_ulp_for_16bit(c, dtype);  // computed in float32, rounded once
+  }
+}
+
 ::testing::AssertionResult all_close(const ember::Tensor& actual, const ember::Tensor& expected, Tolerance tol) {
   if (actual.dtype() != expected.dtype()) {
     return ::testing::AssertionFailure() << "dtype " << actual.dtype() << ", expected " << expected.dtype();

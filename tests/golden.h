@@ -69,6 +69,10 @@ struct OpName {
 // differ in the last bit can round to neighbouring 16-bit values: allow one 16-bit ulp.
 Tolerance one_ulp_for_16bit(const Case& c, ember::DType dtype);
 
+// Sums of k products round k times: float tolerances grow with k, the last dim of the case's first
+// input (matmul, linear and their fused forms, whose summation order depends on the micro-kernel).
+Tolerance accumulation_tolerance(const Case& c, ember::DType dtype);
+
 // Runs every case of `op` in `area` through `fn`: expects an ember::Error where PyTorch raised,
 // and a match within tolerance otherwise. `tolerance` may widen the default per case.
 void run_cases(const std::string& area, const std::string& op, const OpFn& fn,

@@ -152,6 +152,11 @@ Tensor matmul(const Tensor& a, const Tensor& b);
 Tensor& matmul_out(Tensor& out, const Tensor& a, const Tensor& b);
 // x (..., in) @ weight (out, in)^T + bias (out).
 Tensor linear(const Tensor& x, const Tensor& weight, const std::optional<Tensor>& bias = std::nullopt);
+// gelu(linear(x, weight, bias), approximate), the GELU fused into the GEMM's epilogue (no second
+// pass over the output). Floating dtypes. With autograd it runs as linear then gelu, keeping the
+// pre-activation for the backward.
+Tensor linear_gelu(const Tensor& x, const Tensor& weight, const std::optional<Tensor>& bias = std::nullopt,
+                   std::string_view approximate = "none");
 
 // --- shape ops ----------------------------------------------------------------------------------
 Tensor cat(const std::vector<Tensor>& tensors, int64_t dim = 0);

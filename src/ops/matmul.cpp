@@ -1,5 +1,6 @@
-// Matrix products: matmul (torch.matmul semantics), matmul_out and linear, on the CPU GEMM
-// (kernels/cpu/gemm.h).
+// Matrix products: matmul (torch.matmul semantics), matmul_out, linear and linear_gelu, on the
+// CPU GEMM (kernels/cpu/gemm.h). linear_gelu = gelu(linear(...)) with the GELU in the GEMM's
+// epilogue (Note [GEMM epilogue] in gemm.cpp); with autograd it runs as linear then gelu.
 //
 // Shape rule: (..., m, k) @ (..., k, n) -> (broadcast(...), m, n). A 1-D left operand is a row
 // and a 1-D right operand a column, whose size-1 dim is then dropped from the result; 1-D @ 1-D
@@ -28,6 +29,8 @@
 #include "core/tensor_internal.h"
 #include "ember/ops.h"
 #include "kernels/cpu/gemm.h"
+#include "ops/cost.h"
+#include "profiler/op_scope.h"
 
 namespace ember {
 namespace {
@@ -106,7 +109,8 @@ Strides batch_strides(const Tensor& t, const Shape& batch) {
 
 // out (batch..., m, n) = a @ b, + the per-column bias ((n), (1) or ()) when given, + beta * out. `out` must
 // not overlap a, b or bias, nor itself.
-void run_gemm(const Tensor& out, const MatmulShapes& s, const Tensor* bias, double beta) {
+void run_gemm(const Tensor& out, const MatmulShapes& s, const Tensor* bias, double beta,
+              cpu::GemmActivation activation = cpu::GemmActivation::kNone) {
   const int nb = s.batch.size();
   cpu::GemmArgs args;
   args.dtype = out.dtype();
@@ -123,6 +127,7 @@ void run_gemm(const Tensor& out, const MatmulShapes& s, const Tensor* bias, doub
   args.c_row_stride = out.stride(-2);
   args.c_col_stride = out.stride(-1);
   args.beta = beta;
+  args.activation = activation;
   if (bias != nullptr) {
     args.bias = bias->data_ptr();
     args.bias_stride = bias->dim() == 0 || bias->size(0) == 1 ? 0 : bias->stride(0);  // size 1: broadcast
@@ -253,7 +258,9 @@ Grads matmul_backward(const Tensor& g, const Tensor& a, const Tensor& b, GradMas
 }  // namespace
 
 Tensor matmul(const Tensor& a, const Tensor& b) {
+  profiler::detail::OpScope scope("matmul", {&a, &b});
   const MatmulShapes s = matmul_shapes(a, b);
+  scope.cost([&] { return matmul_cost(a, b, s.batch.numel(), s.m, s.n, s.k); });
   const Tensor full = detail::make_empty(s.full, a.dtype(), a.device());
   run_gemm(full, s, nullptr, 0.0);
   Tensor out = s.result == s.full ? full : full.view(s.result);
@@ -267,11 +274,13 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
 }
 
 Tensor& matmul_out(Tensor& out, const Tensor& a, const Tensor& b) {
+  profiler::detail::OpScope scope("matmul", {&a, &b});
   EMBER_CHECK(!autograd::needs_grad(out, a, b),
               "[matmul_out] does not support autograd (out= forms are not differentiable), but an input ", "(shapes ",
               a.shape(), " and ", b.shape(), ") or the output (shape ", out.shape(),
               ") requires grad; use matmul() instead, or run under NoGradGuard");
   const MatmulShapes s = matmul_shapes(a, b);
+  scope.cost([&] { return matmul_cost(a, b, s.batch.numel(), s.m, s.n, s.k); });
   detail::check_same_device("matmul", {&out, &a});
   EMBER_CHECK(out.shape() == s.result, "[matmul] out= tensor has shape ", out.shape(), ", but ", a.shape(), " @ ",
               b.shape(), " has shape ", s.result);
@@ -289,30 +298,42 @@ Tensor& matmul_out(Tensor& out, const Tensor& a, const Tensor& b) {
 
 namespace {
 
-Tensor linear_forward(const Tensor& x, const Tensor& weight, const std::optional<Tensor>& bias) {
+// The checks linear and linear_gelu share, with `op` naming the caller in messages.
+void check_linear_args(const char* op, const Tensor& x, const Tensor& weight) {
+  EMBER_CHECK(x.dim() >= 1, "[", op, "] input needs at least 1 dimension, got shape ", x.shape());
+  EMBER_CHECK(weight.dim() == 1 || weight.dim() == 2, "[", op, "] weight must be (out_features, in_features) or ",
+              "(in_features), got shape ", weight.shape());
+  check_operands(op, x, weight);
+  EMBER_CHECK(x.size(-1) == weight.size(-1), "[", op, "] input of shape ", x.shape(), " has ", x.size(-1),
+              " features, but weight of shape ", weight.shape(), " expects ", weight.size(-1));
+}
+
+// x @ weight^T + bias, then `activation` in the GEMM's epilogue (no pass of its own over the output).
+Tensor linear_forward(const char* op, const Tensor& x, const Tensor& weight, const std::optional<Tensor>& bias,
+                      cpu::GemmActivation activation = cpu::GemmActivation::kNone) {
   // The transposed weight is a plain view: the node recorded by linear() links to weight itself.
   const MatmulShapes s = matmul_shapes(x, weight.dim() == 2 ? transposed(weight) : weight);
   const Tensor out = detail::make_empty(s.full, x.dtype(), x.device());
   if (!bias) {
-    run_gemm(out, s, nullptr, 0.0);
+    run_gemm(out, s, nullptr, 0.0, activation);
     return s.result == s.full ? out : out.view(s.result);
   }
-  detail::check_same_device("linear", {&x, &*bias});
-  EMBER_CHECK(bias->dtype() == x.dtype(), "[linear] bias has dtype ", bias->dtype(), ", but input and weight have ",
+  detail::check_same_device(op, {&x, &*bias});
+  EMBER_CHECK(bias->dtype() == x.dtype(), "[", op, "] bias has dtype ", bias->dtype(), ", but input and weight have ",
               x.dtype());
-  EMBER_CHECK(weight.dim() == 2 || bias->dim() == 0, "[linear] with a 1-D weight (shape ", weight.shape(),
+  EMBER_CHECK(weight.dim() == 2 || bias->dim() == 0, "[", op, "] with a 1-D weight (shape ", weight.shape(),
               ") the bias must be 0-dim, got shape ", bias->shape());
-  EMBER_CHECK(bias->dim() <= s.result.size() && broadcast_shapes(bias->shape(), s.result, "linear") == s.result,
-              "[linear] bias of shape ", bias->shape(), " does not broadcast to the output shape ", s.result);
+  EMBER_CHECK(bias->dim() <= s.result.size() && broadcast_shapes(bias->shape(), s.result, op) == s.result, "[", op,
+              "] bias of shape ", bias->shape(), " does not broadcast to the output shape ", s.result);
   bool per_column = true;  // (out), (1, out), (), ...: the kernel adds it while writing C
   for (int d = 0; d + 1 < bias->dim(); ++d) per_column = per_column && bias->shape()[d] == 1;
   if (per_column) {
     const Tensor column = bias->dim() <= 1 ? *bias : bias->reshape({bias->shape().back()});
-    run_gemm(out, s, &column, 0.0);
+    run_gemm(out, s, &column, 0.0, activation);
   } else {  // a bias that varies along rows too: start from it and add the product (beta = 1)
     const Tensor result_view = s.result == s.full ? out : out.view(s.result);
     detail::copy_into(result_view, *bias);
-    run_gemm(out, s, nullptr, 1.0);
+    run_gemm(out, s, nullptr, 1.0, activation);
   }
   return s.result == s.full ? out : out.view(s.result);
 }
@@ -338,13 +359,13 @@ Grads linear_backward(const Tensor& g, const Tensor& x, const Tensor& weight, co
 }  // namespace
 
 Tensor linear(const Tensor& x, const Tensor& weight, const std::optional<Tensor>& bias) {
-  EMBER_CHECK(x.dim() >= 1, "[linear] input needs at least 1 dimension, got shape ", x.shape());
-  EMBER_CHECK(weight.dim() == 1 || weight.dim() == 2, "[linear] weight must be (out_features, in_features) or ",
-              "(in_features), got shape ", weight.shape());
-  check_operands("linear", x, weight);
-  EMBER_CHECK(x.size(-1) == weight.size(-1), "[linear] input of shape ", x.shape(), " has ", x.size(-1),
-              " features, but weight of shape ", weight.shape(), " expects ", weight.size(-1));
-  Tensor out = linear_forward(x, weight, bias);
+  profiler::detail::OpScope scope("linear", {&x, &weight, bias ? &*bias : nullptr});
+  check_linear_args("linear", x, weight);
+  scope.cost([&] {
+    const int64_t rows = x.numel() / std::max<int64_t>(x.size(-1), 1);
+    return linear_cost(rows, x.size(-1), weight.dim() == 2 ? weight.size(0) : 1, bias.has_value(), x.dtype());
+  });
+  Tensor out = linear_forward("linear", x, weight, bias);
   const Tensor b = bias.value_or(Tensor());
   if (autograd::needs_grad(x, weight, b)) {
     autograd::record("linear", out, {&x, &weight, &b},
@@ -354,6 +375,30 @@ Tensor linear(const Tensor& x, const Tensor& weight, const std::optional<Tensor>
                      });
   }
   return out;
+}
+
+Tensor linear_gelu(const Tensor& x, const Tensor& weight, const std::optional<Tensor>& bias,
+                   std::string_view approximate) {
+  profiler::detail::OpScope scope("linear_gelu", {&x, &weight, bias ? &*bias : nullptr});
+  EMBER_CHECK(approximate == "none" || approximate == "tanh",
+              "[linear_gelu] approximate must be \"none\" or \"tanh\", got \"", approximate, "\"");
+  check_linear_args("linear_gelu", x, weight);
+  EMBER_CHECK(is_floating(x.dtype()), "[linear_gelu] needs a floating-point dtype, got ", x.dtype(),
+              " (input shape ", x.shape(), ")");
+  const Tensor b = bias.value_or(Tensor());
+  if (autograd::needs_grad(x, weight, b)) {
+    // The backward needs the pre-activation h = linear(x, weight, bias). Keeping it costs one
+    // tensor the size of the output; recomputing it would cost a second GEMM. So with autograd
+    // this is its own decomposition: linear (bias fused in the GEMM) then gelu, each recording
+    // its backward (their own costs go to the profiler).
+    return gelu(linear(x, weight, bias), approximate);
+  }
+  scope.cost([&] {
+    const int64_t rows = x.numel() / std::max<int64_t>(x.size(-1), 1);
+    return linear_cost(rows, x.size(-1), weight.dim() == 2 ? weight.size(0) : 1, bias.has_value(), x.dtype());
+  });
+  return linear_forward("linear_gelu", x, weight, bias,
+                        approximate == "tanh" ? cpu::GemmActivation::kGeluTanh : cpu::GemmActivation::kGeluErf);
 }
 
 }  // namespace ember

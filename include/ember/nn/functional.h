@@ -29,6 +29,11 @@ namespace functional {
 inline Tensor linear(const Tensor& x, const Tensor& weight, const std::optional<Tensor>& bias = std::nullopt) {
   return ember::linear(x, weight, bias);
 }
+// gelu(linear(x, weight, bias), approximate) in one fused kernel (ember::linear_gelu).
+inline Tensor linear_gelu(const Tensor& x, const Tensor& weight, const std::optional<Tensor>& bias = std::nullopt,
+                          std::string_view approximate = "none") {
+  return ember::linear_gelu(x, weight, bias, approximate);
+}
 // input (N, C_in, H, W) or (C_in, H, W); weight (C_out, C_in / groups, kH, kW); bias (C_out).
 Tensor conv2d(const Tensor& input, const Tensor& weight, const std::optional<Tensor>& bias = std::nullopt,
               Pair stride = 1, Pair padding = 0, Pair dilation = 1, int64_t groups = 1);

@@ -1,5 +1,6 @@
 // Packed, blocked GEMM for every Highway target (SSE4, AVX2, AVX-512, scalar):
-// C = alpha * A @ B + beta * C + bias, with A, B and C at any row and column strides (gemm.h).
+// C = act(alpha * A @ B + beta * C + bias) + residual, with A, B, C and the residual at any row
+// and column strides (gemm.h).
 //
 // The loops are Goto's and BLIS's:
 //
@@ -12,43 +13,55 @@
 //         for jr in this thread's micro-panels of B            B micro-panel, KC x NR: L1
 //           for ir in [0, MC) step MR
 //             micro-kernel: an MR x NR tile of C held in registers takes KC rank-1 updates
-//             (hn::MulAdd), then goes to C: times alpha, plus beta * C and the bias on the first
-//             KC block, plus what C already holds on the later ones.
+//             (hn::MulAdd), then goes to C through the epilogue (below).
 //
 // Packing reads any strides, so a transposed or strided operand needs no copy of its own (a B
-// stored transposed is packed through in-register 8 x 8 transposes), and pads partial
-// micro-panels with zeros, so the micro-kernel always runs full tiles; an edge tile, or a C whose
-// rows are not contiguous, is written back element by element.
+// stored transposed, or an A stored row-major, is packed through in-register 8 x 8 transposes),
+// and pads partial micro-panels with zeros, so the micro-kernel always runs full tiles; an edge
+// tile, or a C whose rows are not contiguous, is written back element by element.
+//
+// Note [GEMM epilogue]: a tile leaves the registers as
+//   first KC block:  alpha * sums + beta * C + bias      later blocks:  C + alpha * sums
+//   last KC block, then:  act(...) + residual
+// so the bias, the activation and the residual cost no pass over C in memory: they run on the
+// tile while it is in registers (the last block's C values were just loaded into L1 for the add).
+// The activation runs once, on the finished sum, whatever the number of KC blocks.
 //
 // Note [GEMM blocking]: the sizes, for a typical x86 core (32-48 KiB L1d, 256 KiB-2 MiB L2,
 // a few MiB of shared L3 per core):
-// - MR x NR = 6 x (2 vectors): 12 accumulators + 2 vectors of B + 1 broadcast of A = 15 of the 16
-//   registers of SSE4/AVX2. Each k step feeds 12 independent FMAs from 2 loads and 6 broadcasts:
-//   more than the 2 FMA units x 4-5 cycles of latency need, and fewer loads than the 2-3 load
-//   ports can serve. (AVX-512 runs the same 6 x 32 tile with registers to spare.)
+// - MR x NR, per target. AVX2/SSE4 (16 vector registers): 6 x (2 vectors) = 12 accumulators + 2
+//   vectors of B + 1 broadcast of A = 15 of 16. Each k step feeds 12 independent FMAs from 2
+//   loads and 6 broadcasts: more than the 2 FMA units x 4-5 cycles of latency need, and fewer
+//   loads than the 2-3 load ports can serve. AVX-512 (32 registers): 14 x (2 vectors), 14 x 32
+//   floats = 28 accumulators + 2 of B + 1 broadcast = 31 of 32; 28 FMAs per 2 loads and 14
+//   broadcasts (which AVX-512 folds into the FMA as a memory operand).
 // - KC = 256 at most (k is cut into equal blocks: 784 = 4 x 196): the B micro-panel (256 x 16
 //   floats, or 256 x 8 doubles on AVX2, = 16 KiB) fills half of L1 and stays there while the A
 //   micro-panels (6 KiB each) stream past it. The k blocks depend on k alone (not on the dtype,
-//   target or thread count) because they alone decide the order in which each element of C is
-//   summed: the result never depends on how the work is split among threads.
+//   target, tile or thread count) because they alone decide the order in which each element of
+//   C is summed: the result never depends on how the work is split among threads.
 // - MC: the A block is about 144 KiB (144 float rows, 72 double rows): it stays in L2 (512 KiB
 //   on Zen 3, 1-2 MiB on recent Intel) while every B micro-panel of the panel sweeps over it.
 // - NC: the B panel is about 2 MiB (2048 floats, 1024 doubles wide): a share of L3 that holds
 //   the panel while every thread runs all of its A blocks against it.
 //
 // Problems too small to pay for packing, and matrix-vector shapes, take an unpacked path that
-// reads A and B in place; float16/bfloat16 are converted to float32, multiplied, and rounded
-// once at the end; integer dtypes take a plain loop that wraps around as PyTorch's does. Only the
-// float32/float64 SIMD paths are compiled per target; the dtype dispatch, the batch loop and the
-// 16-bit and integer paths are compiled once (HWY_ONCE, at the end).
+// reads A and B in place (the same epilogue, on vectors); float16/bfloat16 are converted to
+// float32, multiplied, and rounded once at the end; integer dtypes take a plain loop that wraps
+// around as PyTorch's does. Only the float32/float64 SIMD paths are compiled per target; the
+// dtype dispatch, the batch loop and the 16-bit and integer paths are compiled once (HWY_ONCE,
+// at the end).
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/cpu/gemm.cpp"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 
 #include <hwy/aligned_allocator.h>
+#include <hwy/cache_control.h>
+#include <hwy/contrib/math/math-inl.h>
 #include <hwy/highway.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -61,18 +74,21 @@
 #include "ember/error.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/parallel.h"
+#include "kernels/cpu/scalar_math.h"
 
 // Target-independent helpers, compiled once (this file is included once per Highway target).
 #ifndef EMBER_KERNELS_CPU_GEMM_SHARED
 #define EMBER_KERNELS_CPU_GEMM_SHARED
 namespace ember::cpu::gemm_detail {
 
-// See Note [GEMM blocking].
-inline constexpr int64_t kMr = 6;                         // rows of the register tile
-inline constexpr int64_t kNrVectors = 2;                  // its width, in vectors
+// See Note [GEMM blocking]. The tile height (MR) is per target, further down.
+inline constexpr int64_t kNrVectors = 2;                  // width of the register tile, in vectors
 inline constexpr int64_t kKc = 256;                       // depth of one packed block
 inline constexpr int64_t kBlockABytes = 144 * 1024;       // an MC x KC block of A
 inline constexpr int64_t kPanelBBytes = 2 * 1024 * 1024;  // a KC x NC panel of B
+// The vectorized A packing stores whole 8-lane vectors and may write this many elements past
+// the packed block (overwritten later, or slack at the end of the buffer).
+inline constexpr int64_t kPackSlack = 16;
 // Problems with fewer multiply-adds than this skip packing, which would cost more than it saves
 // (measured on Zen 3: the unpacked path wins up to about 64^3 unless k is tiny, when writing C
 // dominates and the packed tiles write it faster); below kTinyWork everything is call overhead.
@@ -82,6 +98,9 @@ inline constexpr double kTinyWork = 16.0 * 16.0 * 16.0;
 // Problems with fewer multiply-adds than this run on one thread: about 20 us of work on one core,
 // against a few us to wake and join a team of OpenMP threads.
 inline constexpr double kParallelWork = 128.0 * 128.0 * 64.0;
+
+// gemm_force_wide_tile_for_testing (gemm.h).
+inline std::atomic<bool> force_wide_tile{false};
 
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 inline int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
@@ -158,7 +177,18 @@ inline ThreadGrid choose_grid(int threads, int64_t row_tiles, int64_t col_panels
   return best;
 }
 
-// One problem with typed pointers (see GemmArgs); bias is contiguous (n) or null.
+// What happens to a finished sum on its way to C (Note [GEMM epilogue]); bias is contiguous (n)
+// or null, the residual (m, n) at its strides or null.
+template <class T>
+struct Epilogue {
+  T alpha, beta;
+  const T* bias;
+  GemmActivation activation;
+  const T* residual;
+  int64_t residual_row_stride, residual_col_stride;
+};
+
+// One problem with typed pointers (see GemmArgs).
 template <class T>
 struct Problem {
   int64_t m, n, k;
@@ -168,26 +198,50 @@ struct Problem {
   int64_t b_row_stride, b_col_stride;
   T* c;
   int64_t c_row_stride, c_col_stride;
-  T alpha, beta;
-  const T* bias;
+  Epilogue<T> epilogue;
 };
 
-// The value stored in one element of C, whose share of the product (one KC block's, or all of
-// it) is `sum`: the first share brings beta * C and the bias, the later ones add to C.
+// The activation on one value: the scalar reference (scalar_math.h), computed in T.
 template <class T>
-inline T finish(T sum, const T* c, bool first, T alpha, T beta, const T* bias) {
-  T v = alpha * sum;
-  if (!first) return *c + v;
-  if (beta != T(0)) v = std::fma(beta, *c, v);
-  if (bias != nullptr) v += *bias;
+inline T activate(GemmActivation activation, T v) {
+  switch (activation) {
+    case GemmActivation::kNone:
+      return v;
+    case GemmActivation::kRelu:
+      return scalar::Relu()(v);
+    case GemmActivation::kGeluErf:
+      return scalar::GeluErf()(v);
+    case GemmActivation::kGeluTanh:
+      return scalar::GeluTanh()(v);
+    case GemmActivation::kSilu:
+      return scalar::Silu()(v);
+  }
   return v;
 }
 
-// Integers: a plain loop that accumulates in uint64_t. Unsigned arithmetic wraps modulo 2^64, and
+// The value stored in C[i, j] (at `c`), whose share of the product (one KC block's, or all of
+// it) is `sum` (Note [GEMM epilogue]).
+template <class T>
+inline T finish(T sum, const T* c, bool first, bool last, const Epilogue<T>& e, int64_t i, int64_t j) {
+  T v = e.alpha * sum;
+  if (!first) {
+    v += *c;
+  } else {
+    if (e.beta != T(0)) v = std::fma(e.beta, *c, v);
+    if (e.bias != nullptr) v += e.bias[j];
+  }
+  if (last) {
+    v = activate(e.activation, v);
+    if (e.residual != nullptr) v += e.residual[i * e.residual_row_stride + j * e.residual_col_stride];
+  }
+  return v;
+}
+
+// Integers (no activation: gemm_batched checks): a plain loop that accumulates in uint64_t. Unsigned arithmetic wraps modulo 2^64, and
 // truncating that to T gives exactly T's two's-complement wraparound, which is what PyTorch's
 // integer matmul returns on overflow.
 template <class T>
-void integer_gemm(const GemmArgs& g, const T* a, const T* b, T* c, int threads) {
+void integer_gemm(const GemmArgs& g, const T* a, const T* b, T* c, const T* residual, int threads) {
   const auto widen = [](T v) { return static_cast<uint64_t>(static_cast<int64_t>(v)); };
   const uint64_t alpha = static_cast<uint64_t>(static_cast<int64_t>(g.alpha));
   const uint64_t beta = static_cast<uint64_t>(static_cast<int64_t>(g.beta));
@@ -207,6 +261,7 @@ void integer_gemm(const GemmArgs& g, const T* a, const T* b, T* c, int threads) 
         uint64_t v = alpha * sums[static_cast<size_t>(j)];
         if (beta != 0) v += beta * widen(*out);
         if (bias != nullptr) v += widen(bias[j * g.bias_stride]);
+        if (residual != nullptr) v += widen(residual[i * g.residual_row_stride + j * g.residual_col_stride]);
         *out = static_cast<T>(v);
       }
     }
@@ -222,6 +277,25 @@ namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 using namespace gemm_detail;  // NOLINT(google-build-using-namespace)
 
+// The vector forms of the activations, shared with the elementwise ops (so linear_gelu and
+// gelu(linear) agree): vec::Relu, vec::GeluErf, ...
+#include "kernels/cpu/functors-inl.h"
+
+// The tile height of the packed path on this target (Note [GEMM blocking]): 14 rows where there
+// are 32 vector registers (AVX-512), 6 where there are 16.
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+inline constexpr int64_t kMr = 14;
+inline constexpr const char* kMicroKernelName = "AVX-512 14x32";
+#elif HWY_TARGET == HWY_AVX2
+inline constexpr int64_t kMr = 6;
+inline constexpr const char* kMicroKernelName = "AVX2 6x16";
+#else
+inline constexpr int64_t kMr = 6;
+inline constexpr const char* kMicroKernelName = "generic 6x(2 vectors)";
+#endif
+// The AVX-512 tile's height, which gemm_force_wide_tile_for_testing runs on any target.
+inline constexpr int64_t kWideMr = 14;
+
 // The first `count` values at `p` in the low lanes, zeros above: a tail load that never reads
 // past p + count (SSE4's MaskedLoad reads the whole vector).
 template <class D, class T = hn::TFromD<D>>
@@ -231,93 +305,156 @@ HWY_INLINE hn::Vec<D> load_partial(D d, const T* p, int64_t count) {
   return hn::Load(d, lanes);
 }
 
-// Where a micro-kernel's MR x NR tile goes: `rows` x `cols` of it are inside C.
+// f on every lane, through memory: the activations that have no vector form for T.
+template <class D, class F, class V = hn::Vec<D>>
+HWY_INLINE V lanewise(D d, V x, const F& f) {
+  using T = hn::TFromD<D>;
+  HWY_ALIGN T lanes[hn::MaxLanes(d)];
+  hn::Store(x, d, lanes);
+  for (size_t i = 0; i < hn::Lanes(d); ++i) lanes[i] = f(lanes[i]);
+  return hn::Load(d, lanes);
+}
+
+// The activation on a vector: the elementwise ops' vector form where it exists for T (the
+// double GELU keeps std::erf, as the elementwise op does).
+template <class F, class SF, class D, class V = hn::Vec<D>>
+HWY_INLINE V activate_with(D d, V x) {
+  if constexpr (F::template kVector<hn::TFromD<D>>) {
+    return F()(d, x);
+  } else {
+    return lanewise(d, x, SF());
+  }
+}
+template <class D, class V = hn::Vec<D>>
+HWY_INLINE V activate(D d, GemmActivation activation, V x) {
+  switch (activation) {
+    case GemmActivation::kNone:
+      return x;
+    case GemmActivation::kRelu:
+      return activate_with<vec::Relu, scalar::Relu>(d, x);
+    case GemmActivation::kGeluErf:
+      return activate_with<vec::GeluErf, scalar::GeluErf>(d, x);
+    case GemmActivation::kGeluTanh:
+      return activate_with<vec::GeluTanh, scalar::GeluTanh>(d, x);
+    case GemmActivation::kSilu:
+      return activate_with<vec::Silu, scalar::Silu>(d, x);
+  }
+  return x;
+}
+
+// The last part of the epilogue on a vector of finished sums, C[i, j : j + lanes]: the activation,
+// then the residual.
+template <class D, class T = hn::TFromD<D>>
+HWY_INLINE hn::Vec<D> finish_last(D d, const Epilogue<T>& e, hn::Vec<D> x, int64_t i, int64_t j) {
+  x = activate(d, e.activation, x);
+  if (e.residual != nullptr) {
+    const T* r = e.residual + i * e.residual_row_stride + j * e.residual_col_stride;
+    if (e.residual_col_stride == 1) {
+      x = hn::Add(x, hn::LoadU(d, r));
+    } else {
+      HWY_ALIGN T lanes[hn::MaxLanes(d)];
+      for (size_t v = 0; v < hn::Lanes(d); ++v) lanes[v] = r[static_cast<int64_t>(v) * e.residual_col_stride];
+      x = hn::Add(x, hn::Load(d, lanes));
+    }
+  }
+  return x;
+}
+
+// Where a micro-kernel's MR x NR tile goes: rows [row, row + rows) and columns [col, col + cols)
+// of C, starting at `c`.
 template <class T>
 struct Tile {
   T* c;
   int64_t row_stride, col_stride;
+  int64_t row, col;
   int64_t rows, cols;
   bool first;  // the first KC block: bring in beta * C and the bias
-  T alpha, beta;
-  const T* bias;  // at the tile's first column, or null
+  bool last;   // the last KC block: apply the activation and the residual
+  const Epilogue<T>* epilogue;
 };
 
-// Writes the tile's sums (MR rows of NR, row-major in `sums`) to C.
-template <class D, class T = hn::TFromD<D>>
-HWY_INLINE void write_tile(D d, const T* HWY_RESTRICT sums, const Tile<T>& t) {
+// Writes an MR x (2 vectors) tile of sums, acc0[r] and acc1[r] holding row r, to C through the
+// epilogue: from registers when the tile is whole and C's rows are contiguous, element by element
+// otherwise.
+template <int64_t MR, class D, class V = hn::Vec<D>, class T = hn::TFromD<D>>
+HWY_INLINE void write_tile(D d, const V* acc0, const V* acc1, const Tile<T>& t) {
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(d)), nr = kNrVectors * lanes;
-  if (t.rows == kMr && t.cols == nr && t.col_stride == 1) {
-    const auto alpha = hn::Set(d, t.alpha), beta = hn::Set(d, t.beta);
-    for (int64_t r = 0; r < kMr; ++r) {
-      for (int64_t v = 0; v < kNrVectors; ++v) {
-        T* c = t.c + r * t.row_stride + v * lanes;
-        auto x = hn::Mul(alpha, hn::Load(d, sums + r * nr + v * lanes));
-        if (!t.first) {
-          x = hn::Add(hn::LoadU(d, c), x);
-        } else {
-          if (t.beta != T(0)) x = hn::MulAdd(beta, hn::LoadU(d, c), x);
-          if (t.bias != nullptr) x = hn::Add(x, hn::LoadU(d, t.bias + v * lanes));
+  const Epilogue<T>& e = *t.epilogue;
+  if (t.rows == MR && t.cols == nr && t.col_stride == 1) {
+    const V alpha = hn::Set(d, e.alpha), beta = hn::Set(d, e.beta);
+    const bool finishing = t.last && (e.activation != GemmActivation::kNone || e.residual != nullptr);
+#pragma GCC unroll 16
+    for (int64_t r = 0; r < MR; ++r) {
+      T* c = t.c + r * t.row_stride;
+      V x0 = hn::Mul(alpha, acc0[r]), x1 = hn::Mul(alpha, acc1[r]);
+      if (!t.first) {
+        x0 = hn::Add(hn::LoadU(d, c), x0);
+        x1 = hn::Add(hn::LoadU(d, c + lanes), x1);
+      } else {
+        if (e.beta != T(0)) {
+          x0 = hn::MulAdd(beta, hn::LoadU(d, c), x0);
+          x1 = hn::MulAdd(beta, hn::LoadU(d, c + lanes), x1);
         }
-        hn::StoreU(x, d, c);
+        if (e.bias != nullptr) {
+          x0 = hn::Add(x0, hn::LoadU(d, e.bias + t.col));
+          x1 = hn::Add(x1, hn::LoadU(d, e.bias + t.col + lanes));
+        }
       }
+      if (finishing) {
+        x0 = finish_last(d, e, x0, t.row + r, t.col);
+        x1 = finish_last(d, e, x1, t.row + r, t.col + lanes);
+      }
+      hn::StoreU(x0, d, c);
+      hn::StoreU(x1, d, c + lanes);
     }
     return;
+  }
+  HWY_ALIGN T sums[MR * kNrVectors * hn::MaxLanes(d)];
+  for (int64_t r = 0; r < MR; ++r) {
+    hn::Store(acc0[r], d, sums + r * nr);
+    hn::Store(acc1[r], d, sums + r * nr + lanes);
   }
   for (int64_t r = 0; r < t.rows; ++r) {
     for (int64_t j = 0; j < t.cols; ++j) {
       T* c = t.c + r * t.row_stride + j * t.col_stride;
-      *c = finish(sums[r * nr + j], c, t.first, t.alpha, t.beta, t.bias ? t.bias + j : nullptr);
+      *c = finish(sums[r * nr + j], c, t.first, t.last, e, t.row + r, t.col + j);
     }
   }
 }
 
-// The register-tiled micro-kernel: sums (MR x NR) = A micro-panel (MR x kc, packed as kc groups
-// of MR) @ B micro-panel (kc x NR, packed as kc rows of NR), then written to C.
-template <class D, class T = hn::TFromD<D>>
+// The register-tiled micro-kernel: the MR x NR tile (NR = 2 vectors) of A micro-panel (MR x kc,
+// packed as kc groups of MR) @ B micro-panel (kc x NR, packed as kc rows of NR), accumulated in
+// 2 * MR vector registers, then written to C. The loops over r are unrolled completely, so the
+// accumulator arrays live in registers (6 x 2 on AVX2, 14 x 2 on AVX-512: Note [GEMM blocking]).
+template <int64_t MR, class D, class T = hn::TFromD<D>>
 HWY_INLINE void micro_kernel(D d, int64_t kc, const T* HWY_RESTRICT a, const T* HWY_RESTRICT b, const Tile<T>& tile) {
-  static_assert(kMr == 6 && kNrVectors == 2, "the micro-kernel below is written out for a 6 x 2-vector tile");
-  const size_t lanes = hn::Lanes(d);
-  auto c00 = hn::Zero(d), c01 = hn::Zero(d), c10 = hn::Zero(d), c11 = hn::Zero(d);
-  auto c20 = hn::Zero(d), c21 = hn::Zero(d), c30 = hn::Zero(d), c31 = hn::Zero(d);
-  auto c40 = hn::Zero(d), c41 = hn::Zero(d), c50 = hn::Zero(d), c51 = hn::Zero(d);
+  using V = hn::Vec<D>;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+  // The tile of C is written after kc steps: start bringing it in now (a C row of the tile is
+  // 2 vectors, at most 3 cache lines).
+  for (int64_t r = 0; r < tile.rows; ++r) {
+    const T* row = tile.c + r * tile.row_stride;
+    hwy::Prefetch(row);
+    hwy::Prefetch(row + (tile.cols - 1) * tile.col_stride);
+  }
+  V acc0[MR], acc1[MR];
+#pragma GCC unroll 16
+  for (int64_t r = 0; r < MR; ++r) {
+    acc0[r] = hn::Zero(d);
+    acc1[r] = hn::Zero(d);
+  }
   for (int64_t p = 0; p < kc; ++p) {
-    const auto b0 = hn::Load(d, b), b1 = hn::Load(d, b + lanes);
-    auto x = hn::Set(d, a[0]);
-    c00 = hn::MulAdd(x, b0, c00);
-    c01 = hn::MulAdd(x, b1, c01);
-    x = hn::Set(d, a[1]);
-    c10 = hn::MulAdd(x, b0, c10);
-    c11 = hn::MulAdd(x, b1, c11);
-    x = hn::Set(d, a[2]);
-    c20 = hn::MulAdd(x, b0, c20);
-    c21 = hn::MulAdd(x, b1, c21);
-    x = hn::Set(d, a[3]);
-    c30 = hn::MulAdd(x, b0, c30);
-    c31 = hn::MulAdd(x, b1, c31);
-    x = hn::Set(d, a[4]);
-    c40 = hn::MulAdd(x, b0, c40);
-    c41 = hn::MulAdd(x, b1, c41);
-    x = hn::Set(d, a[5]);
-    c50 = hn::MulAdd(x, b0, c50);
-    c51 = hn::MulAdd(x, b1, c51);
-    a += kMr;
+    const V b0 = hn::Load(d, b), b1 = hn::Load(d, b + lanes);
+#pragma GCC unroll 16
+    for (int64_t r = 0; r < MR; ++r) {
+      const V x = hn::Set(d, a[r]);
+      acc0[r] = hn::MulAdd(x, b0, acc0[r]);
+      acc1[r] = hn::MulAdd(x, b1, acc1[r]);
+    }
+    a += MR;
     b += kNrVectors * lanes;
   }
-  HWY_ALIGN T sums[kMr * kNrVectors * hn::MaxLanes(d)];
-  const size_t nr = kNrVectors * lanes;
-  hn::Store(c00, d, sums + 0 * nr);
-  hn::Store(c01, d, sums + 0 * nr + lanes);
-  hn::Store(c10, d, sums + 1 * nr);
-  hn::Store(c11, d, sums + 1 * nr + lanes);
-  hn::Store(c20, d, sums + 2 * nr);
-  hn::Store(c21, d, sums + 2 * nr + lanes);
-  hn::Store(c30, d, sums + 3 * nr);
-  hn::Store(c31, d, sums + 3 * nr + lanes);
-  hn::Store(c40, d, sums + 4 * nr);
-  hn::Store(c41, d, sums + 4 * nr + lanes);
-  hn::Store(c50, d, sums + 5 * nr);
-  hn::Store(c51, d, sums + 5 * nr + lanes);
-  write_tile(d, sums, tile);
+  write_tile<MR>(d, acc0, acc1, tile);
 }
 
 #if HWY_TARGET != HWY_SCALAR
@@ -455,45 +592,87 @@ void pack_b(D d, const T* b, int64_t row_stride, int64_t col_stride, int64_t kc,
 }
 
 // Packs the mc x kc block of A at `a` into MR-high micro-panels: for each p, the MR values
-// A[r0 : r0 + MR, p] side by side, zeros past row mc.
-template <class T>
+// A[r0 : r0 + MR, p] side by side, zeros past row mc. May write up to kPackSlack elements past
+// the block (see below).
+template <int64_t MR, class T>
 void pack_a(const T* a, int64_t row_stride, int64_t col_stride, int64_t mc, int64_t kc, T* HWY_RESTRICT packed) {
-  for (int64_t r0 = 0; r0 < mc; r0 += kMr) {
-    const int64_t rows = std::min(kMr, mc - r0);
+  for (int64_t r0 = 0; r0 < mc; r0 += MR) {
+    const int64_t rows = std::min(MR, mc - r0);
     const T* src = a + r0 * row_stride;
     T* dst = packed + r0 * kc;
-    if (rows == kMr) {
+    if (rows < MR) {  // the last, partial micro-panel
       for (int64_t p = 0; p < kc; ++p) {
-        for (int64_t r = 0; r < kMr; ++r) dst[p * kMr + r] = src[r * row_stride + p * col_stride];
+        for (int64_t r = 0; r < MR; ++r) dst[p * MR + r] = r < rows ? src[r * row_stride + p * col_stride] : T(0);
       }
+      continue;
+    }
+    int64_t p = 0;
+#if HWY_TARGET != HWY_SCALAR
+    if constexpr (sizeof(T) == 4) {
+      const hn::CappedTag<T, 8> d8;
+      if constexpr (hn::MaxLanes(d8) == 8) {
+        if (col_stride == 1) {
+          // Rows contiguous along k (a row-major A): 8 rows x 8 values of k at a time through an
+          // 8 x 8 register transpose, each column stored as a whole vector at dst + q * MR + 8g.
+          // A group with fewer than 8 rows (MR = 6, or rows 8..13 of MR = 14) reloads its first
+          // row in place of the missing ones, and its store runs into the next column's slots:
+          // the groups go last to first, so group 0's stores then overwrite that garbage, and
+          // the last column's spills into the next block (or the next micro-panel, or the slack),
+          // which is written afterwards.
+          constexpr int64_t kGroups = (MR + 7) / 8;
+          for (; p + 8 <= kc; p += 8) {
+            for (int64_t g = kGroups - 1; g >= 0; --g) {
+              const int64_t valid = std::min<int64_t>(8, MR - 8 * g);
+              const T* base = src + 8 * g * row_stride + p;
+              const auto row = [&](int64_t r) HWY_ATTR { return hn::LoadU(d8, base + (r < valid ? r : 0) * row_stride); };
+              auto v0 = row(0), v1 = row(1), v2 = row(2), v3 = row(3), v4 = row(4), v5 = row(5), v6 = row(6), v7 = row(7);
+              transpose_8x8(d8, v0, v1, v2, v3, v4, v5, v6, v7);
+              T* out = dst + p * MR + 8 * g;
+              hn::StoreU(v0, d8, out);
+              hn::StoreU(v1, d8, out + MR);
+              hn::StoreU(v2, d8, out + 2 * MR);
+              hn::StoreU(v3, d8, out + 3 * MR);
+              hn::StoreU(v4, d8, out + 4 * MR);
+              hn::StoreU(v5, d8, out + 5 * MR);
+              hn::StoreU(v6, d8, out + 6 * MR);
+              hn::StoreU(v7, d8, out + 7 * MR);
+            }
+          }
+        }
+      }
+    }
+#endif
+    if (row_stride == 1) {  // columns contiguous (a transposed A): MR values in a row
+      for (; p < kc; ++p) std::copy_n(src + p * col_stride, MR, dst + p * MR);
     } else {
-      for (int64_t p = 0; p < kc; ++p) {
-        for (int64_t r = 0; r < kMr; ++r) dst[p * kMr + r] = r < rows ? src[r * row_stride + p * col_stride] : T(0);
+      for (; p < kc; ++p) {
+        for (int64_t r = 0; r < MR; ++r) dst[p * MR + r] = src[r * row_stride + p * col_stride];
       }
     }
   }
 }
 
-// The packed path (see the top of the file), on up to `threads` threads.
-template <class T>
+// The packed path (see the top of the file) with an MR-row tile, on up to `threads` threads.
+template <int64_t MR, class T>
 void packed_gemm(const Problem<T>& p, int threads) {
   const hn::ScalableTag<T> d;
   const int64_t nr = kNrVectors * static_cast<int64_t>(hn::Lanes(d));
   // k in equal blocks of at most KC (784 = 4 x 196, not 3 x 256 + 16): no thin last block. The
   // split depends on k alone, so the summation order still never depends on the threads.
   const int64_t kc_block = ceil_div(p.k, ceil_div(p.k, kKc));
-  const int64_t mc_max = std::max<int64_t>(kMr, kBlockABytes / (kKc * static_cast<int64_t>(sizeof(T))) / kMr * kMr);
+  const int64_t mc_max = std::max<int64_t>(MR, kBlockABytes / (kKc * static_cast<int64_t>(sizeof(T))) / MR * MR);
   const int64_t nc_max = std::max<int64_t>(nr, kPanelBBytes / (kKc * static_cast<int64_t>(sizeof(T))) / nr * nr);
   const int64_t nc_block = std::min(nc_max, round_up(p.n, nr));
   T* b_packed = static_cast<T*>(scratch(Scratch::kPackedB, kc_block * nc_block * static_cast<int64_t>(sizeof(T))));
-  const int64_t row_tiles = ceil_div(p.m, kMr);
+  const int64_t row_tiles = ceil_div(p.m, MR);
 
   run_threads(threads, [&](int thread, int count) HWY_ATTR {
     const ThreadGrid grid = choose_grid(count, row_tiles, nc_block / nr);
     const auto [tile_begin, tile_end] = split_range(row_tiles, grid.rows, thread / grid.cols);
-    const int64_t row_begin = tile_begin * kMr, row_end = std::min(p.m, tile_end * kMr);
-    const int64_t mc_block = std::min(mc_max, round_up(std::max<int64_t>(row_end - row_begin, 1), kMr));
-    T* a_packed = static_cast<T*>(scratch(Scratch::kPackedA, mc_block * kc_block * static_cast<int64_t>(sizeof(T))));
+    const int64_t row_begin = tile_begin * MR, row_end = std::min(p.m, tile_end * MR);
+    const int64_t mc_block = std::min(mc_max, round_up(std::max<int64_t>(row_end - row_begin, 1), MR));
+    T* a_packed = static_cast<T*>(
+        scratch(Scratch::kPackedA, (mc_block * kc_block + kPackSlack) * static_cast<int64_t>(sizeof(T))));
 
     for (int64_t jc = 0; jc < p.n; jc += nc_block) {
       const int64_t nc = std::min(nc_block, p.n - jc), panels = ceil_div(nc, nr);
@@ -511,20 +690,21 @@ void packed_gemm(const Problem<T>& p, int threads) {
         barrier(sync);  // the whole panel is packed
         for (int64_t ic = row_begin; ic < row_end && panel_begin < panel_end; ic += mc_block) {
           const int64_t mc = std::min(mc_block, row_end - ic);
-          pack_a(p.a + ic * p.a_row_stride + pc * p.a_col_stride, p.a_row_stride, p.a_col_stride, mc, kc, a_packed);
+          pack_a<MR>(p.a + ic * p.a_row_stride + pc * p.a_col_stride, p.a_row_stride, p.a_col_stride, mc, kc, a_packed);
           for (int64_t q = panel_begin; q < panel_end; ++q) {
             const int64_t j = jc + q * nr;
-            for (int64_t r0 = 0; r0 < mc; r0 += kMr) {
+            for (int64_t r0 = 0; r0 < mc; r0 += MR) {
               const Tile<T> tile{p.c + (ic + r0) * p.c_row_stride + j * p.c_col_stride,
                                  p.c_row_stride,
                                  p.c_col_stride,
-                                 std::min(kMr, mc - r0),
+                                 ic + r0,
+                                 j,
+                                 std::min(MR, mc - r0),
                                  std::min(nr, p.n - j),
                                  pc == 0,
-                                 p.alpha,
-                                 p.beta,
-                                 p.bias ? p.bias + j : nullptr};
-              micro_kernel(d, kc, a_packed + r0 * kc, b_packed + q * nr * kc, tile);
+                                 pc + kc == p.k,
+                                 &p.epilogue};
+              micro_kernel<MR>(d, kc, a_packed + r0 * kc, b_packed + q * nr * kc, tile);
             }
           }
         }
@@ -538,11 +718,12 @@ void packed_gemm(const Problem<T>& p, int threads) {
 template <class D, class T = hn::TFromD<D>>
 HWY_INLINE void store_sums(D d, const Problem<T>& p, int64_t i, int64_t j, hn::Vec<D> sums, int64_t count) {
   T* c = p.c + i * p.c_row_stride + j * p.c_col_stride;
-  const T* bias = p.bias ? p.bias + j : nullptr;
+  const Epilogue<T>& e = p.epilogue;
   if (count == static_cast<int64_t>(hn::Lanes(d)) && p.c_col_stride == 1) {
-    auto x = hn::Mul(hn::Set(d, p.alpha), sums);
-    if (p.beta != T(0)) x = hn::MulAdd(hn::Set(d, p.beta), hn::LoadU(d, c), x);
-    if (bias != nullptr) x = hn::Add(x, hn::LoadU(d, bias));
+    auto x = hn::Mul(hn::Set(d, e.alpha), sums);
+    if (e.beta != T(0)) x = hn::MulAdd(hn::Set(d, e.beta), hn::LoadU(d, c), x);
+    if (e.bias != nullptr) x = hn::Add(x, hn::LoadU(d, e.bias + j));
+    if (e.activation != GemmActivation::kNone || e.residual != nullptr) x = finish_last(d, e, x, i, j);
     hn::StoreU(x, d, c);
     return;
   }
@@ -550,7 +731,7 @@ HWY_INLINE void store_sums(D d, const Problem<T>& p, int64_t i, int64_t j, hn::V
   hn::Store(sums, d, lanes);
   for (int64_t v = 0; v < count; ++v) {
     T* out = c + v * p.c_col_stride;
-    *out = finish(lanes[v], out, true, p.alpha, p.beta, bias ? bias + v : nullptr);
+    *out = finish(lanes[v], out, true, true, e, i, j + v);
   }
 }
 
@@ -679,7 +860,7 @@ void unpacked_dots(D d, const Problem<T>& p, int64_t row_begin, int64_t row_end,
                          hn::GetLane(hn::SumOfLanes(d, s2)), hn::GetLane(hn::SumOfLanes(d, s3))};
       for (int64_t v = 0; v < 4; ++v) {
         T* c = c_row + (j + v) * p.c_col_stride;
-        *c = finish(sums[v], c, true, p.alpha, p.beta, p.bias ? p.bias + j + v : nullptr);
+        *c = finish(sums[v], c, true, true, p.epilogue, i, j + v);
       }
     }
     for (; j < col_end; ++j) {
@@ -688,7 +869,7 @@ void unpacked_dots(D d, const Problem<T>& p, int64_t row_begin, int64_t row_end,
       for (int64_t k = 0; k < body; k += lanes) s = hn::MulAdd(hn::LoadU(d, a_row + k), hn::LoadU(d, b0 + k), s);
       if (body < p.k) s = hn::MulAdd(load_partial(d, a_row + body, tail), load_partial(d, b0 + body, tail), s);
       T* c = c_row + j * p.c_col_stride;
-      *c = finish(hn::GetLane(hn::SumOfLanes(d, s)), c, true, p.alpha, p.beta, p.bias ? p.bias + j : nullptr);
+      *c = finish(hn::GetLane(hn::SumOfLanes(d, s)), c, true, true, p.epilogue, i, j);
     }
   }
 }
@@ -718,7 +899,8 @@ void unpacked_gemm(Unpacked form, const Problem<T>& p, int threads) {
   });
 }
 
-// C^T = B^T A^T: the same problem seen from its transpose (valid without a bias, which is per column).
+// C^T = B^T A^T: the same problem seen from its transpose (valid without a bias, which is per
+// column; the activation and the residual are elementwise and follow the transpose).
 template <class T>
 Problem<T> transposed(const Problem<T>& p) {
   Problem<T> t = p;
@@ -732,7 +914,9 @@ Problem<T> transposed(const Problem<T>& p) {
   t.b_col_stride = p.a_row_stride;
   t.c_row_stride = p.c_col_stride;
   t.c_col_stride = p.c_row_stride;
-  t.bias = nullptr;
+  t.epilogue.bias = nullptr;
+  t.epilogue.residual_row_stride = p.epilogue.residual_col_stride;
+  t.epilogue.residual_col_stride = p.epilogue.residual_row_stride;
   return t;
 }
 
@@ -741,25 +925,25 @@ Problem<T> transposed(const Problem<T>& p) {
 template <class T>
 void solve(Problem<T> p, int threads) {
   if (p.m == 0 || p.n == 0) return;
-  if (p.k == 0) {  // no products: C = beta * C + bias
+  if (p.k == 0) {  // no products: C = act(beta * C + bias) + residual
     for (int64_t i = 0; i < p.m; ++i) {
       for (int64_t j = 0; j < p.n; ++j) {
         T* c = p.c + i * p.c_row_stride + j * p.c_col_stride;
-        *c = finish(T(0), c, true, p.alpha, p.beta, p.bias ? p.bias + j : nullptr);
+        *c = finish(T(0), c, true, true, p.epilogue, i, j);
       }
     }
     return;
   }
   // A size-1 dim's stride is never used to step: call it 1 so more problems find a fast form.
-  if (p.m == 1) p.a_row_stride = p.c_row_stride = 1;
-  if (p.n == 1) p.b_col_stride = p.c_col_stride = 1;
+  if (p.m == 1) p.a_row_stride = p.c_row_stride = p.epilogue.residual_row_stride = 1;
+  if (p.n == 1) p.b_col_stride = p.c_col_stride = p.epilogue.residual_col_stride = 1;
   if (p.k == 1) p.a_col_stride = p.b_row_stride = 1;
   const double work = static_cast<double>(p.m) * static_cast<double>(p.n) * static_cast<double>(p.k);
   const int used = work >= kParallelWork ? threads : 1;
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(hn::ScalableTag<T>()));
   const bool rows_ok = p.b_col_stride == 1;
   const bool dots_ok = p.a_col_stride == 1 && p.b_row_stride == 1;
-  const bool transposed_rows_ok = p.bias == nullptr && p.a_row_stride == 1;
+  const bool transposed_rows_ok = p.epilogue.bias == nullptr && p.a_row_stride == 1;
   if (p.n < lanes) {  // too narrow for vectors across n: go along k, or along m
     if (dots_ok) return unpacked_gemm(Unpacked::kDots, p, used);
     if (transposed_rows_ok) return unpacked_gemm(Unpacked::kRows, transposed(p), used);
@@ -768,12 +952,14 @@ void solve(Problem<T> p, int threads) {
     if (rows_ok) return unpacked_gemm(Unpacked::kRows, p, used);
     if (dots_ok) return unpacked_gemm(Unpacked::kDots, p, used);
   }
-  packed_gemm(p, used);
+  if (kMr != kWideMr && force_wide_tile.load(std::memory_order_relaxed)) return packed_gemm<kWideMr>(p, used);
+  packed_gemm<kMr>(p, used);
 }
 
 // The per-target entry points.
 void SolveFloat(const Problem<float>& p, int threads) { solve(p, threads); }
 void SolveDouble(const Problem<double>& p, int threads) { solve(p, threads); }
+const char* MicroKernelName() { return kMicroKernelName; }
 
 }  // namespace HWY_NAMESPACE
 }  // namespace ember::cpu
@@ -785,14 +971,16 @@ namespace gemm_detail {
 
 HWY_EXPORT(SolveFloat);
 HWY_EXPORT(SolveDouble);
+HWY_EXPORT(MicroKernelName);
 
 void solve_simd(const Problem<float>& p, int threads) { HWY_DYNAMIC_DISPATCH(SolveFloat)(p, threads); }
 void solve_simd(const Problem<double>& p, int threads) { HWY_DYNAMIC_DISPATCH(SolveDouble)(p, threads); }
+const char* micro_kernel_name() { return HWY_DYNAMIC_DISPATCH(MicroKernelName)(); }
 
-// float16 / bfloat16: convert A and B to float32, multiply in float32, and round once while
-// applying alpha, beta and the bias.
+// float16 / bfloat16: convert A and B to float32, multiply in float32, and apply the epilogue in
+// float32, rounding once.
 template <class S>
-void solve_half(const GemmArgs& g, const S* a, const S* b, S* c, int threads) {
+void solve_half(const GemmArgs& g, const S* a, const S* b, S* c, const S* residual, int threads) {
   const int64_t m = g.m, n = g.n, k = g.k;
   float* a32 = static_cast<float*>(scratch(Scratch::kConvertedA, std::max<int64_t>(m * k, 1) * 4));
   float* b32 = static_cast<float*>(scratch(Scratch::kConvertedB, std::max<int64_t>(k * n, 1) * 4));
@@ -803,7 +991,8 @@ void solve_half(const GemmArgs& g, const S* a, const S* b, S* c, int threads) {
   for (int64_t p = 0; p < k; ++p) {
     for (int64_t j = 0; j < n; ++j) b32[p * n + j] = static_cast<float>(b[p * g.b_row_stride + j * g.b_col_stride]);
   }
-  solve_simd(Problem<float>{m, n, k, a32, k, 1, b32, n, 1, c32, n, 1, 1.0f, 0.0f, nullptr}, threads);
+  const Epilogue<float> none{1.0f, 0.0f, nullptr, GemmActivation::kNone, nullptr, 0, 0};
+  solve_simd(Problem<float>{m, n, k, a32, k, 1, b32, n, 1, c32, n, 1, none}, threads);
   const S* bias = static_cast<const S*>(g.bias);
   const float alpha = static_cast<float>(g.alpha), beta = static_cast<float>(g.beta);
   for (int64_t i = 0; i < m; ++i) {
@@ -812,6 +1001,8 @@ void solve_half(const GemmArgs& g, const S* a, const S* b, S* c, int threads) {
       float v = alpha * c32[i * n + j];
       if (beta != 0.0f) v = std::fma(beta, static_cast<float>(*out), v);
       if (bias != nullptr) v += static_cast<float>(bias[j * g.bias_stride]);
+      v = activate(g.activation, v);
+      if (residual != nullptr) v += static_cast<float>(residual[i * g.residual_row_stride + j * g.residual_col_stride]);
       *out = S(v);
     }
   }
@@ -819,10 +1010,12 @@ void solve_half(const GemmArgs& g, const S* a, const S* b, S* c, int threads) {
 
 // One problem of the batch, at the given element offsets, on up to `threads` threads.
 template <class T>
-void solve_one(const GemmArgs& g, int64_t a_offset, int64_t b_offset, int64_t c_offset, int threads) {
+void solve_one(const GemmArgs& g, int64_t a_offset, int64_t b_offset, int64_t c_offset, int64_t residual_offset,
+               int threads) {
   const T* a = static_cast<const T*>(g.a) + a_offset;
   const T* b = static_cast<const T*>(g.b) + b_offset;
   T* c = static_cast<T*>(g.c) + c_offset;
+  const T* residual = g.residual ? static_cast<const T*>(g.residual) + residual_offset : nullptr;
   if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
     const T* bias = static_cast<const T*>(g.bias);
     if (bias != nullptr && g.bias_stride != 1 && g.n > 1) {  // the tiles read the bias as vectors
@@ -830,23 +1023,25 @@ void solve_one(const GemmArgs& g, int64_t a_offset, int64_t b_offset, int64_t c_
       for (int64_t j = 0; j < g.n; ++j) contiguous[j] = bias[j * g.bias_stride];
       bias = contiguous;
     }
+    const Epilogue<T> epilogue{static_cast<T>(g.alpha), static_cast<T>(g.beta), bias, g.activation,
+                               residual,                g.residual_row_stride, g.residual_col_stride};
     solve_simd(Problem<T>{g.m, g.n, g.k, a, g.a_row_stride, g.a_col_stride, b, g.b_row_stride, g.b_col_stride, c,
-                          g.c_row_stride, g.c_col_stride, static_cast<T>(g.alpha), static_cast<T>(g.beta), bias},
+                          g.c_row_stride, g.c_col_stride, epilogue},
                threads);
   } else if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) {
-    solve_half(g, a, b, c, threads);
+    solve_half(g, a, b, c, residual, threads);
   } else {
     const double work = static_cast<double>(g.m) * static_cast<double>(g.n) * static_cast<double>(g.k);
-    integer_gemm(g, a, b, c, work >= kParallelWork ? threads : 1);
+    integer_gemm(g, a, b, c, residual, work >= kParallelWork ? threads : 1);
   }
 }
 
 }  // namespace gemm_detail
 
-void gemm(const GemmArgs& args) { gemm_batched(args, 1, nullptr, nullptr, nullptr); }
+void gemm(const GemmArgs& args) { gemm_batched(args, 1, nullptr, nullptr, nullptr, nullptr); }
 
 void gemm_batched(const GemmArgs& g, int64_t batch, const int64_t* a_offsets, const int64_t* b_offsets,
-                  const int64_t* c_offsets) {
+                  const int64_t* c_offsets, const int64_t* residual_offsets) {
   using namespace gemm_detail;  // NOLINT(google-build-using-namespace)
   if (batch <= 0 || g.m <= 0 || g.n <= 0) return;
   dispatch_dtype(g.dtype, [&](auto tag) {
@@ -858,6 +1053,15 @@ void gemm_batched(const GemmArgs& g, int64_t batch, const int64_t* a_offsets, co
           static_cast<double>(g.m) * static_cast<double>(g.n) * static_cast<double>(std::max<int64_t>(g.k, 1));
       const int threads = num_threads();
       const auto offset = [](const int64_t* offsets, int64_t i) { return offsets ? offsets[i] : 0; };
+      const auto solve_at = [&](int64_t i, int used) {
+        solve_one<T>(g, offset(a_offsets, i), offset(b_offsets, i), offset(c_offsets, i),
+                     offset(residual_offsets, i), used);
+      };
+      if constexpr (!std::is_floating_point_v<T> && !std::is_same_v<T, Half> && !std::is_same_v<T, BFloat16>) {
+        // Checked here, before any thread starts: an exception must not leave an OpenMP region.
+        EMBER_CHECK(g.activation == GemmActivation::kNone,
+                    "[gemm] a fused activation needs a floating-point dtype, got ", g.dtype);
+      }
       // Threads over the batch when the problems are too small to split, or when there are enough
       // of them to keep every thread busy; otherwise inside each problem.
       const bool over_batch = batch > 1 && threads > 1 && work * static_cast<double>(batch) >= kParallelWork &&
@@ -865,18 +1069,18 @@ void gemm_batched(const GemmArgs& g, int64_t batch, const int64_t* a_offsets, co
       if (over_batch) {
         run_threads(static_cast<int>(std::min<int64_t>(threads, batch)), [&](int thread, int count) {
           const auto [begin, end] = split_range(batch, count, thread);
-          for (int64_t i = begin; i < end; ++i) {
-            solve_one<T>(g, offset(a_offsets, i), offset(b_offsets, i), offset(c_offsets, i), 1);
-          }
+          for (int64_t i = begin; i < end; ++i) solve_at(i, 1);
         });
         return;
       }
-      for (int64_t i = 0; i < batch; ++i) {
-        solve_one<T>(g, offset(a_offsets, i), offset(b_offsets, i), offset(c_offsets, i), threads);
-      }
+      for (int64_t i = 0; i < batch; ++i) solve_at(i, threads);
     }
   });
 }
+
+void gemm_force_wide_tile_for_testing(bool on) { gemm_detail::force_wide_tile.store(on); }
+
+const char* gemm_micro_kernel_name() { return gemm_detail::micro_kernel_name(); }
 
 }  // namespace ember::cpu
 #endif  // HWY_ONCE

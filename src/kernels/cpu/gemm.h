@@ -1,7 +1,8 @@
-// The CPU GEMM interface: C = alpha * A @ B + beta * C (+ bias per column) over raw pointers with a
-// row and a column stride per matrix, so transposed and strided operands reach the kernel as
-// they are and the packing routines absorb the layout (no transpose copies). See gemm.cpp for
-// the blocking and the micro-kernel.
+// The CPU GEMM interface: C = act(alpha * A @ B + beta * C + bias) + residual over raw pointers
+// with a row and a column stride per matrix, so transposed and strided operands reach the kernel
+// as they are and the packing routines absorb the layout (no transpose copies). The bias, the
+// activation and the residual are the fused epilogue: applied to each tile of C while it is still
+// in registers, not in a second pass over C. See gemm.cpp for the blocking and the micro-kernels.
 #pragma once
 
 #include <cstdint>
@@ -9,6 +10,9 @@
 #include "ember/dtype.h"
 
 namespace ember::cpu {
+
+// The elementwise function of the epilogue (PyTorch's relu, gelu(approximate="none"|"tanh"), silu).
+enum class GemmActivation : uint8_t { kNone, kRelu, kGeluErf, kGeluTanh, kSilu };
 
 // One problem. Element (i, j) of a matrix lives at data[i * row_stride + j * col_stride]; strides
 // are in elements and may be 0 on the inputs (a broadcast row or column). C must not overlap A, B
@@ -36,6 +40,13 @@ struct GemmArgs {
   // epilogue); 16-bit floats add it in float32 and round once.
   const void* bias = nullptr;
   int64_t bias_stride = 1;
+  // Applied after alpha, beta and the bias. Floating dtypes only (integers throw).
+  GemmActivation activation = GemmActivation::kNone;
+  // (m, n) or null: added elementwise after the activation, C[i, j] += R[i, j] with R at any strides
+  // (0 broadcasts). Must not overlap C.
+  const void* residual = nullptr;
+  int64_t residual_row_stride = 0;
+  int64_t residual_col_stride = 0;
 };
 
 // Solves one problem, using up to ember's thread count when it is big enough to pay for them.
@@ -46,11 +57,21 @@ struct GemmArgs {
 // whatever the split of the work.
 void gemm(const GemmArgs& args);
 
-// `batch` problems that share sizes, strides, alpha, beta and bias, and differ by where A, B and C
-// start: problem i reads args.a + a_offsets[i] (in elements), and so on. C blocks of different
-// problems must not overlap. Threads go over the batch or inside each problem, whichever suits
-// the shape; the result is the same either way.
+// `batch` problems that share sizes, strides, alpha, beta, bias and epilogue, and differ by where
+// A, B, C (and the residual) start: problem i reads args.a + a_offsets[i] (in elements), and so
+// on; null offsets mean 0 for every problem. C blocks of different problems must not overlap.
+// Threads go over the batch or inside each problem, whichever suits the shape; the result is the
+// same either way.
 void gemm_batched(const GemmArgs& args, int64_t batch, const int64_t* a_offsets, const int64_t* b_offsets,
-                  const int64_t* c_offsets);
+                  const int64_t* c_offsets, const int64_t* residual_offsets = nullptr);
+
+// The register tile of the packed path is chosen per instruction set: 6 x 2 vectors (6 x 16
+// floats) on AVX2 and SSE4, 14 x 2 vectors (14 x 32 floats) on AVX-512. For tests: run the
+// AVX-512 tile shape (14 rows) on whatever vectors this CPU has, so its packing, edge tiles and
+// epilogue are exercised on machines without AVX-512. Not thread-safe; tests reset it.
+void gemm_force_wide_tile_for_testing(bool on);
+
+// The name of the tile the packed path uses on this CPU, e.g. "AVX2 6x16" (for `ember info` and tests).
+const char* gemm_micro_kernel_name();
 
 }  // namespace ember::cpu

@@ -1,0 +1,402 @@
+// The CPU GEMM kernel (kernels/cpu/gemm.h) against a double-precision triple loop: odd sizes that
+// leave partial register tiles and cross packed blocks of k, every layout of A and B (row-major,
+// transposed, strided), alpha and beta, every fused epilogue (bias, ReLU, both GELUs, SiLU,
+// residual at any strides, scaling), both register-tile shapes (AVX2's 6 rows and AVX-512's 14,
+// forced on this CPU), and independence from the thread count. Then linear_gelu: PyTorch's values
+// (tests/golden/linear_gelu.json), agreement with gelu(linear(...)), and its gradients.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <optional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "ember/autograd.h"
+#include "ember/nn/functional.h"
+#include "ember/ops.h"
+#include "golden.h"
+#include "kernels/cpu/gemm.h"
+#include "test_util.h"
+
+namespace {
+
+using ember::Tensor;
+using ember::cpu::GemmActivation;
+using ember::cpu::GemmArgs;
+
+constexpr GemmActivation kActivations[] = {GemmActivation::kNone, GemmActivation::kRelu, GemmActivation::kGeluErf,
+                                           GemmActivation::kGeluTanh, GemmActivation::kSilu};
+
+const char* name_of(GemmActivation activation) {
+  switch (activation) {
+    case GemmActivation::kNone:
+      return "none";
+    case GemmActivation::kRelu:
+      return "relu";
+    case GemmActivation::kGeluErf:
+      return "gelu";
+    case GemmActivation::kGeluTanh:
+      return "gelu_tanh";
+    case GemmActivation::kSilu:
+      return "silu";
+  }
+  return "?";
+}
+
+double activate(GemmActivation activation, double v) {
+  switch (activation) {
+    case GemmActivation::kNone:
+      return v;
+    case GemmActivation::kRelu:
+      return v < 0 ? 0 : v;
+    case GemmActivation::kGeluErf:
+      return 0.5 * v * (1 + std::erf(v / std::sqrt(2.0)));
+    case GemmActivation::kGeluTanh:
+      return 0.5 * v * (1 + std::tanh(std::sqrt(2.0 / M_PI) * (v + 0.044715 * v * v * v)));
+    case GemmActivation::kSilu:
+      return v / (1 + std::exp(-v));
+  }
+  return v;
+}
+
+// How a matrix is laid out in memory.
+enum class Layout { kRowMajor, kTransposed, kStrided };
+
+const char* name_of(Layout layout) {
+  return layout == Layout::kRowMajor ? "row-major" : layout == Layout::kTransposed ? "transposed" : "strided";
+}
+
+// A rows x cols matrix of values in [-1, 1] stored in `layout` (strided: every other column of
+// rows padded by one element, so neither stride is 1).
+template <class T>
+struct Matrix {
+  int64_t rows = 0, cols = 0;
+  int64_t row_stride = 0, col_stride = 0;
+  std::vector<T> storage;
+
+  Matrix(int64_t r, int64_t c, Layout layout, std::mt19937& rng) : rows(r), cols(c) {
+    std::uniform_real_distribution<double> dist(-1.0, 1.0);
+    switch (layout) {
+      case Layout::kRowMajor:
+        row_stride = cols;
+        col_stride = 1;
+        break;
+      case Layout::kTransposed:
+        row_stride = 1;
+        col_stride = rows;
+        break;
+      case Layout::kStrided:
+        row_stride = 2 * cols + 1;
+        col_stride = 2;
+        break;
+    }
+    storage.resize(static_cast<size_t>(std::max<int64_t>(1, (rows - 1) * row_stride + (cols - 1) * col_stride + 1)));
+    for (T& v : storage) v = static_cast<T>(dist(rng));
+  }
+  T& at(int64_t i, int64_t j) { return storage[static_cast<size_t>(i * row_stride + j * col_stride)]; }
+  T at(int64_t i, int64_t j) const { return storage[static_cast<size_t>(i * row_stride + j * col_stride)]; }
+};
+
+// What one GEMM call adds on top of A @ B.
+struct Epilogue {
+  double alpha = 1.0;
+  double beta = 0.0;
+  bool bias = false;
+  GemmActivation activation = GemmActivation::kNone;
+  std::optional<Layout> residual;  // its layout, or none
+};
+
+std::string describe(int64_t m, int64_t n, int64_t k, Layout a, Layout b, const Epilogue& e) {
+  return std::to_string(m) + "x" + std::to_string(k) + " @ " + std::to_string(k) + "x" + std::to_string(n) +
+         ", A " + name_of(a) + ", B " + name_of(b) + ", alpha " + std::to_string(e.alpha) + ", beta " +
+         std::to_string(e.beta) + (e.bias ? ", bias" : "") + ", " + name_of(e.activation) +
+         (e.residual ? std::string(", residual ") + name_of(*e.residual) : "");
+}
+
+// Runs one GEMM on `threads` threads and checks every element of C against the double loop.
+template <class T>
+void check_gemm(int64_t m, int64_t n, int64_t k, Layout a_layout, Layout b_layout, const Epilogue& e,
+                int threads = 2) {
+  std::mt19937 rng(static_cast<uint32_t>(m * 1000003 + n * 1009 + k));
+  const Matrix<T> a(m, k, a_layout, rng), b(k, n, b_layout, rng);
+  Matrix<T> c(m, n, Layout::kRowMajor, rng);  // old values: beta reads them, beta == 0 must not
+  const Matrix<T> residual(m, n, e.residual.value_or(Layout::kRowMajor), rng);
+  std::vector<T> bias(static_cast<size_t>(n));
+  for (int64_t j = 0; j < n; ++j) bias[static_cast<size_t>(j)] = static_cast<T>(0.25 * std::sin(0.7 * j));
+  if (e.beta == 0.0) {
+    for (T& v : c.storage) v = std::numeric_limits<T>::quiet_NaN();
+  }
+  std::vector<double> expected(static_cast<size_t>(m * n));
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      double sum = 0;
+      for (int64_t p = 0; p < k; ++p) sum += static_cast<double>(a.at(i, p)) * static_cast<double>(b.at(p, j));
+      double v = e.alpha * sum;
+      if (e.beta != 0.0) v += e.beta * static_cast<double>(c.at(i, j));
+      if (e.bias) v += static_cast<double>(bias[static_cast<size_t>(j)]);
+      v = activate(e.activation, v);
+      if (e.residual) v += static_cast<double>(residual.at(i, j));
+      expected[static_cast<size_t>(i * n + j)] = v;
+    }
+  }
+
+  GemmArgs args;
+  args.dtype = ember::dtype_of<T>();
+  args.m = m;
+  args.n = n;
+  args.k = k;
+  args.a = a.storage.data();
+  args.a_row_stride = a.row_stride;
+  args.a_col_stride = a.col_stride;
+  args.b = b.storage.data();
+  args.b_row_stride = b.row_stride;
+  args.b_col_stride = b.col_stride;
+  args.c = c.storage.data();
+  args.c_row_stride = c.row_stride;
+  args.c_col_stride = c.col_stride;
+  args.alpha = e.alpha;
+  args.beta = e.beta;
+  args.bias = e.bias ? bias.data() : nullptr;
+  args.activation = e.activation;
+  if (e.residual) {
+    args.residual = residual.storage.data();
+    args.residual_row_stride = residual.row_stride;
+    args.residual_col_stride = residual.col_stride;
+  }
+  {
+    test_util::ThreadCountGuard guard;
+    ember::set_num_threads(threads);
+    ember::cpu::gemm(args);
+  }
+  // Sums of k products of values in [-1, 1]: float rounding grows with k.
+  const double atol = (std::is_same_v<T, float> ? 2e-6 : 1e-14) * static_cast<double>(k + 4);
+  const double rtol = std::is_same_v<T, float> ? 2e-6 : 1e-13;
+  int64_t failures = 0;
+  for (int64_t i = 0; i < m && failures < 5; ++i) {
+    for (int64_t j = 0; j < n && failures < 5; ++j) {
+      const double want = expected[static_cast<size_t>(i * n + j)];
+      const double got = static_cast<double>(c.at(i, j));
+      if (!(std::abs(got - want) <= atol + rtol * std::abs(want))) {
+        ADD_FAILURE() << describe(m, n, k, a_layout, b_layout, e) << ": C[" << i << ", " << j << "] = " << got
+                      << ", expected " << want;
+        ++failures;
+      }
+    }
+  }
+}
+
+// Forces the AVX-512 tile shape (14 rows) for the scope.
+class WideTile {
+ public:
+  explicit WideTile(bool on) { ember::cpu::gemm_force_wide_tile_for_testing(on); }
+  ~WideTile() { ember::cpu::gemm_force_wide_tile_for_testing(false); }
+  WideTile(const WideTile&) = delete;
+  WideTile& operator=(const WideTile&) = delete;
+};
+
+constexpr Layout kLayoutPairs[][2] = {{Layout::kRowMajor, Layout::kRowMajor},
+                                      {Layout::kRowMajor, Layout::kTransposed},
+                                      {Layout::kTransposed, Layout::kRowMajor},
+                                      {Layout::kTransposed, Layout::kTransposed},
+                                      {Layout::kStrided, Layout::kStrided}};
+
+template <class T>
+void odd_sizes(bool wide) {
+  const WideTile tile(wide);
+  for (int64_t m : {1, 7, 17, 33, 65, 129}) {
+    for (int64_t n : {1, 7, 17, 33, 65, 129}) {
+      for (int64_t k : {1, 17, 300}) {
+        for (const auto& layouts : kLayoutPairs) check_gemm<T>(m, n, k, layouts[0], layouts[1], Epilogue{});
+      }
+    }
+  }
+}
+
+TEST(GemmKernel, OddSizesEveryLayoutFloat) { odd_sizes<float>(false); }
+TEST(GemmKernel, OddSizesEveryLayoutDouble) { odd_sizes<double>(false); }
+TEST(GemmKernel, OddSizesEveryLayoutWideTileFloat) { odd_sizes<float>(true); }
+TEST(GemmKernel, OddSizesEveryLayoutWideTileDouble) { odd_sizes<double>(true); }
+
+TEST(GemmKernel, AlphaBeta) {
+  for (bool wide : {false, true}) {
+    const WideTile tile(wide);
+    for (const auto& [alpha, beta] : std::vector<std::pair<double, double>>{{0.5, 0.0}, {1.0, 1.0}, {-2.0, 0.75}}) {
+      Epilogue e;
+      e.alpha = alpha;
+      e.beta = beta;
+      for (int64_t size : {5, 33, 129}) {
+        check_gemm<float>(size, size + 2, 2 * size + 300, Layout::kRowMajor, Layout::kTransposed, e);
+        check_gemm<double>(size, size + 2, size, Layout::kStrided, Layout::kRowMajor, e);
+      }
+    }
+  }
+}
+
+// Every epilogue on every path: packed with several KC blocks (k = 600) and edge tiles, the
+// unpacked path (small), narrow n (dot products, or the transposed problem), and a vector.
+template <class T>
+void every_epilogue(bool wide) {
+  const WideTile tile(wide);
+  struct Shape {
+    int64_t m, n, k;
+  };
+  const Shape shapes[] = {{37, 45, 600}, {130, 70, 64}, {5, 9, 4}, {64, 3, 20}, {1, 50, 30}};
+  for (GemmActivation activation : kActivations) {
+    for (bool bias : {false, true}) {
+      for (std::optional<Layout> residual : {std::optional<Layout>(), std::optional<Layout>(Layout::kRowMajor),
+                                             std::optional<Layout>(Layout::kTransposed)}) {
+        Epilogue e;
+        e.activation = activation;
+        e.bias = bias;
+        e.residual = residual;
+        e.alpha = residual ? 0.75 : 1.0;  // scaling
+        e.beta = bias ? 0.0 : 0.5;
+        for (const Shape& s : shapes) {
+          check_gemm<T>(s.m, s.n, s.k, Layout::kRowMajor, Layout::kTransposed, e);
+          check_gemm<T>(s.m, s.n, s.k, Layout::kTransposed, Layout::kRowMajor, e);
+        }
+      }
+    }
+  }
+}
+
+TEST(GemmEpilogue, EveryEpilogueFloat) { every_epilogue<float>(false); }
+TEST(GemmEpilogue, EveryEpilogueDouble) { every_epilogue<double>(false); }
+TEST(GemmEpilogue, EveryEpilogueWideTileFloat) { every_epilogue<float>(true); }
+
+TEST(GemmEpilogue, StridedResidualAndStridedC) {
+  Epilogue e;
+  e.activation = GemmActivation::kSilu;
+  e.bias = true;
+  e.residual = Layout::kStrided;
+  check_gemm<float>(65, 33, 300, Layout::kStrided, Layout::kStrided, e);
+  check_gemm<double>(17, 129, 17, Layout::kRowMajor, Layout::kRowMajor, e);
+}
+
+// Every element of C is summed in the same order whatever the split of the work: one thread and
+// two give the same bits, epilogue included.
+TEST(GemmEpilogue, ThreadCountIndependent) {
+  for (bool wide : {false, true}) {
+    const WideTile tile(wide);
+    for (const auto& [m, n, k] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{
+             {100, 200, 600}, {64, 128, 784}, {7, 300, 50}, {300, 5, 40}}) {
+      std::mt19937 rng(3);
+      const Matrix<float> a(m, k, Layout::kRowMajor, rng), b(k, n, Layout::kTransposed, rng),
+          residual(m, n, Layout::kRowMajor, rng);
+      std::vector<float> bias(static_cast<size_t>(n), 0.125f);
+      std::vector<std::vector<float>> results;
+      for (int threads : {1, 2}) {
+        std::vector<float> c(static_cast<size_t>(m * n));
+        GemmArgs args;
+        args.m = m;
+        args.n = n;
+        args.k = k;
+        args.a = a.storage.data();
+        args.a_row_stride = a.row_stride;
+        args.a_col_stride = a.col_stride;
+        args.b = b.storage.data();
+        args.b_row_stride = b.row_stride;
+        args.b_col_stride = b.col_stride;
+        args.c = c.data();
+        args.c_row_stride = n;
+        args.c_col_stride = 1;
+        args.bias = bias.data();
+        args.activation = GemmActivation::kGeluErf;
+        args.residual = residual.storage.data();
+        args.residual_row_stride = residual.row_stride;
+        args.residual_col_stride = residual.col_stride;
+        test_util::ThreadCountGuard guard;
+        ember::set_num_threads(threads);
+        ember::cpu::gemm(args);
+        results.push_back(c);
+      }
+      EXPECT_EQ(results[0], results[1]) << m << "x" << k << " @ " << k << "x" << n << ", wide tile " << wide;
+    }
+  }
+}
+
+TEST(GemmEpilogue, IntegerResidualAndActivationError) {
+  const std::vector<int32_t> a = {1, 2, 3, 4}, b = {5, 6, 7, 8}, residual = {100, 200, 300, 400};
+  std::vector<int32_t> c(4);
+  GemmArgs args;
+  args.dtype = ember::kInt32;
+  args.m = args.n = args.k = 2;
+  args.a = a.data();
+  args.a_row_stride = 2;
+  args.a_col_stride = 1;
+  args.b = b.data();
+  args.b_row_stride = 2;
+  args.b_col_stride = 1;
+  args.c = c.data();
+  args.c_row_stride = 2;
+  args.c_col_stride = 1;
+  args.residual = residual.data();
+  args.residual_row_stride = 1;  // the residual read transposed
+  args.residual_col_stride = 2;
+  ember::cpu::gemm(args);
+  EXPECT_EQ(c, (std::vector<int32_t>{19 + 100, 22 + 300, 43 + 200, 50 + 400}));
+  args.activation = GemmActivation::kRelu;
+  test_util::expect_error([&] { ember::cpu::gemm(args); }, {"[gemm]", "floating-point", "int32"});
+}
+
+TEST(GemmKernel, MicroKernelIsNamed) {
+  const std::string name = ember::cpu::gemm_micro_kernel_name();
+  EXPECT_FALSE(name.empty());
+}
+
+// --- linear_gelu ----------------------------------------------------------------------------------
+
+TEST(LinearGelu, MatchesPyTorch) {
+  golden::run_cases("linear_gelu", "linear_gelu", [](const golden::Case& c) -> std::vector<Tensor> {
+    std::optional<Tensor> bias;
+    if (c.inputs.size() > 2) bias = c.tensor(2);
+    const std::string approximate = c.attrs.value("approximate", std::string("none"));
+    return {ember::linear_gelu(c.tensor(0), c.tensor(1), bias, approximate)};
+  }, golden::accumulation_tolerance);
+}
+
+TEST(LinearGelu, AgreesWithGeluOfLinear) {
+  ember::manual_seed(5);
+  for (const char* approximate : {"none", "tanh"}) {
+    for (const auto& [rows, in, out] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{
+             {64, 784, 128}, {37, 300, 45}, {3, 5, 7}, {1, 64, 33}}) {
+      const Tensor x = ember::randn({rows, in});
+      const Tensor w = ember::mul(ember::randn({out, in}), 0.05);
+      const Tensor b = ember::randn({out});
+      const Tensor fused = ember::nn::functional::linear_gelu(x, w, b, approximate);
+      const Tensor reference = ember::gelu(ember::linear(x, w, b), approximate);
+      EXPECT_TRUE(golden::all_close(fused, reference, {1e-5, 1e-5})) << approximate << " " << rows << "x" << in;
+    }
+  }
+}
+
+TEST(LinearGelu, Gradcheck) {
+  ember::manual_seed(9);
+  for (const char* approximate : {"none", "tanh"}) {
+    const Tensor x = ember::randn({4, 6}, ember::kFloat64).requires_grad_(true);
+    const Tensor w = ember::randn({5, 6}, ember::kFloat64).requires_grad_(true);
+    const Tensor b = ember::randn({5}, ember::kFloat64).requires_grad_(true);
+    EXPECT_TRUE(ember::autograd::gradcheck(
+        [approximate](const std::vector<Tensor>& in) { return ember::linear_gelu(in[0], in[1], in[2], approximate); },
+        {x, w, b}))
+        << approximate;
+    const Tensor x3 = ember::randn({2, 3, 6}, ember::kFloat64).requires_grad_(true);
+    EXPECT_TRUE(ember::autograd::gradcheck(
+        [approximate](const std::vector<Tensor>& in) { return ember::linear_gelu(in[0], in[1], std::nullopt, approximate); },
+        {x3, w}))
+        << approximate;
+  }
+}
+
+TEST(LinearGelu, Errors) {
+  const Tensor x = ember::randn({3, 5}), w = ember::randn({4, 5});
+  test_util::expect_error([&] { ember::linear_gelu(x, w, std::nullopt, "fast"); }, {"[linear_gelu]", "approximate"});
+  test_util::expect_error([&] { ember::linear_gelu(x, ember::randn({4, 6})); }, {"[linear_gelu]", "features"});
+  test_util::expect_error([&] { ember::linear_gelu(ember::ones({3, 5}, ember::kInt64), ember::ones({4, 5}, ember::kInt64)); },
+                          {"[linear_gelu]", "floating-point"});
+  test_util::expect_error([&] { ember::linear_gelu(x, w, ember::randn({3})); }, {"[linear_gelu]", "broadcast"});
+}
+
+}  // namespace
