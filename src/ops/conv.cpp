@@ -21,6 +21,8 @@
 #include "autograd/function.h"
 #include "core/tensor_internal.h"
 #include "ember/nn/functional.h"
+#include "ops/cost.h"
+#include "profiler/op_scope.h"
 
 namespace ember::nn::functional {
 namespace {
@@ -71,6 +73,7 @@ void check_conv_args(const Tensor& input, const Tensor& weight, const std::optio
 
 Tensor conv2d(const Tensor& input, const Tensor& weight, const std::optional<Tensor>& bias, Pair stride, Pair padding,
               Pair dilation, int64_t groups) {
+  profiler::detail::OpScope scope("conv2d", {&input, &weight, bias ? &*bias : nullptr});
   check_conv_args(input, weight, bias, stride, padding, dilation, groups);
   const bool batched = input.dim() == 4;
   cpu::Conv2dGeometry g;
@@ -91,6 +94,11 @@ Tensor conv2d(const Tensor& input, const Tensor& weight, const std::optional<Ten
   g.out_height = (g.in_height + 2 * g.pad_h - g.dilation_h * (g.kernel_h - 1) - 1) / g.stride_h + 1;
   g.out_width = (g.in_width + 2 * g.pad_w - g.dilation_w * (g.kernel_w - 1) - 1) / g.stride_w + 1;
 
+  scope.cost([&] {
+    const ConvShape shape{g.batch,    g.in_channels, g.out_channels, g.groups,     g.in_height,
+                          g.in_width, g.kernel_h,    g.kernel_w,     g.out_height, g.out_width};
+    return conv2d_cost(shape, bias.has_value(), input.dtype());
+  });
   Shape out_shape{g.out_channels, g.out_height, g.out_width};
   if (batched) out_shape.insert(0, g.batch);
   const DType dtype = input.dtype(), compute = compute_dtype(dtype);

@@ -11,6 +11,9 @@
 #include "core/tensor_internal.h"
 #include "ember/ops.h"
 #include "kernels/cpu/kernels.h"
+#include "kernels/cpu/threshold.h"
+#include "ops/cost.h"
+#include "profiler/op_scope.h"
 
 namespace ember {
 namespace detail {
@@ -64,6 +67,7 @@ DType result_type(std::initializer_list<Operand> operands) {
 }
 
 Tensor binary_op(OpKind op, Operand a, Operand b, Tensor* out) {
+  profiler::detail::OpScope scope(name_of(op), {a.tensor, b.tensor});
   const char* name = name_of(op);
   if (a.tensor && b.tensor) check_same_device(name, {a.tensor, b.tensor});
   const DType common = result_type({a, b});
@@ -100,6 +104,7 @@ Tensor binary_op(OpKind op, Operand a, Operand b, Tensor* out) {
     const cpu::Loop loop = make_loop(shape, {&target, &ta, &tb});
     cpu::binary(op, compute, target.data_ptr(), ta.data_ptr(), tb.data_ptr(), loop);
   }
+  scope.cost([&] { return elementwise_cost(op, target, {&ta, &tb}); });
   if (out != nullptr) {
     if (!target.is_same(*out)) copy_into(*out, target);
     out->bump_version();
@@ -109,6 +114,7 @@ Tensor binary_op(OpKind op, Operand a, Operand b, Tensor* out) {
 }
 
 Tensor unary_op(OpKind op, const Tensor& x, Tensor* out) {
+  profiler::detail::OpScope scope(name_of(op), {&x});
   const char* name = name_of(op);
   EMBER_CHECK(!(has_trait(op, kNoBool) && x.dtype() == kBool), "[", name, "] is not supported for bool tensors");
   EMBER_CHECK(!has_trait(op, kFloatOnly) || is_floating(x.dtype()), "[", name,
@@ -129,6 +135,7 @@ Tensor unary_op(OpKind op, const Tensor& x, Tensor* out) {
     const cpu::Loop loop = make_loop(x.shape(), {&target, &input});
     cpu::unary(op, compute, target.data_ptr(), input.data_ptr(), loop);
   }
+  scope.cost([&] { return elementwise_cost(op, target, {&input}); });
   if (out != nullptr) {
     if (!target.is_same(*out)) copy_into(*out, target);
     out->bump_version();
@@ -451,8 +458,22 @@ Tensor sigmoid(const Tensor& x) {  // d/dx = y (1 - y)
                              [](const Tensor& g, const Tensor& y) { return mul(g, mul(y, rsub(y, 1))); });
 }
 Tensor relu(const Tensor& x) {  // the gradient passes where the output is positive (none at 0)
-  return unary_saving_output("relu", OpKind::Relu, x,
-                             [](const Tensor& g, const Tensor& y) { return where(gt(y, 0), g, 0.0); });
+  return unary_saving_output("relu", OpKind::Relu, x, [](const Tensor& g, const Tensor& y) {
+    // PyTorch's threshold_backward: y <= 0 blocks (a NaN output passes). One fused pass
+    // (kernels/cpu/threshold.h) unless this backward is itself differentiated or the layout or
+    // dtype does not suit it; then the composite, which is also its reference.
+    const bool fused_dtype = g.dtype() == y.dtype() && (g.dtype() == kFloat32 || g.dtype() == kFloat64);
+    if (!needs_grad(g) && fused_dtype && g.device().is_cpu() && g.shape() == y.shape() && g.is_contiguous() &&
+        y.is_contiguous()) {
+      // PyTorch's name: "relu_backward" is the autograd node's range around it.
+      profiler::detail::OpScope scope("threshold_backward", {&g, &y});
+      Tensor result = detail::make_empty(y.shape(), y.dtype(), y.device());
+      cpu::relu_backward(y.dtype(), g.data_ptr(), y.data_ptr(), result.data_ptr(), y.numel());
+      scope.cost([&] { return threshold_backward_cost(y); });
+      return result;
+    }
+    return where(le(y, 0), 0.0, g);
+  });
 }
 Tensor silu(const Tensor& x) {  // d/dx [x s(x)] = s (1 + x (1 - s))
   return unary_saving_input("silu", OpKind::Silu, x, [](const Tensor& g, const Tensor& in) {
@@ -502,6 +523,7 @@ EMBER_UNARY_FRONT(isinf, IsInf)
 namespace {
 
 Tensor where_impl(const Tensor& condition, Operand a, Operand b) {
+  profiler::detail::OpScope scope("where", {&condition, a.tensor, b.tensor});
   EMBER_CHECK(condition.dtype() == kBool, "[where] condition must be a bool tensor, got ", condition.dtype());
   if (a.tensor) detail::check_same_device("where", {&condition, a.tensor});
   if (b.tensor) detail::check_same_device("where", {&condition, b.tensor});
@@ -514,6 +536,7 @@ Tensor where_impl(const Tensor& condition, Operand a, Operand b) {
     const cpu::Loop loop = detail::make_loop(shape, {&out, &condition, &ta, &tb});
     cpu::where(dtype, out.data_ptr(), static_cast<const bool*>(condition.data_ptr()), ta.data_ptr(), tb.data_ptr(), loop);
   }
+  scope.cost([&] { return elementwise_cost(OpKind::Where, out, {&condition, &ta, &tb}); });
   return out;
 }
 

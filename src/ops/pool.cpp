@@ -23,6 +23,8 @@
 #include "autograd/function.h"
 #include "core/tensor_internal.h"
 #include "ember/nn/functional.h"
+#include "ops/cost.h"
+#include "profiler/op_scope.h"
 
 namespace ember::nn::functional {
 namespace {
@@ -117,8 +119,12 @@ Tensor run_backward(const Tensor& grad, const Shape& in_shape, const Kernel& ker
 
 Tensor max_pool2d(const Tensor& input, Pair kernel_size, std::optional<Pair> stride, Pair padding, Pair dilation,
                   bool ceil_mode) {
+  profiler::detail::OpScope scope("max_pool2d", {&input});
   const cpu::Pool2dGeometry g = pool_geometry("max_pool2d", input, kernel_size, stride, padding, dilation, ceil_mode);
   const Shape out_shape = output_shape(input, g);
+  scope.cost([&] {
+    return pool2d_cost(PoolKind::kMax, input.numel(), out_shape.numel(), g.kernel_h * g.kernel_w, input.dtype());
+  });
   Tensor indices = detail::make_empty(out_shape, kInt64, input.device());
   Tensor out = run_forward(input, out_shape, [&](const Tensor& x, const Tensor& y) {
     cpu::max_pool2d_forward(x.dtype(), g, x.data_ptr(), y.data_ptr(), indices.data_ptr<int64_t>());
@@ -137,7 +143,12 @@ Tensor max_pool2d(const Tensor& input, Pair kernel_size, std::optional<Pair> str
 
 Tensor avg_pool2d(const Tensor& input, Pair kernel_size, std::optional<Pair> stride, Pair padding, bool ceil_mode,
                   bool count_include_pad) {
+  profiler::detail::OpScope scope("avg_pool2d", {&input});
   const cpu::Pool2dGeometry g = pool_geometry("avg_pool2d", input, kernel_size, stride, padding, 1, ceil_mode);
+  scope.cost([&] {
+    return pool2d_cost(PoolKind::kAvg, input.numel(), output_shape(input, g).numel(), g.kernel_h * g.kernel_w,
+                       input.dtype());
+  });
   Tensor out = run_forward(input, output_shape(input, g), [&](const Tensor& x, const Tensor& y) {
     cpu::avg_pool2d_forward(x.dtype(), g, count_include_pad, x.data_ptr(), y.data_ptr());
   });
@@ -154,6 +165,7 @@ Tensor avg_pool2d(const Tensor& input, Pair kernel_size, std::optional<Pair> str
 }
 
 Tensor adaptive_avg_pool2d(const Tensor& input, Pair output_size) {
+  profiler::detail::OpScope scope("adaptive_avg_pool2d", {&input});
   check_input("adaptive_avg_pool2d", input);
   EMBER_CHECK(output_size.h > 0 && output_size.w > 0, "[adaptive_avg_pool2d] output_size must be positive, got (",
               output_size.h, ", ", output_size.w, ")");
@@ -163,6 +175,9 @@ Tensor adaptive_avg_pool2d(const Tensor& input, Pair output_size) {
   g.in_width = input.size(-1);
   g.out_height = output_size.h;
   g.out_width = output_size.w;
+  scope.cost([&] {
+    return pool2d_cost(PoolKind::kAdaptiveAvg, input.numel(), output_shape(input, g).numel(), 1, input.dtype());
+  });
   Tensor out = run_forward(input, output_shape(input, g), [&](const Tensor& x, const Tensor& y) {
     cpu::adaptive_avg_pool2d_forward(x.dtype(), g, x.data_ptr(), y.data_ptr());
   });

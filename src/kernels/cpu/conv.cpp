@@ -113,21 +113,28 @@ inline void zero_row(T* dst, int64_t n) {
   if (n > 0) std::fill(dst, dst + n, T(0));
 }
 
-// columns (in_channels * kernel_h * kernel_w, P) from one image (in_channels, H, W); consecutive rows
-// of `columns` are row_stride elements apart (P for one image alone).
+// columns (in_channels * kernel_h * kernel_w, band) from one image (in_channels, H, W), for the
+// output rows [oh_begin, oh_end) (band = (oh_end - oh_begin) * out_width positions); consecutive
+// rows of `columns` are row_stride elements apart (the band's size for one image alone).
 template <class T>
-void im2col(const Conv2dGeometry& g, const T* image, T* columns, int64_t row_stride) {
-  const int64_t out_w = g.out_width, plane = g.out_height * g.out_width;
+void im2col(const Conv2dGeometry& g, const T* image, T* columns, int64_t row_stride, int64_t oh_begin,
+            int64_t oh_end) {
+  const int64_t out_w = g.out_width;
   // Channel outermost: the rows of `columns` are written in order, each channel's plane is read
   // while it is in L1.
   for (int64_t c = 0; c < g.in_channels; ++c) {
     const T* src = image + c * g.in_height * g.in_width;
     for (int64_t ki = 0; ki < g.kernel_h; ++ki) {
-      const TapRange rows = tap_range(g.out_height, g.in_height, g.stride_h, ki * g.dilation_h - g.pad_h);
+      const TapRange all_rows = tap_range(g.out_height, g.in_height, g.stride_h, ki * g.dilation_h - g.pad_h);
+      // The band's part of the rows that land inside the image; the rest is padding (zeros).
+      TapRange rows = all_rows;
+      rows.first = std::clamp(all_rows.first, oh_begin, oh_end);
+      rows.last = std::clamp(all_rows.last, rows.first, oh_end);
       for (int64_t kj = 0; kj < g.kernel_w; ++kj) {
         const TapRange cols = tap_range(out_w, g.in_width, g.stride_w, kj * g.dilation_w - g.pad_w);
-        T* dst = columns + ((c * g.kernel_h + ki) * g.kernel_w + kj) * row_stride;
-        zero_row(dst, rows.first * out_w);
+        // Indexed by output row: dst + oh * out_w is the band's row oh.
+        T* dst = columns + ((c * g.kernel_h + ki) * g.kernel_w + kj) * row_stride - oh_begin * out_w;
+        zero_row(dst + oh_begin * out_w, (rows.first - oh_begin) * out_w);
         for (int64_t oh = rows.first; oh < rows.last; ++oh) {
           T* d = dst + oh * out_w;
           const T* s = src + (oh * g.stride_h + rows.offset) * g.in_width;
@@ -139,7 +146,7 @@ void im2col(const Conv2dGeometry& g, const T* image, T* columns, int64_t row_str
           }
           zero_row(d + cols.last, out_w - cols.last);
         }
-        zero_row(dst + rows.last * out_w, plane - rows.last * out_w);
+        zero_row(dst + rows.last * out_w, (oh_end - rows.last) * out_w);
       }
     }
   }
@@ -190,30 +197,53 @@ GemmArgs gemm_args(int64_t m, int64_t n, int64_t k) {
   return args;
 }
 
+// Note [forward bands]: a big image's column matrix (K x P) does not fit in L2 (a 64-channel
+// 56 x 56 map with a 3 x 3 kernel makes 7 MiB), and writing it out only for the GEMM to read it
+// back while packing costs as much as a third of the GEMM (perf, 1 thread: pack_b 21% and im2col
+// 12% of conv2d_f32_resnet). So the forward builds the columns for a band of output rows at a
+// time, about kBandBudget bytes, and runs the GEMM on that band, so the columns are still in
+// cache when the GEMM packs them. The GEMM packs the weight once per band instead of once per
+// image, so a band is kept at least kMinBandPositions wide (for the ResNet shape that wins over
+// the budget: 5 rows of 56, about 640 KiB), which keeps that repacking near a fifth of the
+// columns' volume. Small images (a CNN on MNIST) are one band.
+constexpr int64_t kBandBudget = int64_t{256} << 10;
+constexpr int64_t kMinBandPositions = 256;
+
+template <class T>
+int64_t band_rows(const Conv2dGeometry& g) {
+  const int64_t row_bytes = g.in_channels * g.kernel_h * g.kernel_w * g.out_width * static_cast<int64_t>(sizeof(T));
+  const int64_t rows = std::max(kBandBudget / row_bytes, (kMinBandPositions + g.out_width - 1) / g.out_width);
+  return std::clamp<int64_t>(rows, 1, g.out_height);
+}
+
 template <class T>
 void forward(const Conv2dGeometry& g, const T* input, const T* weight, const T* bias, T* out) {
   const Sizes s = sizes_of(g);
+  const int64_t rows_per_band = s.pointwise ? g.out_height : band_rows<T>(g);
   for_each_image(g.batch, [&](int64_t n) {
     const T* image = input + n * g.in_channels * s.in_plane;
-    const T* columns = image;
-    if (!s.pointwise) {
-      T* buffer = thread_buffer<T>(Slot::kColumns, g.in_channels * g.kernel_h * g.kernel_w * s.out_plane);
-      im2col(g, image, buffer, s.out_plane);
-      columns = buffer;
-    }
     T* out_image = out + n * g.out_channels * s.out_plane;
-    for (int64_t group = 0; group < g.groups; ++group) {
-      GemmArgs args = gemm_args<T>(s.out_per_group, s.out_plane, s.patch);
-      args.a = weight + group * s.out_per_group * s.patch;
-      args.a_row_stride = s.patch;
-      args.a_col_stride = 1;
-      args.b = columns + group * s.patch * s.out_plane;
-      args.b_row_stride = s.out_plane;
-      args.b_col_stride = 1;
-      args.c = out_image + group * s.out_per_group * s.out_plane;
-      args.c_row_stride = s.out_plane;
-      args.c_col_stride = 1;
-      gemm(args);
+    for (int64_t oh0 = 0; oh0 < g.out_height; oh0 += rows_per_band) {
+      const int64_t oh1 = std::min(g.out_height, oh0 + rows_per_band), band = (oh1 - oh0) * g.out_width;
+      const T* columns = image;  // pointwise: the image is its own column matrix (one band)
+      if (!s.pointwise) {
+        T* buffer = thread_buffer<T>(Slot::kColumns, g.in_channels * g.kernel_h * g.kernel_w * band);
+        im2col(g, image, buffer, band, oh0, oh1);
+        columns = buffer;
+      }
+      for (int64_t group = 0; group < g.groups; ++group) {
+        GemmArgs args = gemm_args<T>(s.out_per_group, band, s.patch);
+        args.a = weight + group * s.out_per_group * s.patch;
+        args.a_row_stride = s.patch;
+        args.a_col_stride = 1;
+        args.b = columns + group * s.patch * band;
+        args.b_row_stride = band;
+        args.b_col_stride = 1;
+        args.c = out_image + group * s.out_per_group * s.out_plane + oh0 * g.out_width;  // the band's columns
+        args.c_row_stride = s.out_plane;
+        args.c_col_stride = 1;
+        gemm(args);
+      }
     }
     if (bias != nullptr) {
       // The GEMM's bias epilogue is per column; here the bias is per row (output channel), added
@@ -294,7 +324,8 @@ void backward_weight(const Conv2dGeometry& g, const T* grad_out, const T* input,
         T* columns = thread_buffer<T>(Slot::kColumns, (rows + g.out_channels) * width);
         T* grads = columns + rows * width;  // (C_out, images * P)
         for (int64_t i = 0; i < images; ++i) {
-          im2col(g, input + (n0 + i) * g.in_channels * s.in_plane, columns + i * s.out_plane, width);
+          im2col(g, input + (n0 + i) * g.in_channels * s.in_plane, columns + i * s.out_plane, width, 0,
+                 g.out_height);
           const T* grad_image = grad_out + (n0 + i) * g.out_channels * s.out_plane;
           for (int64_t oc = 0; oc < g.out_channels; ++oc) {
             copy_row(grad_image + oc * s.out_plane, grads + oc * width + i * s.out_plane, s.out_plane);

@@ -2,17 +2,34 @@
 // forward and backward run on one thread: the backward's scattered additions never race, and the
 // results do not depend on the thread count). The window of each output row and column is clipped
 // to the input once (Window), so the loops over a window test no bounds.
-#include "kernels/cpu/pool.h"
+//
+// Max pooling's forward has a vector path, compiled for every Highway target: for stride_w in
+// 1..4 and no dilation, the output columns whose windows lie inside the input's columns are done
+// a vector of outputs at a time. Lane l of tap j reads input column (ow0 + l) * stride_w + j, so
+// one LoadInterleaved<stride_w> gives stride_w consecutive taps for every lane, de-interleaved,
+// with no gather. Rows are clipped as in the scalar path; the columns next to the padding (and
+// any tail shorter than a 128-bit vector) take the scalar window. Both paths scan a window in the
+// same order with the same rule (first maximum wins ties, a NaN replaces anything), so they agree
+// to the bit, indices included. The small maps of a CNN (12 or 4 outputs wide) are why a 128-bit
+// step follows the full-width one.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "kernels/cpu/pool.cpp"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+
+#include <hwy/highway.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <vector>
 
-#include "ember/error.h"
-#include "kernels/cpu/float_dispatch.h"
 #include "kernels/cpu/parallel.h"
+#include "kernels/cpu/pool.h"
 
+// Target-independent helpers, compiled once (this file is included once per Highway target).
+#ifndef EMBER_KERNELS_CPU_POOL_SHARED
+#define EMBER_KERNELS_CPU_POOL_SHARED
 namespace ember::cpu {
 namespace {
 
@@ -51,8 +68,207 @@ void for_each_plane(const Pool2dGeometry& g, const F& body) {
   });
 }
 
+// The max of one clipped window of plane x and where it is (h * in_width + w), as PyTorch: the
+// first maximum wins ties; NaN beats everything (the last NaN is kept).
+template <class T>
+inline void max_window(const Pool2dGeometry& g, const T* x, const Window& r, const Window& c, T* y, int64_t* where) {
+  T best = -std::numeric_limits<T>::infinity();
+  int64_t best_index = -1;  // an empty window (possible only in theory) routes no gradient
+  for (int64_t i = r.first; i < r.last; ++i) {
+    const int64_t row = (r.start + i * g.dilation_h) * g.in_width;
+    for (int64_t j = c.first; j < c.last; ++j) {
+      const int64_t index = row + c.start + j * g.dilation_w;
+      const T v = x[index];
+      if (best_index < 0 || v > best || std::isnan(v)) {
+        best = v;
+        best_index = index;
+      }
+    }
+  }
+  *y = best;
+  *where = best_index;
+}
+
+// The output columns [first, last) whose windows the vector path can read in full: the window
+// starts at or right of column 0, and the de-interleaving loads, which read whole groups of
+// stride_w columns, stay inside the row.
+struct VectorColumns {
+  int64_t first;
+  int64_t last;
+};
+
+VectorColumns vector_columns(const Pool2dGeometry& g) {
+  const int64_t stride = g.stride_w;
+  const int64_t reach = (g.kernel_w + stride - 1) / stride * stride;  // columns read per lane
+  const int64_t first = std::min(g.out_width, (g.pad_w + stride - 1) / stride);
+  // ow * stride - pad_w + reach <= in_width
+  const int64_t room = g.in_width + g.pad_w - reach;
+  const int64_t last = room < 0 ? first : std::clamp(room / stride + 1, first, g.out_width);
+  return {first, last};
+}
+
+// Whether max_pool2d's forward can take the vector path (see the top of the file).
+bool max_vector_path(const Pool2dGeometry& g) {
+  return g.dilation_w == 1 && g.dilation_h == 1 && g.stride_w >= 1 && g.stride_w <= 4 &&
+         g.in_height * g.in_width < (int64_t{1} << 31);
+}
+
+}  // namespace
+}  // namespace ember::cpu
+#endif  // EMBER_KERNELS_CPU_POOL_SHARED
+
+HWY_BEFORE_NAMESPACE();
+namespace ember::cpu {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+// v[t] = lanes of taps t of kStride consecutive taps: v[t][l] = p[l * kStride + t].
+template <int kStride, class D, class V>
+HWY_INLINE void load_taps(D d, const hn::TFromD<D>* p, V* v) {
+  if constexpr (kStride == 1) {
+    v[0] = hn::LoadU(d, p);
+  } else if constexpr (kStride == 2) {
+    hn::LoadInterleaved2(d, p, v[0], v[1]);
+  } else if constexpr (kStride == 3) {
+    hn::LoadInterleaved3(d, p, v[0], v[1], v[2]);
+  } else {
+    hn::LoadInterleaved4(d, p, v[0], v[1], v[2], v[3]);
+  }
+}
+
+// Outputs [ow0, ow0 + Lanes(d)) of the output row whose clipped row window is r; every column
+// window is whole (vector_columns).
+template <int kStride, class D>
+HWY_INLINE void max_vector(D d, const Pool2dGeometry& g, const hn::TFromD<D>* x, const Window& r, int64_t ow0,
+                           hn::TFromD<D>* y, int64_t* where) {
+  using T = hn::TFromD<D>;
+  const hn::RebindToSigned<D> di;  // int32 lanes for float, int64 for double: the index in the plane
+  using TI = hn::TFromD<decltype(di)>;
+  using V = hn::Vec<D>;
+  using VI = hn::Vec<decltype(di)>;
+  constexpr size_t kMaxLanes = HWY_MAX_BYTES / sizeof(T);
+  const size_t lanes = hn::Lanes(d);
+
+  HWY_ALIGN TI steps[kMaxLanes];  // lane l's first column, relative to lane 0's
+  for (size_t l = 0; l < lanes; ++l) steps[l] = static_cast<TI>(l * kStride);
+  const VI lane_offsets = hn::Load(di, steps);
+
+  const int64_t col0 = ow0 * kStride - g.pad_w;  // >= 0
+  V best = hn::Zero(d);
+  VI best_index = hn::Zero(di);
+  bool first = true;
+  for (int64_t i = r.first; i < r.last; ++i) {
+    const int64_t row = (r.start + i) * g.in_width + col0;
+    for (int64_t group = 0; group * kStride < g.kernel_w; ++group) {
+      V v[kStride];
+      load_taps<kStride>(d, x + row + group * kStride, v);
+      const int64_t taps = std::min<int64_t>(kStride, g.kernel_w - group * kStride);
+      for (int64_t t = 0; t < taps; ++t) {
+        const VI index = hn::Add(lane_offsets, hn::Set(di, static_cast<TI>(row + group * kStride + t)));
+        if (first) {
+          best = v[t];
+          best_index = index;
+          first = false;
+          continue;
+        }
+        const auto take = hn::Or(hn::Gt(v[t], best), hn::IsNaN(v[t]));
+        best = hn::IfThenElse(take, v[t], best);
+        best_index = hn::IfThenElse(hn::RebindMask(di, take), index, best_index);
+      }
+    }
+  }
+  hn::StoreU(best, d, y + ow0);
+  if constexpr (sizeof(TI) == sizeof(int64_t)) {
+    hn::StoreU(best_index, di, reinterpret_cast<TI*>(where + ow0));
+  } else {
+    HWY_ALIGN TI narrow[kMaxLanes];
+    hn::Store(best_index, di, narrow);
+    for (size_t l = 0; l < lanes; ++l) where[ow0 + static_cast<int64_t>(l)] = narrow[l];
+  }
+}
+
+template <int kStride, class T>
+void max_planes(const Pool2dGeometry& g, const T* in, T* out, int64_t* indices, int64_t begin, int64_t end) {
+  const hn::ScalableTag<T> d;
+  const hn::CappedTag<T, 16 / sizeof(T)> d128;  // the 128-bit step for short rows and tails
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d)), lanes128 = static_cast<int64_t>(hn::Lanes(d128));
+  const std::vector<Window> rows = windows(g.out_height, g.in_height, g.kernel_h, g.stride_h, g.pad_h, 1);
+  const std::vector<Window> cols = windows(g.out_width, g.in_width, g.kernel_w, g.stride_w, g.pad_w, 1);
+  const VectorColumns inner = vector_columns(g);
+  const int64_t in_plane = g.in_height * g.in_width, out_plane = g.out_height * g.out_width;
+  for (int64_t plane = begin; plane < end; ++plane) {
+    const T* x = in + plane * in_plane;
+    for (int64_t oh = 0; oh < g.out_height; ++oh) {
+      const Window& r = rows[static_cast<size_t>(oh)];
+      T* y = out + plane * out_plane + oh * g.out_width;
+      int64_t* where = indices + plane * out_plane + oh * g.out_width;
+      // An empty row window cannot happen (padding is at most half the kernel); were it to, the
+      // scalar path alone handles it.
+      const int64_t vector_last = r.first < r.last ? inner.last : inner.first;
+      int64_t ow = 0;
+      for (; ow < inner.first; ++ow) max_window(g, x, r, cols[static_cast<size_t>(ow)], y + ow, where + ow);
+      for (; ow + lanes <= vector_last; ow += lanes) max_vector<kStride>(d, g, x, r, ow, y, where);
+      for (; ow + lanes128 <= vector_last; ow += lanes128) max_vector<kStride>(d128, g, x, r, ow, y, where);
+      for (; ow < g.out_width; ++ow) max_window(g, x, r, cols[static_cast<size_t>(ow)], y + ow, where + ow);
+    }
+  }
+}
+
+template <class T>
+void max_planes_any_stride(const Pool2dGeometry& g, const T* in, T* out, int64_t* indices, int64_t begin,
+                           int64_t end) {
+  switch (g.stride_w) {
+    case 1:
+      return max_planes<1>(g, in, out, indices, begin, end);
+    case 2:
+      return max_planes<2>(g, in, out, indices, begin, end);
+    case 3:
+      return max_planes<3>(g, in, out, indices, begin, end);
+    default:
+      return max_planes<4>(g, in, out, indices, begin, end);
+  }
+}
+
+// Planes [begin, end) of max_pool2d's forward by the vector path (max_vector_path(g) holds).
+void MaxPoolPlanesF32(const Pool2dGeometry& g, const float* in, float* out, int64_t* indices, int64_t begin,
+                      int64_t end) {
+  max_planes_any_stride(g, in, out, indices, begin, end);
+}
+void MaxPoolPlanesF64(const Pool2dGeometry& g, const double* in, double* out, int64_t* indices, int64_t begin,
+                      int64_t end) {
+  max_planes_any_stride(g, in, out, indices, begin, end);
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace ember::cpu
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+#include "ember/error.h"
+#include "kernels/cpu/float_dispatch.h"
+
+namespace ember::cpu {
+namespace {
+
+HWY_EXPORT(MaxPoolPlanesF32);
+HWY_EXPORT(MaxPoolPlanesF64);
+
+void max_planes_vector(const Pool2dGeometry& g, const float* in, float* out, int64_t* indices, int64_t begin,
+                       int64_t end) {
+  HWY_DYNAMIC_DISPATCH(MaxPoolPlanesF32)(g, in, out, indices, begin, end);
+}
+void max_planes_vector(const Pool2dGeometry& g, const double* in, double* out, int64_t* indices, int64_t begin,
+                       int64_t end) {
+  HWY_DYNAMIC_DISPATCH(MaxPoolPlanesF64)(g, in, out, indices, begin, end);
+}
+
 template <class T>
 void max_forward(const Pool2dGeometry& g, const T* in, T* out, int64_t* indices) {
+  if (max_vector_path(g)) {
+    parallel_for(0, g.planes, plane_grain(g),
+                 [&](int64_t begin, int64_t end) { max_planes_vector(g, in, out, indices, begin, end); });
+    return;
+  }
   const std::vector<Window> rows = windows(g.out_height, g.in_height, g.kernel_h, g.stride_h, g.pad_h, g.dilation_h);
   const std::vector<Window> cols = windows(g.out_width, g.in_width, g.kernel_w, g.stride_w, g.pad_w, g.dilation_w);
   const int64_t in_plane = g.in_height * g.in_width, out_plane = g.out_height * g.out_width;
@@ -61,25 +277,9 @@ void max_forward(const Pool2dGeometry& g, const T* in, T* out, int64_t* indices)
     T* y = out + plane * out_plane;
     int64_t* where = indices + plane * out_plane;
     for (int64_t oh = 0; oh < g.out_height; ++oh) {
-      const Window r = rows[static_cast<size_t>(oh)];
+      const Window& r = rows[static_cast<size_t>(oh)];
       for (int64_t ow = 0; ow < g.out_width; ++ow) {
-        const Window c = cols[static_cast<size_t>(ow)];
-        T best = -std::numeric_limits<T>::infinity();
-        int64_t best_index = -1;  // an empty window (possible only in theory) routes no gradient
-        for (int64_t i = r.first; i < r.last; ++i) {
-          const int64_t row = (r.start + i * g.dilation_h) * g.in_width;
-          for (int64_t j = c.first; j < c.last; ++j) {
-            const int64_t index = row + c.start + j * g.dilation_w;
-            const T v = x[index];
-            // The first maximum wins ties; NaN beats everything (the last NaN is kept), as PyTorch.
-            if (best_index < 0 || v > best || std::isnan(v)) {
-              best = v;
-              best_index = index;
-            }
-          }
-        }
-        y[oh * g.out_width + ow] = best;
-        where[oh * g.out_width + ow] = best_index;
+        max_window(g, x, r, cols[static_cast<size_t>(ow)], y + oh * g.out_width + ow, where + oh * g.out_width + ow);
       }
     }
   });
@@ -177,6 +377,7 @@ std::vector<Window> adaptive_windows(int64_t out_size, int64_t in_size) {
   return result;
 }
 
+
 }  // namespace
 
 void max_pool2d_forward(DType dtype, const Pool2dGeometry& g, const void* in, void* out, int64_t* indices) {
@@ -227,3 +428,4 @@ void adaptive_avg_pool2d_backward(DType dtype, const Pool2dGeometry& g, const vo
 }
 
 }  // namespace ember::cpu
+#endif  // HWY_ONCE

@@ -1,0 +1,17 @@
+// ReLU's backward as one fused pass: result = out > 0 ? grad : 0, PyTorch's threshold_backward
+// with threshold 0 (elements with out <= 0 pass nothing, so x == 0 gets a zero gradient; a NaN
+// output passes the gradient through, as in PyTorch). The composite where(le(out, 0), 0, grad)
+// is the reference and the path for other dtypes and layouts (src/ops/elementwise.cpp, relu).
+#pragma once
+
+#include <cstdint>
+
+#include "ember/dtype.h"
+
+namespace ember::cpu {
+
+// result[i] = out[i] <= 0 ? 0 : grad[i] for n contiguous elements; float32 and float64. result
+// may alias grad. Threads split the range above kElementwiseGrain elements.
+void relu_backward(DType dtype, const void* grad, const void* out, void* result, int64_t n);
+
+}  // namespace ember::cpu

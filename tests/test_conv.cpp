@@ -1,0 +1,127 @@
+// conv2d against a naive reference on shapes whose column matrix is cut into several bands of
+// output rows (Note [forward bands] in kernels/cpu/conv.cpp), with padding, stride, dilation and
+// groups; and ReLU's fused backward (kernels/cpu/threshold.h) against PyTorch's rule.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include "ember/ember.h"
+#include "ember/nn/functional.h"
+#include "golden.h"
+
+namespace {
+
+namespace F = ember::nn::functional;
+using ember::Tensor;
+
+// out[n, o, oh, ow] = bias[o] + sum over the group's channels and taps, in float64.
+Tensor reference_conv(const Tensor& input, const Tensor& weight, const Tensor& bias, int64_t stride, int64_t pad,
+                      int64_t dilation, int64_t groups) {
+  const Tensor x = input.to(ember::kFloat64).contiguous(), w = weight.to(ember::kFloat64).contiguous();
+  const Tensor b = bias.to(ember::kFloat64).contiguous();
+  const int64_t batch = x.size(0), in_c = x.size(1), h = x.size(2), wd = x.size(3);
+  const int64_t out_c = w.size(0), kh = w.size(2), kw = w.size(3), per_group = in_c / groups;
+  const int64_t oh_size = (h + 2 * pad - dilation * (kh - 1) - 1) / stride + 1;
+  const int64_t ow_size = (wd + 2 * pad - dilation * (kw - 1) - 1) / stride + 1;
+  Tensor out = ember::zeros({batch, out_c, oh_size, ow_size}, ember::kFloat64);
+  const double* xp = x.data_ptr<double>();
+  const double* wp = w.data_ptr<double>();
+  const double* bp = b.data_ptr<double>();
+  double* op = out.data_ptr<double>();
+  for (int64_t n = 0; n < batch; ++n) {
+    for (int64_t o = 0; o < out_c; ++o) {
+      const int64_t group = o / (out_c / groups);
+      for (int64_t oh = 0; oh < oh_size; ++oh) {
+        for (int64_t ow = 0; ow < ow_size; ++ow) {
+          double sum = bp[o];
+          for (int64_t c = 0; c < per_group; ++c) {
+            for (int64_t i = 0; i < kh; ++i) {
+              for (int64_t j = 0; j < kw; ++j) {
+                const int64_t ih = oh * stride - pad + i * dilation, iw = ow * stride - pad + j * dilation;
+                if (ih < 0 || ih >= h || iw < 0 || iw >= wd) continue;
+                sum += xp[((n * in_c + group * per_group + c) * h + ih) * wd + iw] *
+                       wp[((o * per_group + c) * kh + i) * kw + j];
+              }
+            }
+          }
+          op[((n * out_c + o) * oh_size + oh) * ow_size + ow] = sum;
+        }
+      }
+    }
+  }
+  return out;
+}
+
+TEST(Conv2dBands, ManyBandsMatchTheReference) {
+  ember::manual_seed(51);
+  struct Case {
+    int64_t in_c, out_c, h, w, k, stride, pad, dilation, groups;
+  };
+  // 64 channels x 3 x 3 taps x 20 columns is too big for one band: the output rows are cut.
+  for (const Case& c : {Case{64, 4, 30, 20, 3, 1, 1, 1, 1}, Case{64, 6, 45, 21, 3, 2, 1, 1, 2},
+                        Case{48, 5, 33, 31, 3, 1, 2, 2, 1}, Case{3, 4, 40, 9, 5, 1, 2, 1, 1}}) {
+    SCOPED_TRACE(::testing::Message() << "in " << c.in_c << " out " << c.out_c << " " << c.h << "x" << c.w << " k "
+                                      << c.k << " stride " << c.stride << " pad " << c.pad << " dilation "
+                                      << c.dilation << " groups " << c.groups);
+    for (const ember::DType dtype : {ember::kFloat32, ember::kFloat64}) {
+      const Tensor x = ember::randn({2, c.in_c, c.h, c.w}, dtype);
+      const Tensor w = ember::randn({c.out_c, c.in_c / c.groups, c.k, c.k}, dtype);
+      const Tensor b = ember::randn({c.out_c}, dtype);
+      const Tensor out = F::conv2d(x, w, b, c.stride, c.pad, c.dilation, c.groups);
+      const Tensor expected = reference_conv(x, w, b, c.stride, c.pad, c.dilation, c.groups);
+      const double tol = dtype == ember::kFloat32 ? 1e-4 : 1e-10;
+      EXPECT_TRUE(golden::all_close(out.to(ember::kFloat64), expected, {tol, tol}));
+    }
+  }
+}
+
+TEST(Conv2dBands, NonContiguousInputAndGradients) {
+  ember::manual_seed(52);
+  // A transposed (non-contiguous) input; the gradients by gradcheck in float64 on a banded shape.
+  const Tensor x = ember::randn({2, 30, 40, 36}, ember::kFloat64).transpose(2, 3).narrow(1, 0, 24);
+  const Tensor w = ember::randn({3, 24, 3, 3}, ember::kFloat64), b = ember::randn({3}, ember::kFloat64);
+  EXPECT_TRUE(golden::all_close(F::conv2d(x, w, b, 1, 1), reference_conv(x, w, b, 1, 1, 1, 1), {1e-10, 1e-10}));
+  const Tensor small_x = ember::randn({1, 2, 7, 6}, ember::kFloat64).requires_grad_();
+  const Tensor small_w = ember::randn({3, 2, 3, 2}, ember::kFloat64).requires_grad_();
+  EXPECT_TRUE(ember::autograd::gradcheck(
+      [](const std::vector<Tensor>& in) { return F::conv2d(in[0], in[1], std::nullopt, {2, 1}, {1, 0}); },
+      {small_x, small_w}));
+}
+
+TEST(ReluBackward, FollowsPyTorchAtZeroNegativeAndNaN) {
+  constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+  for (const ember::DType dtype : {ember::kFloat32, ember::kFloat64}) {
+    std::vector<double> xs = {-2.0, -0.0, 0.0, 1e-30, 3.0, kNaN, -kNaN, 5.0};
+    const Tensor x = ember::from_blob(xs.data(), {8}, ember::kFloat64).to(dtype).requires_grad_();
+    const Tensor y = ember::relu(x);
+    std::vector<double> gs = {1, 2, 3, 4, 5, 6, 7, 8};
+    y.backward(ember::from_blob(gs.data(), {8}, ember::kFloat64).to(dtype));
+    const Tensor grad = x.grad().to(ember::kFloat64);
+    const double* g = grad.data_ptr<double>();
+    // x <= 0 (either zero included) blocks; NaN keeps its NaN output and so passes (PyTorch's
+    // threshold_backward: out <= 0 ? 0 : grad).
+    const std::vector<double> expected = {0, 0, 0, 4, 5, 6, 7, 8};
+    for (size_t i = 0; i < expected.size(); ++i) EXPECT_EQ(g[i], expected[i]) << "element " << i << " " << dtype;
+  }
+}
+
+TEST(ReluBackward, FusedAndCompositePathsAgree) {
+  ember::manual_seed(53);
+  // Big enough to be threaded; a non-contiguous gradient takes the composite path.
+  const Tensor x = ember::randn({300, 257}).requires_grad_();
+  const Tensor cot = ember::randn({257, 300}).t();
+  ember::relu(x).backward(cot);
+  const Tensor expected = ember::where(ember::gt(x.detach(), 0), cot, 0.0);
+  EXPECT_TRUE(golden::all_close(x.grad(), expected, {0, 0}));
+  x.grad().zero_();
+  ember::relu(x).backward(cot.contiguous());
+  EXPECT_TRUE(golden::all_close(x.grad(), expected, {0, 0}));
+  // float64 gradcheck away from the kink.
+  const Tensor xd = ember::randn({5, 7}, ember::kFloat64).add(0.05).requires_grad_();
+  EXPECT_TRUE(ember::autograd::gradcheck([](const std::vector<Tensor>& in) { return ember::relu(in[0]); }, {xd}));
+}
+
+}  // namespace
