@@ -2,6 +2,7 @@
 // (Loop) across threads; a contiguous float/double row goes to the SIMD row kernels
 // (elementwise_simd.cpp), everything else runs the scalar functors of scalar_math.h. Compiled once:
 // only the SIMD rows are compiled per target.
+#include <algorithm>
 #include <cstring>
 #include <limits>
 #include <type_traits>
@@ -149,14 +150,105 @@ void where(DType dtype, void* out, const bool* cond, const void* a, const void* 
     });
   };
   switch (dtype_size(dtype)) {
-    case 1: return run(TypeTag<uint8_t>{});
-    case 2: return run(TypeTag<uint16_t>{});
-    case 4: return run(TypeTag<uint32_t>{});
-    default: return run(TypeTag<uint64_t>{});
+    case 1:
+      return run(TypeTag<uint8_t>{});
+    case 2:
+      return run(TypeTag<uint16_t>{});
+    case 4:
+      return run(TypeTag<uint32_t>{});
+    default:
+      return run(TypeTag<uint64_t>{});
   }
 }
 
+namespace {
+
+// Note [transposed copy]
+// A copy whose destination is contiguous along its inner dim while the source is contiguous along
+// another dim (x.t().contiguous(), permutes) would read the source with a large stride: every
+// element a new cache line. It runs instead over kTransposeBlock x kTransposeBlock blocks of that
+// pair of dims, each block read and written in register tiles (transpose_block_32, for 4-byte
+// elements) or a plain loop, so every cache line is used whole while it is in L1. Threads split the
+// blocks.
+constexpr int64_t kTransposeBlock = 64;
+
+// The source's unit-stride dim when the copy is a transposed one (see above), else -1.
+int transposed_dim(DType dst_dtype, DType src_dtype, const Loop& loop) {
+  if (dst_dtype != src_dtype || loop.ndim < 2 || loop.inner_stride(0) != 1 || loop.inner_stride(1) == 1) return -1;
+  for (int d = loop.ndim - 2; d >= 0; --d) {
+    if (loop.strides[1][d] == 1 && loop.sizes[d] > 1) return d;
+  }
+  return -1;
+}
+
+template <class T>
+void transpose_block(T* dst, int64_t dst_stride, const T* src, int64_t src_stride, int64_t rows, int64_t cols) {
+  if constexpr (sizeof(T) == 4) {
+    if (simd::transpose_block_32(dst, dst_stride, src, src_stride, rows, cols)) return;
+  }
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) dst[r * dst_stride + c] = src[c * src_stride + r];
+  }
+}
+
+// dst[..., r, ..., c] = src[..., r, ..., c] where r walks `dim` (unit stride in src) and c the inner
+// dim (unit stride in dst); the other dims of the loop are batches.
+template <class T>
+void transposed_copy(T* dst, const T* src, const Loop& loop, int dim) {
+  const int inner = loop.ndim - 1;
+  const int64_t rows = loop.sizes[dim], cols = loop.sizes[inner];
+  const int64_t dst_row_stride = loop.strides[0][dim], src_col_stride = loop.strides[1][inner];
+  // The batch dims: every loop dim but `dim` and the inner one.
+  int64_t batch_sizes[kMaxDims], batch_dst[kMaxDims], batch_src[kMaxDims];
+  int batch_ndim = 0;
+  int64_t batches = 1;
+  for (int d = 0; d < inner; ++d) {
+    if (d == dim) continue;
+    batch_sizes[batch_ndim] = loop.sizes[d];
+    batch_dst[batch_ndim] = loop.strides[0][d];
+    batch_src[batch_ndim++] = loop.strides[1][d];
+    batches *= loop.sizes[d];
+  }
+  const int64_t row_blocks = (rows + kTransposeBlock - 1) / kTransposeBlock;
+  const int64_t col_blocks = (cols + kTransposeBlock - 1) / kTransposeBlock;
+  const int64_t blocks = batches * row_blocks * col_blocks;
+  const int64_t grain = std::max<int64_t>(1, kElementwiseGrain / (kTransposeBlock * kTransposeBlock));
+  parallel_for(0, blocks, grain, [&](int64_t begin, int64_t end) {
+    for (int64_t block = begin; block < end; ++block) {
+      const int64_t cb = block % col_blocks, rb = (block / col_blocks) % row_blocks;
+      int64_t batch = block / (col_blocks * row_blocks), dst_offset = 0, src_offset = 0;
+      for (int d = batch_ndim - 1; d >= 0; --d) {
+        const int64_t index = batch % batch_sizes[d];
+        batch /= batch_sizes[d];
+        dst_offset += index * batch_dst[d];
+        src_offset += index * batch_src[d];
+      }
+      const int64_t r = rb * kTransposeBlock, c = cb * kTransposeBlock;
+      transpose_block(dst + dst_offset + r * dst_row_stride + c, dst_row_stride,
+                      src + src_offset + c * src_col_stride + r, src_col_stride, std::min(kTransposeBlock, rows - r),
+                      std::min(kTransposeBlock, cols - c));
+    }
+  });
+}
+
+}  // namespace
+
 void copy(DType dst_dtype, DType src_dtype, void* dst, const void* src, const Loop& loop) {
+  if (const int dim = transposed_dim(dst_dtype, src_dtype, loop); dim >= 0) {
+    // Only the element size matters for a copy.
+    switch (dtype_size(dst_dtype)) {
+      case 1:
+        return transposed_copy(static_cast<uint8_t*>(dst), static_cast<const uint8_t*>(src), loop, dim);
+      case 2:
+        return transposed_copy(static_cast<uint16_t*>(dst), static_cast<const uint16_t*>(src), loop, dim);
+      case 4:
+        return transposed_copy(static_cast<uint32_t*>(dst), static_cast<const uint32_t*>(src), loop, dim);
+      case 8:
+        return transposed_copy(static_cast<uint64_t*>(dst), static_cast<const uint64_t*>(src), loop, dim);
+      default:
+        break;
+    }
+  }
   const int64_t dsize = dtype_size(dst_dtype), ssize = dtype_size(src_dtype);
   char* base[2] = {static_cast<char*>(dst), static_cast<char*>(const_cast<void*>(src))};
   const int64_t sizes[2] = {dsize, ssize};

@@ -1,16 +1,24 @@
 // Contiguous float/double rows of the elementwise ops, for every Highway target (see
 // elementwise_simd.h). Only the vector forms live here, so this file stays small to compile.
+// foreach_target.h must come first, right after HWY_TARGET_INCLUDE.
+// clang-format off
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/cpu/elementwise_simd.cpp"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
-
 #include <hwy/contrib/math/math-inl.h>
 #include <hwy/highway.h>
+// clang-format on
 
+#include "kernels/cpu/elementwise_simd.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
 #include <limits>
 #include <type_traits>
 
-#include "kernels/cpu/elementwise_simd.h"
 #include "kernels/cpu/scalar_math.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -32,7 +40,15 @@ int64_t unary_vectors(void* out_ptr, const void* in_ptr, int64_t n) {
     const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
     int64_t i = 0;
     for (; i + lanes <= n; i += lanes) hn::StoreU(f(d, hn::LoadU(d, in + i)), d, out + i);
-    return i;
+    if (i < n) {
+      // The tail takes the same vector path through a padded copy, so an element's result does
+      // not depend on where it falls in the row (scalar and vector math differ in the last ulp).
+      alignas(HWY_MAX_BYTES) T buf[HWY_MAX_BYTES / sizeof(T)] = {};
+      std::copy(in + i, in + n, buf);
+      hn::Store(f(d, hn::Load(d, buf)), d, buf);
+      std::copy(buf, buf + (n - i), out + i);
+    }
+    return n;
   }
 }
 
@@ -56,16 +72,26 @@ int64_t binary_vectors(void* out_ptr, const void* a_ptr, bool a_scalar, const vo
     } else if (!b_scalar) {
       const auto va = hn::Set(d, *a);
       for (; i + lanes <= n; i += lanes) hn::StoreU(f(d, va, hn::LoadU(d, b + i)), d, out + i);
+    } else {
+      return 0;
     }
-    return i;
+    if (i < n) {  // the tail through padded copies, as in unary_vectors
+      alignas(HWY_MAX_BYTES) T buf_a[HWY_MAX_BYTES / sizeof(T)] = {};
+      alignas(HWY_MAX_BYTES) T buf_b[HWY_MAX_BYTES / sizeof(T)] = {};
+      if (a_scalar) std::fill(buf_a, buf_a + lanes, *a); else std::copy(a + i, a + n, buf_a);
+      if (b_scalar) std::fill(buf_b, buf_b + lanes, *b); else std::copy(b + i, b + n, buf_b);
+      hn::Store(f(d, hn::Load(d, buf_a), hn::Load(d, buf_b)), d, buf_a);
+      std::copy(buf_a, buf_a + (n - i), out + i);
+    }
+    return n;
   }
 }
 
 int64_t UnaryRow(OpKind op, DType dtype, void* out, const void* in, int64_t n) {
   switch (op) {
-#define EMBER_UNARY_CASE(kind, name, traits, flops, functor)                 \
-  case OpKind::kind:                                                         \
-    if (dtype == kFloat32) return unary_vectors<vec::functor, float>(out, in, n); \
+#define EMBER_UNARY_CASE(kind, name, traits, flops, functor)                       \
+  case OpKind::kind:                                                               \
+    if (dtype == kFloat32) return unary_vectors<vec::functor, float>(out, in, n);  \
     if (dtype == kFloat64) return unary_vectors<vec::functor, double>(out, in, n); \
     return 0;
     EMBER_UNARY_PRIMITIVES(EMBER_UNARY_CASE)
@@ -78,8 +104,8 @@ int64_t UnaryRow(OpKind op, DType dtype, void* out, const void* in, int64_t n) {
 int64_t BinaryRow(OpKind op, DType dtype, void* out, const void* a, bool a_scalar, const void* b, bool b_scalar,
                   int64_t n) {
   switch (op) {
-#define EMBER_BINARY_CASE(kind, name, traits, flops, functor)                                       \
-  case OpKind::kind:                                                                                \
+#define EMBER_BINARY_CASE(kind, name, traits, flops, functor)                                             \
+  case OpKind::kind:                                                                                      \
     if (dtype == kFloat32) return binary_vectors<vec::functor, float>(out, a, a_scalar, b, b_scalar, n);  \
     if (dtype == kFloat64) return binary_vectors<vec::functor, double>(out, a, a_scalar, b, b_scalar, n); \
     return 0;
@@ -88,6 +114,77 @@ int64_t BinaryRow(OpKind op, DType dtype, void* out, const void* a, bool a_scala
     default:
       return 0;
   }
+}
+
+// --- transposed copy of 4-byte elements ---------------------------------------------------------------
+
+// Transposes the k x k tile of 32-bit lanes held in v[0..k) (v[c] = row c) in registers, k = Lanes(d)
+// of 4 or 8: two rounds of interleaves within 128-bit blocks, then (k = 8) halves swapped across.
+#if HWY_TARGET != HWY_SCALAR && !HWY_HAVE_SCALABLE
+template <class D, class V>
+HWY_INLINE void transpose_registers(D d, V* v) {
+  const hn::Repartition<uint64_t, D> d64;
+  const size_t k = hn::Lanes(d);
+  if (k == 4) {
+    const V t0 = hn::InterleaveLower(d, v[0], v[1]), t1 = hn::InterleaveLower(d, v[2], v[3]);
+    const V t2 = hn::InterleaveUpper(d, v[0], v[1]), t3 = hn::InterleaveUpper(d, v[2], v[3]);
+    v[0] = hn::BitCast(d, hn::InterleaveLower(d64, hn::BitCast(d64, t0), hn::BitCast(d64, t1)));
+    v[1] = hn::BitCast(d, hn::InterleaveUpper(d64, hn::BitCast(d64, t0), hn::BitCast(d64, t1)));
+    v[2] = hn::BitCast(d, hn::InterleaveLower(d64, hn::BitCast(d64, t2), hn::BitCast(d64, t3)));
+    v[3] = hn::BitCast(d, hn::InterleaveUpper(d64, hn::BitCast(d64, t2), hn::BitCast(d64, t3)));
+    return;
+  }
+  // k == 8: rows 0-3 and 4-7 each become 4x4 transposes per 128-bit half: a[j] holds column j of
+  // rows 0-3 in its lower half and column 4 + j in its upper half; b[j] the same for rows 4-7.
+  V a[4], b[4];
+  for (int half = 0; half < 2; ++half) {
+    V* out = half == 0 ? a : b;
+    const V* in = v + 4 * half;
+    const V t0 = hn::InterleaveLower(d, in[0], in[1]), t1 = hn::InterleaveLower(d, in[2], in[3]);
+    const V t2 = hn::InterleaveUpper(d, in[0], in[1]), t3 = hn::InterleaveUpper(d, in[2], in[3]);
+    out[0] = hn::BitCast(d, hn::InterleaveLower(d64, hn::BitCast(d64, t0), hn::BitCast(d64, t1)));
+    out[1] = hn::BitCast(d, hn::InterleaveUpper(d64, hn::BitCast(d64, t0), hn::BitCast(d64, t1)));
+    out[2] = hn::BitCast(d, hn::InterleaveLower(d64, hn::BitCast(d64, t2), hn::BitCast(d64, t3)));
+    out[3] = hn::BitCast(d, hn::InterleaveUpper(d64, hn::BitCast(d64, t2), hn::BitCast(d64, t3)));
+  }
+  for (int j = 0; j < 4; ++j) {
+    v[j] = hn::ConcatLowerLower(d, b[j], a[j]);
+    v[4 + j] = hn::ConcatUpperUpper(d, b[j], a[j]);
+  }
+}
+#endif
+
+// dst[r * dst_stride + c] = src[c * src_stride + r] for r < rows, c < cols (4-byte elements), in
+// k x k register tiles; returns false when this target has no tile (k not 4 or 8).
+bool TransposeBlock32(void* dst_ptr, int64_t dst_stride, const void* src_ptr, int64_t src_stride, int64_t rows,
+                      int64_t cols) {
+#if HWY_TARGET == HWY_SCALAR || HWY_HAVE_SCALABLE
+  (void)dst_ptr, (void)dst_stride, (void)src_ptr, (void)src_stride, (void)rows, (void)cols;
+  return false;
+#else
+  const hn::CappedTag<uint32_t, 8> d;
+  using V = hn::Vec<decltype(d)>;
+  const int64_t k = static_cast<int64_t>(hn::Lanes(d));
+  if (k != 4 && k != 8) return false;
+  uint32_t* dst = static_cast<uint32_t*>(dst_ptr);
+  const uint32_t* src = static_cast<const uint32_t*>(src_ptr);
+  const int64_t full_rows = rows / k * k, full_cols = cols / k * k;
+  for (int64_t r = 0; r < full_rows; r += k) {
+    for (int64_t c = 0; c < full_cols; c += k) {
+      V v[8];
+      for (int64_t j = 0; j < k; ++j) v[j] = hn::LoadU(d, src + (c + j) * src_stride + r);
+      transpose_registers(d, v);
+      for (int64_t j = 0; j < k; ++j) hn::StoreU(v[j], d, dst + (r + j) * dst_stride + c);
+    }
+    for (int64_t j = r; j < r + k; ++j) {
+      for (int64_t c = full_cols; c < cols; ++c) dst[j * dst_stride + c] = src[c * src_stride + j];
+    }
+  }
+  for (int64_t r = full_rows; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) dst[r * dst_stride + c] = src[c * src_stride + r];
+  }
+  return true;
+#endif
 }
 
 const char* TargetName() { return hwy::TargetName(HWY_TARGET); }
@@ -106,6 +203,7 @@ namespace ember::cpu {
 HWY_EXPORT(UnaryRow);
 HWY_EXPORT(BinaryRow);
 HWY_EXPORT(TargetName);
+HWY_EXPORT(TransposeBlock32);
 
 namespace simd {
 int64_t unary_row(OpKind op, DType dtype, void* out, const void* in, int64_t n) {
@@ -115,7 +213,37 @@ int64_t binary_row(OpKind op, DType dtype, void* out, const void* a, bool a_scal
                    int64_t n) {
   return HWY_DYNAMIC_DISPATCH(BinaryRow)(op, dtype, out, a, a_scalar, b, b_scalar, n);
 }
+bool transpose_block_32(void* dst, int64_t dst_stride, const void* src, int64_t src_stride, int64_t rows,
+                        int64_t cols) {
+  return HWY_DYNAMIC_DISPATCH(TransposeBlock32)(dst, dst_stride, src, src_stride, rows, cols);
+}
 }  // namespace simd
+
+namespace {
+
+// EMBER_MAX_CPU_ISA=AVX512|AVX2|SSE4|SCALAR caps the SIMD target every kernel dispatches to (as
+// oneDNN's ONEDNN_MAX_CPU_ISA): to compare code paths on one machine, or to test the AVX2 kernels
+// on an AVX-512 one. Applied once when the library loads; Highway orders targets so that every
+// better target has a lower bit, so the cap disables all bits below the named one.
+const bool kIsaCapApplied = [] {
+  const char* value = std::getenv("EMBER_MAX_CPU_ISA");
+  if (value == nullptr || *value == '\0') return false;
+  std::string name(value);
+  for (char& c : name) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  int64_t cap = 0;
+  if (name == "AVX512") cap = HWY_AVX3;
+  if (name == "AVX2") cap = HWY_AVX2;
+  if (name == "SSE4") cap = HWY_SSE4;
+  if (name == "SCALAR") cap = HWY_SCALAR;
+  if (cap == 0) {
+    std::fprintf(stderr, "ember: EMBER_MAX_CPU_ISA=%s is not one of AVX512, AVX2, SSE4, SCALAR; ignored\n", value);
+    return false;
+  }
+  hwy::DisableTargets(cap - 1);
+  return true;
+}();
+
+}  // namespace
 
 const char* simd_target_name() { return HWY_DYNAMIC_DISPATCH(TargetName)(); }
 const char* simd_compiled_targets() {

@@ -15,5 +15,9 @@ int64_t unary_row(OpKind op, DType dtype, void* out, const void* in, int64_t n);
 // out[i] = op(a[i], b[i]) for contiguous out; a (or b) is one broadcast value when a_scalar (b_scalar).
 int64_t binary_row(OpKind op, DType dtype, void* out, const void* a, bool a_scalar, const void* b, bool b_scalar,
                    int64_t n);
+// dst[r * dst_stride + c] = src[c * src_stride + r] for r < rows, c < cols, elements of 4 bytes (a
+// block of a transposed copy, strides in elements); false, copying nothing, when the target has no
+// register tile for them.
+bool transpose_block_32(void* dst, int64_t dst_stride, const void* src, int64_t src_stride, int64_t rows, int64_t cols);
 
 }  // namespace ember::cpu::simd

@@ -1,8 +1,18 @@
 // Normalization kernels (batch norm per channel; layer norm and RMS norm per row), forward and
-// backward. Sums are accumulated in double with four independent accumulators (precision for long
-// float32 reductions, and enough independent adds to hide their latency); the elementwise parts
-// run in the buffer's own type. Every statistic is summed in a fixed order by one thread, so the
-// results do not depend on the thread count.
+// backward. Batch norm sums in double with four independent accumulators (precision for long
+// float32 reductions, and enough independent adds to hide their latency); its elementwise parts
+// run in the buffer's own type. Layer norm and RMS norm run per Highway target (Note [row norm
+// sums]). Every statistic is summed in a fixed order by one thread, so the results do not depend
+// on the thread count.
+
+// foreach_target.h must come first, right after HWY_TARGET_INCLUDE.
+// clang-format off
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "kernels/cpu/norm.cpp"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include <hwy/highway.h>
+// clang-format on
+
 #include "kernels/cpu/norm.h"
 
 #include <algorithm>
@@ -13,6 +23,186 @@
 #include "kernels/cpu/float_dispatch.h"
 #include "kernels/cpu/parallel.h"
 
+// Note [row norm sums]
+// A row's sums (mean, variance, and the backward's two dot products) accumulate in vectors of the
+// buffer's type over blocks of kSumBlock elements; each block's lanes are then added into a double.
+// The weight and bias gradients add each chunk of kChunkRows rows in the buffer's type, then the
+// chunks in double. Chunks are cut by the row count alone (Note [deterministic column sums]).
+
+// --- per Highway target: layer norm / RMS norm rows ----------------------------------------------------
+
+HWY_BEFORE_NAMESPACE();
+namespace ember::cpu {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+namespace {
+
+constexpr int64_t kSumBlock = 512;
+
+// sum(f(i)) over i in [0, n) in vector steps, where f(i) returns a vector of the lanes at i; the
+// tail is summed by tail(i) for single elements.
+template <class D, class VectorTerm, class ScalarTerm>
+double block_sum(D d, int64_t n, const VectorTerm& term, const ScalarTerm& tail) {
+  using V = hn::Vec<D>;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+  double total = 0;
+  int64_t i = 0;
+  while (i + lanes <= n) {
+    const int64_t end = std::min(n, i + kSumBlock) / lanes * lanes;
+    V a0 = hn::Zero(d), a1 = a0;
+    for (; i + 2 * lanes <= end; i += 2 * lanes) {
+      a0 = hn::Add(a0, term(i));
+      a1 = hn::Add(a1, term(i + lanes));
+    }
+    if (i < end) {
+      a0 = hn::Add(a0, term(i));
+      i += lanes;
+    }
+    total += static_cast<double>(hn::GetLane(hn::SumOfLanes(d, hn::Add(a0, a1))));
+  }
+  for (; i < n; ++i) total += static_cast<double>(tail(i));
+  return total;
+}
+
+template <class T>
+void rows_forward(int64_t begin, int64_t end, int64_t cols, double eps, bool center, const T* x, const T* weight,
+                  const T* bias, T* y, T* mean, T* rstd) {
+  const hn::ScalableTag<T> d;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+  const double inv_cols = 1.0 / static_cast<double>(cols);
+  for (int64_t r = begin; r < end; ++r) {
+    const T* in = x + r * cols;
+    T* out = y + r * cols;
+    // Two passes over the row (it stays in L1): the mean, then the squared deviations from it.
+    const double m =
+        center ? block_sum(
+                     d, cols, [&](int64_t i) { return hn::LoadU(d, in + i); }, [&](int64_t i) { return in[i]; }) *
+                     inv_cols
+               : 0.0;
+    const T tm = static_cast<T>(m);
+    const auto vm = hn::Set(d, tm);
+    const double squares = block_sum(
+        d, cols,
+        [&](int64_t i) {
+          const auto c = hn::Sub(hn::LoadU(d, in + i), vm);
+          return hn::Mul(c, c);
+        },
+        [&](int64_t i) { return (in[i] - tm) * (in[i] - tm); });
+    const double rs = 1.0 / std::sqrt(squares * inv_cols + eps);
+    if (center) mean[r] = tm;
+    rstd[r] = static_cast<T>(rs);
+    const T trs = static_cast<T>(rs);
+    const auto vrs = hn::Set(d, trs);
+    int64_t j = 0;
+    for (; j + lanes <= cols; j += lanes) {
+      auto v = hn::Mul(hn::Sub(hn::LoadU(d, in + j), vm), vrs);
+      if (weight != nullptr && bias != nullptr) {
+        v = hn::MulAdd(v, hn::LoadU(d, weight + j), hn::LoadU(d, bias + j));
+      } else if (weight != nullptr) {
+        v = hn::Mul(v, hn::LoadU(d, weight + j));
+      } else if (bias != nullptr) {
+        v = hn::Add(v, hn::LoadU(d, bias + j));
+      }
+      hn::StoreU(v, d, out + j);
+    }
+    for (; j < cols; ++j) {
+      T v = (in[j] - tm) * trs;
+      if (weight != nullptr) v *= weight[j];
+      if (bias != nullptr) v += bias[j];
+      out[j] = v;
+    }
+  }
+}
+
+// Rows [begin, end) of the backward. sum_w / sum_b (cols each, or null) receive this range's
+// column sums of grad * xhat and grad, overwritten.
+template <class T>
+void rows_backward(int64_t begin, int64_t end, int64_t cols, bool center, const T* x, const T* dy, const T* mean,
+                   const T* rstd, const T* weight, T* dx, T* sum_w, T* sum_b) {
+  const hn::ScalableTag<T> d;
+  using V = hn::Vec<decltype(d)>;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+  const double inv_cols = 1.0 / static_cast<double>(cols);
+  if (sum_w != nullptr) {
+    std::fill(sum_w, sum_w + cols, T(0));
+    std::fill(sum_b, sum_b + cols, T(0));
+  }
+  for (int64_t r = begin; r < end; ++r) {
+    const T* in = x + r * cols;
+    const T* g = dy + r * cols;
+    const T m = center ? mean[r] : T(0), rs = rstd[r];
+    const V vm = hn::Set(d, m), vrs = hn::Set(d, rs);
+    auto xhat_at = [&](int64_t i) { return hn::Mul(hn::Sub(hn::LoadU(d, in + i), vm), vrs); };
+    auto gw_at = [&](int64_t i) {
+      const V grad = hn::LoadU(d, g + i);
+      return weight != nullptr ? hn::Mul(grad, hn::LoadU(d, weight + i)) : grad;
+    };
+    auto scalar_gw = [&](int64_t i) { return weight != nullptr ? g[i] * weight[i] : g[i]; };
+    // The column sums first (a vertical pass), then the row's sums for dx: sum(g w), sum(g w xhat).
+    if (sum_w != nullptr) {
+      int64_t j = 0;
+      for (; j + lanes <= cols; j += lanes) {
+        const V grad = hn::LoadU(d, g + j);
+        hn::StoreU(hn::MulAdd(grad, xhat_at(j), hn::LoadU(d, sum_w + j)), d, sum_w + j);
+        hn::StoreU(hn::Add(hn::LoadU(d, sum_b + j), grad), d, sum_b + j);
+      }
+      for (; j < cols; ++j) {
+        sum_w[j] += g[j] * ((in[j] - m) * rs);
+        sum_b[j] += g[j];
+      }
+    }
+    if (dx == nullptr) continue;
+    const double sum_gw = center ? block_sum(d, cols, gw_at, scalar_gw) : 0.0;
+    const double sum_gw_xhat = block_sum(
+        d, cols, [&](int64_t i) { return hn::Mul(gw_at(i), xhat_at(i)); },
+        [&](int64_t i) { return scalar_gw(i) * ((in[i] - m) * rs); });
+    // dx = rstd * (g w - mean(g w) - xhat * mean(g w xhat)); RMS norm has no mean(g w) term.
+    const T a = static_cast<T>(sum_gw * inv_cols), b = static_cast<T>(sum_gw_xhat * inv_cols);
+    const V va = hn::Set(d, a), vb = hn::Set(d, b);
+    T* out = dx + r * cols;
+    int64_t j = 0;
+    for (; j + lanes <= cols; j += lanes) {
+      hn::StoreU(hn::Mul(vrs, hn::NegMulAdd(xhat_at(j), vb, hn::Sub(gw_at(j), va))), d, out + j);
+    }
+    for (; j < cols; ++j) out[j] = rs * ((scalar_gw(j) - a) - ((in[j] - m) * rs) * b);
+  }
+}
+
+template <class T>
+const T* cast(const void* p) {
+  return static_cast<const T*>(p);
+}
+template <class T>
+T* cast(void* p) {
+  return static_cast<T*>(p);
+}
+
+}  // namespace
+
+void RowNormForward(DType dtype, int64_t begin, int64_t end, int64_t cols, double eps, bool center, const void* x,
+                    const void* weight, const void* bias, void* y, void* mean, void* rstd) {
+  dispatch_float(center ? "layer_norm" : "rms_norm", dtype, [&](auto zero) {
+    using T = decltype(zero);
+    rows_forward(begin, end, cols, eps, center, cast<T>(x), cast<T>(weight), cast<T>(bias), cast<T>(y), cast<T>(mean),
+                 cast<T>(rstd));
+  });
+}
+
+void RowNormBackward(DType dtype, int64_t begin, int64_t end, int64_t cols, bool center, const void* x,
+                     const void* grad_out, const void* mean, const void* rstd, const void* weight, void* grad_in,
+                     void* sum_w, void* sum_b) {
+  dispatch_float(center ? "layer_norm" : "rms_norm", dtype, [&](auto zero) {
+    using T = decltype(zero);
+    rows_backward(begin, end, cols, center, cast<T>(x), cast<T>(grad_out), cast<T>(mean), cast<T>(rstd),
+                  cast<T>(weight), cast<T>(grad_in), cast<T>(sum_w), cast<T>(sum_b));
+  });
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace ember::cpu
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
 namespace ember::cpu {
 namespace {
 
@@ -137,104 +327,6 @@ void bn_backward(int64_t outer, int64_t channels, int64_t inner, bool batch_stat
   });
 }
 
-// --- layer norm / RMS norm --------------------------------------------------------------------------
-
-template <class T>
-void rows_forward(int64_t rows, int64_t cols, double eps, bool center, const T* x, const T* weight, const T* bias, T* y,
-                  T* mean, T* rstd) {
-  parallel_for(0, rows, grain_for(cols), [&](int64_t begin, int64_t end) {
-    for (int64_t r = begin; r < end; ++r) {
-      const T* in = x + r * cols;
-      T* out = y + r * cols;
-      const double m = center ? sum_of(in, cols) / static_cast<double>(cols) : 0.0;
-      const double rs = 1.0 / std::sqrt(squared_deviations(in, cols, m) / static_cast<double>(cols) + eps);
-      if (center) mean[r] = static_cast<T>(m);
-      rstd[r] = static_cast<T>(rs);
-      const T tm = static_cast<T>(m), trs = static_cast<T>(rs);
-      if (weight != nullptr && bias != nullptr) {
-        for (int64_t j = 0; j < cols; ++j) out[j] = (in[j] - tm) * trs * weight[j] + bias[j];
-      } else if (weight != nullptr) {
-        for (int64_t j = 0; j < cols; ++j) out[j] = (in[j] - tm) * trs * weight[j];
-      } else if (bias != nullptr) {
-        for (int64_t j = 0; j < cols; ++j) out[j] = (in[j] - tm) * trs + bias[j];
-      } else {
-        for (int64_t j = 0; j < cols; ++j) out[j] = (in[j] - tm) * trs;
-      }
-    }
-  });
-}
-
-// Grow-only scratch of the calling thread for the per-chunk column sums.
-std::vector<double>& column_partials(int64_t count) {
-  thread_local std::vector<double> buffer;
-  if (static_cast<int64_t>(buffer.size()) < count) buffer.resize(static_cast<size_t>(count));
-  return buffer;
-}
-
-// Note [deterministic column sums]: rows are cut into at most kRowChunks contiguous ranges by the row
-// count alone; each range's column sums go to its own partial (one task per range), and the partials
-// are added in range order.
-constexpr int64_t kRowChunks = 16;
-
-template <class T>
-void rows_backward(int64_t rows, int64_t cols, bool center, const T* x, const T* dy, const T* mean, const T* rstd,
-                   const T* weight, T* dx, T* dweight, T* dbias) {
-  if (rows == 0) {
-    if (dweight != nullptr) std::fill(dweight, dweight + cols, T(0));
-    if (dbias != nullptr) std::fill(dbias, dbias + cols, T(0));
-    return;
-  }
-  const int64_t chunks = std::min(rows, kRowChunks);
-  const bool column_sums = dweight != nullptr || dbias != nullptr;
-  double* partials = column_sums ? column_partials(2 * chunks * cols).data() : nullptr;
-  const double inv_cols = 1.0 / static_cast<double>(cols);
-  parallel_for(0, chunks, 1, [&](int64_t begin, int64_t end) {
-    for (int64_t chunk = begin; chunk < end; ++chunk) {
-      double* sum_w = column_sums ? partials + 2 * chunk * cols : nullptr;
-      double* sum_b = column_sums ? sum_w + cols : nullptr;
-      if (column_sums) std::fill(sum_w, sum_w + 2 * cols, 0.0);
-      for (int64_t r = chunk * rows / chunks; r < (chunk + 1) * rows / chunks; ++r) {
-        const T* in = x + r * cols;
-        const T* g = dy + r * cols;
-        const double m = center ? static_cast<double>(mean[r]) : 0.0, rs = static_cast<double>(rstd[r]);
-        // The row's sums for dx: sum(g * w) and sum(g * w * xhat).
-        double sum_gw = 0, sum_gw_xhat = 0;
-        for (int64_t j = 0; j < cols; ++j) {
-          const double xhat = (static_cast<double>(in[j]) - m) * rs, grad = static_cast<double>(g[j]);
-          const double gw = weight != nullptr ? grad * static_cast<double>(weight[j]) : grad;
-          sum_gw += gw;
-          sum_gw_xhat += gw * xhat;
-          if (column_sums) {
-            sum_w[j] += grad * xhat;
-            sum_b[j] += grad;
-          }
-        }
-        if (dx == nullptr) continue;
-        // dx = rstd * (g w - mean(g w) - xhat * mean(g w xhat)); RMS norm has no mean(g w) term.
-        const double a = center ? sum_gw * inv_cols : 0.0, b = sum_gw_xhat * inv_cols;
-        T* out = dx + r * cols;
-        for (int64_t j = 0; j < cols; ++j) {
-          const double xhat = (static_cast<double>(in[j]) - m) * rs, grad = static_cast<double>(g[j]);
-          const double gw = weight != nullptr ? grad * static_cast<double>(weight[j]) : grad;
-          out[j] = static_cast<T>(rs * (gw - a - xhat * b));
-        }
-      }
-    }
-  });
-  if (!column_sums) return;
-  parallel_for(0, cols, grain_for(chunks), [&](int64_t begin, int64_t end) {
-    for (int64_t j = begin; j < end; ++j) {
-      double w = 0, b = 0;
-      for (int64_t chunk = 0; chunk < chunks; ++chunk) {
-        w += partials[2 * chunk * cols + j];
-        b += partials[(2 * chunk + 1) * cols + j];
-      }
-      if (dweight != nullptr) dweight[j] = static_cast<T>(w);
-      if (dbias != nullptr) dbias[j] = static_cast<T>(b);
-    }
-  });
-}
-
 template <class T>
 const T* cast(const void* p) {
   return static_cast<const T*>(p);
@@ -271,12 +363,30 @@ void batch_norm_backward(DType dtype, int64_t outer, int64_t channels, int64_t i
   });
 }
 
+HWY_EXPORT(RowNormForward);
+HWY_EXPORT(RowNormBackward);
+
+namespace {
+
+// Note [deterministic column sums]: rows are cut into chunks of kChunkRows by the row count alone;
+// each chunk's column sums go to its own partial (one task per chunk), and the partials are added
+// in chunk order.
+constexpr int64_t kChunkRows = 64;
+
+// Grow-only scratch of the calling thread for the per-chunk column sums.
+template <class T>
+T* column_partials(int64_t count) {
+  thread_local std::vector<T> buffer;
+  if (static_cast<int64_t>(buffer.size()) < count) buffer.resize(static_cast<size_t>(count));
+  return buffer.data();
+}
+
+}  // namespace
+
 void row_norm_forward(DType dtype, int64_t rows, int64_t cols, double eps, bool center, const void* x,
                       const void* weight, const void* bias, void* y, void* mean, void* rstd) {
-  dispatch_float(center ? "layer_norm" : "rms_norm", dtype, [&](auto zero) {
-    using T = decltype(zero);
-    rows_forward(rows, cols, eps, center, cast<T>(x), cast<T>(weight), cast<T>(bias), cast<T>(y), cast<T>(mean),
-                 cast<T>(rstd));
+  parallel_for(0, rows, grain_for(cols), [&](int64_t begin, int64_t end) {
+    HWY_DYNAMIC_DISPATCH(RowNormForward)(dtype, begin, end, cols, eps, center, x, weight, bias, y, mean, rstd);
   });
 }
 
@@ -285,9 +395,33 @@ void row_norm_backward(DType dtype, int64_t rows, int64_t cols, bool center, con
                        void* grad_bias) {
   dispatch_float(center ? "layer_norm" : "rms_norm", dtype, [&](auto zero) {
     using T = decltype(zero);
-    rows_backward(rows, cols, center, cast<T>(x), cast<T>(grad_out), cast<T>(mean), cast<T>(rstd), cast<T>(weight),
-                  cast<T>(grad_in), cast<T>(grad_weight), cast<T>(grad_bias));
+    const bool column_sums = grad_weight != nullptr || grad_bias != nullptr;
+    const int64_t chunks = std::max<int64_t>(1, (rows + kChunkRows - 1) / kChunkRows);
+    T* partials = column_sums ? column_partials<T>(2 * chunks * cols) : nullptr;
+    parallel_for(0, chunks, std::max<int64_t>(1, grain_for(kChunkRows * cols)), [&](int64_t begin, int64_t end) {
+      for (int64_t chunk = begin; chunk < end; ++chunk) {
+        T* sum_w = column_sums ? partials + 2 * chunk * cols : nullptr;
+        HWY_DYNAMIC_DISPATCH(RowNormBackward)
+        (dtype, chunk * kChunkRows, std::min(rows, (chunk + 1) * kChunkRows), cols, center, x, grad_out, mean, rstd,
+         weight, grad_in, sum_w, column_sums ? sum_w + cols : nullptr);
+      }
+    });
+    if (!column_sums) return;
+    T* dweight = static_cast<T*>(grad_weight);
+    T* dbias = static_cast<T*>(grad_bias);
+    parallel_for(0, cols, grain_for(chunks), [&](int64_t begin, int64_t end) {
+      for (int64_t j = begin; j < end; ++j) {
+        double w = 0, b = 0;
+        for (int64_t chunk = 0; chunk < chunks; ++chunk) {
+          w += static_cast<double>(partials[2 * chunk * cols + j]);
+          b += static_cast<double>(partials[(2 * chunk + 1) * cols + j]);
+        }
+        if (dweight != nullptr) dweight[j] = static_cast<T>(w);
+        if (dbias != nullptr) dbias[j] = static_cast<T>(b);
+      }
+    });
   });
 }
 
 }  // namespace ember::cpu
+#endif  // HWY_ONCE

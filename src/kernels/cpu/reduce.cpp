@@ -3,12 +3,16 @@
 // [reduction paths]) and cut the work by sizes alone (Note [deterministic reductions]). The walkers
 // and the scalar functors are compiled once; per Highway target come only the vector forms, the
 // vector row loops that use them (float types: Sum, Prod, Amax, Amin) and softmax.
+// foreach_target.h must come first, right after HWY_TARGET_INCLUDE.
+// clang-format off
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/cpu/reduce.cpp"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
-
 #include <hwy/contrib/math/math-inl.h>
 #include <hwy/highway.h>
+// clang-format on
+
+#include "kernels/cpu/reduce.h"
 
 #include <algorithm>
 #include <bit>
@@ -19,7 +23,6 @@
 
 #include "ember/error.h"
 #include "kernels/cpu/parallel.h"
-#include "kernels/cpu/reduce.h"
 
 // Note [reduction paths]
 // After make_reduce_layout a reduction takes one of three paths:
@@ -91,11 +94,16 @@ struct PlainFinish {
 // Sum and Prod: floats accumulate in compute_t<T>, integers and bool in int64 (wrapping).
 template <bool kProduct>
 struct SumOrProd : PlainFinish {
-  template <class T> using Acc = std::conditional_t<std::is_floating_point_v<compute_t<T>>, compute_t<T>, int64_t>;
-  template <class T> using Out = std::conditional_t<std::is_floating_point_v<compute_t<T>>, T, int64_t>;
-  template <class T> using AltOut = std::conditional_t<kHalfType<T>, float, void>;
-  template <class T> static constexpr bool kAccepts = true;
-  template <class T> static constexpr bool kPairwise = std::is_floating_point_v<Acc<T>>;
+  template <class T>
+  using Acc = std::conditional_t<std::is_floating_point_v<compute_t<T>>, compute_t<T>, int64_t>;
+  template <class T>
+  using Out = std::conditional_t<std::is_floating_point_v<compute_t<T>>, T, int64_t>;
+  template <class T>
+  using AltOut = std::conditional_t<kHalfType<T>, float, void>;
+  template <class T>
+  static constexpr bool kAccepts = true;
+  template <class T>
+  static constexpr bool kPairwise = std::is_floating_point_v<Acc<T>>;
   static constexpr bool kVectorForm = true;
 
   template <class T>
@@ -121,11 +129,16 @@ using Prod = SumOrProd<true>;
 // Amax (kMax) and Amin: NaN wins.
 template <bool kMax>
 struct Extreme : PlainFinish {
-  template <class T> using Acc = compute_t<T>;
-  template <class T> using Out = T;
-  template <class T> using AltOut = void;
-  template <class T> static constexpr bool kAccepts = true;
-  template <class T> static constexpr bool kPairwise = false;
+  template <class T>
+  using Acc = compute_t<T>;
+  template <class T>
+  using Out = T;
+  template <class T>
+  using AltOut = void;
+  template <class T>
+  static constexpr bool kAccepts = true;
+  template <class T>
+  static constexpr bool kPairwise = false;
   static constexpr bool kVectorForm = true;
 
   template <class T>
@@ -159,11 +172,16 @@ struct Extreme : PlainFinish {
 // The accumulator is a uint8_t 0/1 and combines bitwise: loops over it vectorize, over bool not.
 template <bool kAll>
 struct Truth : PlainFinish {
-  template <class T> using Acc = uint8_t;
-  template <class T> using Out = bool;
-  template <class T> using AltOut = std::conditional_t<std::is_same_v<T, uint8_t>, uint8_t, void>;
-  template <class T> static constexpr bool kAccepts = true;
-  template <class T> static constexpr bool kPairwise = false;
+  template <class T>
+  using Acc = uint8_t;
+  template <class T>
+  using Out = bool;
+  template <class T>
+  using AltOut = std::conditional_t<std::is_same_v<T, uint8_t>, uint8_t, void>;
+  template <class T>
+  static constexpr bool kAccepts = true;
+  template <class T>
+  static constexpr bool kPairwise = false;
   static constexpr bool kVectorForm = false;
 
   template <class T>
@@ -186,11 +204,16 @@ struct ArgAcc {
 // Argmax (kMax) and Argmin: the first index of the extreme value; the first NaN wins.
 template <bool kMax>
 struct Arg {
-  template <class T> using Acc = ArgAcc<compute_t<T>>;
-  template <class T> using Out = int64_t;
-  template <class T> using AltOut = void;
-  template <class T> static constexpr bool kAccepts = !std::is_same_v<T, bool>;
-  template <class T> static constexpr bool kPairwise = false;
+  template <class T>
+  using Acc = ArgAcc<compute_t<T>>;
+  template <class T>
+  using Out = int64_t;
+  template <class T>
+  using AltOut = void;
+  template <class T>
+  static constexpr bool kAccepts = !std::is_same_v<T, bool>;
+  template <class T>
+  static constexpr bool kPairwise = false;
   static constexpr bool kVectorForm = false;
 
   template <class T>
@@ -336,7 +359,8 @@ void reduce_small(const ReduceLayout& layout, Out* out, const T* in) {
         for (int64_t i = 0; i < total; ++i) acc = R::combine(acc, R::template load<T>(base[i * stride], i));
       } else {
         elements.seek(0);
-        for (int64_t i = 0; i < total; ++i, elements.next()) acc = R::combine(acc, R::template load<T>(base[elements.offset()], i));
+        for (int64_t i = 0; i < total; ++i, elements.next())
+          acc = R::combine(acc, R::template load<T>(base[elements.offset()], i));
       }
       out[o] = R::template finish<Out>(acc);
     }
@@ -416,7 +440,8 @@ void reduce_outer(const ReduceLayout& layout, Out* out, const T* in) {
   while ((int64_t{1} << (levels - 1)) < ceil_div(rows_per_chunk, row_block)) ++levels;
   const A identity = R::template identity<T>();
 
-  const std::unique_ptr<A[]> partials(row_chunks > 1 ? new A[static_cast<size_t>(outer * row_chunks * width)] : nullptr);
+  const std::unique_ptr<A[]> partials(row_chunks > 1 ? new A[static_cast<size_t>(outer * row_chunks * width)]
+                                                     : nullptr);
   const int64_t grain = std::max<int64_t>(1, kReduceGrain / std::max<int64_t>(1, rows_per_chunk * tile_width));
   parallel_for(0, outer * tiles * row_chunks, grain, [&](int64_t begin, int64_t end) {
     // block: the rows of the current row block; level l: the cascade of row blocks, per column.
@@ -535,15 +560,24 @@ void run_scalar(OpKind op, DType in_dtype, DType out_dtype, void* out, const voi
 // vector form for the op and dtype.
 void reduce_scalar(OpKind op, DType in_dtype, DType out_dtype, void* out, const void* in, const ReduceLayout& layout) {
   switch (op) {
-    case OpKind::Sum: return run_scalar<Sum>(op, in_dtype, out_dtype, out, in, layout);
-    case OpKind::Prod: return run_scalar<Prod>(op, in_dtype, out_dtype, out, in, layout);
-    case OpKind::Amax: return run_scalar<Extreme<true>>(op, in_dtype, out_dtype, out, in, layout);
-    case OpKind::Amin: return run_scalar<Extreme<false>>(op, in_dtype, out_dtype, out, in, layout);
-    case OpKind::Argmax: return run_scalar<Arg<true>>(op, in_dtype, out_dtype, out, in, layout);
-    case OpKind::Argmin: return run_scalar<Arg<false>>(op, in_dtype, out_dtype, out, in, layout);
-    case OpKind::All: return run_scalar<Truth<true>>(op, in_dtype, out_dtype, out, in, layout);
-    case OpKind::Any: return run_scalar<Truth<false>>(op, in_dtype, out_dtype, out, in, layout);
-    default: break;
+    case OpKind::Sum:
+      return run_scalar<Sum>(op, in_dtype, out_dtype, out, in, layout);
+    case OpKind::Prod:
+      return run_scalar<Prod>(op, in_dtype, out_dtype, out, in, layout);
+    case OpKind::Amax:
+      return run_scalar<Extreme<true>>(op, in_dtype, out_dtype, out, in, layout);
+    case OpKind::Amin:
+      return run_scalar<Extreme<false>>(op, in_dtype, out_dtype, out, in, layout);
+    case OpKind::Argmax:
+      return run_scalar<Arg<true>>(op, in_dtype, out_dtype, out, in, layout);
+    case OpKind::Argmin:
+      return run_scalar<Arg<false>>(op, in_dtype, out_dtype, out, in, layout);
+    case OpKind::All:
+      return run_scalar<Truth<true>>(op, in_dtype, out_dtype, out, in, layout);
+    case OpKind::Any:
+      return run_scalar<Truth<false>>(op, in_dtype, out_dtype, out, in, layout);
+    default:
+      break;
   }
   EMBER_FAIL("[", op_info(op).name, "] is not a reduction primitive");
 }
@@ -734,86 +768,222 @@ bool reduce_vector(OpKind op, DType in_dtype, DType out_dtype, void* out, const 
 
 // --- softmax ------------------------------------------------------------------------------------------
 
-// Row max m and sum s of exp(x - m) in one pass over x: per lane a running max and sum, the sum
-// rescaled by exp(m_old - m_new) whenever the max grows. A lane whose max is still -inf shifts by
-// 0 instead, so exp(-inf - -inf) never turns its sum into nan.
+// Note [softmax special rows]
+// PyTorch's softmax of a row that holds a nan, or whose max is not finite (+inf, or every element
+// -inf), is nan everywhere: x - max or the sum turns nan. The last-dim kernels find such rows in
+// their max pass and fill them with nan; every other row has x - max in [-inf, 0], where Highway's
+// Exp is exact to 1 ulp without the overflow and nan patches of vec::exp (which maps nan to 0).
+
+// Rows at most this long are vectorized across rows (one lane per row) instead of along them.
+constexpr int64_t kShortRow = 16;
+
 template <class T>
-void online_max_sum(const T* x, int64_t n, compute_t<T>* max_out, compute_t<T>* sum_out) {
+void fill_nan(T* y, int64_t n) {
+  std::fill(y, y + n, static_cast<T>(std::numeric_limits<compute_t<T>>::quiet_NaN()));
+}
+
+// The max of x[0, n) and whether any element is nan.
+template <class T>
+compute_t<T> row_max(const T* x, int64_t n, bool* has_nan) {
   using C = compute_t<T>;
-  constexpr C kNegInf = -std::numeric_limits<C>::infinity();
-  C m = kNegInf, s = 0;
+  C m = -std::numeric_limits<C>::infinity();
+  bool nan = false;
   int64_t i = 0;
   if constexpr (kVectorLoad<T>) {
     const hn::ScalableTag<C> d;
     using V = hn::Vec<decltype(d)>;
     const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
-    const V neg_inf = hn::Set(d, kNegInf), zero = hn::Zero(d);
-    V vm = neg_inf, vs = zero;
-    auto shift_of = [&](V m_new) { return hn::IfThenElse(hn::Eq(m_new, neg_inf), zero, m_new); };
+    V m0 = hn::Set(d, m), m1 = m0, m2 = m0, m3 = m0;
+    auto bad = hn::Ne(hn::Zero(d), hn::Zero(d));  // all false
     for (; i + 4 * lanes <= n; i += 4 * lanes) {
       const V x0 = load_vector(d, x + i), x1 = load_vector(d, x + i + lanes);
       const V x2 = load_vector(d, x + i + 2 * lanes), x3 = load_vector(d, x + i + 3 * lanes);
-      const V m_new = hn::Max(vm, hn::Max(hn::Max(x0, x1), hn::Max(x2, x3)));
-      const V shift = shift_of(m_new);
-      const V e01 = hn::Add(vec::exp(d, hn::Sub(x0, shift)), vec::exp(d, hn::Sub(x1, shift)));
-      const V e23 = hn::Add(vec::exp(d, hn::Sub(x2, shift)), vec::exp(d, hn::Sub(x3, shift)));
-      vs = hn::MulAdd(vs, vec::exp(d, hn::Sub(vm, shift)), hn::Add(e01, e23));
-      vm = m_new;
+      m0 = hn::Max(m0, x0);
+      m1 = hn::Max(m1, x1);
+      m2 = hn::Max(m2, x2);
+      m3 = hn::Max(m3, x3);
+      bad = hn::Or(bad, hn::Or(hn::Or(hn::IsNaN(x0), hn::IsNaN(x1)), hn::Or(hn::IsNaN(x2), hn::IsNaN(x3))));
     }
     for (; i + lanes <= n; i += lanes) {
       const V x0 = load_vector(d, x + i);
-      const V m_new = hn::Max(vm, x0);
-      const V shift = shift_of(m_new);
-      vs = hn::MulAdd(vs, vec::exp(d, hn::Sub(vm, shift)), vec::exp(d, hn::Sub(x0, shift)));
-      vm = m_new;
+      m0 = hn::Max(m0, x0);
+      bad = hn::Or(bad, hn::IsNaN(x0));
     }
-    HWY_ALIGN C lane_max[hn::MaxLanes(d)];
-    HWY_ALIGN C lane_sum[hn::MaxLanes(d)];
-    hn::Store(vm, d, lane_max);
-    hn::Store(vs, d, lane_sum);
-    for (int64_t l = 0; l < lanes; ++l) m = std::max(m, lane_max[l]);
-    for (int64_t j = i; j < n; ++j) m = std::max(m, static_cast<C>(x[j]));
-    // Lanes that only saw -inf have sum 0 and add 0; a lane max of +inf makes the sum nan.
-    const C shift = m == kNegInf ? C(0) : m;
-    for (int64_t l = 0; l < lanes; ++l) s += lane_sum[l] * std::exp(lane_max[l] - shift);
-  } else {
-    for (int64_t j = 0; j < n; ++j) m = std::max(m, static_cast<C>(x[j]));
+    nan = !hn::AllFalse(d, bad);
+    m = hn::GetLane(hn::MaxOfLanes(d, hn::Max(hn::Max(m0, m1), hn::Max(m2, m3))));
   }
-  // nan in x makes its exp, and so s, nan.
-  const C shift = m == kNegInf ? C(0) : m;
-  for (; i < n; ++i) s += std::exp(static_cast<C>(x[i]) - shift);
-  *max_out = m;
-  *sum_out = s;
+  for (; i < n; ++i) {
+    const C v = static_cast<C>(x[i]);
+    nan = nan || v != v;
+    m = std::max(m, v);
+  }
+  *has_nan = nan;
+  return m;
+}
+
+// sum(exp(x[i] - m)) over x[0, n); with kStore, exp(x[i] - m) is also written to y[i].
+template <bool kStore, class T>
+compute_t<T> sum_exp(const T* x, int64_t n, compute_t<T> m, T* y) {
+  using C = compute_t<T>;
+  C s = 0;
+  int64_t i = 0;
+  if constexpr (kVectorLoad<T>) {
+    const hn::ScalableTag<C> d;
+    using V = hn::Vec<decltype(d)>;
+    const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+    const V vm = hn::Set(d, m);
+    V s0 = hn::Zero(d), s1 = s0;
+    for (; i + 2 * lanes <= n; i += 2 * lanes) {
+      const V e0 = hn::Exp(d, hn::Sub(load_vector(d, x + i), vm));
+      const V e1 = hn::Exp(d, hn::Sub(load_vector(d, x + i + lanes), vm));
+      if constexpr (kStore) {
+        store_vector(d, e0, y + i);
+        store_vector(d, e1, y + i + lanes);
+      }
+      s0 = hn::Add(s0, e0);
+      s1 = hn::Add(s1, e1);
+    }
+    for (; i + lanes <= n; i += lanes) {
+      const V e0 = hn::Exp(d, hn::Sub(load_vector(d, x + i), vm));
+      if constexpr (kStore) store_vector(d, e0, y + i);
+      s0 = hn::Add(s0, e0);
+    }
+    s = hn::GetLane(hn::SumOfLanes(d, hn::Add(s0, s1)));
+  }
+  for (; i < n; ++i) {
+    const C e = std::exp(static_cast<C>(x[i]) - m);
+    if constexpr (kStore) y[i] = static_cast<T>(e);
+    s += e;
+  }
+  return s;
+}
+
+// One row: max, then the sum of exp(x - max) (softmax stores the exps: the row is in L1), then the
+// output: softmax exp(x - max) / sum, log_softmax (x - max) - log(sum), as PyTorch's vector kernel.
+// 16-bit softmax recomputes the exps from x rather than reading back rounded ones.
+template <bool kLog, class T>
+void softmax_row(T* y, const T* x, int64_t n) {
+  using C = compute_t<T>;
+  constexpr bool kStoreExp = !kLog && !kHalfType<T>;
+  bool has_nan = false;
+  const C m = row_max(x, n, &has_nan);
+  if (has_nan || !(std::abs(m) < std::numeric_limits<C>::infinity())) return fill_nan(y, n);
+  const C s = sum_exp<kStoreExp>(x, n, m, y);
+  const C factor = kLog ? std::log(s) : C(1) / s;
+  int64_t i = 0;
+  if constexpr (kVectorLoad<T>) {
+    const hn::ScalableTag<C> d;
+    const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+    const auto vm = hn::Set(d, m), vf = hn::Set(d, factor);
+    for (; i + lanes <= n; i += lanes) {
+      if constexpr (kLog) {
+        store_vector(d, hn::Sub(hn::Sub(load_vector(d, x + i), vm), vf), y + i);
+      } else if constexpr (kStoreExp) {
+        hn::StoreU(hn::Mul(hn::LoadU(d, y + i), vf), d, y + i);
+      } else {
+        store_vector(d, hn::Mul(hn::Exp(d, hn::Sub(load_vector(d, x + i), vm)), vf), y + i);
+      }
+    }
+  }
+  for (; i < n; ++i) {
+    if constexpr (kLog) {
+      y[i] = static_cast<T>((static_cast<C>(x[i]) - m) - factor);
+    } else if constexpr (kStoreExp) {
+      y[i] = y[i] * factor;
+    } else {
+      y[i] = static_cast<T>(std::exp(static_cast<C>(x[i]) - m) * factor);
+    }
+  }
+}
+
+// Lanes(d) short rows of n <= kShortRow elements at once, one row per lane: the columns are
+// copied into `buffer` (n vectors), reduced and transformed there, and written back row by row.
+// Returns false, writing nothing, when a row is special (Note [softmax special rows]).
+template <bool kLog, class C>
+bool softmax_short_rows(C* y, const C* x, int64_t n) {
+  const hn::ScalableTag<C> d;
+  using V = hn::Vec<decltype(d)>;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+  HWY_ALIGN C buffer[kShortRow * hn::MaxLanes(d)];
+  // A plain transposing copy into the buffer: cheaper than n gathers on current x86 cores.
+  for (int64_t l = 0; l < lanes; ++l) {
+    for (int64_t k = 0; k < n; ++k) buffer[k * lanes + l] = x[l * n + k];
+  }
+  V m = hn::Set(d, -std::numeric_limits<C>::infinity());
+  auto bad = hn::Ne(hn::Zero(d), hn::Zero(d));
+  for (int64_t k = 0; k < n; ++k) {
+    const V column = hn::Load(d, buffer + k * lanes);
+    m = hn::Max(m, column);
+    bad = hn::Or(bad, hn::IsNaN(column));
+  }
+  if (!hn::AllFalse(d, bad) || !hn::AllTrue(d, hn::IsFinite(m))) return false;
+  V s = hn::Zero(d);
+  for (int64_t k = 0; k < n; ++k) {
+    const V e = hn::Exp(d, hn::Sub(hn::Load(d, buffer + k * lanes), m));
+    if constexpr (!kLog) hn::Store(e, d, buffer + k * lanes);
+    s = hn::Add(s, e);
+  }
+  const V factor = kLog ? hn::Log(d, s) : hn::Div(hn::Set(d, C(1)), s);
+  for (int64_t k = 0; k < n; ++k) {
+    const V v = hn::Load(d, buffer + k * lanes);
+    hn::Store(kLog ? hn::Sub(hn::Sub(v, m), factor) : hn::Mul(v, factor), d, buffer + k * lanes);
+  }
+  for (int64_t l = 0; l < lanes; ++l) {
+    for (int64_t k = 0; k < n; ++k) y[l * n + k] = buffer[k * lanes + l];
+  }
+  return true;
 }
 
 template <bool kLog, class T>
 void softmax_last_dim(T* out, const T* in, int64_t rows, int64_t n) {
-  using C = compute_t<T>;
-  parallel_for(0, rows, std::max<int64_t>(1, kSoftmaxGrain / n), [&](int64_t begin, int64_t end) {
-    for (int64_t r = begin; r < end; ++r) {
-      const T* x = in + r * n;
-      T* y = out + r * n;
-      C m, s;
-      online_max_sum(x, n, &m, &s);
-      // softmax: exp(x - m) / s; log_softmax: (x - m) - log(s). A row of only -inf has m = -inf
-      // and s = 0, and x - m = nan gives nan, as PyTorch.
-      const C factor = kLog ? std::log(s) : C(1) / s;
-      int64_t i = 0;
-      if constexpr (kVectorLoad<T>) {
-        const hn::ScalableTag<C> d;
-        const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
-        const auto vm = hn::Set(d, m), vf = hn::Set(d, factor);
-        for (; i + lanes <= n; i += lanes) {
-          const auto centered = hn::Sub(load_vector(d, x + i), vm);
-          store_vector(d, kLog ? hn::Sub(centered, vf) : hn::Mul(vec::exp(d, centered), vf), y + i);
+  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+    if (n <= kShortRow) {
+      const hn::ScalableTag<T> d;
+      const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+      const int64_t blocks = reduction::ceil_div(rows, lanes);
+      parallel_for(0, blocks, std::max<int64_t>(1, kSoftmaxGrain / (n * lanes)), [&](int64_t begin, int64_t end) {
+        for (int64_t b = begin; b < end; ++b) {
+          const int64_t first = b * lanes, count = std::min(lanes, rows - first);
+          if (count == lanes && softmax_short_rows<kLog>(out + first * n, in + first * n, n)) continue;
+          for (int64_t r = first; r < first + count; ++r) softmax_row<kLog>(out + r * n, in + r * n, n);
         }
-      }
-      for (; i < n; ++i) {
-        const C centered = static_cast<C>(x[i]) - m;
-        y[i] = static_cast<T>(kLog ? centered - factor : std::exp(centered) * factor);
-      }
+      });
+      return;
     }
+  }
+  parallel_for(0, rows, std::max<int64_t>(1, kSoftmaxGrain / n), [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) softmax_row<kLog>(out + r * n, in + r * n, n);
   });
+}
+
+// Backward over the last dim, one row at a time: softmax dx = y (g - sum(g y)); log_softmax
+// dx = g - exp(y) sum(g), as PyTorch.
+template <bool kLog, class T>
+void softmax_backward_row(T* dx, const T* g, const T* y, int64_t n) {
+  const hn::ScalableTag<T> d;
+  using V = hn::Vec<decltype(d)>;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+  V a0 = hn::Zero(d), a1 = a0;
+  int64_t i = 0;
+  for (; i + 2 * lanes <= n; i += 2 * lanes) {
+    const V g0 = hn::LoadU(d, g + i), g1 = hn::LoadU(d, g + i + lanes);
+    if constexpr (kLog) {
+      a0 = hn::Add(a0, g0);
+      a1 = hn::Add(a1, g1);
+    } else {
+      a0 = hn::MulAdd(g0, hn::LoadU(d, y + i), a0);
+      a1 = hn::MulAdd(g1, hn::LoadU(d, y + i + lanes), a1);
+    }
+  }
+  T total = hn::GetLane(hn::SumOfLanes(d, hn::Add(a0, a1)));
+  for (int64_t j = i; j < n; ++j) total += kLog ? g[j] : g[j] * y[j];
+  const V vt = hn::Set(d, total);
+  i = 0;
+  for (; i + lanes <= n; i += lanes) {
+    const V gv = hn::LoadU(d, g + i), yv = hn::LoadU(d, y + i);
+    hn::StoreU(kLog ? hn::NegMulAdd(vec::exp(d, yv), vt, gv) : hn::Mul(yv, hn::Sub(gv, vt)), d, dx + i);
+  }
+  for (; i < n; ++i) dx[i] = kLog ? g[i] - std::exp(y[i]) * total : y[i] * (g[i] - total);
 }
 
 // Softmax over the middle dim when inner > 1, for a tile of adjacent columns at a time: the column
@@ -901,11 +1071,20 @@ void softmax_middle_dim(T* out, const T* in, int64_t outer, int64_t dim_size, in
 void ReduceKernel(OpKind op, DType in_dtype, DType out_dtype, void* out, const void* in, const ReduceLayout& layout) {
   bool done = false;
   switch (op) {
-    case OpKind::Sum: done = reduce_vector<reduction::Sum>(op, in_dtype, out_dtype, out, in, layout); break;
-    case OpKind::Prod: done = reduce_vector<reduction::Prod>(op, in_dtype, out_dtype, out, in, layout); break;
-    case OpKind::Amax: done = reduce_vector<reduction::Extreme<true>>(op, in_dtype, out_dtype, out, in, layout); break;
-    case OpKind::Amin: done = reduce_vector<reduction::Extreme<false>>(op, in_dtype, out_dtype, out, in, layout); break;
-    default: break;
+    case OpKind::Sum:
+      done = reduce_vector<reduction::Sum>(op, in_dtype, out_dtype, out, in, layout);
+      break;
+    case OpKind::Prod:
+      done = reduce_vector<reduction::Prod>(op, in_dtype, out_dtype, out, in, layout);
+      break;
+    case OpKind::Amax:
+      done = reduce_vector<reduction::Extreme<true>>(op, in_dtype, out_dtype, out, in, layout);
+      break;
+    case OpKind::Amin:
+      done = reduce_vector<reduction::Extreme<false>>(op, in_dtype, out_dtype, out, in, layout);
+      break;
+    default:
+      break;
   }
   if (!done) reduction::reduce_scalar(op, in_dtype, out_dtype, out, in, layout);
 }
@@ -930,6 +1109,31 @@ void SoftmaxKernel(OpKind op, DType dtype, void* out, const void* in, int64_t ou
   });
 }
 
+void SoftmaxBackwardKernel(OpKind op, DType dtype, void* grad_in, const void* grad_out, const void* out, int64_t rows,
+                           int64_t n) {
+  EMBER_CHECK(op == OpKind::Softmax || op == OpKind::LogSoftmax, "[", op_info(op).name, "] is not a softmax primitive");
+  const bool log = op == OpKind::LogSoftmax;
+  auto run = [&](auto zero) {
+    using T = decltype(zero);
+    T* dx = static_cast<T*>(grad_in);
+    const T* g = static_cast<const T*>(grad_out);
+    const T* y = static_cast<const T*>(out);
+    parallel_for(0, rows, std::max<int64_t>(1, kSoftmaxGrain / n), [&](int64_t begin, int64_t end) {
+      for (int64_t r = begin; r < end; ++r) {
+        log ? softmax_backward_row<true>(dx + r * n, g + r * n, y + r * n, n)
+            : softmax_backward_row<false>(dx + r * n, g + r * n, y + r * n, n);
+      }
+    });
+  };
+  if (dtype == kFloat32) {
+    run(float{});
+  } else if (dtype == kFloat64) {
+    run(double{});
+  } else {
+    EMBER_FAIL("[", op_info(op).name, "] the backward kernel takes float32 or float64, got ", dtype);
+  }
+}
+
 }  // namespace HWY_NAMESPACE
 }  // namespace ember::cpu
 HWY_AFTER_NAMESPACE();
@@ -939,6 +1143,7 @@ namespace ember::cpu {
 
 HWY_EXPORT(ReduceKernel);
 HWY_EXPORT(SoftmaxKernel);
+HWY_EXPORT(SoftmaxBackwardKernel);
 
 ReduceLayout make_reduce_layout(const Shape& shape, const Strides& strides, const bool* reduced) {
   ReduceLayout layout;
@@ -986,6 +1191,12 @@ void reduce(OpKind op, DType in_dtype, DType out_dtype, void* out, const void* i
 void softmax(OpKind op, DType dtype, void* out, const void* in, int64_t outer, int64_t dim_size, int64_t inner) {
   if (outer * dim_size * inner == 0) return;
   HWY_DYNAMIC_DISPATCH(SoftmaxKernel)(op, dtype, out, in, outer, dim_size, inner);
+}
+
+void softmax_backward(OpKind op, DType dtype, void* grad_in, const void* grad_out, const void* out, int64_t rows,
+                      int64_t n) {
+  if (rows * n == 0) return;
+  HWY_DYNAMIC_DISPATCH(SoftmaxBackwardKernel)(op, dtype, grad_in, grad_out, out, rows, n);
 }
 
 }  // namespace ember::cpu

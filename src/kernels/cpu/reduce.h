@@ -23,8 +23,8 @@ struct ReduceLayout {
   int reduced_ndim = 0;
   int64_t reduced_sizes[kMaxDims] = {};
   int64_t reduced_strides[kMaxDims] = {};  // input strides, in elements
-  int64_t num_outputs = 1;  // product of the kept sizes
-  int64_t reduce_size = 1;  // elements reduced into each output
+  int64_t num_outputs = 1;                 // product of the kept sizes
+  int64_t reduce_size = 1;                 // elements reduced into each output
 };
 
 // `reduced[d]` says whether dim d of `shape` is reduced. Argmax/argmin must reduce exactly one dim:
@@ -48,5 +48,12 @@ void reduce(OpKind op, DType in_dtype, DType out_dtype, void* out, const void* i
 // Numerically stable: exp is taken of x - max; a row of only -inf, or one holding nan or +inf,
 // gives nan, as PyTorch.
 void softmax(OpKind op, DType dtype, void* out, const void* in, int64_t outer, int64_t dim_size, int64_t inner);
+
+// The gradient of softmax (op Softmax) or log-softmax (LogSoftmax) over the last dim of contiguous
+// (rows, n) float32 or float64 buffers, in one pass per row from the forward's output y:
+//   softmax      grad_in = y * (grad_out - sum(grad_out * y))
+//   log_softmax  grad_in = grad_out - exp(y) * sum(grad_out)
+void softmax_backward(OpKind op, DType dtype, void* grad_in, const void* grad_out, const void* out, int64_t rows,
+                      int64_t n);
 
 }  // namespace ember::cpu

@@ -54,6 +54,8 @@ struct Abs {
   C operator()(C x) const {
     if constexpr (std::is_unsigned_v<C>) {
       return x;
+    } else if constexpr (std::is_floating_point_v<C>) {
+      return std::abs(x);  // clears the sign of -0 too
     } else {
       return static_cast<C>(x < 0 ? -x : x);
     }
