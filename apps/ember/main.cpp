@@ -1,5 +1,7 @@
 // The ember command-line tool: `ember info` reports the build and this machine's SIMD target;
-// `ember train mnist` trains a model on MNIST (the main job).
+// `ember train mnist` trains a model on MNIST (the main job); `ember bench` times the benchmark's
+// workloads (scripts/bench compares them with PyTorch and NumPy); `ember roofline` places ops and
+// workloads under this machine's measured peaks.
 #include <CLI/CLI.hpp>
 #include <iostream>
 #include <string>
@@ -7,6 +9,8 @@
 #include <nlohmann/json.hpp>
 
 #include "ember/ember.h"
+#include "bench.h"
+#include "roofline.h"
 #include "train.h"
 
 namespace {
@@ -105,6 +109,28 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   mnist->add_option("--resume", train.resume_path, "Continue from a checkpoint written by --save");
   mnist->add_flag("--json", train.json, "End with one JSON line of results");
+  mnist->add_option("--profile", train.profile_path,
+                    "Profile the training steps: write a Chrome trace (open in ui.perfetto.dev) and print the top-15 ops");
+
+  ember::cli::BenchOptions bench;
+  CLI::App* bench_cmd = app.add_subcommand("bench", "Time ember on the benchmark's workloads (scripts/bench compares)");
+  bench_cmd->add_option("--filter", bench.filter, "Only workloads whose name matches this regular expression");
+  bench_cmd->add_flag("--quick", bench.quick, "Shorter and fewer samples");
+  bench_cmd->add_flag("--list", bench.list, "List the workloads instead of running them");
+  bench_cmd->add_flag("--json", bench.json, "One JSON object per line");
+  bench_cmd->add_flag("--machine", bench.machine, "Measure this machine's FMA peak and bandwidths instead");
+  bench_cmd->add_option("--threads", bench.threads, "Threads (default: all cores)")->check(CLI::NonNegativeNumber);
+  bench_cmd->add_option("--repeats", bench.repeats, "Samples per workload")->check(CLI::PositiveNumber)->capture_default_str();
+  bench_cmd->add_option("--data", bench.data_dir, "MNIST folder for train_mnist_epoch")->capture_default_str();
+  ember::cli::RooflineOptions roofline;
+  CLI::App* roofline_cmd =
+      app.add_subcommand("roofline", "This machine's roofline (measured peaks), with ops from a profile or benchmark");
+  roofline_cmd->add_flag("--json", roofline.json, "Print one JSON object");
+  roofline_cmd->add_option("--svg", roofline.svg_path, "Draw the roofline as a self-contained SVG file");
+  roofline_cmd->add_option("--from-trace", roofline.from_trace, "Place the ops of a trace written by --profile");
+  roofline_cmd->add_option("--from-bench", roofline.from_bench, "Place the workloads of bench/results/latest.json");
+  roofline_cmd->add_flag("--refresh", roofline.refresh, "Measure the peaks again (the cache keeps the best of old and new)");
+  roofline_cmd->add_option("--threads", roofline.threads, "Threads (default: all cores)")->check(CLI::NonNegativeNumber);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -113,6 +139,8 @@ int main(int argc, char** argv) {
   try {
     if (info->parsed()) return run_info(as_json);
     if (mnist->parsed()) return ember::cli::run_train_mnist(train);
+    if (bench_cmd->parsed()) return ember::cli::run_bench(bench);
+    if (roofline_cmd->parsed()) return ember::cli::run_roofline(roofline);
   } catch (const ember::Error& e) {
     std::cerr << "error: " << e.what() << "\n";
     return 1;

@@ -15,6 +15,7 @@
 #include "ember/io.h"
 #include "ember/models/mnist.h"
 #include "ember/optim.h"
+#include "ember/profiler.h"
 
 namespace ember::cli {
 namespace {
@@ -126,6 +127,17 @@ double evaluate(nn::Module& model, const Tensor& images, const Tensor& labels) {
   return images.size(0) > 0 ? static_cast<double>(correct) / static_cast<double>(images.size(0)) : 0.0;
 }
 
+// --profile: the run's totals, then the 15 ops that took the most time with their share of this
+// machine's roofline, on stderr when stdout carries the JSON result.
+void print_profile(const profiler::Profiler& profile, const TrainOptions& options) {
+  std::ostream& out = options.json ? std::cerr : std::cout;
+  // "% roof" needs this machine's peaks: measured once (about two seconds), then cached.
+  const profiler::Roof roof = profiler::cached_roof();
+  out << "\n" << profile.summary().to_string() << "\n" << profile.table(profiler::SortBy::kTotalTime, 15, &roof) << "\n"
+      << "trace written to " << options.profile_path << " (open it in https://ui.perfetto.dev); plot the ops with\n"
+      << "  ember roofline --from-trace " << options.profile_path << " --svg roofline.svg\n";
+}
+
 }  // namespace
 
 int run_train_mnist(const TrainOptions& options) {
@@ -187,6 +199,9 @@ int run_train_mnist(const TrainOptions& options) {
   double last_loss = NAN;
   double system_allocs_per_step = NAN;
   model->train();
+  // --profile records the training steps (not the evaluation).
+  std::unique_ptr<profiler::Profiler> profile;
+  if (!options.profile_path.empty()) profile = std::make_unique<profiler::Profiler>();
   const int last_epoch =
       options.stop_after > 0 ? std::min(options.epochs, first_epoch + options.stop_after) : options.epochs;
   for (int epoch = first_epoch; epoch < last_epoch; ++epoch) {
@@ -208,6 +223,7 @@ int run_train_mnist(const TrainOptions& options) {
                                                                    (static_cast<uint64_t>(epoch) << 32) + batch_index)
                                               : batch.inputs;
       ++batch_index;
+      const profiler::Range step_range("train step");
       optimizer->zero_grad();
       const Tensor logits = (*model)(inputs);
       const Tensor loss = nn::functional::cross_entropy(logits, batch.targets);
@@ -241,6 +257,11 @@ int run_train_mnist(const TrainOptions& options) {
     }
   }
 
+  if (profile) {
+    profile->stop();
+    profile->export_chrome_trace(options.profile_path);
+  }
+
   const double accuracy = evaluate(*model, test_set.images(), test_set.labels());
   const double total_seconds = seconds_since(start);
   const double rate = train_seconds > 0 ? static_cast<double>(samples_seen) / train_seconds : 0.0;
@@ -264,6 +285,7 @@ int run_train_mnist(const TrainOptions& options) {
     std::printf("test accuracy %.2f%% on %lld images  |  %.1fs wall, %.0f samples/s\n", 100 * accuracy,
                 static_cast<long long>(test_set.size()), total_seconds, rate);
   }
+  if (profile) print_profile(*profile, options);
   return 0;
 }
 

@@ -21,6 +21,7 @@ struct TrainOptions {
   std::string data_dir = "data/mnist";  // IDX files, else the offline 5,000-image subset
   std::string save_path;                // checkpoint after every epoch
   std::string resume_path;              // continue from a checkpoint
+  std::string profile_path;             // write a Chrome trace of the training steps and print the top ops
   bool json = false;
 };
 

@@ -11,6 +11,8 @@
 #include "ember/io.h"
 #include "ember/nn.h"
 #include "ember/optim.h"
+#include "ember/peaks.h"
+#include "ember/profiler.h"
 #include "ember/ops.h"
 #include "ember/scalar.h"
 #include "ember/shape.h"
