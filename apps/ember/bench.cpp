@@ -1,0 +1,169 @@
+// `ember bench`: sets up each workload once, warms it up, then times it. A sample runs the
+// workload enough times in a row to last about 20 ms (so the clock's resolution and the call of
+// the clock do not matter), and the median of the samples' per-call times is reported, with the
+// spread of the samples as a measure of the machine's noise. scripts/bench calls this once per
+// workload and round, interleaved with the peers (bench/run.py).
+#include "bench.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <regex>
+
+#include "ember/ember.h"
+#include "ember/peaks.h"
+
+namespace ember::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct TimingPolicy {
+  double sample_seconds;  // a sample repeats the call until it lasts about this long
+  double budget_seconds;  // fewer samples (never fewer than 1) when they would take longer than this
+  int repeats;            // samples wanted
+};
+
+struct Timing {
+  double median_s = 0;  // seconds per call: the median over the samples
+  double min_s = 0;
+  double max_s = 0;
+  int samples = 0;
+  int64_t iterations = 0;  // calls per sample
+};
+
+double time_calls(const Workload& w, int64_t calls) {
+  const auto start = Clock::now();
+  for (int64_t i = 0; i < calls; ++i) w.run();
+  return std::chrono::duration<double>(Clock::now() - start).count() / static_cast<double>(calls);
+}
+
+double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  const size_t n = values.size();
+  return n % 2 == 1 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
+}
+
+Timing measure(const Workload& w, const TimingPolicy& policy) {
+  if (w.warmup) {
+    w.warmup();
+  } else {
+    w.run();
+  }
+  // Calibration: the calls per sample grow until a sample lasts sample_seconds (one slow call,
+  // disturbed by another process, cannot make every sample a single call).
+  Timing t;
+  t.iterations = 1;
+  double sample_cost = 0;
+  for (;;) {
+    sample_cost = time_calls(w, t.iterations) * static_cast<double>(t.iterations);
+    if (sample_cost >= policy.sample_seconds) break;
+    const double growth = std::clamp(1.2 * policy.sample_seconds / std::max(sample_cost, 1e-9), 2.0, 10.0);
+    t.iterations = static_cast<int64_t>(std::ceil(static_cast<double>(t.iterations) * growth));
+  }
+  t.samples = std::clamp(static_cast<int>(policy.budget_seconds / sample_cost), 1, policy.repeats);
+  std::vector<double> per_call;
+  for (int s = 0; s < t.samples; ++s) per_call.push_back(time_calls(w, t.iterations));
+  t.median_s = median(per_call);
+  t.min_s = *std::min_element(per_call.begin(), per_call.end());
+  t.max_s = *std::max_element(per_call.begin(), per_call.end());
+  return t;
+}
+
+std::string format_seconds(double s) {
+  char text[32];
+  if (s < 1e-6) {
+    std::snprintf(text, sizeof text, "%.1f ns", s * 1e9);
+  } else if (s < 1e-3) {
+    std::snprintf(text, sizeof text, "%.2f us", s * 1e6);
+  } else if (s < 1) {
+    std::snprintf(text, sizeof text, "%.2f ms", s * 1e3);
+  } else {
+    std::snprintf(text, sizeof text, "%.3f s", s);
+  }
+  return text;
+}
+
+int print_machine(const BenchOptions& options) {
+  const profiler::MachinePeaks peaks = profiler::measure_peaks(options.threads);
+  if (options.json) {
+    const nlohmann::json j = {{"cpu", peaks.cpu},
+                              {"threads", peaks.threads},
+                              {"fma_gflops_f32", peaks.fma_gflops_f32},
+                              {"fma_gflops_f64", peaks.fma_gflops_f64},
+                              {"dram_gbps", peaks.dram_gbps},
+                              {"l2_gbps", peaks.l2_gbps}};
+    std::cout << j.dump() << std::endl;
+  } else {
+    std::printf(
+        "%s, %d threads\n  FMA peak  %8.1f GFLOP/s f32  %8.1f GFLOP/s f64\n  bandwidth %8.1f GB/s DRAM  "
+        "%8.1f GB/s L2\n",
+        peaks.cpu.c_str(), peaks.threads, peaks.fma_gflops_f32, peaks.fma_gflops_f64, peaks.dram_gbps, peaks.l2_gbps);
+  }
+  return 0;
+}
+
+}  // namespace
+
+int run_bench(const BenchOptions& options) {
+  EMBER_CHECK(options.threads >= 0, "[bench] --threads must be >= 0 (0: all cores), got ", options.threads);
+  EMBER_CHECK(options.repeats >= 1, "[bench] --repeats must be at least 1, got ", options.repeats);
+  if (options.threads > 0) set_num_threads(options.threads);
+  if (options.machine) return print_machine(options);
+
+  std::regex filter;
+  try {
+    filter = std::regex(options.filter.empty() ? std::string(".*") : options.filter);
+  } catch (const std::regex_error& e) {
+    EMBER_FAIL("[bench] --filter '", options.filter, "' is not a valid regular expression: ", e.what());
+  }
+  std::vector<WorkloadSpec> selected;
+  for (WorkloadSpec& spec : bench_workloads(options)) {
+    if (std::regex_search(spec.name, filter)) selected.push_back(std::move(spec));
+  }
+  EMBER_CHECK(!selected.empty(), "[bench] no workload matches --filter '", options.filter,
+              "' (ember bench --list shows them)");
+
+  if (options.list) {
+    for (const WorkloadSpec& spec : selected) {
+      if (options.json) {
+        std::cout << nlohmann::json{{"name", spec.name}, {"slow", spec.slow}}.dump() << "\n";
+      } else {
+        std::cout << spec.name << (spec.slow ? "  (slow: scripts/bench --quick skips it)" : "") << "\n";
+      }
+    }
+    return 0;
+  }
+
+  const TimingPolicy policy =
+      options.quick ? TimingPolicy{0.005, 0.5, std::min(options.repeats, 3)} : TimingPolicy{0.02, 3.0, options.repeats};
+  if (!options.json) {
+    std::printf("ember bench: %d threads, median of up to %d samples of >= %.0f ms each\n", get_num_threads(),
+                policy.repeats, policy.sample_seconds * 1e3);
+    std::printf("%-30s %12s %10s %10s %14s %8s\n", "workload", "time/call", "GFLOP/s", "GB/s", "samples x calls",
+                "spread");
+  }
+  for (const WorkloadSpec& spec : selected) {
+    const Workload workload = spec.setup();
+    const Timing t = measure(workload, policy);
+    if (options.json) {
+      const nlohmann::json j = {{"name", spec.name},       {"seconds", t.median_s},   {"min_s", t.min_s},
+                                {"max_s", t.max_s},        {"samples", t.samples},    {"iterations", t.iterations},
+                                {"flops", workload.flops}, {"bytes", workload.bytes}, {"threads", get_num_threads()}};
+      std::cout << j.dump() << std::endl;
+    } else {
+      char samples[32];
+      std::snprintf(samples, sizeof samples, "%d x %lld", t.samples, static_cast<long long>(t.iterations));
+      std::printf("%-30s %12s %10.2f %10.2f %14s %7.1f%%\n", spec.name.c_str(), format_seconds(t.median_s).c_str(),
+                  workload.flops / t.median_s / 1e9, workload.bytes / t.median_s / 1e9, samples,
+                  100.0 * (t.max_s / t.min_s - 1.0));
+      std::fflush(stdout);
+    }
+  }
+  return 0;
+}
+
+}  // namespace ember::cli

@@ -1,0 +1,330 @@
+// The ember side of the benchmark's workloads (issue 4's list; bench/peers.py has the same
+// workloads in PyTorch and NumPy, with the same names, shapes and dtypes). Each one is written
+// with the public API, as a user would write it.
+//
+// FLOPs and bytes per call follow src/ops/cost.h's conventions: a multiply-add is 2 FLOPs, a
+// transcendental counts the primitive table's FLOPs per element (gelu_tanh 14, softmax 5, ...);
+// bytes are every operand read once plus every result written once (the minimum traffic).
+#include <cmath>
+#include <memory>
+#include <string>
+
+#include "bench.h"
+#include "ember/data.h"
+#include "ember/ember.h"
+#include "ember/models/mnist.h"
+#include "ember/optim.h"
+
+namespace ember::cli {
+namespace {
+
+constexpr double kFloatBytes = 4;  // bytes per float32
+constexpr double kIndexBytes = 8;  // bytes per int64 class index
+
+double as_double(int64_t v) { return static_cast<double>(v); }
+
+WorkloadSpec matmul(const std::string& name, int64_t m, int64_t k, int64_t n, bool slow = false) {
+  return {name, slow, [=] {
+            const Tensor a = randn({m, k});
+            const Tensor b = randn({k, n});
+            return Workload{.flops = 2.0 * as_double(m * n * k),
+                            .bytes = kFloatBytes * as_double(m * k + k * n + m * n),
+                            .run = [=] { ember::matmul(a, b); }};
+          }};
+}
+
+// out = a (op) b on two n x n float32 tensors.
+template <class Op>
+WorkloadSpec binary(const std::string& name, int64_t n, Op op) {
+  return {name, false, [=] {
+            const Tensor a = randn({n, n});
+            // Divisors away from 0, as in the peers (the values do not change the kernel's speed).
+            const Tensor b = rand({n, n}) + 0.5;
+            return Workload{
+                .flops = as_double(n * n), .bytes = 3 * kFloatBytes * as_double(n * n), .run = [=] { op(a, b); }};
+          }};
+}
+
+template <class Op>
+WorkloadSpec unary(const std::string& name, int64_t n, double flops_per_element, Op op) {
+  return {name, false, [=] {
+            const Tensor x = randn({n, n});
+            return Workload{.flops = flops_per_element * as_double(n * n),
+                            .bytes = 2 * kFloatBytes * as_double(n * n),
+                            .run = [=] { op(x); }};
+          }};
+}
+
+// A reduction of n x n values to `outputs` values.
+template <class Op>
+WorkloadSpec reduction(const std::string& name, int64_t n, int64_t outputs, Op op) {
+  return {name, false, [=] {
+            const Tensor x = randn({n, n});
+            return Workload{
+                .flops = as_double(n * n), .bytes = kFloatBytes * as_double(n * n + outputs), .run = [=] { op(x); }};
+          }};
+}
+
+WorkloadSpec transpose_contig(const std::string& name, int64_t n) {
+  return {name, false, [=] {
+            const Tensor x = randn({n, n});
+            return Workload{
+                .flops = 0, .bytes = 2 * kFloatBytes * as_double(n * n), .run = [=] { x.t().contiguous(); }};
+          }};
+}
+
+// softmax / log_softmax over the last dim of (rows, cols): 5 FLOPs per element (max, subtract, exp,
+// sum, normalize), as the cost rules count them.
+WorkloadSpec softmax_like(const std::string& name, int64_t rows, int64_t cols, bool log) {
+  return {name, false, [=] {
+            const Tensor x = randn({rows, cols});
+            return Workload{.flops = 5 * as_double(rows * cols),
+                            .bytes = 2 * kFloatBytes * as_double(rows * cols),
+                            .run = [=] { log ? ember::log_softmax(x, 1) : ember::softmax(x, 1); }};
+          }};
+}
+
+WorkloadSpec layernorm(const std::string& name, int64_t rows, int64_t cols) {
+  return {name, false, [=] {
+            const Tensor x = randn({rows, cols});
+            const Tensor weight = randn({cols});
+            const Tensor bias = randn({cols});
+            return Workload{.flops = 8 * as_double(rows * cols),
+                            .bytes = kFloatBytes * as_double(2 * rows * cols + 2 * cols),
+                            .run = [=] { nn::functional::layer_norm(x, {cols}, weight, bias); }};
+          }};
+}
+
+// Forward only (the loss of scores that do not require grad): log_softmax + the picked entries.
+WorkloadSpec cross_entropy(const std::string& name, int64_t rows, int64_t classes) {
+  return {name, false, [=] {
+            const Tensor logits = randn({rows, classes});
+            const Tensor targets = randint(0, classes, {rows});
+            return Workload{.flops = 5 * as_double(rows * classes) + as_double(rows),
+                            .bytes = kFloatBytes * as_double(rows * classes + 1) + kIndexBytes * as_double(rows),
+                            .run = [=] { nn::functional::cross_entropy(logits, targets); }};
+          }};
+}
+
+struct ConvCase {
+  int64_t batch, in_channels, height, width, out_channels, kernel, padding;
+  bool bias;
+};
+
+WorkloadSpec conv2d(const std::string& name, ConvCase c, bool slow = false) {
+  return {name, slow, [=] {
+            const Tensor x = randn({c.batch, c.in_channels, c.height, c.width});
+            const Tensor weight = randn({c.out_channels, c.in_channels, c.kernel, c.kernel});
+            const std::optional<Tensor> bias = c.bias ? std::optional<Tensor>(randn({c.out_channels})) : std::nullopt;
+            const int64_t out_h = c.height + 2 * c.padding - c.kernel + 1;
+            const int64_t out_w = c.width + 2 * c.padding - c.kernel + 1;
+            const double outputs = as_double(c.batch * c.out_channels * out_h * out_w);
+            const double reduction = as_double(c.in_channels * c.kernel * c.kernel);
+            return Workload{.flops = 2 * outputs * reduction + (c.bias ? outputs : 0),
+                            .bytes = kFloatBytes *
+                                     (as_double(x.numel() + weight.numel() + (c.bias ? c.out_channels : 0)) + outputs),
+                            .run = [=] { nn::functional::conv2d(x, weight, bias, 1, c.padding); }};
+          }};
+}
+
+WorkloadSpec maxpool2d(const std::string& name) {
+  return {name, false, [=] {
+            const Tensor x = randn({32, 16, 24, 24});
+            const double outputs = 32.0 * 16 * 12 * 12;
+            return Workload{.flops = 3 * outputs,  // 3 comparisons per 2x2 window
+                            .bytes = kFloatBytes * (as_double(x.numel()) + outputs),
+                            .run = [=] { nn::functional::max_pool2d(x, 2); }};
+          }};
+}
+
+// x (rows, in) -> gelu(x W^T + b), tanh approximation (the GELU of GPT-style models), through the
+// fused ember::linear_gelu (the GELU is the GEMM's epilogue).
+WorkloadSpec linear_gelu(const std::string& name, int64_t rows, int64_t in, int64_t out) {
+  return {name, true, [=] {
+            const Tensor x = randn({rows, in});
+            const Tensor weight = randn({out, in}) * (1.0 / std::sqrt(static_cast<double>(in)));
+            const Tensor bias = randn({out});
+            return Workload{.flops = 2.0 * as_double(rows * in * out) + 15.0 * as_double(rows * out),
+                            .bytes = kFloatBytes * as_double(rows * in + out * in + out + rows * out),
+                            .run = [=] { ember::linear_gelu(x, weight, bias, "tanh"); }};
+          }};
+}
+
+// One Adam step (PyTorch's defaults) on a single parameter of n elements. Per element it reads the
+// parameter, the gradient and both moments and writes the parameter and the moments back; about
+// 12 FLOPs (two moment updates, the square root, the division and the update).
+WorkloadSpec adam_step(const std::string& name, int64_t n) {
+  return {name, false, [=] {
+            Tensor param = randn({n});
+            param.requires_grad_(true);
+            param.set_grad(randn({n}));
+            auto optimizer = std::make_shared<optim::Adam>(std::vector<Tensor>{param});
+            return Workload{
+                .flops = 12 * as_double(n), .bytes = 7 * kFloatBytes * as_double(n), .run = [=] { optimizer->step(); }};
+          }};
+}
+
+// a + b on 4x4: the cost of one eager op call, nearly all of it dispatch (per-op overhead).
+WorkloadSpec dispatch_add(const std::string& name) {
+  return {name, false, [=] {
+            const Tensor a = randn({4, 4});
+            const Tensor b = randn({4, 4});
+            return Workload{.flops = 16, .bytes = 3 * kFloatBytes * 16, .run = [=] { a + b; }};
+          }};
+}
+
+// One training step's model-independent traffic, a lower bound: the batch is read, and the
+// parameters are read in the forward and backward passes, their gradients written, and the
+// optimizer makes `optimizer_passes` passes over parameter-sized arrays.
+double step_bytes(double input_elements, double parameters, double optimizer_passes) {
+  return kFloatBytes * (input_elements + parameters * (3 + optimizer_passes));
+}
+
+double parameter_count(nn::Module& model) {
+  double count = 0;
+  for (const Tensor& p : model.parameters()) count += as_double(p.numel());
+  return count;
+}
+
+// The forward FLOPs of the MNIST CNN per image (conv 1, conv 2, the classifier); a training step
+// costs about 3x (the backward computes two products per forward product).
+constexpr double kCnnForwardFlopsPerImage =
+    2.0 * 16 * 24 * 24 * (1 * 5 * 5) + 2.0 * 32 * 8 * 8 * (16 * 5 * 5) + 2.0 * 512 * 10;
+
+// zero_grad, forward, cross-entropy, backward, step on one fixed random batch.
+Workload train_step(const std::shared_ptr<nn::Module>& model, const std::shared_ptr<optim::Optimizer>& optimizer,
+                    const Tensor& inputs, const Tensor& targets, double forward_flops, double optimizer_passes) {
+  return Workload{.flops = 3 * forward_flops,
+                  .bytes = step_bytes(as_double(inputs.numel()), parameter_count(*model), optimizer_passes),
+                  .run = [=] {
+                    optimizer->zero_grad();
+                    const Tensor loss = nn::functional::cross_entropy((*model)(inputs), targets);
+                    loss.backward();
+                    optimizer->step();
+                  }};
+}
+
+WorkloadSpec train_step_mlp(const std::string& name) {
+  return {name, false, [=] {
+            manual_seed(0);
+            auto model =
+                std::make_shared<nn::Sequential>(std::make_shared<nn::Linear>(784, 128), std::make_shared<nn::ReLU>(),
+                                                 std::make_shared<nn::Linear>(128, 10));
+            auto optimizer = std::make_shared<optim::Adam>(model->parameters(), optim::AdamOptions{.lr = 1e-3});
+            const int64_t batch = 64;
+            return train_step(model, optimizer, randn({batch, 784}), randint(0, 10, {batch}),
+                              2.0 * batch * (784 * 128 + 128 * 10), 7);
+          }};
+}
+
+WorkloadSpec train_step_cnn(const std::string& name) {
+  return {name, false, [=] {
+            manual_seed(0);
+            std::shared_ptr<nn::Sequential> model = models::mnist_cnn();
+            auto optimizer =
+                std::make_shared<optim::SGD>(model->parameters(), optim::SGDOptions{.lr = 0.01, .momentum = 0.9});
+            const int64_t batch = 64;
+            return train_step(model, optimizer, randn({batch, 1, 28, 28}), randint(0, 10, {batch}),
+                              batch * kCnnForwardFlopsPerImage, 5);
+          }};
+}
+
+// One epoch of the main job, `ember train mnist` with its defaults (the CNN, Adam at 3e-3 with a
+// cosine schedule over 10 epochs, batch 64, random shifts of up to 2 pixels) on the 4,000 training
+// images of the offline subset: the same loop as apps/ember/train.cpp's, step for step, including
+// its per-batch loss and accuracy bookkeeping. Loading the data and evaluating are not timed.
+WorkloadSpec train_mnist_epoch(const std::string& name, const std::string& data_dir) {
+  return {name, true, [=] {
+            auto train_set = std::make_shared<data::MNIST>(data_dir, data::Split::Train);
+            manual_seed(0);
+            std::shared_ptr<nn::Sequential> model = models::mnist_cnn();
+            auto optimizer = std::make_shared<optim::Adam>(model->parameters(), optim::AdamOptions{.lr = 3e-3});
+            constexpr int64_t kBatch = 64;
+            constexpr int kEpochs = 10;
+            constexpr int kShift = 2;
+            constexpr uint64_t kSeed = 0;
+            constexpr uint64_t kShiftSeed = kSeed + 0x9E3779B97F4A7C15ULL;  // train.cpp's kShiftSeedOffset
+            const int64_t batches = (train_set->size() + kBatch - 1) / kBatch;
+            auto schedule = std::make_shared<optim::CosineAnnealingLR>(*optimizer, batches * kEpochs);
+            auto loader = std::make_shared<data::DataLoader>(train_set, kBatch, /*shuffle=*/true, kSeed);
+            const double background = (0.0 - data::MNIST::kMean) / data::MNIST::kStd;
+            auto epoch = std::make_shared<uint64_t>(0);
+            // Runs `max_batches` steps of the next epoch (all of them when negative).
+            auto run_epoch = [=](int64_t max_batches) {
+              const uint64_t this_epoch = (*epoch)++;
+              loader->set_epoch(this_epoch);
+              model->train();
+              double loss_sum = 0;
+              int64_t correct = 0;
+              int64_t batch_index = 0;
+              for (const data::Batch& batch : *loader) {
+                if (batch_index == max_batches) break;
+                const Tensor inputs = data::random_shift(batch.inputs, kShift, background, kShiftSeed,
+                                                         (this_epoch << 32) + static_cast<uint64_t>(batch_index));
+                ++batch_index;
+                optimizer->zero_grad();
+                const Tensor logits = (*model)(inputs);
+                const Tensor loss = nn::functional::cross_entropy(logits, batch.targets);
+                loss.backward();
+                optimizer->step();
+                schedule->step();
+                loss_sum += loss.item<double>() * static_cast<double>(batch.inputs.size(0));
+                correct += logits.argmax(1).eq(batch.targets).sum().item<int64_t>();
+              }
+              return loss_sum + static_cast<double>(correct);
+            };
+            const double images = as_double(train_set->size());
+            return Workload{
+                .flops = 3 * kCnnForwardFlopsPerImage * images,
+                .bytes = step_bytes(images * 28 * 28, parameter_count(*model) * as_double(batches), 7),
+                .run = [=] { run_epoch(-1); },
+                .warmup = [=] { run_epoch(8); },
+            };
+          }};
+}
+
+}  // namespace
+
+std::vector<WorkloadSpec> bench_workloads(const BenchOptions& options) {
+  std::vector<WorkloadSpec> w;
+  for (const int64_t n : {64, 256, 1024}) w.push_back(matmul("matmul_f32_" + std::to_string(n), n, n, n));
+  w.push_back(matmul("matmul_f32_2048", 2048, 2048, 2048));
+  w.push_back(matmul("matmul_f32_4096", 4096, 4096, 4096, /*slow=*/true));
+  w.push_back(matmul("matmul_f32_mlp", 64, 784, 128));
+  w.push_back(matmul("matmul_f32_bert", 2048, 768, 3072));
+  for (const int64_t n : {256, 1024, 4096}) {
+    w.push_back(binary("add_f32_" + std::to_string(n), n, [](const Tensor& a, const Tensor& b) { ember::add(a, b); }));
+  }
+  w.push_back(binary("mul_f32_1024", 1024, [](const Tensor& a, const Tensor& b) { ember::mul(a, b); }));
+  w.push_back(binary("div_f32_1024", 1024, [](const Tensor& a, const Tensor& b) { ember::div(a, b); }));
+  w.push_back(unary("relu_f32_1024", 1024, 1, [](const Tensor& x) { ember::relu(x); }));
+  for (const int64_t n : {1024, 4096}) {
+    w.push_back(unary("gelu_tanh_f32_" + std::to_string(n), n, 14, [](const Tensor& x) { ember::gelu(x, "tanh"); }));
+  }
+  for (const int64_t n : {256, 1024}) {
+    w.push_back(reduction("sum_f32_" + std::to_string(n), n, 1, [](const Tensor& x) { ember::sum(x); }));
+  }
+  for (const int64_t n : {256, 1024}) {
+    w.push_back(reduction("sum_axis0_f32_" + std::to_string(n), n, n, [](const Tensor& x) { ember::sum(x, {0}); }));
+  }
+  w.push_back(reduction("mean_f32_1024", 1024, 1, [](const Tensor& x) { ember::mean(x); }));
+  for (const int64_t n : {1024, 4096}) w.push_back(transpose_contig("transpose_contig_f32_" + std::to_string(n), n));
+  for (const int64_t rows : {256, 1024, 4096}) {
+    w.push_back(softmax_like("log_softmax_f32_" + std::to_string(rows) + "x10", rows, 10, /*log=*/true));
+  }
+  w.push_back(softmax_like("softmax_f32_8192x1024", 8192, 1024, /*log=*/false));
+  w.push_back(layernorm("layernorm_f32_8192x768", 8192, 768));
+  w.push_back(cross_entropy("cross_entropy_f32_4096x1000", 4096, 1000));
+  w.push_back(conv2d("conv2d_f32_lenet1", {32, 1, 28, 28, 16, 5, 0, true}));
+  w.push_back(conv2d("conv2d_f32_resnet", {32, 64, 56, 56, 64, 3, 1, false}));
+  w.push_back(maxpool2d("maxpool2d_f32"));
+  w.push_back(linear_gelu("linear_gelu_f32", 8192, 768, 3072));
+  w.push_back(adam_step("adam_step_f32_10M", 10'000'000));
+  w.push_back(dispatch_add("dispatch_add_f32_4x4"));
+  w.push_back(train_step_mlp("train_step_mlp"));
+  w.push_back(train_step_cnn("train_step_cnn"));
+  w.push_back(train_mnist_epoch("train_mnist_epoch", options.data_dir));
+  return w;
+}
+
+}  // namespace ember::cli

@@ -1,0 +1,492 @@
+"""The benchmark's workloads in the peers: PyTorch eager, torch.compile and NumPy.
+
+Each workload has the name, shapes, dtype (float32) and thread count of its ember side
+(apps/ember/bench_workloads.cpp) and is written as a user of that library would write it. A peer
+that does not apply is absent: NumPy has no convolution, autograd or optimizers; torch.compile is
+used where it can fuse (elementwise, normalization, softmax, cross-entropy, linear+GELU, the
+optimizer and the training steps), not for a single GEMM, a reduction, a copy or per-op dispatch.
+
+`measure()` times a callable the way `ember bench` does: warm-up, one call to calibrate, samples
+of enough calls to last ~20 ms, the median per call. run.py interleaves these with ember.
+"""
+
+from __future__ import annotations
+
+import gzip
+import math
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+PEERS = ("torch", "torch_compile", "numpy")
+
+# A peer's setup returns the callable to time, or (callable, warmup) when the warm-up differs
+# from one call (torch.compile needs calls of every shape it will see).
+Setup = Callable[[], object]
+
+
+@dataclass
+class Workload:
+    name: str
+    setups: dict[str, Setup] = field(default_factory=dict)
+
+
+@dataclass
+class TimingPolicy:
+    sample_seconds: float = 0.02
+    budget_seconds: float = 3.0
+    repeats: int = 5
+
+
+@dataclass
+class Timing:
+    median_s: float
+    min_s: float
+    max_s: float
+    samples: int
+    iterations: int
+
+
+def _time_calls(fn: Callable[[], object], calls: int) -> float:
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    return (time.perf_counter() - start) / calls
+
+
+def measure(fn: Callable[[], object], policy: TimingPolicy, warmup: Optional[Callable[[], object]] = None) -> Timing:
+    """The same procedure as ember bench (apps/ember/bench.cpp's measure())."""
+    (warmup or fn)()
+    # Calibration: the calls per sample grow until a sample lasts sample_seconds.
+    iterations = 1
+    while True:
+        sample_cost = _time_calls(fn, iterations) * iterations
+        if sample_cost >= policy.sample_seconds:
+            break
+        growth = min(max(1.2 * policy.sample_seconds / max(sample_cost, 1e-9), 2.0), 10.0)
+        iterations = math.ceil(iterations * growth)
+    samples = min(max(int(policy.budget_seconds / sample_cost), 1), policy.repeats)
+    per_call = sorted(_time_calls(fn, iterations) for _ in range(samples))
+    n = len(per_call)
+    median = per_call[n // 2] if n % 2 else 0.5 * (per_call[n // 2 - 1] + per_call[n // 2])
+    return Timing(median, per_call[0], per_call[-1], samples, iterations)
+
+
+def _compile(fn):
+    # dynamic=False: every workload has fixed shapes; one specialized graph per shape.
+    return torch.compile(fn, dynamic=False)
+
+
+# --- building blocks ---------------------------------------------------------------------------------
+
+
+def matmul(m: int, k: int, n: int) -> dict[str, Setup]:
+    def torch_setup():
+        a, b = torch.randn(m, k), torch.randn(k, n)
+        return lambda: torch.matmul(a, b)
+
+    def numpy_setup():
+        a = np.random.standard_normal((m, k)).astype(np.float32)
+        b = np.random.standard_normal((k, n)).astype(np.float32)
+        return lambda: a @ b
+
+    return {"torch": torch_setup, "numpy": numpy_setup}
+
+
+def binary(n: int, op: str) -> dict[str, Setup]:
+    torch_op = {"add": torch.add, "mul": torch.mul, "div": torch.div}[op]
+    numpy_op = {"add": np.add, "mul": np.multiply, "div": np.divide}[op]
+
+    def inputs():
+        return torch.randn(n, n), torch.rand(n, n) + 0.5  # divisors away from 0, as ember's
+
+    def torch_setup():
+        a, b = inputs()
+        return lambda: torch_op(a, b)
+
+    def compile_setup():
+        a, b = inputs()
+        f = _compile(lambda x, y: torch_op(x, y))
+        return lambda: f(a, b)
+
+    def numpy_setup():
+        a, b = (t.numpy() for t in inputs())
+        return lambda: numpy_op(a, b)
+
+    return {"torch": torch_setup, "torch_compile": compile_setup, "numpy": numpy_setup}
+
+
+def _gelu_tanh_numpy(x):
+    return 0.5 * x * (1.0 + np.tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)))
+
+
+def unary(n: int, op: str) -> dict[str, Setup]:
+    torch_op = {"relu": torch.relu, "gelu_tanh": lambda x: F.gelu(x, approximate="tanh")}[op]
+    numpy_op = {"relu": lambda x: np.maximum(x, np.float32(0)), "gelu_tanh": _gelu_tanh_numpy}[op]
+
+    def torch_setup():
+        x = torch.randn(n, n)
+        return lambda: torch_op(x)
+
+    def compile_setup():
+        x = torch.randn(n, n)
+        f = _compile(torch_op)
+        return lambda: f(x)
+
+    def numpy_setup():
+        x = torch.randn(n, n).numpy()
+        return lambda: numpy_op(x)
+
+    return {"torch": torch_setup, "torch_compile": compile_setup, "numpy": numpy_setup}
+
+
+def reduction(n: int, op: str) -> dict[str, Setup]:
+    torch_op = {"sum": lambda x: x.sum(), "sum_axis0": lambda x: x.sum(0), "mean": lambda x: x.mean()}[op]
+    numpy_op = {"sum": lambda x: x.sum(), "sum_axis0": lambda x: x.sum(axis=0), "mean": lambda x: x.mean()}[op]
+
+    def torch_setup():
+        x = torch.randn(n, n)
+        return lambda: torch_op(x)
+
+    def numpy_setup():
+        x = torch.randn(n, n).numpy()
+        return lambda: numpy_op(x)
+
+    return {"torch": torch_setup, "numpy": numpy_setup}
+
+
+def transpose_contig(n: int) -> dict[str, Setup]:
+    def torch_setup():
+        x = torch.randn(n, n)
+        return lambda: x.t().contiguous()
+
+    def numpy_setup():
+        x = torch.randn(n, n).numpy()
+        return lambda: np.ascontiguousarray(x.T)
+
+    return {"torch": torch_setup, "numpy": numpy_setup}
+
+
+def _log_softmax_numpy(x):
+    shifted = x - x.max(axis=1, keepdims=True)
+    return shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
+
+
+def _softmax_numpy(x):
+    e = np.exp(x - x.max(axis=1, keepdims=True))
+    return e / e.sum(axis=1, keepdims=True)
+
+
+def softmax_like(rows: int, cols: int, log: bool) -> dict[str, Setup]:
+    torch_op = (lambda x: torch.log_softmax(x, 1)) if log else (lambda x: torch.softmax(x, 1))
+    numpy_op = _log_softmax_numpy if log else _softmax_numpy
+
+    def torch_setup():
+        x = torch.randn(rows, cols)
+        return lambda: torch_op(x)
+
+    def compile_setup():
+        x = torch.randn(rows, cols)
+        f = _compile(torch_op)
+        return lambda: f(x)
+
+    def numpy_setup():
+        x = torch.randn(rows, cols).numpy()
+        return lambda: numpy_op(x)
+
+    return {"torch": torch_setup, "torch_compile": compile_setup, "numpy": numpy_setup}
+
+
+def layernorm(rows: int, cols: int) -> dict[str, Setup]:
+    def inputs():
+        return torch.randn(rows, cols), torch.randn(cols), torch.randn(cols)
+
+    def torch_setup():
+        x, w, b = inputs()
+        return lambda: F.layer_norm(x, (cols,), w, b)
+
+    def compile_setup():
+        x, w, b = inputs()
+        f = _compile(lambda x_, w_, b_: F.layer_norm(x_, (cols,), w_, b_))
+        return lambda: f(x, w, b)
+
+    def numpy_setup():
+        x, w, b = (t.numpy() for t in inputs())
+
+        def run():
+            mean = x.mean(axis=1, keepdims=True)
+            centered = x - mean
+            var = (centered * centered).mean(axis=1, keepdims=True)
+            return centered / np.sqrt(var + np.float32(1e-5)) * w + b
+
+        return run
+
+    return {"torch": torch_setup, "torch_compile": compile_setup, "numpy": numpy_setup}
+
+
+def cross_entropy(rows: int, classes: int) -> dict[str, Setup]:
+    def inputs():
+        return torch.randn(rows, classes), torch.randint(0, classes, (rows,))
+
+    def torch_setup():
+        x, t = inputs()
+        return lambda: F.cross_entropy(x, t)
+
+    def compile_setup():
+        x, t = inputs()
+        f = _compile(F.cross_entropy)
+        return lambda: f(x, t)
+
+    def numpy_setup():
+        x, t = (v.numpy() for v in inputs())
+        index = np.arange(rows)
+        return lambda: -_log_softmax_numpy(x)[index, t].mean()
+
+    return {"torch": torch_setup, "torch_compile": compile_setup, "numpy": numpy_setup}
+
+
+def conv2d(batch, in_channels, size, out_channels, kernel, padding, bias) -> dict[str, Setup]:
+    def torch_setup():
+        x = torch.randn(batch, in_channels, size, size)
+        w = torch.randn(out_channels, in_channels, kernel, kernel)
+        b = torch.randn(out_channels) if bias else None
+        return lambda: F.conv2d(x, w, b, 1, padding)
+
+    return {"torch": torch_setup}
+
+
+def maxpool2d() -> dict[str, Setup]:
+    def torch_setup():
+        x = torch.randn(32, 16, 24, 24)
+        return lambda: F.max_pool2d(x, 2)
+
+    def numpy_setup():
+        x = torch.randn(32, 16, 24, 24).numpy()
+        return lambda: x.reshape(32, 16, 12, 2, 12, 2).max(axis=(3, 5))
+
+    return {"torch": torch_setup, "numpy": numpy_setup}
+
+
+def linear_gelu(rows: int, in_features: int, out_features: int) -> dict[str, Setup]:
+    def inputs():
+        return (torch.randn(rows, in_features), torch.randn(out_features, in_features) / math.sqrt(in_features),
+                torch.randn(out_features))
+
+    def op(x, w, b):
+        return F.gelu(F.linear(x, w, b), approximate="tanh")
+
+    def torch_setup():
+        x, w, b = inputs()
+        return lambda: op(x, w, b)
+
+    def compile_setup():
+        x, w, b = inputs()
+        f = _compile(op)
+        return lambda: f(x, w, b)
+
+    def numpy_setup():
+        x, w, b = (t.numpy() for t in inputs())
+        wt = w.T  # a view: x @ w.T reads w transposed, as F.linear does
+        return lambda: _gelu_tanh_numpy(x @ wt + b)
+
+    return {"torch": torch_setup, "torch_compile": compile_setup, "numpy": numpy_setup}
+
+
+def adam_step(n: int) -> dict[str, Setup]:
+    def make():
+        p = torch.nn.Parameter(torch.randn(n))
+        p.grad = torch.randn(n)
+        return torch.optim.Adam([p])  # PyTorch's defaults, as the ember side
+
+    def torch_setup():
+        opt = make()
+        return opt.step
+
+    def compile_setup():
+        opt = make()
+        # PyTorch's "compiled optimizer" recipe: compile a function that calls step().
+        f = _compile(lambda: opt.step())
+        return f
+
+    return {"torch": torch_setup, "torch_compile": compile_setup}
+
+
+def dispatch_add() -> dict[str, Setup]:
+    def torch_setup():
+        a, b = torch.randn(4, 4), torch.randn(4, 4)
+        return lambda: a + b
+
+    def numpy_setup():
+        a, b = torch.randn(4, 4).numpy(), torch.randn(4, 4).numpy()
+        return lambda: a + b
+
+    return {"torch": torch_setup, "numpy": numpy_setup}
+
+
+# --- training --------------------------------------------------------------------------------------
+
+
+def mnist_cnn() -> torch.nn.Sequential:
+    """ember::models::mnist_cnn() (include/ember/models/mnist.h)."""
+    nn = torch.nn
+    return nn.Sequential(nn.Conv2d(1, 16, 5), nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(16, 32, 5), nn.ReLU(),
+                         nn.MaxPool2d(2), nn.Flatten(), nn.Linear(512, 10))
+
+
+def _train_step_setups(make_model, make_optimizer, input_shape) -> dict[str, Setup]:
+    def make(compiled: bool):
+        torch.manual_seed(0)
+        model = make_model()
+        opt = make_optimizer(model.parameters())
+        x = torch.randn(*input_shape)
+        y = torch.randint(0, 10, (input_shape[0],))
+
+        def loss_of(x_, y_):
+            return F.cross_entropy(model(x_), y_)
+
+        # torch.compile: the forward and the loss compile into one graph (and AOTAutograd compiles
+        # its backward); backward() and the optimizer step stay eager, as in PyTorch's tutorials.
+        loss_fn = _compile(loss_of) if compiled else loss_of
+
+        def step():
+            opt.zero_grad()
+            loss = loss_fn(x, y)
+            loss.backward()
+            opt.step()
+
+        return step
+
+    return {"torch": lambda: make(False), "torch_compile": lambda: make(True)}
+
+
+def train_step_mlp() -> dict[str, Setup]:
+    nn = torch.nn
+    return _train_step_setups(lambda: nn.Sequential(nn.Linear(784, 128), nn.ReLU(), nn.Linear(128, 10)),
+                              lambda params: torch.optim.Adam(params, lr=1e-3), (64, 784))
+
+
+def train_step_cnn() -> dict[str, Setup]:
+    return _train_step_setups(mnist_cnn, lambda params: torch.optim.SGD(params, lr=0.01, momentum=0.9),
+                              (64, 1, 28, 28))
+
+
+MNIST_MEAN, MNIST_STD = np.float32(0.1307), np.float32(0.3081)
+
+
+def load_mnist_train(path: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """The training split of mnist_5k.csv.gz exactly as src/data/mnist.cpp makes it: per digit, in
+    file order, the first count - count // 5 rows; pixels scaled to [0, 1] then standardized."""
+    with gzip.open(path, "rt") as f:
+        rows = np.loadtxt(f, delimiter=",", dtype=np.int64)
+    pixels, labels = rows[:, :784], rows[:, 784]
+    counts = np.bincount(labels, minlength=10)
+    seen = np.zeros(10, dtype=np.int64)
+    keep = np.zeros(len(labels), dtype=bool)
+    for i, label in enumerate(labels):
+        keep[i] = seen[label] < counts[label] - counts[label] // 5
+        seen[label] += 1
+    scaled = pixels[keep].astype(np.float32) / np.float32(255.0)
+    images = ((scaled - MNIST_MEAN) / MNIST_STD).reshape(-1, 1, 28, 28)
+    return torch.from_numpy(np.ascontiguousarray(images)), torch.from_numpy(labels[keep])
+
+
+def random_shift(images: torch.Tensor, max_shift: int, fill: float, generator: torch.Generator) -> torch.Tensor:
+    """data::random_shift: each image moved by its own offset in [-max_shift, max_shift] along H and W,
+    uncovered pixels set to `fill`."""
+    n, _, h, w = images.shape
+    dy = torch.randint(-max_shift, max_shift + 1, (n, 1), generator=generator)
+    dx = torch.randint(-max_shift, max_shift + 1, (n, 1), generator=generator)
+    padded = F.pad(images, (max_shift,) * 4, value=fill)
+    rows = torch.arange(h) + max_shift - dy  # (n, h): output row i reads padded row i + s - dy
+    cols = torch.arange(w) + max_shift - dx
+    out = padded[torch.arange(n)[:, None, None], 0, rows[:, :, None], cols[:, None, :]]
+    return out.unsqueeze(1)
+
+
+def train_mnist_epoch(data_path: str) -> dict[str, Setup]:
+    """One epoch of `ember train mnist`'s defaults (apps/ember/train.cpp): the CNN, Adam at 3e-3 with
+    a per-batch cosine schedule over 10 epochs, batch 64, shuffled, random shifts of up to 2 pixels,
+    the per-batch loss and accuracy read back. Batches are gathered by index from the in-memory
+    tensors (what ember's DataLoader does for an in-memory dataset)."""
+    batch, epochs, shift = 64, 10, 2
+    background = float((np.float32(0) - MNIST_MEAN) / MNIST_STD)
+
+    def make(compiled: bool):
+        images, labels = load_mnist_train(data_path)
+        torch.manual_seed(0)
+        model = mnist_cnn()
+        forward = _compile(model) if compiled else model
+        opt = torch.optim.Adam(model.parameters(), lr=3e-3)
+        batches = (len(labels) + batch - 1) // batch
+        schedule = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=batches * epochs)
+        generator = torch.Generator().manual_seed(0)
+        model.train()
+
+        def run_epoch(max_batches: int = -1):
+            order = torch.randperm(len(labels), generator=generator)
+            loss_sum, correct = 0.0, 0
+            for index, start in enumerate(range(0, len(labels), batch)):
+                if index == max_batches:
+                    break
+                chosen = order[start:start + batch]
+                inputs = random_shift(images[chosen], shift, background, generator)
+                targets = labels[chosen]
+                opt.zero_grad()
+                logits = forward(inputs)
+                loss = F.cross_entropy(logits, targets)
+                loss.backward()
+                opt.step()
+                schedule.step()
+                loss_sum += loss.item() * len(targets)
+                correct += (logits.argmax(1) == targets).sum().item()
+            return loss_sum + correct
+
+        if compiled:
+            run_epoch()  # compiles both batch shapes (the last batch is smaller), once, untimed
+        # Warm-up before each measurement: a few steps.
+        return run_epoch, (lambda: run_epoch(8))
+
+    return {"torch": lambda: make(False), "torch_compile": lambda: make(True)}
+
+
+def workloads(data_dir: str = "data/mnist") -> dict[str, dict[str, Setup]]:
+    """name -> {peer: setup}, with the names of `ember bench --list`."""
+    w: dict[str, dict[str, Setup]] = {}
+    for n in (64, 256, 1024, 2048, 4096):
+        w[f"matmul_f32_{n}"] = matmul(n, n, n)
+    w["matmul_f32_mlp"] = matmul(64, 784, 128)
+    w["matmul_f32_bert"] = matmul(2048, 768, 3072)
+    for n in (256, 1024, 4096):
+        w[f"add_f32_{n}"] = binary(n, "add")
+    w["mul_f32_1024"] = binary(1024, "mul")
+    w["div_f32_1024"] = binary(1024, "div")
+    w["relu_f32_1024"] = unary(1024, "relu")
+    for n in (1024, 4096):
+        w[f"gelu_tanh_f32_{n}"] = unary(n, "gelu_tanh")
+    for n in (256, 1024):
+        w[f"sum_f32_{n}"] = reduction(n, "sum")
+    for n in (256, 1024):
+        w[f"sum_axis0_f32_{n}"] = reduction(n, "sum_axis0")
+    w["mean_f32_1024"] = reduction(1024, "mean")
+    for n in (1024, 4096):
+        w[f"transpose_contig_f32_{n}"] = transpose_contig(n)
+    for rows in (256, 1024, 4096):
+        w[f"log_softmax_f32_{rows}x10"] = softmax_like(rows, 10, log=True)
+    w["softmax_f32_8192x1024"] = softmax_like(8192, 1024, log=False)
+    w["layernorm_f32_8192x768"] = layernorm(8192, 768)
+    w["cross_entropy_f32_4096x1000"] = cross_entropy(4096, 1000)
+    w["conv2d_f32_lenet1"] = conv2d(32, 1, 28, 16, 5, 0, True)
+    w["conv2d_f32_resnet"] = conv2d(32, 64, 56, 64, 3, 1, False)
+    w["maxpool2d_f32"] = maxpool2d()
+    w["linear_gelu_f32"] = linear_gelu(8192, 768, 3072)
+    w["adam_step_f32_10M"] = adam_step(10_000_000)
+    w["dispatch_add_f32_4x4"] = dispatch_add()
+    w["train_step_mlp"] = train_step_mlp()
+    w["train_step_cnn"] = train_step_cnn()
+    w["train_mnist_epoch"] = train_mnist_epoch(os.path.join(data_dir, "mnist_5k.csv.gz"))
+    return w

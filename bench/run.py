@@ -1,0 +1,404 @@
+#!/usr/bin/env python3
+"""The benchmark runner behind scripts/bench: ember against PyTorch (eager and torch.compile) and
+NumPy, interleaved, with the machine's own limits as the yardstick.
+
+  bench/run.py [--filter REGEX] [--quick] [--threads T] [--rounds R] [--write-docs]
+  bench/run.py --check bench/baseline.json [--from bench/results/latest.json]
+  bench/run.py --self-test
+
+For each workload: every peer is set up and warmed up once (torch.compile compiles here, untimed),
+then R rounds each time ember (a fresh `ember bench --filter '^name$' --json` process) and every
+peer in-process, in an order that rotates from round to round; a round's number is the median of
+its samples, and the reported time is the median over rounds. The machine's peaks (FMA and
+streaming bandwidth) are measured first by `ember bench --machine`. Same thread count everywhere.
+
+Writes bench/results/latest.json (the shape the issue fixes) and bench/results/latest_detail.json
+(every round, the spread, the peaks in full). See docs/performance.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import re
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "bench" / "results"
+DOCS = ROOT / "docs" / "performance.md"
+PEER_ORDER = ("torch", "torch_compile", "numpy")
+PEER_TITLES = {"torch": "torch", "torch_compile": "compile", "numpy": "numpy"}
+CHECK_TOLERANCE = 0.10  # --check flags a ratio that fell by more than this fraction
+DOCS_BEGIN = "<!-- bench-table:begin (bench/run.py --write-docs) -->"
+DOCS_END = "<!-- bench-table:end -->"
+
+
+# --- ratios, shared by the table and --check ----------------------------------------------------------
+
+
+def ridge_point(machine: dict) -> float:
+    """FLOPs per byte above which the FMA peak, not the bandwidth, bounds a workload."""
+    return machine["fma_peak_gflops"] / machine["stream_gbps"]
+
+
+def peak_fraction(result: dict, machine: dict) -> tuple[str, float] | None:
+    """("flops", share of the FMA peak) for compute-bound workloads, ("bw", share of the streaming
+    bandwidth) for memory-bound ones, chosen by arithmetic intensity against the ridge point. None
+    for workloads that measure overhead (dispatch) or move no data."""
+    if result["name"].startswith("dispatch_") or result["bytes"] <= 0 or result["ember_s"] <= 0:
+        return None
+    if result["flops"] / result["bytes"] >= ridge_point(machine):
+        return "flops", result["flops"] / result["ember_s"] / 1e9 / machine["fma_peak_gflops"]
+    return "bw", result["bytes"] / result["ember_s"] / 1e9 / machine["stream_gbps"]
+
+
+def speed_ratio(result: dict, peer: str) -> float | None:
+    """peer time / ember time: > 1 means ember is faster."""
+    peer_s = result.get("peers", {}).get(peer)
+    if peer_s is None or result["ember_s"] <= 0:
+        return None
+    return peer_s / result["ember_s"]
+
+
+def ratios(result: dict, machine: dict) -> dict[str, float]:
+    """Every ratio --check compares: 'peak' and 'vs <peer>'."""
+    out = {}
+    fraction = peak_fraction(result, machine)
+    if fraction is not None:
+        out["peak"] = fraction[1]
+    for peer in PEER_ORDER:
+        r = speed_ratio(result, peer)
+        if r is not None:
+            out[f"vs {peer}"] = r
+    return out
+
+
+def check(current: dict, baseline: dict, tolerance: float = CHECK_TOLERANCE) -> list[str]:
+    """The regressions of `current` against `baseline`: one line per ratio that fell by more than
+    `tolerance` (a fraction). Workloads or peers missing from either side are not compared."""
+    base_by_name = {r["name"]: r for r in baseline["results"]}
+    problems = []
+    for result in current["results"]:
+        base = base_by_name.get(result["name"])
+        if base is None:
+            continue
+        now, before = ratios(result, current["machine"]), ratios(base, baseline["machine"])
+        for key in now:
+            if key not in before or before[key] <= 0:
+                continue
+            change = now[key] / before[key] - 1
+            if change < -tolerance:
+                problems.append(f"{result['name']}: {key} ratio fell {-change:.1%} "
+                                f"({before[key]:.3g} -> {now[key]:.3g})")
+    return problems
+
+
+def self_test() -> int:
+    """The check logic on synthetic results: a 15% drop must be flagged, a 5% drop must not."""
+    machine = {"cpu": "test", "threads": 2, "fma_peak_gflops": 100.0, "stream_gbps": 10.0}
+    baseline = {"machine": machine, "results": [
+        {"name": "matmul", "ember_s": 1.0, "peers": {"torch": 1.2, "numpy": 1.1}, "flops": 80e9, "bytes": 1e6},
+        {"name": "add", "ember_s": 1.0, "peers": {"torch": 1.0}, "flops": 1e6, "bytes": 8e9},
+        {"name": "dispatch_add_f32_4x4", "ember_s": 1e-7, "peers": {"torch": 1e-6}, "flops": 16, "bytes": 192},
+    ]}
+
+    def scaled(name: str, ember_factor: float = 1.0, peer: str | None = None, peer_factor: float = 1.0,
+               machine_factor: float = 1.0) -> dict:
+        out = json.loads(json.dumps(baseline))
+        out["machine"]["fma_peak_gflops"] *= machine_factor
+        out["machine"]["stream_gbps"] *= machine_factor
+        for r in out["results"]:
+            if r["name"] == name:
+                r["ember_s"] *= ember_factor
+                if peer:
+                    r["peers"][peer] *= peer_factor
+        return out
+
+    failures = []
+
+    def expect(label: str, current: dict, flagged: list[str]):
+        problems = check(current, baseline)
+        got = sorted({p.split(":")[0] + ":" + p.split(":")[1].split(" ratio")[0] for p in problems})
+        want = sorted(flagged)
+        if got != want:
+            failures.append(f"{label}: expected {want}, got {got} ({problems})")
+
+    expect("identical", baseline, [])
+    # ember 15% slower relative to torch on matmul: vs torch and vs numpy fall ~13%, the peak share too.
+    expect("15% slower", scaled("matmul", ember_factor=1 / 0.85),
+           ["matmul: peak", "matmul: vs numpy", "matmul: vs torch"])
+    expect("5% slower", scaled("matmul", ember_factor=1 / 0.95), [])
+    # Only the torch ratio drops: torch got 15% faster, ember did not.
+    expect("peer 15% faster", scaled("add", peer="torch", peer_factor=0.85), ["add: vs torch"])
+    expect("peer 5% faster", scaled("add", peer="torch", peer_factor=0.95), [])
+    # A slower machine (everything 15% slower, peaks too) changes no ratio.
+    slow = scaled("matmul", machine_factor=0.85)
+    for r in slow["results"]:
+        r["ember_s"] /= 0.85
+        r["peers"] = {k: v / 0.85 for k, v in r["peers"].items()}
+    expect("uniformly slower machine", slow, [])
+    # dispatch has no peak ratio; its torch ratio is still checked.
+    expect("dispatch 15% slower", scaled("dispatch_add_f32_4x4", ember_factor=1 / 0.85),
+           ["dispatch_add_f32_4x4: vs torch"])
+    for f in failures:
+        print("self-test FAILED:", f)
+    if not failures:
+        print("bench/run.py self-test: check logic OK (flags a 15% drop, not a 5% one)")
+    return 1 if failures else 0
+
+
+def run_check(current: dict, baseline_path: Path) -> int:
+    if not baseline_path.exists():
+        print(f"--check: no baseline at {baseline_path}. Make one from a run you trust: "
+              f"cp bench/results/latest.json {baseline_path}", file=sys.stderr)
+        return 2
+    baseline = json.loads(baseline_path.read_text())
+    problems = check(current, baseline)
+    if problems:
+        print(f"--check against {baseline_path}: {len(problems)} ratio(s) fell by more than "
+              f"{CHECK_TOLERANCE:.0%}:")
+        for p in problems:
+            print("  " + p)
+        return 1
+    compared = len({r["name"] for r in baseline["results"]} & {r["name"] for r in current["results"]})
+    print(f"--check against {baseline_path}: no ratio fell by more than {CHECK_TOLERANCE:.0%} "
+          f"({compared} workloads compared)")
+    return 0
+
+
+# --- the table ----------------------------------------------------------------------------------------
+
+
+def format_seconds(s: float | None) -> str:
+    if s is None:
+        return "-"
+    if s < 1e-6:
+        return f"{s * 1e9:.0f} ns"
+    if s < 1e-3:
+        return f"{s * 1e6:.1f} us"
+    if s < 1:
+        return f"{s * 1e3:.2f} ms"
+    return f"{s:.2f} s"
+
+
+def table_rows(latest: dict, detail: dict | None = None) -> tuple[list[str], list[list[str]]]:
+    header = ["workload", "ember"] + [PEER_TITLES[p] for p in PEER_ORDER] + \
+             [f"x {PEER_TITLES[p]}" for p in PEER_ORDER] + ["of peak", "noise"]
+    rows = []
+    for r in latest["results"]:
+        row = [r["name"], format_seconds(r["ember_s"])]
+        row += [format_seconds(r["peers"].get(p)) for p in PEER_ORDER]
+        for p in PEER_ORDER:
+            ratio = speed_ratio(r, p)
+            row.append("-" if ratio is None else f"{ratio:.2f}")
+        fraction = peak_fraction(r, latest["machine"])
+        row.append("-" if fraction is None else f"{fraction[1]:.0%} {'FMA' if fraction[0] == 'flops' else 'BW'}")
+        noise = (detail or {}).get(r["name"], {}).get("ember_noise")
+        row.append("-" if noise is None else f"{noise:.0%}")
+        rows.append(row)
+    return header, rows
+
+
+def print_table(latest: dict, detail: dict | None = None) -> None:
+    header, rows = table_rows(latest, detail)
+    widths = [max(len(h), *(len(row[i]) for row in rows)) if rows else len(h) for i, h in enumerate(header)]
+    line = lambda cells: "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))
+    print(line(header))
+    print("  ".join("-" * w for w in widths))
+    for row in rows:
+        print(line(row))
+
+
+def markdown_table(latest: dict, detail: dict | None = None) -> str:
+    header, rows = table_rows(latest, detail)
+    m = latest["machine"]
+    out = [f"Machine: {m['cpu']}, {m['threads']} threads; measured FMA peak {m['fma_peak_gflops']:.0f} GFLOP/s "
+           f"(f32), streaming bandwidth {m['stream_gbps']:.1f} GB/s; ridge point "
+           f"{ridge_point(m):.1f} FLOP/byte.", ""]
+    if detail and detail.get("_run"):
+        run = detail["_run"]
+        out += [f"Run: {run.get('date', '?')}, {run.get('rounds', '?')} round(s)"
+                f"{' (--quick)' if run.get('quick') else ''}, torch {run.get('torch', '?')}, "
+                f"numpy {run.get('numpy', '?')}, {run.get('seconds', 0) / 60:.1f} minutes.", ""]
+    out.append("| " + " | ".join(header) + " |")
+    out.append("|" + "|".join(["---"] + ["---:"] * (len(header) - 1)) + "|")
+    for row in rows:
+        out.append("| " + " | ".join(row) + " |")
+    return "\n".join(out) + "\n"
+
+
+def write_docs(latest: dict, detail: dict | None) -> None:
+    text = DOCS.read_text() if DOCS.exists() else ""
+    if DOCS_BEGIN not in text or DOCS_END not in text:
+        raise SystemExit(f"--write-docs: {DOCS} has no '{DOCS_BEGIN}' ... '{DOCS_END}' section to fill")
+    before, rest = text.split(DOCS_BEGIN, 1)
+    _, after = rest.split(DOCS_END, 1)
+    DOCS.write_text(before + DOCS_BEGIN + "\n" + markdown_table(latest, detail) + DOCS_END + after)
+    print(f"wrote the table into {DOCS.relative_to(ROOT)}")
+
+
+# --- running ----------------------------------------------------------------------------------------
+
+
+def ember_json(ember: Path, args: list[str], threads: int) -> list[dict]:
+    out = subprocess.run([str(ember), "bench", "--json", "--threads", str(threads), *args], cwd=ROOT,
+                         check=True, capture_output=True, text=True).stdout
+    return [json.loads(line) for line in out.splitlines() if line.strip()]
+
+
+def measure_machine(ember: Path, threads: int) -> dict:
+    """The best of two measurements of each peak (a disturbed run only lowers a peak)."""
+    runs = [ember_json(ember, ["--machine"], threads)[0] for _ in range(2)]
+    best = {k: max(r[k] for r in runs) for k in ("fma_gflops_f32", "fma_gflops_f64", "dram_gbps", "l2_gbps")}
+    return {"cpu": runs[0]["cpu"], "threads": runs[0]["threads"], **best}
+
+
+def spread(values: list[float]) -> float | None:
+    return max(values) / min(values) - 1 if len(values) > 1 and min(values) > 0 else None
+
+
+def run(args) -> int:
+    # Threads first: OpenBLAS (NumPy), MKL and OpenMP (PyTorch) read these when they load.
+    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[var] = str(args.threads)
+    sys.path.insert(0, str(ROOT / "bench"))
+    import numpy as np  # noqa: E402
+    import torch  # noqa: E402
+    import peers  # noqa: E402
+
+    torch.set_num_threads(args.threads)
+    ember = Path(args.ember)
+    if not ember.is_absolute():
+        ember = ROOT / ember
+    if not ember.exists():
+        raise SystemExit(f"bench/run.py: no ember binary at {ember} (scripts/bench builds it)")
+
+    started = time.time()
+    listed = ember_json(ember, ["--list"] + (["--filter", args.filter] if args.filter else []), args.threads)
+    # --quick skips the slow workloads unless a filter picked them.
+    names = [w["name"] for w in listed if not (args.quick and w["slow"] and not args.filter)]
+    skipped = [w["name"] for w in listed if w["name"] not in names]
+    peer_setups = peers.workloads(str(ROOT / "data" / "mnist"))
+    if args.peers:
+        wanted_peers = [p.strip() for p in args.peers.split(",") if p.strip()]
+    else:
+        wanted_peers = list(PEER_ORDER)
+
+    peaks = measure_machine(ember, args.threads)
+    machine = {"cpu": peaks["cpu"], "threads": args.threads, "fma_peak_gflops": peaks["fma_gflops_f32"],
+               "stream_gbps": peaks["dram_gbps"]}
+    print(f"machine: {peaks['cpu']}, {args.threads} threads: FMA peak {peaks['fma_gflops_f32']:.1f} GFLOP/s f32 "
+          f"({peaks['fma_gflops_f64']:.1f} f64), streaming {peaks['dram_gbps']:.1f} GB/s (L2 {peaks['l2_gbps']:.0f})")
+    print(f"workloads: {len(names)}{f' (--quick skips {len(skipped)}: ' + ', '.join(skipped) + ')' if skipped else ''}"
+          f"; {args.rounds} rounds each, interleaved\n", flush=True)
+
+    policy = peers.TimingPolicy(0.005, 0.5, 3) if args.quick else peers.TimingPolicy(0.02, 3.0, args.repeats)
+    ember_args = ["--quick"] if args.quick else ["--repeats", str(args.repeats)]
+    results, detail = [], {}
+    for name in names:
+        # Set up and warm up every peer once; compilation happens here and is not timed.
+        callables = {}
+        for peer in wanted_peers:
+            setup = peer_setups.get(name, {}).get(peer)
+            if setup is None:
+                continue
+            try:
+                made = setup()
+                fn, warmup = made if isinstance(made, tuple) else (made, None)
+                (warmup or fn)()
+                (warmup or fn)()
+                callables[peer] = (fn, warmup)
+            except Exception as e:  # a peer that fails (torch.compile, say) is recorded as absent
+                print(f"  {name}: {peer} failed, left out: {type(e).__name__}: {str(e).splitlines()[0][:200]}",
+                      flush=True)
+        rounds = {"ember": []} | {p: [] for p in callables}
+        ember_record = None
+        for r in range(args.rounds):
+            order = ["ember"] + list(callables)
+            order = order[r % len(order):] + order[:r % len(order)]  # rotate: no side always goes first
+            for side in order:
+                if side == "ember":
+                    ember_record = ember_json(ember, ["--filter", f"^{re.escape(name)}$", *ember_args],
+                                              args.threads)[0]
+                    rounds["ember"].append(ember_record["seconds"])
+                else:
+                    fn, warmup = callables[side]
+                    # A short warm-up per round (a full one only for the expensive epoch workload).
+                    rounds[side].append(peers.measure(fn, policy, warmup).median_s)
+                time.sleep(0.02)  # let the other side's idle threads go to sleep
+        callables.clear()
+        result = {"name": name, "ember_s": statistics.median(rounds["ember"]),
+                  "peers": {p: statistics.median(rounds[p]) for p in PEER_ORDER if p in rounds},
+                  "flops": float(ember_record["flops"]), "bytes": float(ember_record["bytes"])}
+        results.append(result)
+        detail[name] = {"rounds": rounds, "ember_noise": spread(rounds["ember"]),
+                        "peer_noise": {p: spread(v) for p, v in rounds.items() if p != "ember"}}
+        partial = {"machine": machine, "results": [result]}
+        header, rows = table_rows(partial, detail)
+        print("  ".join(f"{h}={c}" for h, c in zip(header, rows[0])), flush=True)
+
+    latest = {"machine": machine, "results": results}
+    detail["_run"] = {"date": time.strftime("%Y-%m-%d %H:%M"), "rounds": args.rounds, "quick": args.quick,
+                      "filter": args.filter, "skipped": skipped, "torch": torch.__version__,
+                      "numpy": np.__version__, "seconds": time.time() - started, "peaks": peaks}
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    for path, data in ((RESULTS / "latest.json", latest), (RESULTS / "latest_detail.json", detail)):
+        tmp = path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(data, indent=1) + "\n")
+        tmp.replace(path)
+    print()
+    print_table(latest, detail)
+    print(f"\nratios: x peer = peer time / ember time (> 1: ember is faster); of peak = share of the FMA peak "
+          f"(compute-bound) or of the streaming bandwidth (memory-bound; > 100% when the data fits in cache); "
+          f"noise = spread of ember's rounds (max/min - 1).")
+    print(f"wrote bench/results/latest.json ({(time.time() - started) / 60:.1f} minutes)")
+    if args.write_docs:
+        write_docs(latest, detail)
+    return 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--filter", default="", help="only workloads whose name matches this regular expression")
+    parser.add_argument("--quick", action="store_true",
+                        help="1 round of shorter, fewer samples; skips the slow workloads unless --filter is given")
+    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="threads for everyone (default: all cores)")
+    parser.add_argument("--rounds", type=int, default=None, help="interleaved rounds per workload (default 3, --quick 1)")
+    parser.add_argument("--repeats", type=int, default=5, help="samples per side and round")
+    parser.add_argument("--peers", default="", help="comma-separated subset of torch,torch_compile,numpy")
+    parser.add_argument("--ember", default="build/ember", help="the ember binary")
+    parser.add_argument("--check", metavar="BASELINE", help="flag ratios that fell more than 10%% against BASELINE")
+    parser.add_argument("--from", dest="from_file", metavar="RESULTS", help="use these results instead of running")
+    parser.add_argument("--write-docs", action="store_true", help="write the table into docs/performance.md")
+    parser.add_argument("--self-test", action="store_true", help="test the --check logic and exit")
+    args = parser.parse_args()
+    if args.self_test:
+        return self_test()
+    if args.threads < 1:
+        parser.error("--threads must be at least 1")
+    if args.rounds is None:
+        args.rounds = 1 if args.quick else 3
+    if args.from_file:
+        latest = json.loads(Path(args.from_file).read_text())
+        detail_path = Path(args.from_file).with_name(Path(args.from_file).stem + "_detail.json")
+        detail = json.loads(detail_path.read_text()) if detail_path.exists() else None
+        print_table(latest, detail)
+        if args.write_docs:
+            write_docs(latest, detail)
+        status = 0
+    else:
+        status = run(args)
+        latest = json.loads((RESULTS / "latest.json").read_text())
+    if args.check:
+        status = max(status, run_check(latest, Path(args.check)))
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())
