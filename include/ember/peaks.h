@@ -27,4 +27,8 @@ struct MachinePeaks {
 // cache-line fill is not counted, as in STREAM). Throws ember::Error if threads < 0.
 MachinePeaks measure_peaks(int threads = 0);
 
+// This CPU's model name as /proc/cpuinfo gives it ("unknown" where there is none): the key of
+// the peaks cache and the `cpu` of measure_peaks().
+std::string cpu_model();
+
 }  // namespace ember::profiler

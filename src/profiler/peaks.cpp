@@ -259,6 +259,8 @@ double l2_gbps(int threads) {
   return rate / 1e9;
 }
 
+}  // namespace
+
 std::string cpu_model() {
   std::ifstream cpuinfo("/proc/cpuinfo");
   std::string line;
@@ -271,8 +273,6 @@ std::string cpu_model() {
   }
   return "unknown";
 }
-
-}  // namespace
 
 MachinePeaks measure_peaks(int threads) {
   EMBER_CHECK(threads >= 0, "[measure_peaks] threads must be >= 0 (0: ember's thread count), got ", threads);

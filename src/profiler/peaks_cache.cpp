@@ -22,21 +22,6 @@ namespace {
 
 constexpr int kCacheVersion = 1;
 
-// The CPU model as /proc/cpuinfo names it (as measure_peaks() records it), to find the entry
-// before measuring anything.
-std::string cpu_model() {
-  std::ifstream cpuinfo("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(cpuinfo, line)) {
-    if (line.rfind("model name", 0) != 0) continue;
-    const size_t colon = line.find(':');
-    if (colon == std::string::npos) continue;
-    const size_t first = line.find_first_not_of(" \t", colon + 1);
-    if (first != std::string::npos) return line.substr(first);
-  }
-  return "unknown";
-}
-
 nlohmann::json read_cache(const std::string& path) {
   std::ifstream in(path);
   if (!in) return nlohmann::json::object();
