@@ -2,7 +2,7 @@
 # `ember info --json` prints one JSON object with every documented field.
 set -euo pipefail
 out=$("$1" info --json)
-for key in version compiler simd_target simd_compiled num_threads openmp build_type options cuda blas devices \
+for key in version compiler simd_target simd_compiled gemm_kernel num_threads openmp build_type options cuda blas devices \
     built runtime architectures status gpus; do
   grep -q "\"$key\"" <<<"$out" || { echo "missing $key in: $out"; exit 1; }
 done

@@ -34,6 +34,7 @@ int run_info(bool as_json) {
         {"compiler", info.compiler},
         {"simd_target", info.simd_target},
         {"simd_compiled", info.simd_compiled},
+        {"gemm_kernel", info.gemm_kernel},
         {"num_threads", info.num_threads},
         {"openmp", info.openmp},
         {"build_type", info.build_type},
@@ -53,6 +54,7 @@ int run_info(bool as_json) {
             << "  compiler      " << info.compiler << "\n"
             << "  build type    " << info.build_type << "\n"
             << "  SIMD target   " << info.simd_target << " (compiled: " << info.simd_compiled << ")\n"
+            << "  GEMM tile     " << info.gemm_kernel << "\n"
             << "  threads       " << info.num_threads << (info.openmp ? " (OpenMP)" : " (no OpenMP)") << "\n"
             << "  CUDA          "
             << (info.cuda ? "on (runtime " + ember::cuda::runtime_version() + ", " +

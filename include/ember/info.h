@@ -10,6 +10,7 @@ struct BuildInfo {
   std::string compiler;
   std::string simd_target;       // the Highway target chosen at run time on this CPU
   std::string simd_compiled;     // every target compiled into the binary
+  std::string gemm_kernel;       // the GEMM's register tile on this CPU, e.g. "AVX-512 14x32"
   int num_threads = 1;
   bool openmp = false;
   bool cuda = false;

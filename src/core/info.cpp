@@ -4,6 +4,7 @@
 #include <atomic>
 #include <thread>
 
+#include "kernels/cpu/gemm.h"
 #include "kernels/cpu/kernels.h"
 #include "kernels/cpu/parallel.h"
 
@@ -50,6 +51,7 @@ BuildInfo build_info() {
 #endif
   info.simd_target = cpu::simd_target_name();
   info.simd_compiled = cpu::simd_compiled_targets();
+  info.gemm_kernel = cpu::gemm_micro_kernel_name();
   info.num_threads = get_num_threads();
 #ifdef _OPENMP
   info.openmp = true;
