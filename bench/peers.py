@@ -125,24 +125,30 @@ def _gelu_tanh_numpy(x):
     return 0.5 * x * (1.0 + np.tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)))
 
 
-def unary(n: int, op: str) -> dict[str, Setup]:
-    torch_op = {"relu": torch.relu, "gelu_tanh": lambda x: F.gelu(x, approximate="tanh")}[op]
-    numpy_op = {"relu": lambda x: np.maximum(x, np.float32(0)), "gelu_tanh": _gelu_tanh_numpy}[op]
+def _one_input(make_input, torch_op, numpy_op) -> dict[str, Setup]:
+    """PyTorch eager, torch.compile and NumPy applying an op to one fresh input from make_input()."""
 
     def torch_setup():
-        x = torch.randn(n, n)
+        x = make_input()
         return lambda: torch_op(x)
 
     def compile_setup():
-        x = torch.randn(n, n)
+        x = make_input()
         f = _compile(torch_op)
         return lambda: f(x)
 
     def numpy_setup():
-        x = torch.randn(n, n).numpy()
+        x = make_input().numpy()
         return lambda: numpy_op(x)
 
     return {"torch": torch_setup, "torch_compile": compile_setup, "numpy": numpy_setup}
+
+
+def unary(n: int, op: str) -> dict[str, Setup]:
+    torch_op = {"relu": torch.relu, "gelu_tanh": lambda x: F.gelu(x, approximate="tanh")}[op]
+    numpy_op = {"relu": lambda x: np.maximum(x, np.float32(0)), "gelu_tanh": _gelu_tanh_numpy}[op]
+
+    return _one_input(lambda: torch.randn(n, n), torch_op, numpy_op)
 
 
 def reduction(n: int, op: str) -> dict[str, Setup]:
@@ -186,20 +192,7 @@ def softmax_like(rows: int, cols: int, log: bool) -> dict[str, Setup]:
     torch_op = (lambda x: torch.log_softmax(x, 1)) if log else (lambda x: torch.softmax(x, 1))
     numpy_op = _log_softmax_numpy if log else _softmax_numpy
 
-    def torch_setup():
-        x = torch.randn(rows, cols)
-        return lambda: torch_op(x)
-
-    def compile_setup():
-        x = torch.randn(rows, cols)
-        f = _compile(torch_op)
-        return lambda: f(x)
-
-    def numpy_setup():
-        x = torch.randn(rows, cols).numpy()
-        return lambda: numpy_op(x)
-
-    return {"torch": torch_setup, "torch_compile": compile_setup, "numpy": numpy_setup}
+    return _one_input(lambda: torch.randn(rows, cols), torch_op, numpy_op)
 
 
 def layernorm(rows: int, cols: int) -> dict[str, Setup]:

@@ -99,6 +99,26 @@ struct Matrix {
   T at(int64_t i, int64_t j) const { return storage[static_cast<size_t>(i * row_stride + j * col_stride)]; }
 };
 
+// C (c, at the given strides) = A @ B: the GemmArgs with no epilogue yet.
+template <class T>
+GemmArgs product_args(const Matrix<T>& a, const Matrix<T>& b, T* c, int64_t c_row_stride, int64_t c_col_stride) {
+  GemmArgs args;
+  args.dtype = ember::dtype_of<T>();
+  args.m = a.rows;
+  args.n = b.cols;
+  args.k = a.cols;
+  args.a = a.storage.data();
+  args.a_row_stride = a.row_stride;
+  args.a_col_stride = a.col_stride;
+  args.b = b.storage.data();
+  args.b_row_stride = b.row_stride;
+  args.b_col_stride = b.col_stride;
+  args.c = c;
+  args.c_row_stride = c_row_stride;
+  args.c_col_stride = c_col_stride;
+  return args;
+}
+
 // What one GEMM call adds on top of A @ B.
 struct Epilogue {
   double alpha = 1.0;
@@ -142,20 +162,7 @@ void check_gemm(int64_t m, int64_t n, int64_t k, Layout a_layout, Layout b_layou
     }
   }
 
-  GemmArgs args;
-  args.dtype = ember::dtype_of<T>();
-  args.m = m;
-  args.n = n;
-  args.k = k;
-  args.a = a.storage.data();
-  args.a_row_stride = a.row_stride;
-  args.a_col_stride = a.col_stride;
-  args.b = b.storage.data();
-  args.b_row_stride = b.row_stride;
-  args.b_col_stride = b.col_stride;
-  args.c = c.storage.data();
-  args.c_row_stride = c.row_stride;
-  args.c_col_stride = c.col_stride;
+  GemmArgs args = product_args(a, b, c.storage.data(), c.row_stride, c.col_stride);
   args.alpha = e.alpha;
   args.beta = e.beta;
   args.bias = e.bias ? bias.data() : nullptr;
@@ -289,19 +296,7 @@ TEST(GemmEpilogue, ThreadCountIndependent) {
       std::vector<std::vector<float>> results;
       for (int threads : {1, 2}) {
         std::vector<float> c(static_cast<size_t>(m * n));
-        GemmArgs args;
-        args.m = m;
-        args.n = n;
-        args.k = k;
-        args.a = a.storage.data();
-        args.a_row_stride = a.row_stride;
-        args.a_col_stride = a.col_stride;
-        args.b = b.storage.data();
-        args.b_row_stride = b.row_stride;
-        args.b_col_stride = b.col_stride;
-        args.c = c.data();
-        args.c_row_stride = n;
-        args.c_col_stride = 1;
+        GemmArgs args = product_args(a, b, c.data(), n, 1);
         args.bias = bias.data();
         args.activation = GemmActivation::kGeluErf;
         args.residual = residual.storage.data();
