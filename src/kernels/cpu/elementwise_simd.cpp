@@ -27,6 +27,7 @@ namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
 #include "kernels/cpu/functors-inl.h"
+#include "kernels/cpu/transpose-inl.h"
 
 template <class F, class T>
 int64_t unary_vectors(void* out_ptr, const void* in_ptr, int64_t n) {
@@ -119,7 +120,7 @@ int64_t BinaryRow(OpKind op, DType dtype, void* out, const void* a, bool a_scala
 // --- transposed copy of 4-byte elements ---------------------------------------------------------------
 
 // Transposes the k x k tile of 32-bit lanes held in v[0..k) (v[c] = row c) in registers, k = Lanes(d)
-// of 4 or 8: two rounds of interleaves within 128-bit blocks, then (k = 8) halves swapped across.
+// of 4 (one 128-bit vector: two rounds of interleaves) or 8 (transpose_8x8, transpose-inl.h).
 #if HWY_TARGET != HWY_SCALAR && !HWY_HAVE_SCALABLE
 template <class D, class V>
 HWY_INLINE void transpose_registers(D d, V* v) {
@@ -134,23 +135,7 @@ HWY_INLINE void transpose_registers(D d, V* v) {
     v[3] = hn::BitCast(d, hn::InterleaveUpper(d64, hn::BitCast(d64, t2), hn::BitCast(d64, t3)));
     return;
   }
-  // k == 8: rows 0-3 and 4-7 each become 4x4 transposes per 128-bit half: a[j] holds column j of
-  // rows 0-3 in its lower half and column 4 + j in its upper half; b[j] the same for rows 4-7.
-  V a[4], b[4];
-  for (int half = 0; half < 2; ++half) {
-    V* out = half == 0 ? a : b;
-    const V* in = v + 4 * half;
-    const V t0 = hn::InterleaveLower(d, in[0], in[1]), t1 = hn::InterleaveLower(d, in[2], in[3]);
-    const V t2 = hn::InterleaveUpper(d, in[0], in[1]), t3 = hn::InterleaveUpper(d, in[2], in[3]);
-    out[0] = hn::BitCast(d, hn::InterleaveLower(d64, hn::BitCast(d64, t0), hn::BitCast(d64, t1)));
-    out[1] = hn::BitCast(d, hn::InterleaveUpper(d64, hn::BitCast(d64, t0), hn::BitCast(d64, t1)));
-    out[2] = hn::BitCast(d, hn::InterleaveLower(d64, hn::BitCast(d64, t2), hn::BitCast(d64, t3)));
-    out[3] = hn::BitCast(d, hn::InterleaveUpper(d64, hn::BitCast(d64, t2), hn::BitCast(d64, t3)));
-  }
-  for (int j = 0; j < 4; ++j) {
-    v[j] = hn::ConcatLowerLower(d, b[j], a[j]);
-    v[4 + j] = hn::ConcatUpperUpper(d, b[j], a[j]);
-  }
+  transpose_8x8(d, v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7]);
 }
 #endif
 

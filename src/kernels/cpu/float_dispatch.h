@@ -18,4 +18,14 @@ void dispatch_float(const char* op, DType dtype, const F& f) {
   }
 }
 
+// The typed view of a kernel's void* operand, inside a dispatch_float body.
+template <class T>
+const T* cast(const void* p) {
+  return static_cast<const T*>(p);
+}
+template <class T>
+T* cast(void* p) {
+  return static_cast<T*>(p);
+}
+
 }  // namespace ember::cpu

@@ -282,6 +282,7 @@ using namespace gemm_detail;  // NOLINT(google-build-using-namespace)
 // The vector forms of the activations, shared with the elementwise ops (so linear_gelu and
 // gelu(linear) agree): vec::Relu, vec::GeluErf, ...
 #include "kernels/cpu/functors-inl.h"
+#include "kernels/cpu/transpose-inl.h"
 
 // The tile height of the packed path on this target (Note [GEMM blocking]): 14 rows where there
 // are 32 vector registers (AVX-512), 6 where there are 16.
@@ -460,34 +461,8 @@ HWY_INLINE void micro_kernel(D d, int64_t kc, const T* HWY_RESTRICT a, const T* 
 }
 
 #if HWY_TARGET != HWY_SCALAR
-// In-register transposes of a square block held in 256-bit vectors (two 128-bit halves, as on
-// AVX2 and AVX-512): on return, vector q holds what was lane q of every input. They turn a
-// transposed B into packed rows without element-by-element stores.
-template <class D, class V = hn::Vec<D>>
-HWY_INLINE void transpose_8x8(D d, V& r0, V& r1, V& r2, V& r3, V& r4, V& r5, V& r6, V& r7) {
-  const hn::Repartition<uint64_t, D> d64;
-  const auto pairs = [d, d64](V x, V y, bool upper) HWY_ATTR {  // 64-bit interleave of 32-bit pairs
-    const auto x64 = hn::BitCast(d64, x), y64 = hn::BitCast(d64, y);
-    return hn::BitCast(d, upper ? hn::InterleaveUpper(d64, x64, y64) : hn::InterleaveLower(d64, x64, y64));
-  };
-  // t: a0 b0 a1 b1 | a4 b4 a5 b5 and a2 b2 a3 b3 | a6 b6 a7 b7 for each pair of rows (a, b).
-  const V t0 = hn::InterleaveLower(d, r0, r1), t1 = hn::InterleaveUpper(d, r0, r1);
-  const V t2 = hn::InterleaveLower(d, r2, r3), t3 = hn::InterleaveUpper(d, r2, r3);
-  const V t4 = hn::InterleaveLower(d, r4, r5), t5 = hn::InterleaveUpper(d, r4, r5);
-  const V t6 = hn::InterleaveLower(d, r6, r7), t7 = hn::InterleaveUpper(d, r6, r7);
-  // u: lanes q and q + 4 of four rows.
-  const V u0 = pairs(t0, t2, false), u1 = pairs(t0, t2, true), u2 = pairs(t1, t3, false), u3 = pairs(t1, t3, true);
-  const V u4 = pairs(t4, t6, false), u5 = pairs(t4, t6, true), u6 = pairs(t5, t7, false), u7 = pairs(t5, t7, true);
-  r0 = hn::ConcatLowerLower(d, u4, u0);
-  r4 = hn::ConcatUpperUpper(d, u4, u0);
-  r1 = hn::ConcatLowerLower(d, u5, u1);
-  r5 = hn::ConcatUpperUpper(d, u5, u1);
-  r2 = hn::ConcatLowerLower(d, u6, u2);
-  r6 = hn::ConcatUpperUpper(d, u6, u2);
-  r3 = hn::ConcatLowerLower(d, u7, u3);
-  r7 = hn::ConcatUpperUpper(d, u7, u3);
-}
-
+// The 4 x 4 form for four doubles in 256 bits (two 128-bit halves of two lanes); transpose_8x8
+// (transpose-inl.h) is the float one.
 template <class D, class V = hn::Vec<D>>
 HWY_INLINE void transpose_4x4(D d, V& r0, V& r1, V& r2, V& r3) {
   // t: a0 b0 | a2 b2 and a1 b1 | a3 b3 for each pair of rows (a, b).
@@ -519,15 +494,7 @@ void pack_b_columns(const T* src, int64_t col_stride, int64_t kc, int64_t cols, 
           auto r3 = hn::LoadU(d, c + 3 * s + p), r4 = hn::LoadU(d, c + 4 * s + p), r5 = hn::LoadU(d, c + 5 * s + p);
           auto r6 = hn::LoadU(d, c + 6 * s + p), r7 = hn::LoadU(d, c + 7 * s + p);
           transpose_8x8(d, r0, r1, r2, r3, r4, r5, r6, r7);
-          T* out = dst + p * nr + j;
-          hn::StoreU(r0, d, out);
-          hn::StoreU(r1, d, out + nr);
-          hn::StoreU(r2, d, out + 2 * nr);
-          hn::StoreU(r3, d, out + 3 * nr);
-          hn::StoreU(r4, d, out + 4 * nr);
-          hn::StoreU(r5, d, out + 5 * nr);
-          hn::StoreU(r6, d, out + 6 * nr);
-          hn::StoreU(r7, d, out + 7 * nr);
+          store_8_rows(d, dst + p * nr + j, nr, r0, r1, r2, r3, r4, r5, r6, r7);
         }
         for (; p < kc; ++p) {
           for (int64_t q = 0; q < 8; ++q) dst[p * nr + j + q] = c[q * s + p];
@@ -629,15 +596,7 @@ void pack_a(const T* a, int64_t row_stride, int64_t col_stride, int64_t mc, int6
               const auto row = [&](int64_t r) HWY_ATTR { return hn::LoadU(d8, base + (r < valid ? r : 0) * row_stride); };
               auto v0 = row(0), v1 = row(1), v2 = row(2), v3 = row(3), v4 = row(4), v5 = row(5), v6 = row(6), v7 = row(7);
               transpose_8x8(d8, v0, v1, v2, v3, v4, v5, v6, v7);
-              T* out = dst + p * MR + 8 * g;
-              hn::StoreU(v0, d8, out);
-              hn::StoreU(v1, d8, out + MR);
-              hn::StoreU(v2, d8, out + 2 * MR);
-              hn::StoreU(v3, d8, out + 3 * MR);
-              hn::StoreU(v4, d8, out + 4 * MR);
-              hn::StoreU(v5, d8, out + 5 * MR);
-              hn::StoreU(v6, d8, out + 6 * MR);
-              hn::StoreU(v7, d8, out + 7 * MR);
+              store_8_rows(d8, dst + p * MR + 8 * g, MR, v0, v1, v2, v3, v4, v5, v6, v7);
             }
           }
         }

@@ -168,15 +168,6 @@ void rows_backward(int64_t begin, int64_t end, int64_t cols, bool center, const 
   }
 }
 
-template <class T>
-const T* cast(const void* p) {
-  return static_cast<const T*>(p);
-}
-template <class T>
-T* cast(void* p) {
-  return static_cast<T*>(p);
-}
-
 }  // namespace
 
 void RowNormForward(DType dtype, int64_t begin, int64_t end, int64_t cols, double eps, bool center, const void* x,
@@ -325,15 +316,6 @@ void bn_backward(int64_t outer, int64_t channels, int64_t inner, bool batch_stat
       }
     }
   });
-}
-
-template <class T>
-const T* cast(const void* p) {
-  return static_cast<const T*>(p);
-}
-template <class T>
-T* cast(void* p) {
-  return static_cast<T*>(p);
 }
 
 }  // namespace
