@@ -2,6 +2,7 @@
 // cannot show: in-place and out= forms, overlap, errors.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <functional>
 
 #include "golden.h"
@@ -190,6 +191,30 @@ TEST(Elementwise, LargeTensorsMatchSmallPath) {
   Tensor big = ember::exp(a) * b;
   Tensor row = ember::exp(a.select(0, 123)) * b;
   EXPECT_TRUE(golden::all_close(big.select(0, 123), row, {0, 0}));
+}
+
+TEST(Elementwise, ResultsDoNotDependOnPositionInTheRow) {
+  // A contiguous row runs in vectors and its tail through the same vector code, so an element's
+  // result is the same whatever its offset: x[i:] gives exactly the tail of the whole row's result,
+  // on every SIMD width (ctest also runs this capped at AVX2).
+  ember::manual_seed(8);
+  const Tensor x = ember::randn({67}) * 3.0, y = ember::randn({67}) + 2.0;
+  const Tensor whole_exp = ember::exp(x), whole_tanh = ember::tanh(x), whole_div = x / y;
+  for (int64_t i = 0; i < 67; ++i) {
+    const Tensor xs = x.slice(0, i, 67).contiguous(), ys = y.slice(0, i, 67).contiguous();
+    EXPECT_TRUE(golden::all_close(ember::exp(xs), whole_exp.slice(0, i, 67), {0, 0})) << "offset " << i;
+    EXPECT_TRUE(golden::all_close(ember::tanh(xs), whole_tanh.slice(0, i, 67), {0, 0})) << "offset " << i;
+    EXPECT_TRUE(golden::all_close(xs / ys, whole_div.slice(0, i, 67), {0, 0})) << "offset " << i;
+  }
+}
+
+TEST(Elementwise, AbsClearsTheSignOfNegativeZero) {
+  for (const int64_t n : {1, 3, 8, 17, 40}) {
+    for (const ember::DType dtype : {ember::kFloat32, ember::kFloat64, ember::kFloat16}) {
+      const std::vector<double> values = ember::abs(ember::full({n}, -0.0, dtype)).to_vector<double>();
+      for (const double v : values) EXPECT_FALSE(std::signbit(v)) << n << " " << dtype;
+    }
+  }
 }
 
 TEST(Elementwise, ErrorsNameTheOpAndShapes) {
