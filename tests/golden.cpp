@@ -8,12 +8,14 @@
 namespace golden {
 
 const ember::Tensor& Case::tensor(size_t i) const {
-  if (i >= inputs.size() || !inputs[i].tensor) throw std::runtime_error("case " + name + ": input " + std::to_string(i) + " is not a tensor");
+  if (i >= inputs.size() || !inputs[i].tensor)
+    throw std::runtime_error("case " + name + ": input " + std::to_string(i) + " is not a tensor");
   return *inputs[i].tensor;
 }
 
 ember::Scalar Case::scalar(size_t i) const {
-  if (i >= inputs.size() || !inputs[i].scalar) throw std::runtime_error("case " + name + ": input " + std::to_string(i) + " is not a scalar");
+  if (i >= inputs.size() || !inputs[i].scalar)
+    throw std::runtime_error("case " + name + ": input " + std::to_string(i) + " is not a scalar");
   return *inputs[i].scalar;
 }
 
@@ -51,7 +53,8 @@ ember::Tensor decode_tensor(const json& j) {
   const size_t nbytes = static_cast<size_t>(base.numel() * base.element_size());
   if (hex.size() != 2 * nbytes) throw std::runtime_error("golden tensor data has the wrong length");
   auto* bytes = static_cast<unsigned char*>(base.data_ptr());
-  for (size_t i = 0; i < nbytes; ++i) bytes[i] = static_cast<unsigned char>(std::stoi(hex.substr(2 * i, 2), nullptr, 16));
+  for (size_t i = 0; i < nbytes; ++i)
+    bytes[i] = static_cast<unsigned char>(std::stoi(hex.substr(2 * i, 2), nullptr, 16));
   const json& view = j.at("view");
   if (view.is_string()) {
     const std::string v = view.get<std::string>();
@@ -100,11 +103,16 @@ std::vector<Case> cases(const std::string& area) {
 
 Tolerance tolerance_for(ember::DType dtype) {
   switch (dtype) {
-    case ember::kFloat32: return {1e-5, 1e-6};
-    case ember::kFloat64: return {1e-10, 1e-12};
-    case ember::kFloat16: return {1e-3, 1e-4};
-    case ember::kBFloat16: return {8e-3, 1e-3};
-    default: return {0, 0};
+    case ember::kFloat32:
+      return {1e-5, 1e-6};
+    case ember::kFloat64:
+      return {1e-10, 1e-12};
+    case ember::kFloat16:
+      return {1e-3, 1e-4};
+    case ember::kBFloat16:
+      return {8e-3, 1e-3};
+    default:
+      return {0, 0};
   }
 }
 

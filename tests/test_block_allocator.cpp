@@ -34,7 +34,10 @@ class FakeBackend : public DeviceBackend {
     return id;
   }
   bool event_done(EventId event) override { return pending.count(event) == 0; }
-  void destroy_event(EventId event) override { ++destroyed; recorded_on.erase(event); }
+  void destroy_event(EventId event) override {
+    ++destroyed;
+    recorded_on.erase(event);
+  }
   std::string name() const override { return "fake:0"; }
 
   void finish_stream(StreamId stream) {

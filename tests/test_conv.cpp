@@ -64,8 +64,8 @@ TEST(Conv2dBands, ManyBandsMatchTheReference) {
   for (const Case& c : {Case{64, 4, 30, 20, 3, 1, 1, 1, 1}, Case{64, 6, 45, 21, 3, 2, 1, 1, 2},
                         Case{48, 5, 33, 31, 3, 1, 2, 2, 1}, Case{3, 4, 40, 9, 5, 1, 2, 1, 1}}) {
     SCOPED_TRACE(::testing::Message() << "in " << c.in_c << " out " << c.out_c << " " << c.h << "x" << c.w << " k "
-                                      << c.k << " stride " << c.stride << " pad " << c.pad << " dilation "
-                                      << c.dilation << " groups " << c.groups);
+                                      << c.k << " stride " << c.stride << " pad " << c.pad << " dilation " << c.dilation
+                                      << " groups " << c.groups);
     for (const ember::DType dtype : {ember::kFloat32, ember::kFloat64}) {
       const Tensor x = ember::randn({2, c.in_c, c.h, c.w}, dtype);
       const Tensor w = ember::randn({c.out_c, c.in_c / c.groups, c.k, c.k}, dtype);
@@ -87,7 +87,9 @@ TEST(Conv2dBands, NonContiguousInputAndGradients) {
   const Tensor small_x = ember::randn({1, 2, 7, 6}, ember::kFloat64).requires_grad_();
   const Tensor small_w = ember::randn({3, 2, 3, 2}, ember::kFloat64).requires_grad_();
   EXPECT_TRUE(ember::autograd::gradcheck(
-      [](const std::vector<Tensor>& in) { return F::conv2d(in[0], in[1], std::nullopt, {2, 1}, {1, 0}); },
+      [](const std::vector<Tensor>& in) {
+        return F::conv2d(in[0], in[1], std::nullopt, {2, 1}, {1, 0});
+      },
       {small_x, small_w}));
 }
 

@@ -5,9 +5,8 @@
 #include <random>
 #include <sstream>
 
-#include "ops/cost.h"
-
 #include "golden.h"
+#include "ops/cost.h"
 
 using ember::Tensor;
 using golden::Case;
@@ -161,7 +160,7 @@ TEST(Views, ErrorsNameTheOp) {
   EXPECT_TRUE(starts_with([&] { (void)x.data_ptr<double>(); }, "[data_ptr]"));
   EXPECT_TRUE(starts_with([&] { ember::zeros({1, 1, 1, 1, 1, 1, 1, 1, 1}); }, "[shape]"));
   EXPECT_TRUE(starts_with([&] { ember::zeros({2, -1}); }, "[empty]"));
-  EXPECT_TRUE(starts_with([&] { ember::ones({2}, ember::Device{ember::DeviceType::CUDA, 0}); }, "[allocate]"));
+  EXPECT_TRUE(starts_with([&] { ember::ones({2}, ember::Device{ember::DeviceType::kCUDA, 0}); }, "[allocate]"));
   EXPECT_TRUE(starts_with([&] { ember::arange(0, 5, -1); }, "[arange]"));
   EXPECT_TRUE(starts_with([&] { ember::randint(5, 5, {2}); }, "[randint]"));
 }
@@ -308,13 +307,13 @@ TEST(Broadcasting, RandomShapesPropertyTest) {
 TEST(Dispatch, CostRulesCountFlopsAndBytes) {
   const Tensor a = ember::ones({8, 16}), b = ember::ones({16});
   const Tensor out = a + b;
-  const ember::OpCost add = ember::elementwise_cost(ember::OpKind::Add, out, {&a, &b});
+  const ember::OpCost add = ember::elementwise_cost(ember::OpKind::kAdd, out, {&a, &b});
   EXPECT_EQ(add.flops, 128.0);
   EXPECT_EQ(add.bytes, 4.0 * (128 + 128 + 16));
   const ember::OpCost mm = ember::matmul_cost(2, 3, 4, 5, ember::kFloat32);
   EXPECT_EQ(mm.flops, 2.0 * 2 * 3 * 4 * 5);
   EXPECT_EQ(mm.bytes, 2.0 * 4 * (3 * 5 + 5 * 4 + 3 * 4));
-  EXPECT_EQ(ember::op_info(ember::OpKind::Exp).name, "exp");
-  EXPECT_TRUE(ember::has_trait(ember::OpKind::Add, ember::kCommutative));
-  EXPECT_FALSE(ember::has_trait(ember::OpKind::Sub, ember::kCommutative));
+  EXPECT_EQ(ember::op_info(ember::OpKind::kExp).name, "exp");
+  EXPECT_TRUE(ember::has_trait(ember::OpKind::kAdd, ember::kCommutative));
+  EXPECT_FALSE(ember::has_trait(ember::OpKind::kSub, ember::kCommutative));
 }

@@ -13,8 +13,8 @@ namespace ember {
 namespace {
 
 namespace F = nn::functional;
-using profiler::count_cost;
 using profiler::CostTotals;
+using profiler::count_cost;
 
 constexpr double kF32 = 4;  // bytes per float32
 
@@ -63,7 +63,8 @@ TEST(Cost, Conv2dBackwardNode) {
 
   // The same from the node's recorded inputs, as the autograd engine asks for it.
   const Shape in{2, 3, 8, 8}, weight{4, 3, 3, 3}, bias{4};
-  const std::vector<NodeOperand> operands = {{&in, kFloat32, false}, {&weight, kFloat32, true}, {&bias, kFloat32, true}};
+  const std::vector<NodeOperand> operands = {
+      {&in, kFloat32, false}, {&weight, kFloat32, true}, {&bias, kFloat32, true}};
   const std::optional<OpCost> node = backward_cost("conv2d", empty({2, 4, 6, 6}), operands);
   ASSERT_TRUE(node.has_value());
   EXPECT_DOUBLE_EQ(node->flops, cost.flops);

@@ -273,8 +273,8 @@ TEST(Mnist, OfflineSubsetHasTheFixedSplit) {
   if (!fs::exists(kRepoData + "/mnist_5k.csv.gz")) {
     GTEST_SKIP() << kRepoData << "/mnist_5k.csv.gz is absent: run scripts/setup to download it";
   }
-  const MNIST train(kRepoData, Split::Train);
-  const MNIST test(kRepoData, Split::Test);
+  const MNIST train(kRepoData, Split::kTrain);
+  const MNIST test(kRepoData, Split::kTest);
   EXPECT_EQ(train.size(), 4000);
   EXPECT_EQ(test.size(), 1000);
   EXPECT_EQ(train.images().shape(), Shape({4000, 1, 28, 28}));
@@ -299,7 +299,7 @@ TEST(Mnist, OfflineSubsetHasTheFixedSplit) {
   EXPECT_NEAR(train.images().std().item<float>(), 1.0, 0.1);
 
   // Without normalization the pixels are k / 255 for integers k in 0..255.
-  const MNIST raw = MNIST::from_csv(kRepoData + "/mnist_5k.csv.gz", Split::Test, /*normalize=*/false);
+  const MNIST raw = MNIST::from_csv(kRepoData + "/mnist_5k.csv.gz", Split::kTest, /*normalize=*/false);
   EXPECT_EQ(raw.size(), 1000);
   EXPECT_EQ(raw.images().min().item<float>(), 0.0f);
   EXPECT_EQ(raw.images().max().item<float>(), 1.0f);
@@ -375,8 +375,8 @@ std::string synthetic_csv(int rows) {
 
 TEST_F(MnistFiles, CsvSplitsEachDigitIntoFourFifthsTrainAndOneFifthTest) {
   write("digits.csv.gz", gzip_stored(synthetic_csv(50)));  // 5 rows per digit: 4 train, 1 test
-  const MNIST train = MNIST::from_csv(path("digits.csv.gz"), Split::Train, /*normalize=*/false);
-  const MNIST test = MNIST::from_csv(path("digits.csv.gz"), Split::Test, false);
+  const MNIST train = MNIST::from_csv(path("digits.csv.gz"), Split::kTrain, /*normalize=*/false);
+  const MNIST test = MNIST::from_csv(path("digits.csv.gz"), Split::kTest, false);
   EXPECT_EQ(train.size(), 40);
   EXPECT_EQ(test.size(), 10);
   // Digit d appears in rows d, d + 10, ..., d + 40: the last of them (d + 40) is its test row.
@@ -387,20 +387,20 @@ TEST_F(MnistFiles, CsvSplitsEachDigitIntoFourFifthsTrainAndOneFifthTest) {
   EXPECT_EQ(train.labels().to_vector<int64_t>()[39], 9);
   EXPECT_EQ(train.images().at({39, 0, 27, 27}).to<float>(), static_cast<float>((39 + 783) % 256) / 255.0f);
 
-  const MNIST normalized = MNIST::from_csv(path("digits.csv.gz"), Split::Test);
+  const MNIST normalized = MNIST::from_csv(path("digits.csv.gz"), Split::kTest);
   EXPECT_FLOAT_EQ(normalized.images().at({3, 0, 0, 5}).to<float>(),
                   (static_cast<float>(48) / 255.0f - MNIST::kMean) / MNIST::kStd);
 
   // A plain (not gzip'ed) CSV reads the same.
   write("plain.csv", synthetic_csv(50));
-  EXPECT_EQ(MNIST::from_csv(path("plain.csv"), Split::Train, false).images().to_vector<float>(),
+  EXPECT_EQ(MNIST::from_csv(path("plain.csv"), Split::kTrain, false).images().to_vector<float>(),
             train.images().to_vector<float>());
 }
 
 TEST_F(MnistFiles, CorruptCsvFilesGiveClearErrors) {
   const auto expect_csv_error = [&](const std::string& text, const std::vector<std::string>& parts) {
     write("bad.csv.gz", gzip_stored(text));
-    expect_error([&] { MNIST::from_csv(path("bad.csv.gz"), Split::Train); }, parts);
+    expect_error([&] { MNIST::from_csv(path("bad.csv.gz"), Split::kTrain); }, parts);
   };
   const std::string good_row = synthetic_csv(1);
   std::string short_row = good_row;
@@ -415,22 +415,22 @@ TEST_F(MnistFiles, CorruptCsvFilesGiveClearErrors) {
   // Damaged gzip data.
   const std::string packed = gzip_stored(synthetic_csv(20));
   write("truncated.csv.gz", packed.substr(0, packed.size() / 2));
-  expect_error([&] { MNIST::from_csv(path("truncated.csv.gz"), Split::Train); },
+  expect_error([&] { MNIST::from_csv(path("truncated.csv.gz"), Split::kTrain); },
                {"[mnist] cannot read '" + path("truncated.csv.gz") + "'", "corrupt or truncated"});
   std::string flipped = packed;
   flipped[flipped.size() - 6] ^= 0x5a;  // the CRC no longer matches
   write("crc.csv.gz", flipped);
-  expect_error([&] { MNIST::from_csv(path("crc.csv.gz"), Split::Train); }, {"corrupt or truncated"});
+  expect_error([&] { MNIST::from_csv(path("crc.csv.gz"), Split::kTrain); }, {"corrupt or truncated"});
 
-  expect_error([&] { MNIST::from_csv(path("missing.csv.gz"), Split::Train); }, {"not found", "run scripts/setup"});
+  expect_error([&] { MNIST::from_csv(path("missing.csv.gz"), Split::kTrain); }, {"not found", "run scripts/setup"});
 }
 
 TEST_F(MnistFiles, DefaultRootExplainsHowToGetTheDataAndChecksTheSubset) {
-  expect_error([&] { MNIST(dir_.string(), Split::Train); },
+  expect_error([&] { MNIST(dir_.string(), Split::kTrain); },
                {"[mnist] no MNIST data in '" + dir_.string() + "'", "run scripts/setup", "mnist_5k.csv.gz"});
   // A mnist_5k.csv.gz that is not the whole subset is refused with the per-digit counts.
   write("mnist_5k.csv.gz", gzip_stored(synthetic_csv(50)));
-  expect_error([&] { MNIST(dir_.string(), Split::Train); },
+  expect_error([&] { MNIST(dir_.string(), Split::kTrain); },
                {"has 50 rows (per digit 0: 5, 1: 5", "expected 5000 with 500 per digit", "scripts/setup"});
 }
 
@@ -455,12 +455,12 @@ TEST_F(MnistFiles, IdxFilesPlainAndGzipped) {
   write("train-labels-idx1-ubyte.gz", gzip_stored(idx_labels(6)));
   write("t10k-images-idx3-ubyte.gz", gzip_stored(idx_images(2)));
   write("t10k-labels-idx1-ubyte", idx_labels(2));
-  const MNIST train(dir_.string(), Split::Train, /*normalize=*/false);  // the IDX files win over the CSV
+  const MNIST train(dir_.string(), Split::kTrain, /*normalize=*/false);  // the IDX files win over the CSV
   EXPECT_EQ(train.images().shape(), Shape({6, 1, 28, 28}));
   EXPECT_EQ(train.labels().to_vector<int64_t>(), (std::vector<int64_t>{0, 3, 6, 9, 2, 5}));
   EXPECT_EQ(train.images().at({1, 0, 0, 3}).to<float>(), static_cast<float>(((784 + 3) * 7) % 256) / 255.0f);
   EXPECT_NE(train.source().find("train-labels-idx1-ubyte.gz"), std::string::npos);
-  const MNIST test = MNIST::from_idx(dir_.string(), Split::Test);
+  const MNIST test = MNIST::from_idx(dir_.string(), Split::kTest);
   EXPECT_EQ(test.size(), 2);
   EXPECT_FLOAT_EQ(test.images().at({0, 0, 0, 1}).to<float>(), (7.0f / 255.0f - MNIST::kMean) / MNIST::kStd);
 }
@@ -470,7 +470,7 @@ TEST_F(MnistFiles, CorruptIdxFilesGiveClearErrors) {
                                     const std::vector<std::string>& parts) {
     write("train-images-idx3-ubyte", images);
     write("train-labels-idx1-ubyte", labels);
-    expect_error([&] { MNIST::from_idx(dir_.string(), Split::Train); }, parts);
+    expect_error([&] { MNIST::from_idx(dir_.string(), Split::kTrain); }, parts);
   };
   expect_idx_error(idx_labels(3), idx_labels(3), {"magic number 0x00000801, expected 0x00000803", "images"});
   expect_idx_error(idx_images(3), idx_images(3), {"magic number 0x00000803, expected 0x00000801", "labels"});
@@ -484,7 +484,7 @@ TEST_F(MnistFiles, CorruptIdxFilesGiveClearErrors) {
   expect_idx_error(be32(0x803) + be32(0xffffffffu) + be32(0xffffffffu) + be32(28), idx_labels(1),
                    {"claiming more than"});
   fs::remove(path("train-labels-idx1-ubyte"));
-  expect_error([&] { MNIST::from_idx(dir_.string(), Split::Train); },
+  expect_error([&] { MNIST::from_idx(dir_.string(), Split::kTrain); },
                {"train-labels-idx1-ubyte' not found (nor 'train-labels-idx1-ubyte.gz')"});
 }
 

@@ -79,15 +79,18 @@ const golden::Registry& registry() {
          return {ember::clamp(c.tensor(0), c.scalar(1), hi)};
        }},
       {"masked_fill",
-       [](const Case& c) -> std::vector<Tensor> { return {ember::masked_fill(c.tensor(0), c.tensor(1), c.scalar(2))}; }},
+       [](const Case& c) -> std::vector<Tensor> {
+         return {ember::masked_fill(c.tensor(0), c.tensor(1), c.scalar(2))};
+       }},
   };
   return ops;
 }
 
-
 class GoldenElementwise : public ::testing::TestWithParam<std::string> {};
 
-TEST_P(GoldenElementwise, MatchesPyTorch) { golden::run_cases("elementwise", GetParam(), registry().at(GetParam()), golden::one_ulp_for_16bit); }
+TEST_P(GoldenElementwise, MatchesPyTorch) {
+  golden::run_cases("elementwise", GetParam(), registry().at(GetParam()), golden::one_ulp_for_16bit);
+}
 
 INSTANTIATE_TEST_SUITE_P(Ops, GoldenElementwise, ::testing::ValuesIn(golden::op_names(registry())), golden::OpName());
 
@@ -118,7 +121,7 @@ TEST(Elementwise, InPlaceWritesIntoSelfAndBumpsVersion) {
 
 TEST(Elementwise, InPlaceRejectsWhatCannotBeHeld) {
   Tensor i = ember::ones({3}, ember::kInt64);
-  EXPECT_THROW(i.add_(0.5), ember::Error);              // float result into int64
+  EXPECT_THROW(i.add_(0.5), ember::Error);  // float result into int64
   Tensor small = ember::ones({3});
   EXPECT_THROW(small.add_(ember::ones({2, 3})), ember::Error);  // would need to grow
 }

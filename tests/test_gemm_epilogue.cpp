@@ -129,16 +129,15 @@ struct Epilogue {
 };
 
 std::string describe(int64_t m, int64_t n, int64_t k, Layout a, Layout b, const Epilogue& e) {
-  return std::to_string(m) + "x" + std::to_string(k) + " @ " + std::to_string(k) + "x" + std::to_string(n) +
-         ", A " + name_of(a) + ", B " + name_of(b) + ", alpha " + std::to_string(e.alpha) + ", beta " +
-         std::to_string(e.beta) + (e.bias ? ", bias" : "") + ", " + name_of(e.activation) +
+  return std::to_string(m) + "x" + std::to_string(k) + " @ " + std::to_string(k) + "x" + std::to_string(n) + ", A " +
+         name_of(a) + ", B " + name_of(b) + ", alpha " + std::to_string(e.alpha) + ", beta " + std::to_string(e.beta) +
+         (e.bias ? ", bias" : "") + ", " + name_of(e.activation) +
          (e.residual ? std::string(", residual ") + name_of(*e.residual) : "");
 }
 
 // Runs one GEMM on `threads` threads and checks every element of C against the double loop.
 template <class T>
-void check_gemm(int64_t m, int64_t n, int64_t k, Layout a_layout, Layout b_layout, const Epilogue& e,
-                int threads = 2) {
+void check_gemm(int64_t m, int64_t n, int64_t k, Layout a_layout, Layout b_layout, const Epilogue& e, int threads = 2) {
   std::mt19937 rng(static_cast<uint32_t>(m * 1000003 + n * 1009 + k));
   const Matrix<T> a(m, k, a_layout, rng), b(k, n, b_layout, rng);
   Matrix<T> c(m, n, Layout::kRowMajor, rng);  // old values: beta reads them, beta == 0 must not
@@ -344,19 +343,22 @@ TEST(GemmKernel, MicroKernelIsNamed) {
 // --- linear_gelu ----------------------------------------------------------------------------------
 
 TEST(LinearGelu, MatchesPyTorch) {
-  golden::run_cases("linear_gelu", "linear_gelu", [](const golden::Case& c) -> std::vector<Tensor> {
-    std::optional<Tensor> bias;
-    if (c.inputs.size() > 2) bias = c.tensor(2);
-    const std::string approximate = c.attrs.value("approximate", std::string("none"));
-    return {ember::linear_gelu(c.tensor(0), c.tensor(1), bias, approximate)};
-  }, golden::accumulation_tolerance);
+  golden::run_cases(
+      "linear_gelu", "linear_gelu",
+      [](const golden::Case& c) -> std::vector<Tensor> {
+        std::optional<Tensor> bias;
+        if (c.inputs.size() > 2) bias = c.tensor(2);
+        const std::string approximate = c.attrs.value("approximate", std::string("none"));
+        return {ember::linear_gelu(c.tensor(0), c.tensor(1), bias, approximate)};
+      },
+      golden::accumulation_tolerance);
 }
 
 TEST(LinearGelu, AgreesWithGeluOfLinear) {
   ember::manual_seed(5);
   for (const char* approximate : {"none", "tanh"}) {
-    for (const auto& [rows, in, out] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{
-             {64, 784, 128}, {37, 300, 45}, {3, 5, 7}, {1, 64, 33}}) {
+    for (const auto& [rows, in, out] :
+         std::vector<std::tuple<int64_t, int64_t, int64_t>>{{64, 784, 128}, {37, 300, 45}, {3, 5, 7}, {1, 64, 33}}) {
       const Tensor x = ember::randn({rows, in});
       const Tensor w = ember::mul(ember::randn({out, in}), 0.05);
       const Tensor b = ember::randn({out});
@@ -379,7 +381,9 @@ TEST(LinearGelu, Gradcheck) {
         << approximate;
     const Tensor x3 = ember::randn({2, 3, 6}, ember::kFloat64).requires_grad_(true);
     EXPECT_TRUE(ember::autograd::gradcheck(
-        [approximate](const std::vector<Tensor>& in) { return ember::linear_gelu(in[0], in[1], std::nullopt, approximate); },
+        [approximate](const std::vector<Tensor>& in) {
+          return ember::linear_gelu(in[0], in[1], std::nullopt, approximate);
+        },
         {x3, w}))
         << approximate;
   }
@@ -389,8 +393,11 @@ TEST(LinearGelu, Errors) {
   const Tensor x = ember::randn({3, 5}), w = ember::randn({4, 5});
   test_util::expect_error([&] { ember::linear_gelu(x, w, std::nullopt, "fast"); }, {"[linear_gelu]", "approximate"});
   test_util::expect_error([&] { ember::linear_gelu(x, ember::randn({4, 6})); }, {"[linear_gelu]", "features"});
-  test_util::expect_error([&] { ember::linear_gelu(ember::ones({3, 5}, ember::kInt64), ember::ones({4, 5}, ember::kInt64)); },
-                          {"[linear_gelu]", "floating-point"});
+  test_util::expect_error(
+      [&] {
+        ember::linear_gelu(ember::ones({3, 5}, ember::kInt64), ember::ones({4, 5}, ember::kInt64));
+      },
+      {"[linear_gelu]", "floating-point"});
   test_util::expect_error([&] { ember::linear_gelu(x, w, ember::randn({3})); }, {"[linear_gelu]", "broadcast"});
 }
 

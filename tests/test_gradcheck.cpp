@@ -22,41 +22,41 @@ using Fn = std::function<Tensor(const std::vector<Tensor>&)>;
 // --- inputs -------------------------------------------------------------------------------------
 
 enum class Values {
-  Any,           // uniform in (-2, 2)
-  Positive,      // uniform in (0.5, 2)
-  AwayFromZero,  // |x| uniform in (0.3, 2), random sign
-  Distinct,      // a shuffled ramp: no two values within 0.1 (max/min without ties)
-  Zero,          // exactly 0 (where the one-sided formulas meet)
+  kAny,           // uniform in (-2, 2)
+  kPositive,      // uniform in (0.5, 2)
+  kAwayFromZero,  // |x| uniform in (0.3, 2), random sign
+  kDistinct,      // a shuffled ramp: no two values within 0.1 (max/min without ties)
+  kZero,          // exactly 0 (where the one-sided formulas meet)
 };
 
 enum class Layout {
-  Contiguous,
-  Transposed,  // the last two dims of a contiguous base swapped: same values, non-contiguous
+  kContiguous,
+  kTransposed,  // the last two dims of a contiguous base swapped: same values, non-contiguous
 };
 
 struct Input {
   Shape shape;
-  Values values = Values::Any;
-  Layout layout = Layout::Contiguous;
+  Values values = Values::kAny;
+  Layout layout = Layout::kContiguous;
 };
 
-Input in(Shape shape, Values values = Values::Any) { return {std::move(shape), values, Layout::Contiguous}; }
-Input in_t(Shape shape, Values values = Values::Any) { return {std::move(shape), values, Layout::Transposed}; }
+Input in(Shape shape, Values values = Values::kAny) { return {std::move(shape), values, Layout::kContiguous}; }
+Input in_t(Shape shape, Values values = Values::kAny) { return {std::move(shape), values, Layout::kTransposed}; }
 
 Tensor make_values(const Shape& shape, Values values) {
   autograd::NoGradGuard no_grad;
   switch (values) {
-    case Values::Any:
+    case Values::kAny:
       return rand(shape, kFloat64) * 4.0 - 2.0;
-    case Values::Positive:
+    case Values::kPositive:
       return rand(shape, kFloat64) * 1.5 + 0.5;
-    case Values::AwayFromZero: {
+    case Values::kAwayFromZero: {
       const Tensor magnitude = rand(shape, kFloat64) * 1.7 + 0.3;
       return where(rand(shape, kFloat64) < 0.5, neg(magnitude), magnitude);
     }
-    case Values::Zero:
+    case Values::kZero:
       return zeros(shape, kFloat64);
-    case Values::Distinct: {
+    case Values::kDistinct: {
       const int64_t n = shape.numel();
       const Tensor ramp = arange(n, kFloat64) * (4.0 / static_cast<double>(std::max<int64_t>(n, 1))) - 2.0;
       // A random permutation of the ramp: the rank of each of n random keys.
@@ -71,7 +71,7 @@ Tensor make_values(const Shape& shape, Values values) {
 // A float64 leaf requiring grad, laid out as asked.
 Tensor make_input(const Input& spec) {
   Tensor x;
-  if (spec.layout == Layout::Transposed && spec.shape.size() >= 2) {
+  if (spec.layout == Layout::kTransposed && spec.shape.size() >= 2) {
     Shape base = spec.shape;
     std::swap(base[base.size() - 1], base[base.size() - 2]);
     x = make_values(base, spec.values).transpose(-1, -2);
@@ -108,14 +108,14 @@ void add(std::string name, Fn fn, std::vector<Variant> variants) {
 }
 
 // A unary op on a (3, 4) input, contiguous and transposed.
-void unary(const std::string& name, std::function<Tensor(const Tensor&)> op, Values values = Values::Any) {
+void unary(const std::string& name, std::function<Tensor(const Tensor&)> op, Values values = Values::kAny) {
   add(name, [op](const std::vector<Tensor>& x) { return op(x[0]); },
       {{"contiguous", {in({3, 4}, values)}}, {"transposed", {in_t({3, 4}, values)}}, {"0-dim", {in({}, values)}}});
 }
 
 // A binary op: same shapes, transposed, and broadcast both ways.
-void binary(const std::string& name, std::function<Tensor(const Tensor&, const Tensor&)> op, Values a = Values::Any,
-            Values b = Values::Any) {
+void binary(const std::string& name, std::function<Tensor(const Tensor&, const Tensor&)> op, Values a = Values::kAny,
+            Values b = Values::kAny) {
   add(name, [op](const std::vector<Tensor>& x) { return op(x[0], x[1]); },
       {{"contiguous", {in({3, 4}, a), in({3, 4}, b)}},
        {"transposed", {in_t({3, 4}, a), in_t({3, 4}, b)}},
@@ -124,7 +124,7 @@ void binary(const std::string& name, std::function<Tensor(const Tensor&, const T
 }
 
 // A reduction-like op on 2-D and 3-D inputs, contiguous and transposed.
-void reduction(const std::string& name, std::function<Tensor(const Tensor&)> op, Values values = Values::Any) {
+void reduction(const std::string& name, std::function<Tensor(const Tensor&)> op, Values values = Values::kAny) {
   add(name, [op](const std::vector<Tensor>& x) { return op(x[0]); },
       {{"contiguous", {in({3, 4}, values)}},
        {"transposed", {in_t({3, 4}, values)}},
@@ -210,52 +210,52 @@ const bool kRegistered = [] {
   // --- unary ---
   unary("neg", [](const Tensor& x) { return -x; });
   unary(
-      "abs", [](const Tensor& x) { return abs(x); }, Values::AwayFromZero);
+      "abs", [](const Tensor& x) { return abs(x); }, Values::kAwayFromZero);
   unary(
-      "sign", [](const Tensor& x) { return sign(x) + x; }, Values::AwayFromZero);
+      "sign", [](const Tensor& x) { return sign(x) + x; }, Values::kAwayFromZero);
   unary("exp", [](const Tensor& x) { return exp(x); });
   unary(
-      "log", [](const Tensor& x) { return log(x); }, Values::Positive);
+      "log", [](const Tensor& x) { return log(x); }, Values::kPositive);
   unary(
-      "log1p", [](const Tensor& x) { return log1p(x); }, Values::Positive);
+      "log1p", [](const Tensor& x) { return log1p(x); }, Values::kPositive);
   unary("expm1", [](const Tensor& x) { return expm1(x); });
   unary(
-      "sqrt", [](const Tensor& x) { return sqrt(x); }, Values::Positive);
+      "sqrt", [](const Tensor& x) { return sqrt(x); }, Values::kPositive);
   unary(
-      "rsqrt", [](const Tensor& x) { return rsqrt(x); }, Values::Positive);
+      "rsqrt", [](const Tensor& x) { return rsqrt(x); }, Values::kPositive);
   unary("square", [](const Tensor& x) { return square(x); });
   unary("sin", [](const Tensor& x) { return sin(x); });
   unary("cos", [](const Tensor& x) { return cos(x); });
   unary("tanh", [](const Tensor& x) { return tanh(x); });
   unary("sigmoid", [](const Tensor& x) { return sigmoid(x); });
   unary(
-      "relu", [](const Tensor& x) { return relu(x); }, Values::AwayFromZero);
+      "relu", [](const Tensor& x) { return relu(x); }, Values::kAwayFromZero);
   unary("gelu", [](const Tensor& x) { return gelu(x); });
   unary("gelu_tanh", [](const Tensor& x) { return gelu(x, "tanh"); });
   unary("silu", [](const Tensor& x) { return silu(x); });
   unary(
-      "gelu_at_zero", [](const Tensor& x) { return gelu(x); }, Values::Zero);
+      "gelu_at_zero", [](const Tensor& x) { return gelu(x); }, Values::kZero);
 
   // --- binary ---
   binary("add", [](const Tensor& a, const Tensor& b) { return a + b; });
   binary("sub", [](const Tensor& a, const Tensor& b) { return a - b; });
   binary("mul", [](const Tensor& a, const Tensor& b) { return a * b; });
   binary(
-      "div", [](const Tensor& a, const Tensor& b) { return a / b; }, Values::Any, Values::AwayFromZero);
+      "div", [](const Tensor& a, const Tensor& b) { return a / b; }, Values::kAny, Values::kAwayFromZero);
   binary(
-      "pow", [](const Tensor& a, const Tensor& b) { return pow(a, b); }, Values::Positive);
+      "pow", [](const Tensor& a, const Tensor& b) { return pow(a, b); }, Values::kPositive);
   binary("minimum", [](const Tensor& a, const Tensor& b) { return minimum(a, b); });
   binary("maximum", [](const Tensor& a, const Tensor& b) { return maximum(a, b); });
   unary(
-      "pow_scalar_float", [](const Tensor& x) { return pow(x, 2.5); }, Values::Positive);
+      "pow_scalar_float", [](const Tensor& x) { return pow(x, 2.5); }, Values::kPositive);
   unary("pow_scalar_int", [](const Tensor& x) { return pow(x, 3); });
   unary(
-      "pow_scalar_negative", [](const Tensor& x) { return pow(x, -1.5); }, Values::Positive);
+      "pow_scalar_negative", [](const Tensor& x) { return pow(x, -1.5); }, Values::kPositive);
   unary("pow_scalar_zero", [](const Tensor& x) { return pow(x, 0) + x; });
   unary("pow_scalar_base", [](const Tensor& x) { return pow(2.5, x); });
   unary("rsub", [](const Tensor& x) { return 3.0 - x; });
   unary(
-      "div_scalar_by_tensor", [](const Tensor& x) { return 2.0 / x; }, Values::AwayFromZero);
+      "div_scalar_by_tensor", [](const Tensor& x) { return 2.0 / x; }, Values::kAwayFromZero);
   unary("add_scalar", [](const Tensor& x) { return x + 2.0; });
   unary("mul_scalar", [](const Tensor& x) { return x * -3.0; });
   unary("div_scalar", [](const Tensor& x) { return x / 4.0; });
@@ -290,7 +290,7 @@ const bool kRegistered = [] {
 
   // --- in place (src/core/tensor_methods.cpp) ---
   auto inplace_binary = [](const std::string& name, std::function<void(Tensor&, const Tensor&)> op,
-                           Values other = Values::Any) {
+                           Values other = Values::kAny) {
     add(name,
         [op](const std::vector<Tensor>& x) {
           Tensor y = non_leaf(x[0]);
@@ -303,9 +303,9 @@ const bool kRegistered = [] {
   inplace_binary("sub_", [](Tensor& y, const Tensor& o) { y.sub_(o); });
   inplace_binary("mul_", [](Tensor& y, const Tensor& o) { y.mul_(o); });
   inplace_binary(
-      "div_", [](Tensor& y, const Tensor& o) { y.div_(o); }, Values::AwayFromZero);
+      "div_", [](Tensor& y, const Tensor& o) { y.div_(o); }, Values::kAwayFromZero);
   inplace_binary("operators", [](Tensor& y, const Tensor& o) { ((y += o) *= o) -= 1.0; });
-  auto inplace_unary = [](const std::string& name, std::function<void(Tensor&)> op, Values values = Values::Any) {
+  auto inplace_unary = [](const std::string& name, std::function<void(Tensor&)> op, Values values = Values::kAny) {
     unary(
         name,
         [op](const Tensor& x) {
@@ -320,11 +320,11 @@ const bool kRegistered = [] {
   inplace_unary("div_scalar_", [](Tensor& y) { y.div_(3.0); });
   inplace_unary("sub_scalar_", [](Tensor& y) { y.sub_(3.0); });
   inplace_unary(
-      "pow_", [](Tensor& y) { y.pow_(3.0); }, Values::Positive);
+      "pow_", [](Tensor& y) { y.pow_(3.0); }, Values::kPositive);
   inplace_unary("neg_", [](Tensor& y) { y.neg_(); });
   inplace_unary("exp_", [](Tensor& y) { y.exp_(); });
   inplace_unary(
-      "relu_", [](Tensor& y) { y.relu_(); }, Values::AwayFromZero);
+      "relu_", [](Tensor& y) { y.relu_(); }, Values::kAwayFromZero);
   inplace_unary("sigmoid_", [](Tensor& y) { y.sigmoid_(); });
   inplace_unary("tanh_", [](Tensor& y) { y.tanh_(); });
   inplace_unary("clamp_", [](Tensor& y) { y.clamp_(-0.5, 0.5); });
@@ -351,39 +351,39 @@ const bool kRegistered = [] {
   reduction("mean", [](const Tensor& x) { return mean(x, {-1}, true); });
   reduction("mean_all", [](const Tensor& x) { return mean(x); });
   reduction(
-      "prod", [](const Tensor& x) { return prod(x, {-1}); }, Values::AwayFromZero);
+      "prod", [](const Tensor& x) { return prod(x, {-1}); }, Values::kAwayFromZero);
   reduction(
-      "prod_all", [](const Tensor& x) { return prod(x); }, Values::AwayFromZero);
+      "prod_all", [](const Tensor& x) { return prod(x); }, Values::kAwayFromZero);
   add("prod_with_zeros",  // one zero in row 0, two in row 1, none in row 2
       [](const std::vector<Tensor>& x) {
         const Tensor mask = from_vector(std::vector<double>{1, 0, 1, 1, 0, 1, 0, 1, 1, 1, 1, 1}, Shape{3, 4});
         return prod(x[0] * mask, {1});
       },
-      {{"contiguous", {in({3, 4}, Values::AwayFromZero)}}, {"transposed", {in_t({3, 4}, Values::AwayFromZero)}}});
+      {{"contiguous", {in({3, 4}, Values::kAwayFromZero)}}, {"transposed", {in_t({3, 4}, Values::kAwayFromZero)}}});
   reduction(
-      "amax", [](const Tensor& x) { return amax(x, {0}); }, Values::Distinct);
+      "amax", [](const Tensor& x) { return amax(x, {0}); }, Values::kDistinct);
   reduction(
-      "amin", [](const Tensor& x) { return amin(x, {-1}, true); }, Values::Distinct);
+      "amin", [](const Tensor& x) { return amin(x, {-1}, true); }, Values::kDistinct);
   reduction(
-      "max_all", [](const Tensor& x) { return x.max(); }, Values::Distinct);
+      "max_all", [](const Tensor& x) { return x.max(); }, Values::kDistinct);
   reduction(
-      "min_all", [](const Tensor& x) { return x.min(); }, Values::Distinct);
+      "min_all", [](const Tensor& x) { return x.min(); }, Values::kDistinct);
   reduction("var", [](const Tensor& x) { return var(x, {-1}); });
   reduction("var_all_correction_0", [](const Tensor& x) { return var(x, {}, 0); });
   reduction("std", [](const Tensor& x) { return ember::std(x, {0}, 1, true); });
   reduction("logsumexp", [](const Tensor& x) { return logsumexp(x, {-1}); });
   reduction("norm_2", [](const Tensor& x) { return norm(x, 2.0, {-1}); });
   reduction(
-      "norm_1", [](const Tensor& x) { return norm(x, 1.0, {0}); }, Values::AwayFromZero);
+      "norm_1", [](const Tensor& x) { return norm(x, 1.0, {0}); }, Values::kAwayFromZero);
   reduction(
       "norm_inf", [](const Tensor& x) { return norm(x, std::numeric_limits<double>::infinity(), {-1}); },
-      Values::Distinct);
+      Values::kDistinct);
   reduction(
-      "norm_3", [](const Tensor& x) { return norm(x, 3.0); }, Values::AwayFromZero);
+      "norm_3", [](const Tensor& x) { return norm(x, 3.0); }, Values::kAwayFromZero);
   reduction(
-      "norm_1_5", [](const Tensor& x) { return norm(x, 1.5, {-1}); }, Values::AwayFromZero);
+      "norm_1_5", [](const Tensor& x) { return norm(x, 1.5, {-1}); }, Values::kAwayFromZero);
   reduction(
-      "norm_0_5", [](const Tensor& x) { return norm(x, 0.5, {-1}); }, Values::AwayFromZero);
+      "norm_0_5", [](const Tensor& x) { return norm(x, 0.5, {-1}); }, Values::kAwayFromZero);
   reduction("softmax", [](const Tensor& x) { return softmax(x, -1); });
   reduction("softmax_dim0", [](const Tensor& x) { return softmax(x, 0); });
   reduction("log_softmax", [](const Tensor& x) { return log_softmax(x, -1); });

@@ -39,9 +39,9 @@ std::optional<Tensor> optional_tensor(const std::vector<Tensor>& inputs, size_t 
 
 Reduction reduction_of(const Case& c) {
   const std::string r = c.attrs.at("reduction").get<std::string>();
-  if (r == "none") return Reduction::None;
-  if (r == "sum") return Reduction::Sum;
-  return Reduction::Mean;
+  if (r == "none") return Reduction::kNone;
+  if (r == "sum") return Reduction::kSum;
+  return Reduction::kMean;
 }
 
 Shape shape_of(const golden::json& j) { return Shape(j.get<std::vector<int64_t>>()); }
@@ -261,7 +261,7 @@ TEST(NNGradcheck, Dropout) {
 TEST(NNGradcheck, ClassLosses) {
   ember::manual_seed(6);
   const Tensor target = ember::tensor<int64_t>({2, 0, -100, 1});
-  for (const Reduction reduction : {Reduction::Mean, Reduction::Sum, Reduction::None}) {
+  for (const Reduction reduction : {Reduction::kMean, Reduction::kSum, Reduction::kNone}) {
     check_both_layouts({4, 3}, {}, [&](const std::vector<Tensor>& x) {
       return F::cross_entropy(x[0], target, -100, reduction, 0.15);
     });
@@ -270,13 +270,13 @@ TEST(NNGradcheck, ClassLosses) {
   }
   const Tensor spatial = ember::tensor<int64_t>({0, 2, 1, 1, 0, 2}, Shape{2, 3});
   check_both_layouts({2, 3, 3}, {}, [&](const std::vector<Tensor>& x) {
-    return F::cross_entropy(x[0], spatial, -100, Reduction::Mean, 0.0);
+    return F::cross_entropy(x[0], spatial, -100, Reduction::kMean, 0.0);
   });
 }
 
 TEST(NNGradcheck, RegressionAndBceLosses) {
   ember::manual_seed(7);
-  for (const Reduction reduction : {Reduction::Mean, Reduction::Sum, Reduction::None}) {
+  for (const Reduction reduction : {Reduction::kMean, Reduction::kSum, Reduction::kNone}) {
     check_both_layouts({3, 4}, {leaf({3, 4})},
                        [&](const std::vector<Tensor>& x) { return F::mse_loss(x[0], x[1], reduction); });
     check_both_layouts({3, 4}, {leaf({3, 4})},
@@ -324,7 +324,7 @@ TEST(NNFunctional, ErrorsNameTheOpAndTheValues) {
   EXPECT_NE(what.find("[nll_loss] target -3"), std::string::npos) << what;
   what = error_of([&] { F::cross_entropy(scores, ember::tensor<float>({0, 1, 2})); });
   EXPECT_NE(what.find("int64"), std::string::npos) << what;
-  EXPECT_THROW(F::cross_entropy(scores, ember::tensor<int64_t>({0, 1, 2}), -100, Reduction::Mean, 1.5), ember::Error);
+  EXPECT_THROW(F::cross_entropy(scores, ember::tensor<int64_t>({0, 1, 2}), -100, Reduction::kMean, 1.5), ember::Error);
 
   EXPECT_NE(error_of([&] { F::dropout(scores, 1.5); }).find("[dropout]"), std::string::npos);
   EXPECT_THROW(F::dropout(scores, -0.1), ember::Error);

@@ -29,7 +29,7 @@ const nlohmann::json& reference() {
 }
 
 const data::MNIST& train_split() {
-  static const data::MNIST mnist(std::string(EMBER_DATA_DIR) + "/mnist", data::Split::Train);
+  static const data::MNIST mnist(std::string(EMBER_DATA_DIR) + "/mnist", data::Split::kTrain);
   return mnist;
 }
 

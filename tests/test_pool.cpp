@@ -80,9 +80,9 @@ bool same_bits(T a, T b) {
 template <class T>
 void check_case(const PoolCase& c, ember::DType dtype) {
   SCOPED_TRACE(::testing::Message() << "planes " << c.planes << " " << c.height << "x" << c.width << " kernel "
-                                    << c.kernel_h << "x" << c.kernel_w << " stride " << c.stride_h << "x"
-                                    << c.stride_w << " pad " << c.pad_h << "x" << c.pad_w << " dilation "
-                                    << c.dilation << " ceil " << c.ceil_mode << " " << dtype);
+                                    << c.kernel_h << "x" << c.kernel_w << " stride " << c.stride_h << "x" << c.stride_w
+                                    << " pad " << c.pad_h << "x" << c.pad_w << " dilation " << c.dilation << " ceil "
+                                    << c.ceil_mode << " " << dtype);
   // Small integers make ties common; a few NaNs and infinities test the comparison rule.
   Tensor x = ember::randint(-3, 4, {c.planes, c.height, c.width}).to(dtype);
   std::vector<T> xs = values_of<T>(x);
@@ -101,12 +101,12 @@ void check_case(const PoolCase& c, ember::DType dtype) {
   const std::vector<T> got_out = values_of<T>(out), got_grad = values_of<T>(x.grad());
   ASSERT_EQ(got_out.size(), expected_out.size());
   for (size_t i = 0; i < got_out.size(); ++i) {
-    ASSERT_TRUE(same_bits(got_out[i], expected_out[i])) << "output " << i << ": " << got_out[i] << " vs "
-                                                       << expected_out[i];
+    ASSERT_TRUE(same_bits(got_out[i], expected_out[i]))
+        << "output " << i << ": " << got_out[i] << " vs " << expected_out[i];
   }
   for (size_t i = 0; i < got_grad.size(); ++i) {
-    ASSERT_TRUE(same_bits(got_grad[i], expected_grad[i])) << "grad " << i << ": " << got_grad[i] << " vs "
-                                                         << expected_grad[i];
+    ASSERT_TRUE(same_bits(got_grad[i], expected_grad[i]))
+        << "grad " << i << ": " << got_grad[i] << " vs " << expected_grad[i];
   }
 }
 
@@ -124,8 +124,8 @@ TEST(MaxPool2dKernel, MatchesTheReferenceOnEveryPath) {
       }
     }
   }
-  cases.push_back({4, 11, 19, 3, 2, 2, 3, 1, 1, 1, false});   // rectangular, different strides
-  cases.push_back({2, 12, 20, 2, 3, 1, 2, 0, 1, 2, false});   // dilation: the scalar path
+  cases.push_back({4, 11, 19, 3, 2, 2, 3, 1, 1, 1, false});    // rectangular, different strides
+  cases.push_back({2, 12, 20, 2, 3, 1, 2, 0, 1, 2, false});    // dilation: the scalar path
   cases.push_back({512, 24, 24, 2, 2, 2, 2, 0, 0, 1, false});  // the MNIST CNN's first pool, threaded
   cases.push_back({2048, 8, 8, 2, 2, 2, 2, 0, 0, 1, false});   // and its second
   for (const PoolCase& c : cases) {
@@ -139,7 +139,7 @@ TEST(MaxPool2dKernel, NaNAndInfinityFollowPyTorch) {
   constexpr float kInf = std::numeric_limits<float>::infinity();
   // One 2 x 8 plane, four 2 x 2 windows: all -inf (the first element wins), a NaN among values,
   // two NaNs (the last one wins), a tie (the first one wins).
-  std::vector<float> xs = {-kInf, -kInf, 1, kNaN, kNaN, 2, 5, 3,  //
+  std::vector<float> xs = {-kInf, -kInf, 1, kNaN, kNaN, 2,    5, 3,  //
                            -kInf, -kInf, 9, 4,    0,    kNaN, 5, 5};
   const Tensor x = ember::from_blob(xs.data(), {1, 2, 8}, ember::kFloat32).clone().requires_grad_();
   const Tensor out = F::max_pool2d(x, 2);

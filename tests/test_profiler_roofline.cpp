@@ -118,11 +118,17 @@ struct LabelBox {
 };
 
 TEST(Roofline, SvgIsWellFormedWithOneMarkerPerPoint) {
-  const std::vector<RooflinePoint> points = {
-      {"matmul", 40.0, 150.0},          {"conv2d", 6.0, 60.0},           {"conv2d_backward", 5.5, 55.0},
-      {"add", 0.083, 1.5},              {"relu", 0.125, 2.0},            {"relu_backward", 0.1, 1.9},
-      {"Adam.step", 0.46, 4.0},         {"cross_entropy", 1.2, 3.0},     {"a < b & \"c\"", 2.0, 10.0},
-      {"max_pool2d", 0.2, 1.0},         {"max_pool2d_backward", 0.11, 0.9}};
+  const std::vector<RooflinePoint> points = {{"matmul", 40.0, 150.0},
+                                             {"conv2d", 6.0, 60.0},
+                                             {"conv2d_backward", 5.5, 55.0},
+                                             {"add", 0.083, 1.5},
+                                             {"relu", 0.125, 2.0},
+                                             {"relu_backward", 0.1, 1.9},
+                                             {"Adam.step", 0.46, 4.0},
+                                             {"cross_entropy", 1.2, 3.0},
+                                             {"a < b & \"c\"", 2.0, 10.0},
+                                             {"max_pool2d", 0.2, 1.0},
+                                             {"max_pool2d_backward", 0.11, 0.9}};
   const std::string svg = profiler::roofline_svg(kRoof, points, "roofline: test machine");
   std::vector<std::string> elements;
   ASSERT_NO_THROW(elements = parse_xml(svg)) << svg;

@@ -73,7 +73,9 @@ const golden::Registry& registry() {
          return {ember::norm(input(c), p_value(c.attrs.at("p")), dims(c), keepdim(c))};
        }},
       {"softmax",
-       [](const Case& c) -> std::vector<Tensor> { return {ember::softmax(input(c), c.attrs.at("dim").get<int64_t>())}; }},
+       [](const Case& c) -> std::vector<Tensor> {
+         return {ember::softmax(input(c), c.attrs.at("dim").get<int64_t>())};
+       }},
       {"log_softmax",
        [](const Case& c) -> std::vector<Tensor> {
          return {ember::log_softmax(input(c), c.attrs.at("dim").get<int64_t>())};
@@ -82,10 +84,11 @@ const golden::Registry& registry() {
   return ops;
 }
 
-
 class GoldenReduce : public ::testing::TestWithParam<std::string> {};
 
-TEST_P(GoldenReduce, MatchesPyTorch) { golden::run_cases("reduce", GetParam(), registry().at(GetParam()), golden::one_ulp_for_16bit); }
+TEST_P(GoldenReduce, MatchesPyTorch) {
+  golden::run_cases("reduce", GetParam(), registry().at(GetParam()), golden::one_ulp_for_16bit);
+}
 
 INSTANTIATE_TEST_SUITE_P(Ops, GoldenReduce, ::testing::ValuesIn(golden::op_names(registry())), golden::OpName());
 
@@ -297,7 +300,8 @@ TEST(Reduce, SoftmaxMatchesItsDecomposition) {
       SCOPED_TRACE("dim " + std::to_string(dim));
       const Tensor centered = x - ember::amax(x, {dim}, true);
       const Tensor total = ember::sum(ember::exp(centered), {dim}, true);
-      const golden::Tolerance tol = dtype == ember::kFloat32 ? golden::Tolerance{1e-5, 1e-6} : golden::Tolerance{1e-12, 1e-14};
+      const golden::Tolerance tol =
+          dtype == ember::kFloat32 ? golden::Tolerance{1e-5, 1e-6} : golden::Tolerance{1e-12, 1e-14};
       EXPECT_TRUE(golden::all_close(ember::softmax(x, dim), ember::exp(centered) / total, tol));
       EXPECT_TRUE(golden::all_close(ember::log_softmax(x, dim), centered - ember::log(total), tol));
     }

@@ -195,10 +195,10 @@ TEST(SpeedPaths, CrossEntropyRowsMatchReference) {
         const std::vector<double> per_row = reference_cross_entropy(values(x), target, classes, smoothing, &grad);
         const Tensor t = ember::from_vector(target);
         const std::string what = "classes=" + std::to_string(classes) + " smoothing=" + std::to_string(smoothing);
-        expect_near(values(F::cross_entropy(x, t, -100, ember::nn::Reduction::None, smoothing)), per_row, tol, what);
+        expect_near(values(F::cross_entropy(x, t, -100, ember::nn::Reduction::kNone, smoothing)), per_row, tol, what);
         // Sum reduction: the gradient is the per-row gradient itself.
         Tensor xg = x.clone().requires_grad_();
-        const Tensor loss = F::cross_entropy(xg, t, -100, ember::nn::Reduction::Sum, smoothing);
+        const Tensor loss = F::cross_entropy(xg, t, -100, ember::nn::Reduction::kSum, smoothing);
         expect_near(values(ember::autograd::grad({loss}, {xg})[0]), grad, tol, what + " grad");
       }
     }
@@ -214,7 +214,7 @@ TEST(SpeedPaths, CrossEntropySpecialRows) {
   x[3 * classes + 5] = -kInf;  // ordinary row with one -inf score
   const Tensor scores = ember::from_vector(x, ember::Shape{4, classes}).to(ember::kFloat32);
   const std::vector<double> loss =
-      values(F::cross_entropy(scores, ember::tensor<int64_t>({1, 1, 1, 1}), -100, ember::nn::Reduction::None));
+      values(F::cross_entropy(scores, ember::tensor<int64_t>({1, 1, 1, 1}), -100, ember::nn::Reduction::kNone));
   EXPECT_TRUE(std::isnan(loss[0]));
   EXPECT_TRUE(std::isnan(loss[1]));  // -inf - -inf
   EXPECT_TRUE(std::isinf(loss[2]) || std::isnan(loss[2]));

@@ -235,7 +235,7 @@ WorkloadSpec train_step_cnn(const std::string& name) {
 // its per-batch loss and accuracy bookkeeping. Loading the data and evaluating are not timed.
 WorkloadSpec train_mnist_epoch(const std::string& name, const std::string& data_dir) {
   return {name, true, [=] {
-            auto train_set = std::make_shared<data::MNIST>(data_dir, data::Split::Train);
+            auto train_set = std::make_shared<data::MNIST>(data_dir, data::Split::kTrain);
             manual_seed(0);
             std::shared_ptr<nn::Sequential> model = models::mnist_cnn();
             auto optimizer = std::make_shared<optim::Adam>(model->parameters(), optim::AdamOptions{.lr = 3e-3});

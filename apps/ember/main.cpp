@@ -4,12 +4,12 @@
 // workloads under this machine's measured peaks.
 #include <CLI/CLI.hpp>
 #include <iostream>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-#include <nlohmann/json.hpp>
 
-#include "ember/ember.h"
 #include "bench.h"
+#include "ember/ember.h"
 #include "roofline.h"
 #include "train.h"
 
@@ -111,8 +111,9 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   mnist->add_option("--resume", train.resume_path, "Continue from a checkpoint written by --save");
   mnist->add_flag("--json", train.json, "End with one JSON line of results");
-  mnist->add_option("--profile", train.profile_path,
-                    "Profile the training steps: write a Chrome trace (open in ui.perfetto.dev) and print the top-15 ops");
+  mnist->add_option(
+      "--profile", train.profile_path,
+      "Profile the training steps: write a Chrome trace (open in ui.perfetto.dev) and print the top-15 ops");
 
   ember::cli::BenchOptions bench;
   CLI::App* bench_cmd = app.add_subcommand("bench", "Time ember on the benchmark's workloads (scripts/bench compares)");
@@ -122,7 +123,9 @@ int main(int argc, char** argv) {
   bench_cmd->add_flag("--json", bench.json, "One JSON object per line");
   bench_cmd->add_flag("--machine", bench.machine, "Measure this machine's FMA peak and bandwidths instead");
   bench_cmd->add_option("--threads", bench.threads, "Threads (default: all cores)")->check(CLI::NonNegativeNumber);
-  bench_cmd->add_option("--repeats", bench.repeats, "Samples per workload")->check(CLI::PositiveNumber)->capture_default_str();
+  bench_cmd->add_option("--repeats", bench.repeats, "Samples per workload")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   bench_cmd->add_option("--data", bench.data_dir, "MNIST folder for train_mnist_epoch")->capture_default_str();
   ember::cli::RooflineOptions roofline;
   CLI::App* roofline_cmd =
@@ -131,8 +134,10 @@ int main(int argc, char** argv) {
   roofline_cmd->add_option("--svg", roofline.svg_path, "Draw the roofline as a self-contained SVG file");
   roofline_cmd->add_option("--from-trace", roofline.from_trace, "Place the ops of a trace written by --profile");
   roofline_cmd->add_option("--from-bench", roofline.from_bench, "Place the workloads of bench/results/latest.json");
-  roofline_cmd->add_flag("--refresh", roofline.refresh, "Measure the peaks again (the cache keeps the best of old and new)");
-  roofline_cmd->add_option("--threads", roofline.threads, "Threads (default: all cores)")->check(CLI::NonNegativeNumber);
+  roofline_cmd->add_flag("--refresh", roofline.refresh,
+                         "Measure the peaks again (the cache keeps the best of old and new)");
+  roofline_cmd->add_option("--threads", roofline.threads, "Threads (default: all cores)")
+      ->check(CLI::NonNegativeNumber);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -58,13 +58,14 @@ std::vector<profiler::RooflinePoint> points_from_bench(const std::string& path, 
   EMBER_CHECK(bench.is_object() && bench.contains("results") && bench["results"].is_array(), "[roofline] ", path,
               " has no results array (expected bench/results/latest.json from scripts/bench)");
   if (bench.contains("machine") && bench["machine"].is_object()) {
-    *machine = bench["machine"].value("cpu", "") + ", " + std::to_string(bench["machine"].value("threads", 0)) +
-               " threads";
+    *machine =
+        bench["machine"].value("cpu", "") + ", " + std::to_string(bench["machine"].value("threads", 0)) + " threads";
   }
   std::vector<profiler::RooflinePoint> points;
   for (const nlohmann::json& r : bench["results"]) {
     const double seconds = r.value("ember_s", 0.0), flops = r.value("flops", 0.0), bytes = r.value("bytes", 0.0);
-    if (seconds > 0 && flops > 0 && bytes > 0) points.push_back({r.value("name", "?"), flops / bytes, flops / seconds * 1e-9});
+    if (seconds > 0 && flops > 0 && bytes > 0)
+      points.push_back({r.value("name", "?"), flops / bytes, flops / seconds * 1e-9});
   }
   return points;
 }

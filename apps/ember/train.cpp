@@ -133,7 +133,9 @@ void print_profile(const profiler::Profiler& profile, const TrainOptions& option
   std::ostream& out = options.json ? std::cerr : std::cout;
   // "% roof" needs this machine's peaks: measured once (about two seconds), then cached.
   const profiler::Roof roof = profiler::cached_roof();
-  out << "\n" << profile.summary().to_string() << "\n" << profile.table(profiler::SortBy::kTotalTime, 15, &roof) << "\n"
+  out << "\n"
+      << profile.summary().to_string() << "\n"
+      << profile.table(profiler::SortBy::kTotalTime, 15, &roof) << "\n"
       << "trace written to " << options.profile_path << " (open it in https://ui.perfetto.dev); plot the ops with\n"
       << "  ember roofline --from-trace " << options.profile_path << " --svg roofline.svg\n";
 }
@@ -147,8 +149,8 @@ int run_train_mnist(const TrainOptions& options) {
   const double lr = options.lr.value_or(default_lr(options.optimizer));
   EMBER_CHECK(lr > 0 && std::isfinite(lr), "[train] --lr must be a positive number, got ", lr);
 
-  const data::MNIST train_set(options.data_dir, data::Split::Train);
-  const data::MNIST test_set(options.data_dir, data::Split::Test);
+  const data::MNIST train_set(options.data_dir, data::Split::kTrain);
+  const data::MNIST test_set(options.data_dir, data::Split::kTest);
 
   manual_seed(options.seed);
   std::shared_ptr<nn::Sequential> model = models::mnist_model(options.model);

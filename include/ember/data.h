@@ -152,7 +152,7 @@ std::vector<int64_t> random_permutation(int64_t n, uint64_t seed, uint64_t epoch
 /// global step). The result is a new tensor that does not require grad.
 Tensor random_shift(const Tensor& images, int64_t max_shift, double fill, uint64_t seed, uint64_t stream);
 
-enum class Split { Train, Test };
+enum class Split { kTrain, kTest };
 
 /// The MNIST handwritten digits: images float32 (N, 1, 28, 28), labels int64 (N) in 0..9.
 ///
@@ -181,7 +181,7 @@ class MNIST : public TensorDataset {
   /// repository root): the IDX files when root holds them, else root/mnist_5k.csv.gz,
   /// which must then be the full 5000-row subset (500 per digit). When neither is there the error
   /// says to run scripts/setup.
-  explicit MNIST(const std::string& root = kDefaultRoot, Split split = Split::Train, bool normalize = true);
+  explicit MNIST(const std::string& root = kDefaultRoot, Split split = Split::kTrain, bool normalize = true);
   /// Reads `split` from the IDX files in `root`.
   static MNIST from_idx(const std::string& root, Split split, bool normalize = true);
   /// Reads `split` from a gzip'ed CSV of rows "p0,...,p783,label" (any number of rows), split

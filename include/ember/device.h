@@ -6,18 +6,18 @@
 
 namespace ember {
 
-enum class DeviceType : uint8_t { CPU, CUDA };
+enum class DeviceType : uint8_t { kCPU, kCUDA };
 
 struct Device {
-  DeviceType type = DeviceType::CPU;
+  DeviceType type = DeviceType::kCPU;
   int index = 0;
 
-  constexpr bool is_cpu() const { return type == DeviceType::CPU; }
-  constexpr bool is_cuda() const { return type == DeviceType::CUDA; }
+  constexpr bool is_cpu() const { return type == DeviceType::kCPU; }
+  constexpr bool is_cuda() const { return type == DeviceType::kCUDA; }
   friend constexpr bool operator==(Device a, Device b) = default;
 };
 
-inline constexpr Device kCPU{DeviceType::CPU, 0};
+inline constexpr Device kCPU{DeviceType::kCPU, 0};
 
 inline std::ostream& operator<<(std::ostream& out, Device device) {
   if (device.is_cpu()) return out << "cpu";

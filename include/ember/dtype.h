@@ -11,36 +11,36 @@
 namespace ember {
 
 // X(Enumerator, C++ type, name) for every dtype; the enum, names and sizes all come from here.
-#define EMBER_DTYPES(X)           \
-  X(Float32, float, "float32")    \
-  X(Float64, double, "float64")   \
-  X(Float16, Half, "float16")     \
+#define EMBER_DTYPES(X)             \
+  X(Float32, float, "float32")      \
+  X(Float64, double, "float64")     \
+  X(Float16, Half, "float16")       \
   X(BFloat16, BFloat16, "bfloat16") \
-  X(Int64, int64_t, "int64")      \
-  X(Int32, int32_t, "int32")      \
-  X(Int16, int16_t, "int16")      \
-  X(Int8, int8_t, "int8")         \
-  X(UInt8, uint8_t, "uint8")      \
+  X(Int64, int64_t, "int64")        \
+  X(Int32, int32_t, "int32")        \
+  X(Int16, int16_t, "int16")        \
+  X(Int8, int8_t, "int8")           \
+  X(UInt8, uint8_t, "uint8")        \
   X(Bool, bool, "bool")
 
 enum class DType : uint8_t {
-#define EMBER_DTYPE_ENUM(name, type, str) name,
+#define EMBER_DTYPE_ENUM(name, type, str) k##name,
   EMBER_DTYPES(EMBER_DTYPE_ENUM)
 #undef EMBER_DTYPE_ENUM
 };
 
 inline constexpr int kNumDTypes = 10;
 
-inline constexpr DType kFloat32 = DType::Float32;
-inline constexpr DType kFloat64 = DType::Float64;
-inline constexpr DType kFloat16 = DType::Float16;
-inline constexpr DType kBFloat16 = DType::BFloat16;
-inline constexpr DType kInt64 = DType::Int64;
-inline constexpr DType kInt32 = DType::Int32;
-inline constexpr DType kInt16 = DType::Int16;
-inline constexpr DType kInt8 = DType::Int8;
-inline constexpr DType kUInt8 = DType::UInt8;
-inline constexpr DType kBool = DType::Bool;
+inline constexpr DType kFloat32 = DType::kFloat32;
+inline constexpr DType kFloat64 = DType::kFloat64;
+inline constexpr DType kFloat16 = DType::kFloat16;
+inline constexpr DType kBFloat16 = DType::kBFloat16;
+inline constexpr DType kInt64 = DType::kInt64;
+inline constexpr DType kInt32 = DType::kInt32;
+inline constexpr DType kInt16 = DType::kInt16;
+inline constexpr DType kInt8 = DType::kInt8;
+inline constexpr DType kUInt8 = DType::kUInt8;
+inline constexpr DType kBool = DType::kBool;
 
 template <class T>
 struct TypeTag {
@@ -52,7 +52,7 @@ template <class F>
 decltype(auto) dispatch_dtype(DType dtype, F&& f) {
   switch (dtype) {
 #define EMBER_DTYPE_CASE(name, type, str) \
-  case DType::name:                       \
+  case DType::k##name:                    \
     return f(TypeTag<type>{});
     EMBER_DTYPES(EMBER_DTYPE_CASE)
 #undef EMBER_DTYPE_CASE
@@ -63,7 +63,7 @@ decltype(auto) dispatch_dtype(DType dtype, F&& f) {
 template <class T>
 constexpr DType dtype_of() {
 #define EMBER_DTYPE_OF(name, type, str) \
-  if constexpr (std::is_same_v<T, type>) return DType::name;
+  if constexpr (std::is_same_v<T, type>) return DType::k##name;
   EMBER_DTYPES(EMBER_DTYPE_OF)
 #undef EMBER_DTYPE_OF
 }
@@ -71,7 +71,7 @@ constexpr DType dtype_of() {
 constexpr std::string_view dtype_name(DType dtype) {
   switch (dtype) {
 #define EMBER_DTYPE_NAME(name, type, str) \
-  case DType::name:                       \
+  case DType::k##name:                    \
     return str;
     EMBER_DTYPES(EMBER_DTYPE_NAME)
 #undef EMBER_DTYPE_NAME
@@ -82,7 +82,7 @@ constexpr std::string_view dtype_name(DType dtype) {
 constexpr int64_t dtype_size(DType dtype) {
   switch (dtype) {
 #define EMBER_DTYPE_SIZE(name, type, str) \
-  case DType::name:                       \
+  case DType::k##name:                    \
     return sizeof(type);
     EMBER_DTYPES(EMBER_DTYPE_SIZE)
 #undef EMBER_DTYPE_SIZE
@@ -90,9 +90,7 @@ constexpr int64_t dtype_size(DType dtype) {
   return 0;
 }
 
-constexpr bool is_floating(DType d) {
-  return d == kFloat32 || d == kFloat64 || d == kFloat16 || d == kBFloat16;
-}
+constexpr bool is_floating(DType d) { return d == kFloat32 || d == kFloat64 || d == kFloat16 || d == kBFloat16; }
 constexpr bool is_integral(DType d, bool include_bool = false) {
   return d == kInt64 || d == kInt32 || d == kInt16 || d == kInt8 || d == kUInt8 || (include_bool && d == kBool);
 }

@@ -30,11 +30,11 @@ std::string concat(Args&&... args) {
 
 // EMBER_CHECK(cond, "[op] text ", value, " more text"): throws ember::Error when cond is false.
 // The message parts are only formatted on failure.
-#define EMBER_CHECK(cond, ...)                                       \
-  do {                                                               \
-    if (!(cond)) [[unlikely]] {                                      \
+#define EMBER_CHECK(cond, ...)                                            \
+  do {                                                                    \
+    if (!(cond)) [[unlikely]] {                                           \
       ::ember::detail::throw_error(::ember::detail::concat(__VA_ARGS__)); \
-    }                                                                \
+    }                                                                     \
   } while (0)
 
 #define EMBER_FAIL(...) ::ember::detail::throw_error(::ember::detail::concat(__VA_ARGS__))

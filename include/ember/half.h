@@ -55,7 +55,7 @@ inline float bfloat16_bits_to_float(uint16_t b) { return std::bit_cast<float>(st
 struct Half {
   uint16_t bits = 0;
   Half() = default;
-  Half(float value) : bits(detail::float_to_half_bits(value)) {}  // NOLINT(google-explicit-constructor)
+  Half(float value) : bits(detail::float_to_half_bits(value)) {}       // NOLINT(google-explicit-constructor)
   operator float() const { return detail::half_bits_to_float(bits); }  // NOLINT(google-explicit-constructor)
   static Half from_bits(uint16_t b) {
     Half h;
@@ -67,7 +67,7 @@ struct Half {
 struct BFloat16 {
   uint16_t bits = 0;
   BFloat16() = default;
-  BFloat16(float value) : bits(detail::float_to_bfloat16_bits(value)) {}  // NOLINT(google-explicit-constructor)
+  BFloat16(float value) : bits(detail::float_to_bfloat16_bits(value)) {}   // NOLINT(google-explicit-constructor)
   operator float() const { return detail::bfloat16_bits_to_float(bits); }  // NOLINT(google-explicit-constructor)
   static BFloat16 from_bits(uint16_t b) {
     BFloat16 h;

@@ -52,8 +52,8 @@ Tensor scalar_tensor(const Scalar& value, std::optional<DType> dtype = std::null
 
 // --- random (Philox4x32-10: results depend on the seed only, never on the thread count) -------
 void manual_seed(uint64_t seed);
-Tensor rand(const Shape& shape, TensorOptions options = {});   // uniform [0, 1)
-Tensor randn(const Shape& shape, TensorOptions options = {});  // standard normal
+Tensor rand(const Shape& shape, TensorOptions options = {});                                // uniform [0, 1)
+Tensor randn(const Shape& shape, TensorOptions options = {});                               // standard normal
 Tensor randint(int64_t low, int64_t high, const Shape& shape, TensorOptions options = {});  // [low, high), int64
 
 // --- type promotion and broadcasting ------------------------------------------------------------
@@ -180,9 +180,9 @@ Tensor embedding(const Tensor& weight, const Tensor& indices);
 
 // --- memory -------------------------------------------------------------------------------------
 struct MemoryStats {
-  int64_t bytes_in_use = 0;      // handed out to tensors now
+  int64_t bytes_in_use = 0;  // handed out to tensors now
   int64_t peak_bytes_in_use = 0;
-  int64_t bytes_reserved = 0;    // in use + cached
+  int64_t bytes_reserved = 0;      // in use + cached
   int64_t system_allocations = 0;  // calls to the system allocator
   int64_t cache_hits = 0;
   int64_t system_frees = 0;

@@ -101,9 +101,9 @@ struct Summary {
   int64_t distinct_ops = 0;
   double flops = 0;  // counted events only
   double bytes = 0;
-  int64_t op_ns = 0;              // time in outermost ops
+  int64_t op_ns = 0;                // time in outermost ops
   int64_t phase_ns[3] = {0, 0, 0};  // time in outermost ops, per Phase
-  int64_t peak_bytes_in_use = 0;  // highest memory sample (0 when nothing was allocated)
+  int64_t peak_bytes_in_use = 0;    // highest memory sample (0 when nothing was allocated)
   std::string to_string() const;
 };
 
@@ -111,7 +111,7 @@ struct Summary {
 // The results are read after stop(); the destructor stops a running profiler.
 class Profiler {
  public:
-  Profiler();                        // starts recording
+  Profiler();                         // starts recording
   explicit Profiler(bool start_now);  // Profiler(false): start() later
   ~Profiler();
   Profiler(const Profiler&) = delete;

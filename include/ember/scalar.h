@@ -11,52 +11,50 @@ namespace ember {
 
 class Scalar {
  public:
-  enum class Kind : uint8_t { Bool, Int, Float };
+  enum class Kind : uint8_t { kBoolean, kInteger, kFloating };
 
   Scalar() = default;
   template <class T, std::enable_if_t<std::is_arithmetic_v<T>, int> = 0>
   Scalar(T value) {  // NOLINT(google-explicit-constructor)
     if constexpr (std::is_same_v<T, bool>) {
-      kind_ = Kind::Bool;
+      kind_ = Kind::kBoolean;
       i_ = value;
       d_ = value;
     } else if constexpr (std::is_integral_v<T>) {
-      kind_ = Kind::Int;
+      kind_ = Kind::kInteger;
       i_ = static_cast<int64_t>(value);
       d_ = static_cast<double>(value);
     } else {
-      kind_ = Kind::Float;
+      kind_ = Kind::kFloating;
       d_ = static_cast<double>(value);
       i_ = static_cast<int64_t>(value);
     }
   }
-  Scalar(Half value) : Scalar(static_cast<float>(value)) {}          // NOLINT
-  Scalar(BFloat16 value) : Scalar(static_cast<float>(value)) {}      // NOLINT
+  Scalar(Half value) : Scalar(static_cast<float>(value)) {}      // NOLINT
+  Scalar(BFloat16 value) : Scalar(static_cast<float>(value)) {}  // NOLINT
 
   Kind kind() const { return kind_; }
-  bool is_floating() const { return kind_ == Kind::Float; }
+  bool is_floating() const { return kind_ == Kind::kFloating; }
   double to_double() const { return d_; }
   int64_t to_int() const { return i_; }
-  bool to_bool() const { return kind_ == Kind::Float ? d_ != 0.0 : i_ != 0; }
+  bool to_bool() const { return kind_ == Kind::kFloating ? d_ != 0.0 : i_ != 0; }
 
   // The dtype a tensor made from this scalar alone would have (float32 for floats, as PyTorch).
-  DType default_dtype() const {
-    return kind_ == Kind::Bool ? kBool : kind_ == Kind::Int ? kInt64 : kFloat32;
-  }
+  DType default_dtype() const { return kind_ == Kind::kBoolean ? kBool : kind_ == Kind::kInteger ? kInt64 : kFloat32; }
 
   template <class T>
   T to() const {
     if constexpr (std::is_same_v<T, bool>) {
       return to_bool();
     } else if constexpr (std::is_integral_v<T>) {
-      return kind_ == Kind::Float ? static_cast<T>(d_) : static_cast<T>(i_);
+      return kind_ == Kind::kFloating ? static_cast<T>(d_) : static_cast<T>(i_);
     } else {
-      return static_cast<T>(kind_ == Kind::Float ? d_ : static_cast<double>(i_));
+      return static_cast<T>(kind_ == Kind::kFloating ? d_ : static_cast<double>(i_));
     }
   }
 
  private:
-  Kind kind_ = Kind::Int;
+  Kind kind_ = Kind::kInteger;
   int64_t i_ = 0;
   double d_ = 0.0;
 };

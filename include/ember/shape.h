@@ -21,10 +21,7 @@ class Shape {
   Shape(std::initializer_list<int64_t> values) { assign(values.begin(), values.end()); }
   Shape(const std::vector<int64_t>& values) { assign(values.begin(), values.end()); }  // NOLINT
   template <class It>
-    requires(!std::is_integral_v<It>)
-  Shape(It first, It last) {
-    assign(first, last);
-  }
+  requires(!std::is_integral_v<It>) Shape(It first, It last) { assign(first, last); }
   explicit Shape(int size, int64_t value = 0) {
     resize(size);
     std::fill(begin(), end(), value);

@@ -56,14 +56,14 @@ class StorageImpl {
 struct TensorImpl {
   std::shared_ptr<StorageImpl> storage;
   Shape shape;
-  Strides strides;  // in elements; may be 0 (broadcast)
+  Strides strides;     // in elements; may be 0 (broadcast)
   int64_t offset = 0;  // in elements
   DType dtype = kFloat32;
   // autograd links, used by the autograd layer
   bool requires_grad = false;
   bool is_view = false;  // shares another tensor's storage (made by a view op or detach)
   std::shared_ptr<TensorImpl> grad;
-  std::shared_ptr<autograd::Node> grad_fn;          // the op that produced this tensor (null: leaf)
+  std::shared_ptr<autograd::Node> grad_fn;           // the op that produced this tensor (null: leaf)
   std::shared_ptr<autograd::Node> grad_accumulator;  // a leaf's gradient sink, made on first use
 };
 
@@ -74,8 +74,8 @@ struct TensorOptions {
   bool requires_grad = false;
 
   TensorOptions() = default;
-  TensorOptions(DType d) : dtype(d) {}       // NOLINT(google-explicit-constructor)
-  TensorOptions(Device d) : device(d) {}     // NOLINT(google-explicit-constructor)
+  TensorOptions(DType d) : dtype(d) {}    // NOLINT(google-explicit-constructor)
+  TensorOptions(Device d) : device(d) {}  // NOLINT(google-explicit-constructor)
   TensorOptions with_dtype(DType d) const {
     TensorOptions o = *this;
     o.dtype = d;
@@ -116,8 +116,7 @@ class Tensor {
   void* data_ptr() const;
   template <class T>
   T* data_ptr() const {
-    EMBER_CHECK(dtype_of<T>() == dtype(), "[data_ptr] tensor has dtype ", dtype(), ", requested ",
-                dtype_of<T>());
+    EMBER_CHECK(dtype_of<T>() == dtype(), "[data_ptr] tensor has dtype ", dtype(), ", requested ", dtype_of<T>());
     return static_cast<T*>(data_ptr());
   }
 

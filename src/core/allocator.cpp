@@ -52,7 +52,8 @@ class CpuCachingAllocator {
     stats_.bytes_in_use += bytes;
     if (stats_.bytes_in_use > stats_.peak_bytes_in_use) stats_.peak_bytes_in_use = stats_.bytes_in_use;
     // The profiler's memory timeline (one branch when no profiler runs).
-    if (profiler::detail::enabled()) [[unlikely]] profiler::detail::record_memory(Device{}, stats_.bytes_in_use, bytes);
+    if (profiler::detail::enabled()) [[unlikely]]
+      profiler::detail::record_memory(Device{}, stats_.bytes_in_use, bytes);
     return p;
   }
 
@@ -117,7 +118,9 @@ CpuCachingAllocator& cpu_allocator() {
 }
 
 // The class size is recomputed from the requested size, so storages report exactly what was asked.
-void release_cpu_block(void* data, int64_t nbytes, void* /*context*/) { cpu_allocator().release(data, size_class(nbytes)); }
+void release_cpu_block(void* data, int64_t nbytes, void* /*context*/) {
+  cpu_allocator().release(data, size_class(nbytes));
+}
 
 }  // namespace
 

@@ -68,7 +68,7 @@ class BlockAllocator {
     size_t size = 0;
     StreamId stream = 0;
     bool allocated = false;
-    bool small = false;  // which pool it returns to
+    bool small = false;     // which pool it returns to
     Block* prev = nullptr;  // neighbours within the same segment
     Block* next = nullptr;
     std::vector<StreamId> other_streams;  // from record_stream

@@ -63,8 +63,8 @@ Tensor arange(const Scalar& start, const Scalar& end, const Scalar& step, Tensor
   const double s = start.to_double(), e = end.to_double(), d = step.to_double();
   EMBER_CHECK(d != 0, "[arange] step must be nonzero");
   EMBER_CHECK(std::isfinite(s) && std::isfinite(e), "[arange] start ", s, " and end ", e, " must be finite");
-  EMBER_CHECK((d > 0 && e >= s) || (d < 0 && e <= s), "[arange] upper bound and step sign are inconsistent: start ",
-              s, ", end ", e, ", step ", d);
+  EMBER_CHECK((d > 0 && e >= s) || (d < 0 && e <= s), "[arange] upper bound and step sign are inconsistent: start ", s,
+              ", end ", e, ", step ", d);
   const int64_t n = scalars_integral({&start, &end, &step})
                         ? (end.to_int() - start.to_int() + step.to_int() - (step.to_int() > 0 ? 1 : -1)) / step.to_int()
                         : static_cast<int64_t>(std::ceil((e - s) / d));
@@ -91,8 +91,8 @@ Tensor linspace(double start, double end, int64_t steps, TensorOptions options) 
     T* p = static_cast<T*>(t.data_ptr());
     // Like PyTorch: the first half counts up from start, the second half down from end.
     for (int64_t i = 0; i < steps; ++i) {
-      const double v = i < half ? start + step * static_cast<double>(i)
-                                : end - step * static_cast<double>(steps - 1 - i);
+      const double v =
+          i < half ? start + step * static_cast<double>(i) : end - step * static_cast<double>(steps - 1 - i);
       p[i] = static_cast<T>(static_cast<compute_t<T>>(v));
     }
   });
@@ -108,7 +108,9 @@ Tensor eye(int64_t n, std::optional<int64_t> m, TensorOptions options) {
   return finish(t, options);
 }
 
-Tensor empty_like(const Tensor& t, std::optional<DType> dtype) { return make_empty(t.shape(), dtype.value_or(t.dtype()), t.device()); }
+Tensor empty_like(const Tensor& t, std::optional<DType> dtype) {
+  return make_empty(t.shape(), dtype.value_or(t.dtype()), t.device());
+}
 Tensor zeros_like(const Tensor& t, std::optional<DType> dtype) { return zeros(t.shape(), dtype.value_or(t.dtype())); }
 Tensor ones_like(const Tensor& t, std::optional<DType> dtype) { return ones(t.shape(), dtype.value_or(t.dtype())); }
 Tensor full_like(const Tensor& t, const Scalar& value, std::optional<DType> dtype) {

@@ -113,7 +113,8 @@ void collect(const Tensor& t, int dim, int64_t offset, bool summarize, std::vect
     values->push_back(value_at(t, offset));
     return;
   }
-  for (int64_t i : shown(t.shape()[dim], summarize)) collect(t, dim + 1, offset + i * t.strides()[dim], summarize, values);
+  for (int64_t i : shown(t.shape()[dim], summarize))
+    collect(t, dim + 1, offset + i * t.strides()[dim], summarize, values);
 }
 
 std::string render(const Tensor& t, int dim, int64_t offset, int indent, bool summarize, const Formatter& f) {

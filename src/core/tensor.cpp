@@ -114,9 +114,7 @@ bool Tensor::is_contiguous() const {
   return true;
 }
 
-void* Tensor::data_ptr() const {
-  return static_cast<char*>(impl().storage->data()) + impl().offset * element_size();
-}
+void* Tensor::data_ptr() const { return static_cast<char*>(impl().storage->data()) + impl().offset * element_size(); }
 
 Tensor& Tensor::requires_grad_(bool value) {
   EMBER_CHECK(!value || is_floating_point(), "[requires_grad_] only floating-point tensors can require gradients, got ",
@@ -140,8 +138,8 @@ Scalar Tensor::at(const Shape& index) const {
   int64_t offset = 0;
   for (int d = 0; d < dim(); ++d) {
     int64_t i = index[d];
-    EMBER_CHECK(i >= -shape()[d] && i < shape()[d], "[at] index ", i, " is out of range for dimension ", d,
-                " of size ", shape()[d]);
+    EMBER_CHECK(i >= -shape()[d] && i < shape()[d], "[at] index ", i, " is out of range for dimension ", d, " of size ",
+                shape()[d]);
     if (i < 0) i += shape()[d];
     offset += i * strides()[d];
   }

@@ -5,7 +5,7 @@
 
 namespace ember {
 
-#define EMBER_METHOD_BINARY(fn)                                          \
+#define EMBER_METHOD_BINARY(fn)                                            \
   Tensor Tensor::fn(const Tensor& o) const { return ember::fn(*this, o); } \
   Tensor Tensor::fn(const Scalar& o) const { return ember::fn(*this, o); }
 EMBER_METHOD_BINARY(add)
@@ -50,8 +50,12 @@ EMBER_METHOD_UNARY(isinf)
 #undef EMBER_METHOD_UNARY
 
 Tensor Tensor::gelu(std::string_view approximate) const { return ember::gelu(*this, approximate); }
-Tensor Tensor::clamp(std::optional<Scalar> min, std::optional<Scalar> max) const { return ember::clamp(*this, min, max); }
-Tensor Tensor::masked_fill(const Tensor& mask, const Scalar& value) const { return ember::masked_fill(*this, mask, value); }
+Tensor Tensor::clamp(std::optional<Scalar> min, std::optional<Scalar> max) const {
+  return ember::clamp(*this, min, max);
+}
+Tensor Tensor::masked_fill(const Tensor& mask, const Scalar& value) const {
+  return ember::masked_fill(*this, mask, value);
+}
 
 // --- in place: the result is written over *this (its shape and dtype must hold it) ----------------
 //
@@ -100,14 +104,14 @@ Tensor other_operand(const Tensor& other, const Tensor& self, const Tensor& old_
       return differentiable_inplace(#fn "_", *this,                                                                   \
                                     [&](const Tensor& old) { return ember::fn(old, other_operand(o, *this, old)); }); \
     }                                                                                                                 \
-    detail::binary_op(OpKind::Kind, {this, nullptr}, {&o, nullptr}, this);                                            \
+    detail::binary_op(OpKind::k##Kind, {this, nullptr}, {&o, nullptr}, this);                                         \
     return *this;                                                                                                     \
   }                                                                                                                   \
   Tensor& Tensor::fn##_(const Scalar& o) {                                                                            \
     if (autograd::needs_grad(*this)) {                                                                                \
       return differentiable_inplace(#fn "_", *this, [&](const Tensor& old) { return ember::fn(old, o); });            \
     }                                                                                                                 \
-    detail::binary_op(OpKind::Kind, {this, nullptr}, {nullptr, &o}, this);                                            \
+    detail::binary_op(OpKind::k##Kind, {this, nullptr}, {nullptr, &o}, this);                                         \
     return *this;                                                                                                     \
   }
 EMBER_INPLACE_BINARY(add, Add)
@@ -120,7 +124,7 @@ Tensor& Tensor::pow_(const Scalar& o) {
   if (autograd::needs_grad(*this)) {
     return differentiable_inplace("pow_", *this, [&](const Tensor& old) { return ember::pow(old, o); });
   }
-  detail::binary_op(OpKind::Pow, {this, nullptr}, {nullptr, &o}, this);
+  detail::binary_op(OpKind::kPow, {this, nullptr}, {nullptr, &o}, this);
   return *this;
 }
 
@@ -129,7 +133,7 @@ Tensor& Tensor::pow_(const Scalar& o) {
     if (autograd::needs_grad(*this)) {                                                                 \
       return differentiable_inplace(#fn "_", *this, [](const Tensor& old) { return ember::fn(old); }); \
     }                                                                                                  \
-    detail::unary_op(OpKind::Kind, *this, this);                                                       \
+    detail::unary_op(OpKind::k##Kind, *this, this);                                                    \
     return *this;                                                                                      \
   }
 EMBER_INPLACE_UNARY(neg, Neg)

@@ -15,8 +15,8 @@ namespace ember::cuda::detail {
 namespace {
 
 void check_device(int device, const char* op) {
-  EMBER_CHECK(device >= 0 && device < device_count(), "[", op, "] device cuda:", device, " is not available: ",
-              status());
+  EMBER_CHECK(device >= 0 && device < device_count(), "[", op, "] device cuda:", device,
+              " is not available: ", status());
 }
 
 #ifdef EMBER_WITH_CUDA
@@ -111,7 +111,7 @@ std::shared_ptr<StorageImpl> allocate_storage(int64_t nbytes, int device) {
 #ifdef EMBER_WITH_CUDA
   // Until per-device streams exist, every block belongs to the default stream (0).
   void* ptr = state(device).allocator.allocate(static_cast<size_t>(nbytes), 0);
-  return ember::detail::make_pooled<StorageImpl>(ptr, nbytes, Device{DeviceType::CUDA, device}, &release_block,
+  return ember::detail::make_pooled<StorageImpl>(ptr, nbytes, Device{DeviceType::kCUDA, device}, &release_block,
                                                  reinterpret_cast<void*>(static_cast<intptr_t>(device)));
 #else
   return nullptr;

@@ -1,7 +1,6 @@
 // ember::cuda runtime queries. Compiled in every build; the CUDA calls exist only when the
 // backend is built (EMBER_WITH_CUDA), so a CPU-only build answers "no devices".
 #include "ember/cuda.h"
-
 #include "ember/error.h"
 
 #ifdef EMBER_WITH_CUDA

@@ -19,7 +19,6 @@ namespace ember::data {
 
 // --- the permutation ------------------------------------------------------------------------------
 
-
 std::vector<int64_t> random_permutation(int64_t n, uint64_t seed, uint64_t epoch) {
   EMBER_CHECK(n >= 0, "[random_permutation] n must be non-negative, got ", n);
   std::vector<int64_t> order(static_cast<size_t>(n));

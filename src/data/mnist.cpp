@@ -135,7 +135,7 @@ std::string find_idx_file(const std::filesystem::path& root, const std::string& 
   EMBER_FAIL("[mnist] '", (root / name).string(), "' not found (nor '", name, ".gz') in '", root.string(), "'");
 }
 
-std::string idx_prefix(Split split) { return split == Split::Train ? "train" : "t10k"; }
+std::string idx_prefix(Split split) { return split == Split::kTrain ? "train" : "t10k"; }
 
 // --- CSV --------------------------------------------------------------------------------------------
 
@@ -248,7 +248,7 @@ MNIST MNIST::read_csv(const std::string& path, Split split, bool normalize, bool
   int64_t selected = 0;
   for (int64_t d = 0; d < kNumClasses; ++d) {
     train_rows[d] = per_digit[d] - per_digit[d] / 5;
-    selected += split == Split::Train ? train_rows[d] : per_digit[d] / 5;
+    selected += split == Split::kTrain ? train_rows[d] : per_digit[d] / 5;
   }
   Tensor images = empty({selected, 1, 28, 28}, kFloat32);
   Tensor labels = empty({selected}, kInt64);
@@ -260,7 +260,7 @@ MNIST MNIST::read_csv(const std::string& path, Split split, bool normalize, bool
   for (int64_t row = 0; row < total; ++row) {
     const uint8_t label = digits.labels[static_cast<size_t>(row)];
     const bool is_train = seen[label]++ < train_rows[label];
-    if (is_train != (split == Split::Train)) continue;
+    if (is_train != (split == Split::kTrain)) continue;
     const uint8_t* pixels = digits.pixels.data() + row * kPixelsPerImage;
     float* out = image_out + row_out * kPixelsPerImage;
     for (int64_t i = 0; i < kPixelsPerImage; ++i) out[i] = table[pixels[i]];

@@ -65,7 +65,7 @@ OpCost softmax_cost(OpKind op, const Tensor& in) {
 namespace {
 
 struct ConvSizes {
-  double gemm_flops;  // 2 N C_out P K: one of forward, grad_input, grad_weight
+  double gemm_flops;                      // 2 N C_out P K: one of forward, grad_input, grad_weight
   double input, weight, output, columns;  // element counts
 };
 
@@ -87,7 +87,8 @@ OpCost conv2d_cost(const ConvShape& s, bool has_bias, DType dtype) {
   const ConvSizes z = conv_sizes(s);
   OpCost cost;
   cost.flops = z.gemm_flops + (has_bias ? z.output : 0.0);
-  cost.bytes = size_of(dtype) * (z.input + z.weight + z.output + 2.0 * z.columns + (has_bias ? as_double(s.out_channels) : 0.0));
+  cost.bytes =
+      size_of(dtype) * (z.input + z.weight + z.output + 2.0 * z.columns + (has_bias ? as_double(s.out_channels) : 0.0));
   return cost;
 }
 
@@ -171,13 +172,13 @@ OpCost batch_norm_cost(int64_t numel, int64_t channels, bool training, DType dty
 
 OpCost cross_entropy_cost(int64_t rows, int64_t classes, DType dtype) {
   const double scores = as_double(rows * classes), n = as_double(rows);
-  const double per_score = op_info(OpKind::LogSoftmax).flops_per_element;
+  const double per_score = op_info(OpKind::kLogSoftmax).flops_per_element;
   return {per_score * scores + n, size_of(dtype) * (scores + n) + kIndexBytes * n};
 }
 
 OpCost cross_entropy_backward_cost(int64_t rows, int64_t classes, DType dtype) {
   const double scores = as_double(rows * classes), n = as_double(rows);
-  const double per_score = op_info(OpKind::LogSoftmax).flops_per_element + 2.0;
+  const double per_score = op_info(OpKind::kLogSoftmax).flops_per_element + 2.0;
   return {per_score * scores, size_of(dtype) * (2.0 * scores + n) + kIndexBytes * n};
 }
 

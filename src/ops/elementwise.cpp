@@ -72,21 +72,22 @@ Tensor binary_op(OpKind op, Operand a, Operand b, Tensor* out) {
   if (a.tensor && b.tensor) check_same_device(name, {a.tensor, b.tensor});
   const DType common = result_type({a, b});
   EMBER_CHECK(!(has_trait(op, kNoBool) && common == kBool), "[", name, "] is not supported for bool tensors",
-              op == OpKind::Sub ? "; use logical_xor instead" : "");
-  EMBER_CHECK(!(op == OpKind::Pow && common == kBool && a.tensor && b.tensor), "[pow] is not supported for two bool ",
+              op == OpKind::kSub ? "; use logical_xor instead" : "");
+  EMBER_CHECK(!(op == OpKind::kPow && common == kBool && a.tensor && b.tensor), "[pow] is not supported for two bool ",
               "tensors");
-  if (op == OpKind::Sub) {
+  if (op == OpKind::kSub) {
     auto is_bool = [](const Operand& o) {
-      return o.tensor ? o.tensor->dtype() == kBool : o.scalar->kind() == Scalar::Kind::Bool;
+      return o.tensor ? o.tensor->dtype() == kBool : o.scalar->kind() == Scalar::Kind::kBoolean;
     };
     EMBER_CHECK(!is_bool(a) && !is_bool(b), "[sub] subtraction with a bool operand is not supported; use logical_not",
                 " or logical_xor instead");
   }
   const DType compute = has_trait(op, kFloatResult) && !is_floating(common) ? kFloat32 : common;
   const DType result = has_trait(op, kBoolResult) ? kBool : compute;
-  if (op == OpKind::Pow && b.scalar && !is_floating(compute)) {
-    EMBER_CHECK(b.scalar->is_floating() || b.scalar->to_int() >= 0, "[pow] integers to negative integer powers are not ",
-                "allowed (base dtype ", compute, ", exponent ", b.scalar->to_int(), ")");
+  if (op == OpKind::kPow && b.scalar && !is_floating(compute)) {
+    EMBER_CHECK(b.scalar->is_floating() || b.scalar->to_int() >= 0,
+                "[pow] integers to negative integer powers are not ", "allowed (base dtype ", compute, ", exponent ",
+                b.scalar->to_int(), ")");
   }
   const Tensor ta = a.tensor ? a.tensor->to(compute) : wrap_scalar(*a.scalar, compute);
   const Tensor tb = b.tensor ? b.tensor->to(compute) : wrap_scalar(*b.scalar, compute);
@@ -95,7 +96,8 @@ Tensor binary_op(OpKind op, Operand a, Operand b, Tensor* out) {
   Tensor target;
   if (out != nullptr) {
     check_out(name, *out, shape, result);
-    const bool direct = out->dtype() == result && !needs_temporary(*out, ta, shape) && !needs_temporary(*out, tb, shape);
+    const bool direct =
+        out->dtype() == result && !needs_temporary(*out, ta, shape) && !needs_temporary(*out, tb, shape);
     target = direct ? *out : make_empty(shape, result, ta.device());
   } else {
     target = make_empty(shape, result, ta.device());
@@ -120,7 +122,7 @@ Tensor unary_op(OpKind op, const Tensor& x, Tensor* out) {
   EMBER_CHECK(!has_trait(op, kFloatOnly) || is_floating(x.dtype()), "[", name,
               "] expects a floating-point tensor, got ", x.dtype());
   DType compute = has_trait(op, kFloatResult) && !is_floating(x.dtype()) ? kFloat32 : x.dtype();
-  if (op == OpKind::Square && x.dtype() == kBool) compute = kInt64;  // as pow(x, 2) promotes
+  if (op == OpKind::kSquare && x.dtype() == kBool) compute = kInt64;  // as pow(x, 2) promotes
   const DType result = has_trait(op, kBoolResult) ? kBool : compute;
   const Tensor input = x.to(compute);
   Tensor target;
@@ -163,19 +165,19 @@ using autograd::SavedTensor;
 // Gradients may keep the broadcast output shape and the promoted dtype: the engine sums them back
 // to each input's shape and casts them to its dtype.
 Tensor add(const Tensor& a, const Tensor& b) {
-  Tensor out = binary_op(OpKind::Add, {&a, nullptr}, {&b, nullptr});
+  Tensor out = binary_op(OpKind::kAdd, {&a, nullptr}, {&b, nullptr});
   if (needs_grad(a, b)) {
     autograd::record("add", out, {&a, &b}, [](const Tensor& g, GradMask) -> Grads { return {g, g}; });
   }
   return out;
 }
 Tensor add(const Tensor& a, const Scalar& b) {
-  Tensor out = binary_op(OpKind::Add, {&a, nullptr}, {nullptr, &b});
+  Tensor out = binary_op(OpKind::kAdd, {&a, nullptr}, {nullptr, &b});
   if (needs_grad(a)) autograd::record("add", out, {&a}, [](const Tensor& g, GradMask) -> Grads { return {g}; });
   return out;
 }
 Tensor sub(const Tensor& a, const Tensor& b) {
-  Tensor out = binary_op(OpKind::Sub, {&a, nullptr}, {&b, nullptr});
+  Tensor out = binary_op(OpKind::kSub, {&a, nullptr}, {&b, nullptr});
   if (needs_grad(a, b)) {
     autograd::record("sub", out, {&a, &b}, [](const Tensor& g, GradMask needs) -> Grads {
       return {g, needs[1] ? neg(g) : Tensor()};
@@ -184,17 +186,17 @@ Tensor sub(const Tensor& a, const Tensor& b) {
   return out;
 }
 Tensor sub(const Tensor& a, const Scalar& b) {
-  Tensor out = binary_op(OpKind::Sub, {&a, nullptr}, {nullptr, &b});
+  Tensor out = binary_op(OpKind::kSub, {&a, nullptr}, {nullptr, &b});
   if (needs_grad(a)) autograd::record("sub", out, {&a}, [](const Tensor& g, GradMask) -> Grads { return {g}; });
   return out;
 }
 Tensor rsub(const Tensor& a, const Scalar& b) {
-  Tensor out = binary_op(OpKind::Sub, {nullptr, &b}, {&a, nullptr});
+  Tensor out = binary_op(OpKind::kSub, {nullptr, &b}, {&a, nullptr});
   if (needs_grad(a)) autograd::record("rsub", out, {&a}, [](const Tensor& g, GradMask) -> Grads { return {neg(g)}; });
   return out;
 }
 Tensor mul(const Tensor& a, const Tensor& b) {
-  Tensor out = binary_op(OpKind::Mul, {&a, nullptr}, {&b, nullptr});
+  Tensor out = binary_op(OpKind::kMul, {&a, nullptr}, {&b, nullptr});
   if (needs_grad(a, b)) {
     autograd::record("mul", out, {&a, &b},
                      [sa = SavedTensor(a), sb = SavedTensor(b)](const Tensor& g, GradMask needs) -> Grads {
@@ -204,14 +206,14 @@ Tensor mul(const Tensor& a, const Tensor& b) {
   return out;
 }
 Tensor mul(const Tensor& a, const Scalar& b) {
-  Tensor out = binary_op(OpKind::Mul, {&a, nullptr}, {nullptr, &b});
+  Tensor out = binary_op(OpKind::kMul, {&a, nullptr}, {nullptr, &b});
   if (needs_grad(a)) {
     autograd::record("mul", out, {&a}, [b](const Tensor& g, GradMask) -> Grads { return {mul(g, b)}; });
   }
   return out;
 }
 Tensor div(const Tensor& a, const Tensor& b) {
-  Tensor out = binary_op(OpKind::Div, {&a, nullptr}, {&b, nullptr});
+  Tensor out = binary_op(OpKind::kDiv, {&a, nullptr}, {&b, nullptr});
   if (needs_grad(a, b)) {
     autograd::record("div", out, {&a, &b},
                      [sb = SavedTensor(b), so = SavedTensor(out)](const Tensor& g, GradMask needs) -> Grads {
@@ -222,14 +224,14 @@ Tensor div(const Tensor& a, const Tensor& b) {
   return out;
 }
 Tensor div(const Tensor& a, const Scalar& b) {
-  Tensor out = binary_op(OpKind::Div, {&a, nullptr}, {nullptr, &b});
+  Tensor out = binary_op(OpKind::kDiv, {&a, nullptr}, {nullptr, &b});
   if (needs_grad(a)) {
     autograd::record("div", out, {&a}, [b](const Tensor& g, GradMask) -> Grads { return {div(g, b)}; });
   }
   return out;
 }
 Tensor div(const Scalar& a, const Tensor& b) {
-  Tensor out = binary_op(OpKind::Div, {nullptr, &a}, {&b, nullptr});
+  Tensor out = binary_op(OpKind::kDiv, {nullptr, &a}, {&b, nullptr});
   if (needs_grad(b)) {
     // d(a / b)/db = -a / b^2 = -out / b
     autograd::record("div", out, {&b},
@@ -243,7 +245,7 @@ Tensor div(const Scalar& a, const Tensor& b) {
 // pow, as PyTorch: d/da = b * a^(b-1), taken as 0 where b == 0 (so 0^0 has no infinite slope);
 // d/db = out * log(a), taken as 0 where a == 0 and b >= 0 (the limit from the right).
 Tensor pow(const Tensor& a, const Tensor& b) {
-  Tensor out = binary_op(OpKind::Pow, {&a, nullptr}, {&b, nullptr});
+  Tensor out = binary_op(OpKind::kPow, {&a, nullptr}, {&b, nullptr});
   if (needs_grad(a, b)) {
     autograd::record(
         "pow", out, {&a, &b},
@@ -260,7 +262,7 @@ Tensor pow(const Tensor& a, const Tensor& b) {
   return out;
 }
 Tensor pow(const Tensor& a, const Scalar& b) {
-  Tensor out = binary_op(OpKind::Pow, {&a, nullptr}, {nullptr, &b});
+  Tensor out = binary_op(OpKind::kPow, {&a, nullptr}, {nullptr, &b});
   if (needs_grad(a)) {
     autograd::record("pow", out, {&a}, [sa = SavedTensor(a), b](const Tensor& g, GradMask) -> Grads {
       if (b.to_double() == 0.0) return {zeros_like(g)};
@@ -271,7 +273,7 @@ Tensor pow(const Tensor& a, const Scalar& b) {
   return out;
 }
 Tensor pow(const Scalar& a, const Tensor& b) {
-  Tensor out = binary_op(OpKind::Pow, {nullptr, &a}, {&b, nullptr});
+  Tensor out = binary_op(OpKind::kPow, {nullptr, &a}, {&b, nullptr});
   if (needs_grad(b)) {
     autograd::record("pow", out, {&b},
                      [sb = SavedTensor(b), so = SavedTensor(out), a](const Tensor& g, GradMask) -> Grads {
@@ -306,16 +308,16 @@ Tensor extremum(OpKind op, const Tensor& a, const Tensor& b, Loses loses) {
 }  // namespace
 
 Tensor minimum(const Tensor& a, const Tensor& b) {
-  return extremum(OpKind::Minimum, a, b, [](const Tensor& x, const Tensor& y) { return gt(x, y); });
+  return extremum(OpKind::kMinimum, a, b, [](const Tensor& x, const Tensor& y) { return gt(x, y); });
 }
 Tensor maximum(const Tensor& a, const Tensor& b) {
-  return extremum(OpKind::Maximum, a, b, [](const Tensor& x, const Tensor& y) { return lt(x, y); });
+  return extremum(OpKind::kMaximum, a, b, [](const Tensor& x, const Tensor& y) { return lt(x, y); });
 }
 
 // Comparisons and logical ops give bool tensors: nothing to differentiate.
-#define EMBER_BINARY_FRONT(fn, Kind)                                                                            \
-  Tensor fn(const Tensor& a, const Tensor& b) { return binary_op(OpKind::Kind, {&a, nullptr}, {&b, nullptr}); } \
-  Tensor fn(const Tensor& a, const Scalar& b) { return binary_op(OpKind::Kind, {&a, nullptr}, {nullptr, &b}); }
+#define EMBER_BINARY_FRONT(fn, Kind)                                                                               \
+  Tensor fn(const Tensor& a, const Tensor& b) { return binary_op(OpKind::k##Kind, {&a, nullptr}, {&b, nullptr}); } \
+  Tensor fn(const Tensor& a, const Scalar& b) { return binary_op(OpKind::k##Kind, {&a, nullptr}, {nullptr, &b}); }
 EMBER_BINARY_FRONT(eq, Eq)
 EMBER_BINARY_FRONT(ne, Ne)
 EMBER_BINARY_FRONT(lt, Lt)
@@ -325,9 +327,11 @@ EMBER_BINARY_FRONT(ge, Ge)
 #undef EMBER_BINARY_FRONT
 
 Tensor logical_and(const Tensor& a, const Tensor& b) {
-  return binary_op(OpKind::LogicalAnd, {&a, nullptr}, {&b, nullptr});
+  return binary_op(OpKind::kLogicalAnd, {&a, nullptr}, {&b, nullptr});
 }
-Tensor logical_or(const Tensor& a, const Tensor& b) { return binary_op(OpKind::LogicalOr, {&a, nullptr}, {&b, nullptr}); }
+Tensor logical_or(const Tensor& a, const Tensor& b) {
+  return binary_op(OpKind::kLogicalOr, {&a, nullptr}, {&b, nullptr});
+}
 
 // out= forms write into a caller's buffer, which autograd cannot track: they refuse to run when a
 // gradient would be needed.
@@ -345,22 +349,22 @@ void check_out_without_grad(const char* op, const char* functional, const Tensor
 
 Tensor& add_out(Tensor& out, const Tensor& a, const Tensor& b) {
   check_out_without_grad("add_out", "add", out, a, b);
-  binary_op(OpKind::Add, {&a, nullptr}, {&b, nullptr}, &out);
+  binary_op(OpKind::kAdd, {&a, nullptr}, {&b, nullptr}, &out);
   return out;
 }
 Tensor& sub_out(Tensor& out, const Tensor& a, const Tensor& b) {
   check_out_without_grad("sub_out", "sub", out, a, b);
-  binary_op(OpKind::Sub, {&a, nullptr}, {&b, nullptr}, &out);
+  binary_op(OpKind::kSub, {&a, nullptr}, {&b, nullptr}, &out);
   return out;
 }
 Tensor& mul_out(Tensor& out, const Tensor& a, const Tensor& b) {
   check_out_without_grad("mul_out", "mul", out, a, b);
-  binary_op(OpKind::Mul, {&a, nullptr}, {&b, nullptr}, &out);
+  binary_op(OpKind::kMul, {&a, nullptr}, {&b, nullptr}, &out);
   return out;
 }
 Tensor& div_out(Tensor& out, const Tensor& a, const Tensor& b) {
   check_out_without_grad("div_out", "div", out, a, b);
-  binary_op(OpKind::Div, {&a, nullptr}, {&b, nullptr}, &out);
+  binary_op(OpKind::kDiv, {&a, nullptr}, {&b, nullptr}, &out);
   return out;
 }
 
@@ -402,63 +406,63 @@ constexpr double kGeluTanhCoefficient = 0.044715;
 }  // namespace
 
 Tensor neg(const Tensor& x) {
-  Tensor out = unary_op(OpKind::Neg, x);
+  Tensor out = unary_op(OpKind::kNeg, x);
   if (needs_grad(x)) autograd::record("neg", out, {&x}, [](const Tensor& g, GradMask) -> Grads { return {neg(g)}; });
   return out;
 }
 Tensor abs(const Tensor& x) {  // sign(0) = 0: no gradient at the kink, as PyTorch
-  return unary_saving_input("abs", OpKind::Abs, x, [](const Tensor& g, const Tensor& in) { return mul(g, sign(in)); });
+  return unary_saving_input("abs", OpKind::kAbs, x, [](const Tensor& g, const Tensor& in) { return mul(g, sign(in)); });
 }
 Tensor sign(const Tensor& x) {  // piecewise constant: a zero gradient
-  Tensor out = unary_op(OpKind::Sign, x);
+  Tensor out = unary_op(OpKind::kSign, x);
   if (needs_grad(x)) {
     autograd::record("sign", out, {&x}, [](const Tensor& g, GradMask) -> Grads { return {zeros_like(g)}; });
   }
   return out;
 }
 Tensor exp(const Tensor& x) {
-  return unary_saving_output("exp", OpKind::Exp, x, [](const Tensor& g, const Tensor& y) { return mul(g, y); });
+  return unary_saving_output("exp", OpKind::kExp, x, [](const Tensor& g, const Tensor& y) { return mul(g, y); });
 }
 Tensor log(const Tensor& x) {
-  return unary_saving_input("log", OpKind::Log, x, [](const Tensor& g, const Tensor& in) { return div(g, in); });
+  return unary_saving_input("log", OpKind::kLog, x, [](const Tensor& g, const Tensor& in) { return div(g, in); });
 }
 Tensor log1p(const Tensor& x) {
-  return unary_saving_input("log1p", OpKind::Log1p, x,
+  return unary_saving_input("log1p", OpKind::kLog1p, x,
                             [](const Tensor& g, const Tensor& in) { return div(g, add(in, 1)); });
 }
 Tensor expm1(const Tensor& x) {  // d/dx = exp(x) = y + 1
-  return unary_saving_output("expm1", OpKind::Expm1, x,
+  return unary_saving_output("expm1", OpKind::kExpm1, x,
                              [](const Tensor& g, const Tensor& y) { return mul(g, add(y, 1)); });
 }
 Tensor sqrt(const Tensor& x) {  // d/dx = 1 / (2 sqrt(x))
-  return unary_saving_output("sqrt", OpKind::Sqrt, x,
+  return unary_saving_output("sqrt", OpKind::kSqrt, x,
                              [](const Tensor& g, const Tensor& y) { return div(g, mul(y, 2)); });
 }
 Tensor rsqrt(const Tensor& x) {  // d/dx = -x^(-3/2) / 2 = -y^3 / 2
-  return unary_saving_output("rsqrt", OpKind::Rsqrt, x,
+  return unary_saving_output("rsqrt", OpKind::kRsqrt, x,
                              [](const Tensor& g, const Tensor& y) { return mul(mul(g, mul(square(y), y)), -0.5); });
 }
 Tensor square(const Tensor& x) {
-  return unary_saving_input("square", OpKind::Square, x,
+  return unary_saving_input("square", OpKind::kSquare, x,
                             [](const Tensor& g, const Tensor& in) { return mul(g, mul(in, 2)); });
 }
 Tensor sin(const Tensor& x) {
-  return unary_saving_input("sin", OpKind::Sin, x, [](const Tensor& g, const Tensor& in) { return mul(g, cos(in)); });
+  return unary_saving_input("sin", OpKind::kSin, x, [](const Tensor& g, const Tensor& in) { return mul(g, cos(in)); });
 }
 Tensor cos(const Tensor& x) {
-  return unary_saving_input("cos", OpKind::Cos, x,
+  return unary_saving_input("cos", OpKind::kCos, x,
                             [](const Tensor& g, const Tensor& in) { return mul(g, neg(sin(in))); });
 }
 Tensor tanh(const Tensor& x) {  // d/dx = 1 - y^2
-  return unary_saving_output("tanh", OpKind::Tanh, x,
+  return unary_saving_output("tanh", OpKind::kTanh, x,
                              [](const Tensor& g, const Tensor& y) { return mul(g, rsub(square(y), 1)); });
 }
 Tensor sigmoid(const Tensor& x) {  // d/dx = y (1 - y)
-  return unary_saving_output("sigmoid", OpKind::Sigmoid, x,
+  return unary_saving_output("sigmoid", OpKind::kSigmoid, x,
                              [](const Tensor& g, const Tensor& y) { return mul(g, mul(y, rsub(y, 1))); });
 }
 Tensor relu(const Tensor& x) {  // the gradient passes where the output is positive (none at 0)
-  return unary_saving_output("relu", OpKind::Relu, x, [](const Tensor& g, const Tensor& y) {
+  return unary_saving_output("relu", OpKind::kRelu, x, [](const Tensor& g, const Tensor& y) {
     // PyTorch's threshold_backward: y <= 0 blocks (a NaN output passes). One fused pass
     // (kernels/cpu/threshold.h) unless this backward is itself differentiated or the layout or
     // dtype does not suit it; then the composite, which is also its reference.
@@ -476,7 +480,7 @@ Tensor relu(const Tensor& x) {  // the gradient passes where the output is posit
   });
 }
 Tensor silu(const Tensor& x) {  // d/dx [x s(x)] = s (1 + x (1 - s))
-  return unary_saving_input("silu", OpKind::Silu, x, [](const Tensor& g, const Tensor& in) {
+  return unary_saving_input("silu", OpKind::kSilu, x, [](const Tensor& g, const Tensor& in) {
     const Tensor s = sigmoid(in);
     return mul(g, mul(s, add(mul(in, rsub(s, 1)), 1)));
   });
@@ -488,7 +492,7 @@ Tensor gelu(const Tensor& x, std::string_view approximate) {
   if (approximate == "tanh") {
     // y = x/2 (1 + t), t = tanh(u), u = sqrt(2/pi) (x + c x^3):
     // dy/dx = (1 + t)/2 + x/2 (1 - t^2) sqrt(2/pi) (1 + 3 c x^2).
-    return unary_saving_input("gelu", OpKind::GeluTanh, x, [](const Tensor& g, const Tensor& in) {
+    return unary_saving_input("gelu", OpKind::kGeluTanh, x, [](const Tensor& g, const Tensor& in) {
       const Tensor in2 = square(in);
       const Tensor t = tanh(mul(mul(in, add(mul(in2, kGeluTanhCoefficient), 1)), kSqrt2OverPi));
       const Tensor du = mul(add(mul(in2, 3 * kGeluTanhCoefficient), 1), kSqrt2OverPi);
@@ -498,7 +502,7 @@ Tensor gelu(const Tensor& x, std::string_view approximate) {
   }
   // y = x Phi(x): dy/dx = Phi(x) + x phi(x). ember has no erf op, so Phi comes from the saved
   // output as y / x (exact to the kernel's accuracy), with Phi(0) = 1/2.
-  Tensor out = unary_op(OpKind::GeluErf, x);
+  Tensor out = unary_op(OpKind::kGeluErf, x);
   if (needs_grad(x)) {
     autograd::record("gelu", out, {&x},
                      [sx = SavedTensor(x), so = SavedTensor(out)](const Tensor& g, GradMask) -> Grads {
@@ -512,7 +516,7 @@ Tensor gelu(const Tensor& x, std::string_view approximate) {
 }
 
 #define EMBER_UNARY_FRONT(fn, Kind) \
-  Tensor fn(const Tensor& x) { return unary_op(OpKind::Kind, x); }
+  Tensor fn(const Tensor& x) { return unary_op(OpKind::k##Kind, x); }
 EMBER_UNARY_FRONT(logical_not, LogicalNot)
 EMBER_UNARY_FRONT(isnan, IsNan)
 EMBER_UNARY_FRONT(isinf, IsInf)
@@ -534,9 +538,10 @@ Tensor where_impl(const Tensor& condition, Operand a, Operand b) {
   Tensor out = detail::make_empty(shape, dtype, condition.device());
   if (out.numel() > 0) {
     const cpu::Loop loop = detail::make_loop(shape, {&out, &condition, &ta, &tb});
-    cpu::where(dtype, out.data_ptr(), static_cast<const bool*>(condition.data_ptr()), ta.data_ptr(), tb.data_ptr(), loop);
+    cpu::where(dtype, out.data_ptr(), static_cast<const bool*>(condition.data_ptr()), ta.data_ptr(), tb.data_ptr(),
+               loop);
   }
-  scope.cost([&] { return elementwise_cost(OpKind::Where, out, {&condition, &ta, &tb}); });
+  scope.cost([&] { return elementwise_cost(OpKind::kWhere, out, {&condition, &ta, &tb}); });
   return out;
 }
 
@@ -581,8 +586,8 @@ Tensor clamp(const Tensor& x, std::optional<Scalar> min, std::optional<Scalar> m
   EMBER_CHECK(min || max, "[clamp] at least one of min and max must be given");
   Tensor result = x;
   // NaN in x propagates through maximum/minimum; bounds keep x's dtype unless they are floats.
-  if (min) result = binary_op(OpKind::Maximum, {&result, nullptr}, {nullptr, &*min});
-  if (max) result = binary_op(OpKind::Minimum, {&result, nullptr}, {nullptr, &*max});
+  if (min) result = binary_op(OpKind::kMaximum, {&result, nullptr}, {nullptr, &*min});
+  if (max) result = binary_op(OpKind::kMinimum, {&result, nullptr}, {nullptr, &*max});
   if (needs_grad(x)) {
     autograd::record("clamp", result, {&x}, [sx = SavedTensor(x), min, max](const Tensor& g, GradMask) -> Grads {
       const Tensor in = sx.get();
@@ -637,8 +642,8 @@ Grads clamp_tensor_backward(const Tensor& g, const Tensor& in, const Tensor& low
 Tensor clamp(const Tensor& x, const std::optional<Tensor>& min, const std::optional<Tensor>& max) {
   EMBER_CHECK(min || max, "[clamp] at least one of min and max must be given");
   Tensor result = x;
-  if (min) result = binary_op(OpKind::Maximum, {&result, nullptr}, {&*min, nullptr});
-  if (max) result = binary_op(OpKind::Minimum, {&result, nullptr}, {&*max, nullptr});
+  if (min) result = binary_op(OpKind::kMaximum, {&result, nullptr}, {&*min, nullptr});
+  if (max) result = binary_op(OpKind::kMinimum, {&result, nullptr}, {&*max, nullptr});
   const Tensor lo = min.value_or(Tensor()), hi = max.value_or(Tensor());
   if (needs_grad(x, lo, hi)) {
     autograd::record(
@@ -653,8 +658,8 @@ Tensor clamp(const Tensor& x, const std::optional<Tensor>& min, const std::optio
 Tensor masked_fill(const Tensor& x, const Tensor& mask, const Scalar& value) {
   EMBER_CHECK(mask.dtype() == kBool, "[masked_fill] mask must be a bool tensor, got ", mask.dtype());
   const Shape shape = broadcast_shapes(x.shape(), mask.shape(), "masked_fill");
-  EMBER_CHECK(shape == x.shape(), "[masked_fill] mask of shape ", mask.shape(), " does not broadcast to the input's shape ",
-              x.shape());
+  EMBER_CHECK(shape == x.shape(), "[masked_fill] mask of shape ", mask.shape(),
+              " does not broadcast to the input's shape ", x.shape());
   const Tensor fill = scalar_tensor(value, x.dtype());
   Tensor out = where_impl(mask, {&fill, nullptr}, {&x, nullptr});
   if (needs_grad(x)) {

@@ -39,11 +39,11 @@ DType compute_dtype(DType dtype) { return dtype == kFloat16 || dtype == kBFloat1
 
 Tensor reduce(const Tensor& loss, Reduction reduction) {
   switch (reduction) {
-    case Reduction::None:
+    case Reduction::kNone:
       return loss;
-    case Reduction::Sum:
+    case Reduction::kSum:
       return sum(loss);
-    case Reduction::Mean:
+    case Reduction::kMean:
       return mean(loss);
   }
   return loss;
@@ -51,7 +51,7 @@ Tensor reduce(const Tensor& loss, Reduction reduction) {
 
 // The upstream gradient of a reduced loss, per element of its unreduced form (broadcastable).
 Tensor per_element_grad(const Tensor& grad, Reduction reduction, int64_t count) {
-  return reduction == Reduction::Mean ? grad / static_cast<double>(count) : grad;
+  return reduction == Reduction::kMean ? grad / static_cast<double>(count) : grad;
 }
 
 // --- class-index losses -------------------------------------------------------------------------------
@@ -108,13 +108,13 @@ ClassProblem class_problem(const char* op, const Tensor& input, const Tensor& ta
 Tensor reduce_class_loss(const Tensor& per_position, Reduction reduction, int64_t counted, DType dtype) {
   Tensor result;
   switch (reduction) {
-    case Reduction::None:
+    case Reduction::kNone:
       result = per_position;
       break;
-    case Reduction::Sum:
+    case Reduction::kSum:
       result = sum(per_position);
       break;
-    case Reduction::Mean:
+    case Reduction::kMean:
       result = sum(per_position) / static_cast<double>(counted);
       break;  // 0 / 0 is nan
   }
@@ -124,9 +124,9 @@ Tensor reduce_class_loss(const Tensor& per_position, Reduction reduction, int64_
 // The per-position scale of a class-index loss's gradient: the upstream gradient, divided by the
 // counted targets for Mean. Returns the tensor and its stride (0: one value for every position).
 std::pair<Tensor, int64_t> class_grad_scale(const Tensor& grad, Reduction reduction, int64_t counted, DType compute) {
-  if (reduction == Reduction::None) return {grad.to(compute).contiguous(), 1};
+  if (reduction == Reduction::kNone) return {grad.to(compute).contiguous(), 1};
   Tensor scale = grad.to(compute).reshape({1});
-  if (reduction == Reduction::Mean) scale = scale / static_cast<double>(counted);
+  if (reduction == Reduction::kMean) scale = scale / static_cast<double>(counted);
   return {scale.contiguous(), 0};
 }
 

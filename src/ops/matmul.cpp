@@ -383,8 +383,8 @@ Tensor linear_gelu(const Tensor& x, const Tensor& weight, const std::optional<Te
   EMBER_CHECK(approximate == "none" || approximate == "tanh",
               "[linear_gelu] approximate must be \"none\" or \"tanh\", got \"", approximate, "\"");
   check_linear_args("linear_gelu", x, weight);
-  EMBER_CHECK(is_floating(x.dtype()), "[linear_gelu] needs a floating-point dtype, got ", x.dtype(),
-              " (input shape ", x.shape(), ")");
+  EMBER_CHECK(is_floating(x.dtype()), "[linear_gelu] needs a floating-point dtype, got ", x.dtype(), " (input shape ",
+              x.shape(), ")");
   const Tensor b = bias.value_or(Tensor());
   if (autograd::needs_grad(x, weight, b)) {
     // The backward needs the pre-activation h = linear(x, weight, bias). Keeping it costs one

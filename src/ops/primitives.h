@@ -20,27 +20,27 @@ enum OpTrait : uint32_t {
 };
 
 // X(Kind, "name", traits, flops per output element, Functor)
-#define EMBER_UNARY_PRIMITIVES(X)                                                  \
-  X(Neg, "neg", kElementwise | kInPlace | kNoBool, 1, Neg)                         \
-  X(Abs, "abs", kElementwise | kInPlace | kNoBool, 1, Abs)                                   \
-  X(Sign, "sign", kElementwise | kInPlace, 1, Sign)                                \
-  X(Exp, "exp", kElementwise | kInPlace | kFloatResult, 8, Exp)                    \
-  X(Log, "log", kElementwise | kInPlace | kFloatResult, 8, Log)                    \
-  X(Log1p, "log1p", kElementwise | kInPlace | kFloatResult, 8, Log1p)              \
-  X(Expm1, "expm1", kElementwise | kInPlace | kFloatResult, 8, Expm1)              \
-  X(Sqrt, "sqrt", kElementwise | kInPlace | kFloatResult, 1, Sqrt)                 \
-  X(Rsqrt, "rsqrt", kElementwise | kInPlace | kFloatResult, 2, Rsqrt)              \
-  X(Square, "square", kElementwise | kInPlace, 1, Square)                          \
-  X(Sin, "sin", kElementwise | kInPlace | kFloatResult, 8, Sin)                    \
-  X(Cos, "cos", kElementwise | kInPlace | kFloatResult, 8, Cos)                    \
-  X(Tanh, "tanh", kElementwise | kInPlace | kFloatResult, 8, Tanh)                 \
-  X(Sigmoid, "sigmoid", kElementwise | kInPlace | kFloatResult, 10, Sigmoid)       \
-  X(Relu, "relu", kElementwise | kInPlace | kNoBool, 1, Relu)                      \
-  X(GeluErf, "gelu", kElementwise | kInPlace | kFloatResult | kFloatOnly, 20, GeluErf)          \
-  X(GeluTanh, "gelu_tanh", kElementwise | kInPlace | kFloatResult | kFloatOnly, 14, GeluTanh)   \
-  X(Silu, "silu", kElementwise | kInPlace | kFloatResult | kFloatOnly, 11, Silu)                \
-  X(LogicalNot, "logical_not", kElementwise | kBoolResult, 1, LogicalNot)          \
-  X(IsNan, "isnan", kElementwise | kBoolResult, 1, IsNan)                          \
+#define EMBER_UNARY_PRIMITIVES(X)                                                             \
+  X(Neg, "neg", kElementwise | kInPlace | kNoBool, 1, Neg)                                    \
+  X(Abs, "abs", kElementwise | kInPlace | kNoBool, 1, Abs)                                    \
+  X(Sign, "sign", kElementwise | kInPlace, 1, Sign)                                           \
+  X(Exp, "exp", kElementwise | kInPlace | kFloatResult, 8, Exp)                               \
+  X(Log, "log", kElementwise | kInPlace | kFloatResult, 8, Log)                               \
+  X(Log1p, "log1p", kElementwise | kInPlace | kFloatResult, 8, Log1p)                         \
+  X(Expm1, "expm1", kElementwise | kInPlace | kFloatResult, 8, Expm1)                         \
+  X(Sqrt, "sqrt", kElementwise | kInPlace | kFloatResult, 1, Sqrt)                            \
+  X(Rsqrt, "rsqrt", kElementwise | kInPlace | kFloatResult, 2, Rsqrt)                         \
+  X(Square, "square", kElementwise | kInPlace, 1, Square)                                     \
+  X(Sin, "sin", kElementwise | kInPlace | kFloatResult, 8, Sin)                               \
+  X(Cos, "cos", kElementwise | kInPlace | kFloatResult, 8, Cos)                               \
+  X(Tanh, "tanh", kElementwise | kInPlace | kFloatResult, 8, Tanh)                            \
+  X(Sigmoid, "sigmoid", kElementwise | kInPlace | kFloatResult, 10, Sigmoid)                  \
+  X(Relu, "relu", kElementwise | kInPlace | kNoBool, 1, Relu)                                 \
+  X(GeluErf, "gelu", kElementwise | kInPlace | kFloatResult | kFloatOnly, 20, GeluErf)        \
+  X(GeluTanh, "gelu_tanh", kElementwise | kInPlace | kFloatResult | kFloatOnly, 14, GeluTanh) \
+  X(Silu, "silu", kElementwise | kInPlace | kFloatResult | kFloatOnly, 11, Silu)              \
+  X(LogicalNot, "logical_not", kElementwise | kBoolResult, 1, LogicalNot)                     \
+  X(IsNan, "isnan", kElementwise | kBoolResult, 1, IsNan)                                     \
   X(IsInf, "isinf", kElementwise | kBoolResult, 1, IsInf)
 
 #define EMBER_BINARY_PRIMITIVES(X)                                                       \
@@ -61,32 +61,32 @@ enum OpTrait : uint32_t {
   X(LogicalOr, "logical_or", kElementwise | kCommutative | kBoolResult, 1, LogicalOr)
 
 // Primitives with their own kernels (not generated functor loops).
-#define EMBER_OTHER_PRIMITIVES(X)                        \
-  X(Where, "where", kElementwise, 1, None)               \
-  X(Copy, "copy", kElementwise, 0, None)                 \
-  X(Fill, "fill", kElementwise, 0, None)                 \
-  X(Sum, "sum", kReduction, 1, None)                     \
-  X(Prod, "prod", kReduction, 1, None)                   \
-  X(Amax, "amax", kReduction, 1, None)                   \
-  X(Amin, "amin", kReduction, 1, None)                   \
-  X(Argmax, "argmax", kReduction, 1, None)               \
-  X(Argmin, "argmin", kReduction, 1, None)               \
-  X(All, "all", kReduction, 1, None)                     \
-  X(Any, "any", kReduction, 1, None)                     \
-  X(Softmax, "softmax", 0, 5, None)                      \
-  X(LogSoftmax, "log_softmax", 0, 5, None)               \
-  X(Matmul, "matmul", 0, 2, None)                        \
-  X(IndexSelect, "index_select", 0, 0, None)             \
-  X(Gather, "gather", 0, 0, None)                        \
+#define EMBER_OTHER_PRIMITIVES(X)            \
+  X(Where, "where", kElementwise, 1, None)   \
+  X(Copy, "copy", kElementwise, 0, None)     \
+  X(Fill, "fill", kElementwise, 0, None)     \
+  X(Sum, "sum", kReduction, 1, None)         \
+  X(Prod, "prod", kReduction, 1, None)       \
+  X(Amax, "amax", kReduction, 1, None)       \
+  X(Amin, "amin", kReduction, 1, None)       \
+  X(Argmax, "argmax", kReduction, 1, None)   \
+  X(Argmin, "argmin", kReduction, 1, None)   \
+  X(All, "all", kReduction, 1, None)         \
+  X(Any, "any", kReduction, 1, None)         \
+  X(Softmax, "softmax", 0, 5, None)          \
+  X(LogSoftmax, "log_softmax", 0, 5, None)   \
+  X(Matmul, "matmul", 0, 2, None)            \
+  X(IndexSelect, "index_select", 0, 0, None) \
+  X(Gather, "gather", 0, 0, None)            \
   X(ScatterAdd, "scatter_add", 0, 1, None)
 
-#define EMBER_PRIMITIVES(X)   \
-  EMBER_UNARY_PRIMITIVES(X)   \
-  EMBER_BINARY_PRIMITIVES(X)  \
+#define EMBER_PRIMITIVES(X)  \
+  EMBER_UNARY_PRIMITIVES(X)  \
+  EMBER_BINARY_PRIMITIVES(X) \
   EMBER_OTHER_PRIMITIVES(X)
 
 enum class OpKind : uint16_t {
-#define EMBER_OP_ENUM(kind, name, traits, flops, functor) kind,
+#define EMBER_OP_ENUM(kind, name, traits, flops, functor) k##kind,
   EMBER_PRIMITIVES(EMBER_OP_ENUM)
 #undef EMBER_OP_ENUM
       kCount

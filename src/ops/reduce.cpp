@@ -47,14 +47,14 @@ void check_floating(const char* op, const Tensor& x) {
 }
 
 // Which dims a reduction removes, and the output's shape.
-struct Reduction {
+struct ReducePlan {
   bool reduced[kMaxDims] = {};
   Shape out_shape;
   int64_t reduce_size = 1;  // elements per output
 };
 
-Reduction plan(const char* op, const Tensor& x, const Axes& dims, bool keepdim) {
-  Reduction r;
+ReducePlan plan(const char* op, const Tensor& x, const Axes& dims, bool keepdim) {
+  ReducePlan r;
   const int ndim = x.dim();
   if (dims.empty()) {
     for (int d = 0; d < ndim; ++d) r.reduced[d] = true;
@@ -80,7 +80,7 @@ Reduction plan(const char* op, const Tensor& x, const Axes& dims, bool keepdim) 
 }
 
 // Rejects a reduction over an empty dim for ops without an identity (max, min, argmax, ...).
-void check_nonempty(const char* op, const Tensor& x, const Reduction& r, const char* why) {
+void check_nonempty(const char* op, const Tensor& x, const ReducePlan& r, const char* why) {
   if (x.numel() != 0) return;
   for (int d = 0; d < x.dim(); ++d) {
     EMBER_CHECK(!(r.reduced[d] && x.shape()[d] == 0), "[", op, "] cannot reduce over dim ", d,
@@ -89,7 +89,7 @@ void check_nonempty(const char* op, const Tensor& x, const Reduction& r, const c
 }
 
 // The primitive: one kernel call into a new contiguous output.
-Tensor run(OpKind op, const Tensor& x, const Reduction& r, DType out_dtype) {
+Tensor run(OpKind op, const Tensor& x, const ReducePlan& r, DType out_dtype) {
   profiler::detail::OpScope scope(name_of(op), {&x});
   Tensor out = detail::make_empty(r.out_shape, out_dtype, x.device());
   if (out.numel() == 0) return out;
@@ -113,7 +113,7 @@ Tensor sum_or_prod(OpKind op, const Tensor& x, const Axes& dims, bool keepdim) {
 Tensor extreme(OpKind op, const Tensor& x, const Axes& dims, bool keepdim) {
   const char* name = name_of(op);
   check_cpu(name, x);
-  const Reduction r = plan(name, x, dims, keepdim);
+  const ReducePlan r = plan(name, x, dims, keepdim);
   check_nonempty(name, x, r, "the operation has no identity");
   return run(op, x, r, x.dtype());
 }
@@ -130,7 +130,7 @@ Tensor arg_extreme(OpKind op, const Tensor& x, std::optional<int64_t> dim, bool 
     Tensor out = arg_extreme(op, flat, 0, false);
     return keepdim ? out.reshape(Shape(x.dim(), int64_t{1})) : out;
   }
-  const Reduction r = plan(name, x, {*dim}, keepdim);
+  const ReducePlan r = plan(name, x, {*dim}, keepdim);
   check_nonempty(name, x, r, "the operation has no identity");
   return run(op, x, r, kInt64);
 }
@@ -142,7 +142,7 @@ Tensor truth(OpKind op, const Tensor& x, const Axes& dims, bool keepdim) {
 }
 
 // Drops the reduced dims from a keepdim result (same elements, same order).
-Tensor squeeze_reduced(const Tensor& t, const Reduction& r, bool keepdim) {
+Tensor squeeze_reduced(const Tensor& t, const ReducePlan& r, bool keepdim) {
   return keepdim ? t : t.reshape(r.out_shape);
 }
 
@@ -179,19 +179,19 @@ using autograd::Grads;
 using autograd::SavedTensor;
 
 // `t` (a reduction's output) with the reduced dims of an input of `in_shape` restored as size 1.
-Tensor keep_reduced(const Tensor& t, const Shape& in_shape, const Reduction& r) {
+Tensor keep_reduced(const Tensor& t, const Shape& in_shape, const ReducePlan& r) {
   Shape kept;
   for (int d = 0; d < in_shape.size(); ++d) kept.push_back(r.reduced[d] ? 1 : in_shape[d]);
   return t.reshape(kept);
 }
 
 // The gradient of a reduction's output, broadcast back to the input's shape.
-Tensor expand_reduced(const Tensor& g, const Shape& in_shape, const Reduction& r) {
+Tensor expand_reduced(const Tensor& g, const Shape& in_shape, const ReducePlan& r) {
   return keep_reduced(g, in_shape, r).expand(in_shape);
 }
 
 // The reduced dims as an axis list, for reductions in backward (keepdim = true).
-Axes reduced_axes(const Reduction& r, int ndim) {
+Axes reduced_axes(const ReducePlan& r, int ndim) {
   Axes axes;
   for (int d = 0; d < ndim; ++d) {
     if (r.reduced[d]) axes.push_back(d);
@@ -200,14 +200,14 @@ Axes reduced_axes(const Reduction& r, int ndim) {
 }
 
 // Sum over the reduced dims, keeping them (a 0-dim input has none: nothing to sum).
-Tensor sum_kept(const Tensor& t, const Reduction& r) {
+Tensor sum_kept(const Tensor& t, const ReducePlan& r) {
   if (t.dim() == 0) return t;
   return sum(t, reduced_axes(r, t.dim()), /*keepdim=*/true);
 }
 
 // amax/amin/inf-norm: the gradient is shared evenly among the elements equal to the extreme
 // (`hits`, a bool tensor of the input's shape), as PyTorch.
-Tensor share_among(const Tensor& g, const Tensor& hits, const Shape& in_shape, const Reduction& r) {
+Tensor share_among(const Tensor& g, const Tensor& hits, const Shape& in_shape, const ReducePlan& r) {
   const Tensor count = sum_kept(hits, r);
   return where(hits, div(keep_reduced(g, in_shape, r), count), 0.0);
 }
@@ -215,7 +215,7 @@ Tensor share_among(const Tensor& g, const Tensor& hits, const Shape& in_shape, c
 }  // namespace
 
 Tensor sum(const Tensor& x, const Axes& dims, bool keepdim) {
-  Tensor out = sum_or_prod(OpKind::Sum, x, dims, keepdim);
+  Tensor out = sum_or_prod(OpKind::kSum, x, dims, keepdim);
   if (autograd::needs_grad(x)) {
     autograd::record("sum", out, {&x},
                      [r = plan("sum", x, dims, keepdim), shape = x.shape()](const Tensor& g, GradMask) -> Grads {
@@ -228,7 +228,7 @@ Tensor sum(const Tensor& x, const Axes& dims, bool keepdim) {
 // prod: d out / d x_i is the product of the other elements. Without zeros that is out / x_i; with
 // one zero in a group only the zero's slot gets the product of the rest; with two or more, none.
 Tensor prod(const Tensor& x, const Axes& dims, bool keepdim) {
-  Tensor out = sum_or_prod(OpKind::Prod, x, dims, keepdim);
+  Tensor out = sum_or_prod(OpKind::kProd, x, dims, keepdim);
   if (autograd::needs_grad(x)) {
     autograd::record("prod", out, {&x},
                      [r = plan("prod", x, dims, keepdim), sx = SavedTensor(x), so = SavedTensor(out)](
@@ -252,9 +252,9 @@ Tensor mean(const Tensor& x, const Axes& dims, bool keepdim) {
   profiler::detail::OpScope scope("mean", {&x});  // composite: its sum and div record their costs
   check_cpu("mean", x);
   check_floating("mean", x);
-  const Reduction r = plan("mean", x, dims, keepdim);
+  const ReducePlan r = plan("mean", x, dims, keepdim);
   // float16/bfloat16: sum in float32, divide, round once (as PyTorch). An empty reduction is 0/0.
-  Tensor total = run(OpKind::Sum, x, r, compute_dtype(x.dtype()));
+  Tensor total = run(OpKind::kSum, x, r, compute_dtype(x.dtype()));
   total.div_(static_cast<double>(r.reduce_size));
   Tensor out = total.to(x.dtype());
   if (autograd::needs_grad(x)) {
@@ -283,18 +283,18 @@ Tensor extreme_with_grad(OpKind op, const Tensor& x, const Axes& dims, bool keep
 }  // namespace
 
 Tensor amax(const Tensor& x, const Axes& dims, bool keepdim) {
-  return extreme_with_grad(OpKind::Amax, x, dims, keepdim);
+  return extreme_with_grad(OpKind::kAmax, x, dims, keepdim);
 }
 Tensor amin(const Tensor& x, const Axes& dims, bool keepdim) {
-  return extreme_with_grad(OpKind::Amin, x, dims, keepdim);
+  return extreme_with_grad(OpKind::kAmin, x, dims, keepdim);
 }
 
 // Integer results: nothing to differentiate.
 Tensor argmax(const Tensor& x, std::optional<int64_t> dim, bool keepdim) {
-  return arg_extreme(OpKind::Argmax, x, dim, keepdim);
+  return arg_extreme(OpKind::kArgmax, x, dim, keepdim);
 }
 Tensor argmin(const Tensor& x, std::optional<int64_t> dim, bool keepdim) {
-  return arg_extreme(OpKind::Argmin, x, dim, keepdim);
+  return arg_extreme(OpKind::kArgmin, x, dim, keepdim);
 }
 
 namespace {
@@ -302,21 +302,21 @@ namespace {
 // The composed forwards below run their steps without recording them: the public functions
 // record one node each.
 
-Tensor var_forward(const Tensor& x, const Reduction& r, const Reduction& kept, int64_t correction) {
+Tensor var_forward(const Tensor& x, const ReducePlan& r, const ReducePlan& kept, int64_t correction) {
   // Two passes (mean, then squared deviations from it) stay accurate when |mean| >> std.
   const Tensor input = x.to(compute_dtype(x.dtype()));
-  Tensor mean_kept = run(OpKind::Sum, input, kept, input.dtype());
+  Tensor mean_kept = run(OpKind::kSum, input, kept, input.dtype());
   mean_kept.div_(static_cast<double>(r.reduce_size));
   Tensor squares = input - mean_kept;
   squares.mul_(squares);
-  Tensor result = run(OpKind::Sum, squares, r, input.dtype());
+  Tensor result = run(OpKind::kSum, squares, r, input.dtype());
   // PyTorch divides by max(n - correction, 0): inf, or nan for 0/0, when nothing is left.
   result.div_(static_cast<double>(std::max<int64_t>(r.reduce_size - correction, 0)));
   return result.to(x.dtype());
 }
 
 // d var / dx = 2 (x - mean) / (n - correction), times the incoming gradient `scale` (kept shape).
-Tensor var_backward(const Tensor& scale, const Tensor& in, const Reduction& r, int64_t correction) {
+Tensor var_backward(const Tensor& scale, const Tensor& in, const ReducePlan& r, int64_t correction) {
   const Tensor centered = sub(in, div(sum_kept(in, r), static_cast<double>(r.reduce_size)));
   const double denominator = static_cast<double>(std::max<int64_t>(r.reduce_size - correction, 0));
   return div(mul(centered, scale), denominator * 0.5);
@@ -328,7 +328,7 @@ Tensor var(const Tensor& x, const Axes& dims, int64_t correction, bool keepdim) 
   profiler::detail::OpScope scope("var", {&x});  // composite: its ops record their costs
   check_cpu("var", x);
   check_floating("var", x);
-  const Reduction r = plan("var", x, dims, keepdim);
+  const ReducePlan r = plan("var", x, dims, keepdim);
   Tensor out;
   {
     autograd::NoGradGuard no_grad;
@@ -348,7 +348,7 @@ Tensor std(const Tensor& x, const Axes& dims, int64_t correction, bool keepdim) 
   profiler::detail::OpScope scope("std", {&x});  // composite: its ops record their costs
   check_cpu("std", x);
   check_floating("std", x);
-  const Reduction r = plan("std", x, dims, keepdim);
+  const ReducePlan r = plan("std", x, dims, keepdim);
   Tensor out;
   {
     autograd::NoGradGuard no_grad;
@@ -372,7 +372,7 @@ Tensor std(const Tensor& x, const Axes& dims, int64_t correction, bool keepdim) 
 Tensor logsumexp(const Tensor& x, const Axes& dims, bool keepdim) {
   profiler::detail::OpScope scope("logsumexp", {&x});  // composite: its ops record their costs
   check_cpu("logsumexp", x);
-  const Reduction r = plan("logsumexp", x, dims, keepdim);
+  const ReducePlan r = plan("logsumexp", x, dims, keepdim);
   const DType result_dtype = is_floating(x.dtype()) ? x.dtype() : kFloat32;
   if (r.reduce_size == 0) return full(r.out_shape, -std::numeric_limits<double>::infinity(), result_dtype);
   Tensor out;
@@ -381,11 +381,11 @@ Tensor logsumexp(const Tensor& x, const Axes& dims, bool keepdim) {
     const Tensor input = x.to(compute_dtype(result_dtype));
     // log(sum(exp(x - m))) + m with m the max, replaced by 0 where it is infinite: a row of -inf
     // gives log(0) = -inf, a row holding +inf gives +inf, and nan propagates through m.
-    const Reduction kept = plan("logsumexp", x, dims, true);
-    Tensor m = run(OpKind::Amax, input, kept, input.dtype());
+    const ReducePlan kept = plan("logsumexp", x, dims, true);
+    Tensor m = run(OpKind::kAmax, input, kept, input.dtype());
     m = masked_fill(m, isinf(m), 0);
     Tensor shifted = input - m;
-    const Tensor total = run(OpKind::Sum, shifted.exp_(), r, input.dtype());
+    const Tensor total = run(OpKind::kSum, shifted.exp_(), r, input.dtype());
     out = (log(total) + squeeze_reduced(m, r, keepdim)).to(result_dtype);
   }
   if (autograd::needs_grad(x)) {
@@ -399,25 +399,25 @@ Tensor logsumexp(const Tensor& x, const Axes& dims, bool keepdim) {
   return out;
 }
 
-Tensor all(const Tensor& x, const Axes& dims, bool keepdim) { return truth(OpKind::All, x, dims, keepdim); }
-Tensor any(const Tensor& x, const Axes& dims, bool keepdim) { return truth(OpKind::Any, x, dims, keepdim); }
+Tensor all(const Tensor& x, const Axes& dims, bool keepdim) { return truth(OpKind::kAll, x, dims, keepdim); }
+Tensor any(const Tensor& x, const Axes& dims, bool keepdim) { return truth(OpKind::kAny, x, dims, keepdim); }
 
 namespace {
 
-Tensor norm_forward(const Tensor& x, double p, const Reduction& r) {
+Tensor norm_forward(const Tensor& x, double p, const ReducePlan& r) {
   const Tensor input = x.to(compute_dtype(x.dtype()));
   const DType dtype = input.dtype();
   Tensor result;
   if (p == 2) {
-    result = sqrt(run(OpKind::Sum, square(input), r, dtype));
+    result = sqrt(run(OpKind::kSum, square(input), r, dtype));
   } else if (p == 1) {
-    result = run(OpKind::Sum, abs(input), r, dtype);
+    result = run(OpKind::kSum, abs(input), r, dtype);
   } else if (std::isinf(p)) {
-    result = run(p > 0 ? OpKind::Amax : OpKind::Amin, abs(input), r, dtype);
+    result = run(p > 0 ? OpKind::kAmax : OpKind::kAmin, abs(input), r, dtype);
   } else if (p == 0) {
-    result = run(OpKind::Sum, ne(input, 0), r, kInt64).to(dtype);  // the count of nonzero elements
+    result = run(OpKind::kSum, ne(input, 0), r, kInt64).to(dtype);  // the count of nonzero elements
   } else {
-    result = pow(run(OpKind::Sum, pow(abs(input), p), r, dtype), 1.0 / p);
+    result = pow(run(OpKind::kSum, pow(abs(input), p), r, dtype), 1.0 / p);
   }
   return result.to(x.dtype());
 }
@@ -425,7 +425,7 @@ Tensor norm_forward(const Tensor& x, double p, const Reduction& r) {
 // The p-norm's gradient, as PyTorch: d ||x|| / dx_i = sign(x_i) |x_i|^(p-1) / ||x||^(p-1), with the
 // subgradient 0 where the norm is 0; p = inf shares the gradient among the elements of largest
 // magnitude; the count of nonzeros (p = 0) is piecewise constant.
-Tensor norm_backward(const Tensor& g, const Tensor& in, const Tensor& out, double p, const Reduction& r) {
+Tensor norm_backward(const Tensor& g, const Tensor& in, const Tensor& out, double p, const ReducePlan& r) {
   const Tensor grad = keep_reduced(g, in.shape(), r);
   const Tensor norm = keep_reduced(out, in.shape(), r);
   if (p == 0) return zeros_like(in);
@@ -452,7 +452,7 @@ Tensor norm(const Tensor& x, double p, const Axes& dims, bool keepdim) {
   check_cpu("norm", x);
   check_floating("norm", x);
   EMBER_CHECK(!std::isnan(p), "[norm] p must be a number, got nan");
-  const Reduction r = plan("norm", x, dims, keepdim);
+  const ReducePlan r = plan("norm", x, dims, keepdim);
   if (p < 0 || std::isinf(p)) check_nonempty("norm", x, r, "a norm with p = inf, -inf or p < 0 has no identity");
   Tensor out;
   {
@@ -483,26 +483,26 @@ Tensor softmax_backward(OpKind op, const Tensor& g, const Tensor& y, int64_t dim
       cpu::softmax_backward(op, y.dtype(), dx.data_ptr(), grad.data_ptr(), out.data_ptr(), dx.numel() / n, n);
     return dx;
   }
-  if (op == OpKind::Softmax) return mul(y, sub(g, sum(mul(g, y), {dim}, true)));
+  if (op == OpKind::kSoftmax) return mul(y, sub(g, sum(mul(g, y), {dim}, true)));
   return sub(g, mul(exp(y), sum(g, {dim}, true)));
 }
 
 }  // namespace
 
 Tensor softmax(const Tensor& x, int64_t dim) {
-  Tensor out = softmax_impl(OpKind::Softmax, x, dim);
+  Tensor out = softmax_impl(OpKind::kSoftmax, x, dim);
   if (autograd::needs_grad(x)) {
     autograd::record("softmax", out, {&x}, [dim, so = SavedTensor(out)](const Tensor& g, GradMask) -> Grads {
-      return {softmax_backward(OpKind::Softmax, g, so.get(), dim)};
+      return {softmax_backward(OpKind::kSoftmax, g, so.get(), dim)};
     });
   }
   return out;
 }
 Tensor log_softmax(const Tensor& x, int64_t dim) {
-  Tensor out = softmax_impl(OpKind::LogSoftmax, x, dim);
+  Tensor out = softmax_impl(OpKind::kLogSoftmax, x, dim);
   if (autograd::needs_grad(x)) {
     autograd::record("log_softmax", out, {&x}, [dim, so = SavedTensor(out)](const Tensor& g, GradMask) -> Grads {
-      return {softmax_backward(OpKind::LogSoftmax, g, so.get(), dim)};
+      return {softmax_backward(OpKind::kLogSoftmax, g, so.get(), dim)};
     });
   }
   return out;

@@ -112,13 +112,13 @@ void roll_into(const Tensor& dst, const Tensor& src, const std::vector<std::pair
 
 void print_scalar(std::ostream& out, const Scalar& value) {
   switch (value.kind()) {
-    case Scalar::Kind::Bool:
+    case Scalar::Kind::kBoolean:
       out << (value.to_bool() ? "true" : "false");
       return;
-    case Scalar::Kind::Int:
+    case Scalar::Kind::kInteger:
       out << value.to_int();
       return;
-    case Scalar::Kind::Float:
+    case Scalar::Kind::kFloating:
       out << value.to_double();
       return;
   }

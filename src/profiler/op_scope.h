@@ -51,16 +51,19 @@ void record_memory(Device device, int64_t bytes_in_use, int64_t delta);
 class OpScope {
  public:
   OpScope(const char* name, std::initializer_list<const Tensor*> inputs) : active_(enabled()) {
-    if (active_) [[unlikely]] begin_op(name, inputs);
+    if (active_) [[unlikely]]
+      begin_op(name, inputs);
   }
   // For names built at run time, `name + suffix` (a backward node's "conv2d" + "_backward", an
   // optimizer's "Adam" + ".step"): put together and kept only while profiling.
   OpScope(std::string_view name, std::string_view suffix, std::initializer_list<const Tensor*> inputs)
       : active_(enabled()) {
-    if (active_) [[unlikely]] begin_op(name, suffix, inputs);
+    if (active_) [[unlikely]]
+      begin_op(name, suffix, inputs);
   }
   ~OpScope() {
-    if (active_) [[unlikely]] end_event();
+    if (active_) [[unlikely]]
+      end_event();
   }
   OpScope(const OpScope&) = delete;
   OpScope& operator=(const OpScope&) = delete;
@@ -70,7 +73,8 @@ class OpScope {
   // Evaluates the cost rule `f() -> OpCost` only while profiling.
   template <class F>
   void cost(F&& f) {
-    if (active_) [[unlikely]] set_cost(std::forward<F>(f)());
+    if (active_) [[unlikely]]
+      set_cost(std::forward<F>(f)());
   }
   // The same for a rule that may have no answer (`f() -> std::optional<OpCost>`).
   template <class F>
@@ -90,10 +94,12 @@ class LazyRange {
  public:
   template <class MakeName>
   explicit LazyRange(MakeName&& make_name, bool is_module = false) : active_(enabled()) {
-    if (active_) [[unlikely]] begin_range(std::forward<MakeName>(make_name)(), is_module);
+    if (active_) [[unlikely]]
+      begin_range(std::forward<MakeName>(make_name)(), is_module);
   }
   ~LazyRange() {
-    if (active_) [[unlikely]] end_event();
+    if (active_) [[unlikely]]
+      end_event();
   }
   LazyRange(const LazyRange&) = delete;
   LazyRange& operator=(const LazyRange&) = delete;

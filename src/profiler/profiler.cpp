@@ -95,8 +95,8 @@ struct Session {
   std::vector<std::shared_ptr<ThreadBuffer>> buffers;
 };
 
-std::mutex g_session_mutex;            // guards g_session
-std::shared_ptr<Session> g_session;    // the running session, if any
+std::mutex g_session_mutex;             // guards g_session
+std::shared_ptr<Session> g_session;     // the running session, if any
 std::atomic<uint64_t> g_session_id{0};  // its id (0: none)
 uint64_t g_next_session_id = 1;
 
@@ -292,8 +292,9 @@ void Profiler::start() {
   auto session = std::make_shared<detail::Session>();
   {
     std::lock_guard<std::mutex> lock(detail::g_session_mutex);
-    EMBER_CHECK(!detail::g_session, "[profiler] another Profiler is already running; stop it first (one profiler "
-                                    "records at a time)");
+    EMBER_CHECK(!detail::g_session,
+                "[profiler] another Profiler is already running; stop it first (one profiler "
+                "records at a time)");
     session->id = detail::g_next_session_id++;
     session->start = detail::Clock::now();
     detail::g_session = session;

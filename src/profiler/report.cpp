@@ -80,8 +80,8 @@ std::string Profiler::table(SortBy sort_by, int max_rows, const Roof* roof) cons
     }
   }
 
-  const std::vector<std::string> header = {"op",   "calls",  "total ms", "self ms", "self %",
-                                           "avg us", "GFLOP/s", "GB/s",    "FLOP/B",  "% roof"};
+  const std::vector<std::string> header = {"op",     "calls",   "total ms", "self ms", "self %",
+                                           "avg us", "GFLOP/s", "GB/s",     "FLOP/B",  "% roof"};
   std::vector<std::vector<std::string>> rows;
   const size_t count = max_rows > 0 ? std::min(stats.size(), static_cast<size_t>(max_rows)) : stats.size();
   for (size_t i = 0; i < count; ++i) {
@@ -91,8 +91,9 @@ std::string Profiler::table(SortBy sort_by, int max_rows, const Roof* roof) cons
     row.push_back(std::to_string(s.calls));
     row.push_back(format("%.2f", static_cast<double>(s.total_ns) * 1e-6));
     row.push_back(format("%.2f", static_cast<double>(s.self_ns) * 1e-6));
-    row.push_back(self_total > 0 ? format("%.1f%%", 100.0 * static_cast<double>(s.self_ns) / static_cast<double>(self_total))
-                                 : "-");
+    row.push_back(self_total > 0
+                      ? format("%.1f%%", 100.0 * static_cast<double>(s.self_ns) / static_cast<double>(self_total))
+                      : "-");
     row.push_back(format("%.1f", static_cast<double>(s.total_ns) * 1e-3 / static_cast<double>(s.calls)));
     if (s.has_cost) {
       row.push_back(format("%.2f", s.gflops_per_second()));
@@ -207,8 +208,8 @@ void Profiler::export_chrome_trace(const std::string& path) const {
   const std::vector<MemorySample>& memory = memory_samples();
   for (size_t i = 0; i < memory.size(); ++i) {
     const MemorySample& m = memory[i];
-    const std::string track =
-        m.device.is_cpu() ? std::string("memory in use (cpu)") : "memory in use (cuda:" + std::to_string(m.device.index) + ")";
+    const std::string track = m.device.is_cpu() ? std::string("memory in use (cpu)")
+                                                : "memory in use (cuda:" + std::to_string(m.device.index) + ")";
     const int64_t us = m.time_ns / 1000;
     bool later_same_us = false;
     for (size_t j = i + 1; j < memory.size() && memory[j].time_ns / 1000 == us && !later_same_us; ++j) {

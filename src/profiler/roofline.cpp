@@ -83,9 +83,7 @@ struct Box {
 struct Axes {
   double left, top, width, height;
   int x_min, x_max, y_min, y_max;  // decades
-  double x(double intensity) const {
-    return left + width * (std::log10(intensity) - x_min) / (x_max - x_min);
-  }
+  double x(double intensity) const { return left + width * (std::log10(intensity) - x_min) / (x_max - x_min); }
   double y(double gflops) const { return top + height * (1.0 - (std::log10(gflops) - y_min) / (y_max - y_min)); }
 };
 
@@ -102,8 +100,9 @@ std::string point_color(const std::string& label) {
 }  // namespace
 
 std::string roofline_svg(const Roof& roof, const std::vector<RooflinePoint>& points, const std::string& title) {
-  EMBER_CHECK(roof.f32_gflops > 0 && roof.dram_gbps > 0, "[roofline] needs a positive f32 peak and DRAM bandwidth, got ",
-              roof.f32_gflops, " GFLOP/s and ", roof.dram_gbps, " GB/s");
+  EMBER_CHECK(roof.f32_gflops > 0 && roof.dram_gbps > 0,
+              "[roofline] needs a positive f32 peak and DRAM bandwidth, got ", roof.f32_gflops, " GFLOP/s and ",
+              roof.dram_gbps, " GB/s");
   std::vector<RooflinePoint> drawn;
   for (const RooflinePoint& p : points) {
     if (p.intensity > 0 && p.gflops > 0 && std::isfinite(p.intensity) && std::isfinite(p.gflops)) drawn.push_back(p);
@@ -136,8 +135,8 @@ std::string roofline_svg(const Roof& roof, const std::vector<RooflinePoint>& poi
   std::ostringstream svg;
   svg << "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
       << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << svg_width << "\" height=\"" << svg_height
-      << "\" viewBox=\"0 0 " << svg_width << " " << svg_height << "\" font-family=\"DejaVu Sans, Helvetica, Arial, sans-serif\" font-size=\""
-      << kFontSize << "\">\n"
+      << "\" viewBox=\"0 0 " << svg_width << " " << svg_height
+      << "\" font-family=\"DejaVu Sans, Helvetica, Arial, sans-serif\" font-size=\"" << kFontSize << "\">\n"
       << "<title>" << escape_xml(title) << "</title>\n"
       << "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
       << "<defs><clipPath id=\"plot\"><rect x=\"" << ax.left << "\" y=\"" << ax.top << "\" width=\"" << ax.width
@@ -285,10 +284,14 @@ std::string roofline_svg(const Roof& roof, const std::vector<RooflinePoint>& poi
     // is not right next to its marker gets a leader line, so it can't be read as a neighbour's.
     for (int ring = 1; ring <= 8 && !placed; ++ring) {
       const double d = 8.0 + 12.0 * (ring - 1);
-      const double candidates[8][2] = {{cx + d, cy + h / 2 - 2},         {cx - d - w, cy + h / 2 - 2},
-                                       {cx + d * 0.7, cy - d * 0.7},     {cx + d * 0.7, cy + d * 0.7 + h},
-                                       {cx - d * 0.7 - w, cy - d * 0.7}, {cx - d * 0.7 - w, cy + d * 0.7 + h},
-                                       {cx - w / 2, cy - d},             {cx - w / 2, cy + d + h}};
+      const double candidates[8][2] = {{cx + d, cy + h / 2 - 2},
+                                       {cx - d - w, cy + h / 2 - 2},
+                                       {cx + d * 0.7, cy - d * 0.7},
+                                       {cx + d * 0.7, cy + d * 0.7 + h},
+                                       {cx - d * 0.7 - w, cy - d * 0.7},
+                                       {cx - d * 0.7 - w, cy + d * 0.7 + h},
+                                       {cx - w / 2, cy - d},
+                                       {cx - w / 2, cy + d + h}};
       for (int which = 0; which < 8; ++which) {
         const auto& c = candidates[which];
         const Box box{c[0] - 1, c[1] - h, c[0] + w + 1, c[1] + 3};
@@ -318,7 +321,8 @@ std::string roofline_svg(const Roof& roof, const std::vector<RooflinePoint>& poi
   std::vector<std::pair<std::string, std::string>> kinds;
   for (const auto& [color, text] : std::vector<std::pair<std::string, std::string>>{
            {"#3366cc", "forward op"}, {"#d95f02", "backward op"}, {"#1b9e77", "optimizer update"}}) {
-    if (std::any_of(drawn.begin(), drawn.end(), [&](const RooflinePoint& p) { return point_color(p.label) == color; })) {
+    if (std::any_of(drawn.begin(), drawn.end(),
+                    [&](const RooflinePoint& p) { return point_color(p.label) == color; })) {
       kinds.emplace_back(color, text);
     }
   }

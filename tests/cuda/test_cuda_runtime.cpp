@@ -52,7 +52,7 @@ TEST(CudaRuntime, DevicePropertiesOnAGpu) {
 
 TEST(CudaAllocator, WithoutADeviceAllocationIsAClearError) {
   if (cuda::is_available()) GTEST_SKIP() << "a GPU is present";
-  const Device gpu{DeviceType::CUDA, 0};
+  const Device gpu{DeviceType::kCUDA, 0};
   try {
     empty({2, 3}, gpu);
     FAIL() << "allocating on cuda:0 without a device should throw";
@@ -65,7 +65,7 @@ TEST(CudaAllocator, WithoutADeviceAllocationIsAClearError) {
 
 TEST(CudaAllocator, SteadyStateAllocationsComeFromTheCache) {
   if (!cuda::is_available()) GTEST_SKIP() << cuda::status();
-  const Device gpu{DeviceType::CUDA, 0};
+  const Device gpu{DeviceType::kCUDA, 0};
   auto step = [&] {
     Tensor a = empty({1024, 1024}, gpu);
     Tensor b = empty({7}, gpu);

@@ -21,7 +21,7 @@ struct Pair {
 };
 
 // How a loss combines its per-element values.
-enum class Reduction { None, Mean, Sum };
+enum class Reduction { kNone, kMean, kSum };
 
 namespace functional {
 
@@ -49,8 +49,9 @@ Tensor batch_norm(const Tensor& input, const Tensor& running_mean, const Tensor&
                   const std::optional<Tensor>& weight = std::nullopt, const std::optional<Tensor>& bias = std::nullopt,
                   bool training = false, double momentum = 0.1, double eps = 1e-5);
 // Normalizes over the trailing dims given by normalized_shape.
-Tensor layer_norm(const Tensor& input, const Shape& normalized_shape, const std::optional<Tensor>& weight = std::nullopt,
-                  const std::optional<Tensor>& bias = std::nullopt, double eps = 1e-5);
+Tensor layer_norm(const Tensor& input, const Shape& normalized_shape,
+                  const std::optional<Tensor>& weight = std::nullopt, const std::optional<Tensor>& bias = std::nullopt,
+                  double eps = 1e-5);
 // eps unset: the dtype's machine epsilon, as PyTorch.
 Tensor rms_norm(const Tensor& input, const Shape& normalized_shape, const std::optional<Tensor>& weight = std::nullopt,
                 std::optional<double> eps = std::nullopt);
@@ -71,16 +72,16 @@ inline Tensor log_softmax(const Tensor& x, int64_t dim) { return ember::log_soft
 // input: scores (N, C) or (N, C, d...) or (C); target: int64 class indices (N) / (N, d...) / ().
 // Mean reduction averages over the targets that are not ignore_index.
 Tensor cross_entropy(const Tensor& input, const Tensor& target, int64_t ignore_index = -100,
-                     Reduction reduction = Reduction::Mean, double label_smoothing = 0.0);
+                     Reduction reduction = Reduction::kMean, double label_smoothing = 0.0);
 // input: log-probabilities, shaped as for cross_entropy.
 Tensor nll_loss(const Tensor& input, const Tensor& target, int64_t ignore_index = -100,
-                Reduction reduction = Reduction::Mean);
-Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::Mean);
-Tensor l1_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::Mean);
+                Reduction reduction = Reduction::kMean);
+Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::kMean);
+Tensor l1_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::kMean);
 Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& target,
                                         const std::optional<Tensor>& weight = std::nullopt,
                                         const std::optional<Tensor>& pos_weight = std::nullopt,
-                                        Reduction reduction = Reduction::Mean);
+                                        Reduction reduction = Reduction::kMean);
 
 }  // namespace functional
 }  // namespace ember::nn

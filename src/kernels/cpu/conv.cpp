@@ -117,8 +117,7 @@ inline void zero_row(T* dst, int64_t n) {
 // output rows [oh_begin, oh_end) (band = (oh_end - oh_begin) * out_width positions); consecutive
 // rows of `columns` are row_stride elements apart (the band's size for one image alone).
 template <class T>
-void im2col(const Conv2dGeometry& g, const T* image, T* columns, int64_t row_stride, int64_t oh_begin,
-            int64_t oh_end) {
+void im2col(const Conv2dGeometry& g, const T* image, T* columns, int64_t row_stride, int64_t oh_begin, int64_t oh_end) {
   const int64_t out_w = g.out_width;
   // Channel outermost: the rows of `columns` are written in order, each channel's plane is read
   // while it is in L1.
@@ -324,8 +323,7 @@ void backward_weight(const Conv2dGeometry& g, const T* grad_out, const T* input,
         T* columns = thread_buffer<T>(Slot::kColumns, (rows + g.out_channels) * width);
         T* grads = columns + rows * width;  // (C_out, images * P)
         for (int64_t i = 0; i < images; ++i) {
-          im2col(g, input + (n0 + i) * g.in_channels * s.in_plane, columns + i * s.out_plane, width, 0,
-                 g.out_height);
+          im2col(g, input + (n0 + i) * g.in_channels * s.in_plane, columns + i * s.out_plane, width, 0, g.out_height);
           const T* grad_image = grad_out + (n0 + i) * g.out_channels * s.out_plane;
           for (int64_t oc = 0; oc < g.out_channels; ++oc) {
             copy_row(grad_image + oc * s.out_plane, grads + oc * width + i * s.out_plane, s.out_plane);

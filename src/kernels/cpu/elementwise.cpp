@@ -107,8 +107,8 @@ To convert(From value) {
 void unary(OpKind op, DType dtype, void* out, const void* in, const Loop& loop) {
   switch (op) {
 #define EMBER_UNARY_CASE(kind, name, traits, flops, functor) \
-  case OpKind::kind:                                         \
-    return run_unary<OpKind::kind, scalar::functor>(dtype, out, in, loop);
+  case OpKind::k##kind:                                      \
+    return run_unary<OpKind::k##kind, scalar::functor>(dtype, out, in, loop);
     EMBER_UNARY_PRIMITIVES(EMBER_UNARY_CASE)
 #undef EMBER_UNARY_CASE
     default:
@@ -120,8 +120,8 @@ void unary(OpKind op, DType dtype, void* out, const void* in, const Loop& loop) 
 void binary(OpKind op, DType dtype, void* out, const void* a, const void* b, const Loop& loop) {
   switch (op) {
 #define EMBER_BINARY_CASE(kind, name, traits, flops, functor) \
-  case OpKind::kind:                                          \
-    return run_binary<OpKind::kind, scalar::functor>(dtype, out, a, b, loop);
+  case OpKind::k##kind:                                       \
+    return run_binary<OpKind::k##kind, scalar::functor>(dtype, out, a, b, loop);
     EMBER_BINARY_PRIMITIVES(EMBER_BINARY_CASE)
 #undef EMBER_BINARY_CASE
     default:

@@ -15,8 +15,8 @@
 #include <cctype>
 #include <cstdio>
 #include <cstdlib>
-#include <string>
 #include <limits>
+#include <string>
 #include <type_traits>
 
 #include "kernels/cpu/scalar_math.h"
@@ -79,8 +79,14 @@ int64_t binary_vectors(void* out_ptr, const void* a_ptr, bool a_scalar, const vo
     if (i < n) {  // the tail through padded copies, as in unary_vectors
       alignas(HWY_MAX_BYTES) T buf_a[HWY_MAX_BYTES / sizeof(T)] = {};
       alignas(HWY_MAX_BYTES) T buf_b[HWY_MAX_BYTES / sizeof(T)] = {};
-      if (a_scalar) std::fill(buf_a, buf_a + lanes, *a); else std::copy(a + i, a + n, buf_a);
-      if (b_scalar) std::fill(buf_b, buf_b + lanes, *b); else std::copy(b + i, b + n, buf_b);
+      if (a_scalar)
+        std::fill(buf_a, buf_a + lanes, *a);
+      else
+        std::copy(a + i, a + n, buf_a);
+      if (b_scalar)
+        std::fill(buf_b, buf_b + lanes, *b);
+      else
+        std::copy(b + i, b + n, buf_b);
       hn::Store(f(d, hn::Load(d, buf_a), hn::Load(d, buf_b)), d, buf_a);
       std::copy(buf_a, buf_a + (n - i), out + i);
     }
@@ -91,7 +97,7 @@ int64_t binary_vectors(void* out_ptr, const void* a_ptr, bool a_scalar, const vo
 int64_t UnaryRow(OpKind op, DType dtype, void* out, const void* in, int64_t n) {
   switch (op) {
 #define EMBER_UNARY_CASE(kind, name, traits, flops, functor)                       \
-  case OpKind::kind:                                                               \
+  case OpKind::k##kind:                                                            \
     if (dtype == kFloat32) return unary_vectors<vec::functor, float>(out, in, n);  \
     if (dtype == kFloat64) return unary_vectors<vec::functor, double>(out, in, n); \
     return 0;
@@ -106,7 +112,7 @@ int64_t BinaryRow(OpKind op, DType dtype, void* out, const void* a, bool a_scala
                   int64_t n) {
   switch (op) {
 #define EMBER_BINARY_CASE(kind, name, traits, flops, functor)                                             \
-  case OpKind::kind:                                                                                      \
+  case OpKind::k##kind:                                                                                   \
     if (dtype == kFloat32) return binary_vectors<vec::functor, float>(out, a, a_scalar, b, b_scalar, n);  \
     if (dtype == kFloat64) return binary_vectors<vec::functor, double>(out, a, a_scalar, b, b_scalar, n); \
     return 0;

@@ -63,31 +63,31 @@ template <class T>
 inline constexpr bool kFloatOrDouble = std::is_same_v<T, float> || std::is_same_v<T, double>;
 
 // A functor with no vector form.
-#define EMBER_SCALAR_ONLY(Name)                             \
-  struct Name {                              \
-    template <class T>                                      \
-    static constexpr bool kVector = false;                  \
+#define EMBER_SCALAR_ONLY(Name)            \
+  struct Name {                            \
+    template <class T>                     \
+    static constexpr bool kVector = false; \
   };
 // A functor whose vector form is `expr` over lanes x (unary) or a, b (binary), in tag d.
-#define EMBER_VECTOR_UNARY(Name, expr)                       \
-  struct Name {                               \
-    template <class T>                                       \
-    static constexpr bool kVector = kFloatOrDouble<T>;       \
-    template <class D, class V>                              \
-    V operator()(D d, V x) const {                           \
-      (void)d;                                               \
-      return expr;                                           \
-    }                                                        \
+#define EMBER_VECTOR_UNARY(Name, expr)                 \
+  struct Name {                                        \
+    template <class T>                                 \
+    static constexpr bool kVector = kFloatOrDouble<T>; \
+    template <class D, class V>                        \
+    V operator()(D d, V x) const {                     \
+      (void)d;                                         \
+      return expr;                                     \
+    }                                                  \
   };
-#define EMBER_VECTOR_BINARY(Name, expr)                      \
-  struct Name {                               \
-    template <class T>                                       \
-    static constexpr bool kVector = kFloatOrDouble<T>;       \
-    template <class D, class V>                              \
-    V operator()(D d, V a, V b) const {                      \
-      (void)d;                                               \
-      return expr;                                           \
-    }                                                        \
+#define EMBER_VECTOR_BINARY(Name, expr)                \
+  struct Name {                                        \
+    template <class T>                                 \
+    static constexpr bool kVector = kFloatOrDouble<T>; \
+    template <class D, class V>                        \
+    V operator()(D d, V a, V b) const {                \
+      (void)d;                                         \
+      return expr;                                     \
+    }                                                  \
   };
 
 EMBER_VECTOR_UNARY(Neg, hn::Neg(x))
@@ -101,13 +101,15 @@ EMBER_VECTOR_UNARY(Tanh, hn::Tanh(d, x))
 EMBER_VECTOR_UNARY(Sigmoid, sigmoid(d, x))
 EMBER_VECTOR_UNARY(Relu, hn::IfThenElse(hn::Lt(x, hn::Zero(d)), hn::Zero(d), x))  // keeps NaN
 EMBER_VECTOR_UNARY(Silu, hn::Mul(x, sigmoid(d, x)))
-EMBER_VECTOR_UNARY(Sin, trig(d, x, [](D dd, V v) { return hn::Sin(dd, v); }, [](auto s) { return std::sin(s); }))
-EMBER_VECTOR_UNARY(Cos, trig(d, x, [](D dd, V v) { return hn::Cos(dd, v); }, [](auto s) { return std::cos(s); }))
-EMBER_VECTOR_UNARY(GeluTanh, hn::Mul(hn::Mul(hn::Set(d, 0.5), x),
-                                     hn::Add(hn::Set(d, 1), hn::Tanh(d, hn::Mul(hn::Set(d, 0.79788456080286535588),
-                                                                                hn::MulAdd(hn::Set(d, 0.044715),
-                                                                                           hn::Mul(hn::Mul(x, x), x),
-                                                                                           x))))))
+EMBER_VECTOR_UNARY(Sin, trig(
+                            d, x, [](D dd, V v) { return hn::Sin(dd, v); }, [](auto s) { return std::sin(s); }))
+EMBER_VECTOR_UNARY(Cos, trig(
+                            d, x, [](D dd, V v) { return hn::Cos(dd, v); }, [](auto s) { return std::cos(s); }))
+EMBER_VECTOR_UNARY(GeluTanh,
+                   hn::Mul(hn::Mul(hn::Set(d, 0.5), x),
+                           hn::Add(hn::Set(d, 1), hn::Tanh(d, hn::Mul(hn::Set(d, 0.79788456080286535588),
+                                                                      hn::MulAdd(hn::Set(d, 0.044715),
+                                                                                 hn::Mul(hn::Mul(x, x), x), x))))))
 EMBER_SCALAR_ONLY(LogicalNot)
 EMBER_SCALAR_ONLY(IsNan)
 EMBER_SCALAR_ONLY(IsInf)

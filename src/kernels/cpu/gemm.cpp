@@ -53,6 +53,7 @@
 // around as PyTorch's does. Only the float32/float64 SIMD paths are compiled per target; the
 // dtype dispatch, the batch loop and the 16-bit and integer paths are compiled once (HWY_ONCE,
 // at the end).
+// clang-format off
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/cpu/gemm.cpp"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
@@ -61,6 +62,9 @@
 #include <hwy/cache_control.h>
 #include <hwy/contrib/math/math-inl.h>
 #include <hwy/highway.h>
+// clang-format on
+
+#include "kernels/cpu/gemm.h"
 
 #include <algorithm>
 #include <atomic>
@@ -74,7 +78,6 @@
 #include <vector>
 
 #include "ember/error.h"
-#include "kernels/cpu/gemm.h"
 #include "kernels/cpu/parallel.h"
 #include "kernels/cpu/scalar_math.h"
 
@@ -239,9 +242,9 @@ inline T finish(T sum, const T* c, bool first, bool last, const Epilogue<T>& e, 
   return v;
 }
 
-// Integers (no activation: gemm_batched checks): a plain loop that accumulates in uint64_t. Unsigned arithmetic wraps modulo 2^64, and
-// truncating that to T gives exactly T's two's-complement wraparound, which is what PyTorch's
-// integer matmul returns on overflow.
+// Integers (no activation: gemm_batched checks): a plain loop that accumulates in uint64_t. Unsigned arithmetic wraps
+// modulo 2^64, and truncating that to T gives exactly T's two's-complement wraparound, which is what PyTorch's integer
+// matmul returns on overflow.
 template <class T>
 void integer_gemm(const GemmArgs& g, const T* a, const T* b, T* c, const T* residual, int threads) {
   const auto widen = [](T v) { return static_cast<uint64_t>(static_cast<int64_t>(v)); };
@@ -593,8 +596,10 @@ void pack_a(const T* a, int64_t row_stride, int64_t col_stride, int64_t mc, int6
             for (int64_t g = kGroups - 1; g >= 0; --g) {
               const int64_t valid = std::min<int64_t>(8, MR - 8 * g);
               const T* base = src + 8 * g * row_stride + p;
-              const auto row = [&](int64_t r) HWY_ATTR { return hn::LoadU(d8, base + (r < valid ? r : 0) * row_stride); };
-              auto v0 = row(0), v1 = row(1), v2 = row(2), v3 = row(3), v4 = row(4), v5 = row(5), v6 = row(6), v7 = row(7);
+              const auto row = [&](int64_t r)
+                                   HWY_ATTR { return hn::LoadU(d8, base + (r < valid ? r : 0) * row_stride); };
+              auto v0 = row(0), v1 = row(1), v2 = row(2), v3 = row(3), v4 = row(4), v5 = row(5), v6 = row(6),
+                   v7 = row(7);
               transpose_8x8(d8, v0, v1, v2, v3, v4, v5, v6, v7);
               store_8_rows(d8, dst + p * MR + 8 * g, MR, v0, v1, v2, v3, v4, v5, v6, v7);
             }
@@ -984,8 +989,8 @@ void solve_one(const GemmArgs& g, int64_t a_offset, int64_t b_offset, int64_t c_
       for (int64_t j = 0; j < g.n; ++j) contiguous[j] = bias[j * g.bias_stride];
       bias = contiguous;
     }
-    const Epilogue<T> epilogue{static_cast<T>(g.alpha), static_cast<T>(g.beta), bias, g.activation,
-                               residual,                g.residual_row_stride, g.residual_col_stride};
+    const Epilogue<T> epilogue{static_cast<T>(g.alpha), static_cast<T>(g.beta), bias, g.activation, residual,
+                               g.residual_row_stride,   g.residual_col_stride};
     solve_simd(Problem<T>{g.m, g.n, g.k, a, g.a_row_stride, g.a_col_stride, b, g.b_row_stride, g.b_col_stride, c,
                           g.c_row_stride, g.c_col_stride, epilogue},
                threads);
@@ -1015,8 +1020,8 @@ void gemm_batched(const GemmArgs& g, int64_t batch, const int64_t* a_offsets, co
       const int threads = num_threads();
       const auto offset = [](const int64_t* offsets, int64_t i) { return offsets ? offsets[i] : 0; };
       const auto solve_at = [&](int64_t i, int used) {
-        solve_one<T>(g, offset(a_offsets, i), offset(b_offsets, i), offset(c_offsets, i),
-                     offset(residual_offsets, i), used);
+        solve_one<T>(g, offset(a_offsets, i), offset(b_offsets, i), offset(c_offsets, i), offset(residual_offsets, i),
+                     used);
       };
       if constexpr (!std::is_floating_point_v<T> && !std::is_same_v<T, Half> && !std::is_same_v<T, BFloat16>) {
         // Checked here, before any thread starts: an exception must not leave an OpenMP region.

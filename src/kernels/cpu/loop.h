@@ -13,7 +13,7 @@ namespace ember::cpu {
 inline constexpr int kMaxOperands = 4;
 
 struct Loop {
-  int ndim = 0;           // after collapsing; at least 1
+  int ndim = 0;  // after collapsing; at least 1
   int num_operands = 0;
   int64_t sizes[kMaxDims] = {};
   int64_t strides[kMaxOperands][kMaxDims] = {};  // in elements

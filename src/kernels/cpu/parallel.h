@@ -22,7 +22,8 @@ template <class F>
 void parallel_for(int64_t begin, int64_t end, int64_t grain, const F& f) {
   const int64_t n = end - begin;
   if (n <= 0) return;
-  const int threads = static_cast<int>(std::min<int64_t>(num_threads(), std::max<int64_t>(1, n / std::max<int64_t>(grain, 1))));
+  const int threads =
+      static_cast<int>(std::min<int64_t>(num_threads(), std::max<int64_t>(1, n / std::max<int64_t>(grain, 1))));
   if (threads <= 1) {
     f(begin, end);
     return;

@@ -12,11 +12,15 @@
 // same order with the same rule (first maximum wins ties, a NaN replaces anything), so they agree
 // to the bit, indices included. The small maps of a CNN (12 or 4 outputs wide) are why a 128-bit
 // step follows the full-width one.
+// clang-format off
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/cpu/pool.cpp"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 
 #include <hwy/highway.h>
+// clang-format on
+
+#include "kernels/cpu/pool.h"
 
 #include <algorithm>
 #include <cmath>
@@ -25,7 +29,6 @@
 #include <vector>
 
 #include "kernels/cpu/parallel.h"
-#include "kernels/cpu/pool.h"
 
 // Target-independent helpers, compiled once (this file is included once per Highway target).
 #ifndef EMBER_KERNELS_CPU_POOL_SHARED
@@ -215,8 +218,7 @@ void max_planes(const Pool2dGeometry& g, const T* in, T* out, int64_t* indices, 
 }
 
 template <class T>
-void max_planes_any_stride(const Pool2dGeometry& g, const T* in, T* out, int64_t* indices, int64_t begin,
-                           int64_t end) {
+void max_planes_any_stride(const Pool2dGeometry& g, const T* in, T* out, int64_t* indices, int64_t begin, int64_t end) {
   switch (g.stride_w) {
     case 1:
       return max_planes<1>(g, in, out, indices, begin, end);
@@ -376,7 +378,6 @@ std::vector<Window> adaptive_windows(int64_t out_size, int64_t in_size) {
   }
   return result;
 }
-
 
 }  // namespace
 

@@ -560,21 +560,21 @@ void run_scalar(OpKind op, DType in_dtype, DType out_dtype, void* out, const voi
 // vector form for the op and dtype.
 void reduce_scalar(OpKind op, DType in_dtype, DType out_dtype, void* out, const void* in, const ReduceLayout& layout) {
   switch (op) {
-    case OpKind::Sum:
+    case OpKind::kSum:
       return run_scalar<Sum>(op, in_dtype, out_dtype, out, in, layout);
-    case OpKind::Prod:
+    case OpKind::kProd:
       return run_scalar<Prod>(op, in_dtype, out_dtype, out, in, layout);
-    case OpKind::Amax:
+    case OpKind::kAmax:
       return run_scalar<Extreme<true>>(op, in_dtype, out_dtype, out, in, layout);
-    case OpKind::Amin:
+    case OpKind::kAmin:
       return run_scalar<Extreme<false>>(op, in_dtype, out_dtype, out, in, layout);
-    case OpKind::Argmax:
+    case OpKind::kArgmax:
       return run_scalar<Arg<true>>(op, in_dtype, out_dtype, out, in, layout);
-    case OpKind::Argmin:
+    case OpKind::kArgmin:
       return run_scalar<Arg<false>>(op, in_dtype, out_dtype, out, in, layout);
-    case OpKind::All:
+    case OpKind::kAll:
       return run_scalar<Truth<true>>(op, in_dtype, out_dtype, out, in, layout);
-    case OpKind::Any:
+    case OpKind::kAny:
       return run_scalar<Truth<false>>(op, in_dtype, out_dtype, out, in, layout);
     default:
       break;
@@ -1071,16 +1071,16 @@ void softmax_middle_dim(T* out, const T* in, int64_t outer, int64_t dim_size, in
 void ReduceKernel(OpKind op, DType in_dtype, DType out_dtype, void* out, const void* in, const ReduceLayout& layout) {
   bool done = false;
   switch (op) {
-    case OpKind::Sum:
+    case OpKind::kSum:
       done = reduce_vector<reduction::Sum>(op, in_dtype, out_dtype, out, in, layout);
       break;
-    case OpKind::Prod:
+    case OpKind::kProd:
       done = reduce_vector<reduction::Prod>(op, in_dtype, out_dtype, out, in, layout);
       break;
-    case OpKind::Amax:
+    case OpKind::kAmax:
       done = reduce_vector<reduction::Extreme<true>>(op, in_dtype, out_dtype, out, in, layout);
       break;
-    case OpKind::Amin:
+    case OpKind::kAmin:
       done = reduce_vector<reduction::Extreme<false>>(op, in_dtype, out_dtype, out, in, layout);
       break;
     default:
@@ -1090,7 +1090,8 @@ void ReduceKernel(OpKind op, DType in_dtype, DType out_dtype, void* out, const v
 }
 
 void SoftmaxKernel(OpKind op, DType dtype, void* out, const void* in, int64_t outer, int64_t dim_size, int64_t inner) {
-  EMBER_CHECK(op == OpKind::Softmax || op == OpKind::LogSoftmax, "[", op_info(op).name, "] is not a softmax primitive");
+  EMBER_CHECK(op == OpKind::kSoftmax || op == OpKind::kLogSoftmax, "[", op_info(op).name,
+              "] is not a softmax primitive");
   dispatch_dtype(dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     if constexpr (!std::is_floating_point_v<compute_t<T>>) {
@@ -1098,7 +1099,7 @@ void SoftmaxKernel(OpKind op, DType dtype, void* out, const void* in, int64_t ou
     } else {
       T* y = static_cast<T*>(out);
       const T* x = static_cast<const T*>(in);
-      const bool log = op == OpKind::LogSoftmax;
+      const bool log = op == OpKind::kLogSoftmax;
       if (inner == 1) {
         log ? softmax_last_dim<true>(y, x, outer, dim_size) : softmax_last_dim<false>(y, x, outer, dim_size);
       } else {
@@ -1111,8 +1112,9 @@ void SoftmaxKernel(OpKind op, DType dtype, void* out, const void* in, int64_t ou
 
 void SoftmaxBackwardKernel(OpKind op, DType dtype, void* grad_in, const void* grad_out, const void* out, int64_t rows,
                            int64_t n) {
-  EMBER_CHECK(op == OpKind::Softmax || op == OpKind::LogSoftmax, "[", op_info(op).name, "] is not a softmax primitive");
-  const bool log = op == OpKind::LogSoftmax;
+  EMBER_CHECK(op == OpKind::kSoftmax || op == OpKind::kLogSoftmax, "[", op_info(op).name,
+              "] is not a softmax primitive");
+  const bool log = op == OpKind::kLogSoftmax;
   auto run = [&](auto zero) {
     using T = decltype(zero);
     T* dx = static_cast<T*>(grad_in);

@@ -25,12 +25,12 @@ C sigmoid(C x) {
   return x >= 0 ? static_cast<C>(1) / (static_cast<C>(1) + e) : x < 0 ? e / (static_cast<C>(1) + e) : x;
 }
 
-#define EMBER_UNARY(Name, expr)        \
-  struct Name {                        \
-    template <class C>                 \
-    C operator()(C x) const {          \
-      return static_cast<C>(expr);     \
-    }                                  \
+#define EMBER_UNARY(Name, expr)    \
+  struct Name {                    \
+    template <class C>             \
+    C operator()(C x) const {      \
+      return static_cast<C>(expr); \
+    }                              \
   };
 EMBER_UNARY(Neg, -x)
 EMBER_UNARY(Exp, std::exp(x))
@@ -46,7 +46,7 @@ EMBER_UNARY(Sigmoid, sigmoid(x))
 EMBER_UNARY(Relu, x < C(0) ? C(0) : x)  // keeps NaN, unlike max(x, 0)
 EMBER_UNARY(GeluErf, erf_gelu(x))
 EMBER_UNARY(GeluTanh, tanh_gelu(x))
-EMBER_UNARY(Silu, x * sigmoid(x))
+EMBER_UNARY(Silu, x* sigmoid(x))
 #undef EMBER_UNARY
 
 struct Abs {
@@ -178,12 +178,12 @@ struct Maximum {  // propagates NaN
     return a < b ? b : a;
   }
 };
-#define EMBER_PREDICATE(Name, expr)     \
-  struct Name {                         \
-    template <class C>                  \
-    bool operator()(C a, C b) const {   \
-      return expr;                      \
-    }                                   \
+#define EMBER_PREDICATE(Name, expr)   \
+  struct Name {                       \
+    template <class C>                \
+    bool operator()(C a, C b) const { \
+      return expr;                    \
+    }                                 \
   };
 EMBER_PREDICATE(Eq, a == b)
 EMBER_PREDICATE(Ne, a != b)

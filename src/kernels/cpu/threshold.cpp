@@ -1,14 +1,16 @@
 // ReLU's fused backward (threshold.h) for every Highway target: one read of grad and of the saved
 // output, one write, instead of gt() into a bool tensor and where() over three operands.
+// clang-format off
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/cpu/threshold.cpp"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 
 #include <hwy/highway.h>
-
-#include <cstdint>
+// clang-format on
 
 #include "kernels/cpu/threshold.h"
+
+#include <cstdint>
 
 HWY_BEFORE_NAMESPACE();
 namespace ember::cpu {
@@ -53,14 +55,16 @@ void relu_backward(DType dtype, const void* grad, const void* out, void* result,
     const auto* g = static_cast<const float*>(grad);
     const auto* y = static_cast<const float*>(out);
     auto* r = static_cast<float*>(result);
-    parallel_for(0, n, kElementwiseGrain,
-                 [&](int64_t begin, int64_t end) { HWY_DYNAMIC_DISPATCH(ReluBackwardF32)(g, y, r, begin, end); });
+    parallel_for(0, n, kElementwiseGrain, [&](int64_t begin, int64_t end) {
+      HWY_DYNAMIC_DISPATCH(ReluBackwardF32)(g, y, r, begin, end);
+    });
   } else if (dtype == kFloat64) {
     const auto* g = static_cast<const double*>(grad);
     const auto* y = static_cast<const double*>(out);
     auto* r = static_cast<double*>(result);
-    parallel_for(0, n, kElementwiseGrain,
-                 [&](int64_t begin, int64_t end) { HWY_DYNAMIC_DISPATCH(ReluBackwardF64)(g, y, r, begin, end); });
+    parallel_for(0, n, kElementwiseGrain, [&](int64_t begin, int64_t end) {
+      HWY_DYNAMIC_DISPATCH(ReluBackwardF64)(g, y, r, begin, end);
+    });
   } else {
     EMBER_FAIL("[relu_backward] the CPU kernel takes float32 or float64, got ", dtype);
   }
