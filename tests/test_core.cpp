@@ -6,7 +6,7 @@
 #include <sstream>
 
 #include "golden.h"
-#include "ops/cost.h"
+#include "test_util.h"
 
 using ember::Tensor;
 using golden::Case;
@@ -307,10 +307,12 @@ TEST(Broadcasting, RandomShapesPropertyTest) {
 TEST(Dispatch, CostRulesCountFlopsAndBytes) {
   const Tensor a = ember::ones({8, 16}), b = ember::ones({16});
   const Tensor out = a + b;
-  const ember::OpCost add = ember::elementwise_cost(ember::OpKind::kAdd, out, {&a, &b});
+  const ember::OpCost add = test_util::cost_of(ember::OpKind::kAdd, {}, {a, b}, {out});
   EXPECT_EQ(add.flops, 128.0);
   EXPECT_EQ(add.bytes, 4.0 * (128 + 128 + 16));
-  const ember::OpCost mm = ember::matmul_cost(2, 3, 4, 5, ember::kFloat32);
+  const Tensor x = ember::ones({2, 3, 4}), y = ember::ones({2, 4, 5});
+  const ember::OpCost mm = test_util::cost_of(ember::OpKind::kMatmul, ember::MatmulAttrs{}, {x, y, Tensor(), Tensor()},
+                                              {ember::matmul(x, y)});
   EXPECT_EQ(mm.flops, 2.0 * 2 * 3 * 4 * 5);
   EXPECT_EQ(mm.bytes, 2.0 * 4 * (3 * 5 + 5 * 4 + 3 * 4));
   EXPECT_EQ(ember::op_info(ember::OpKind::kExp).name, "exp");

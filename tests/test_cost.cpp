@@ -1,20 +1,20 @@
-// Cost rules (src/ops/cost.cpp) against FLOPs and bytes computed by hand, both directly and as the
-// profiler sees them when the ops run (profiler::count_cost sums each call's cost once).
+// Cost rules (each op's rule in src/ops/<family>.cpp) against FLOPs and bytes computed by hand, both
+// directly (test_util::cost_of) and as the profiler sees them when the ops run (profiler::count_cost
+// sums every primitive call once; composites cost what their primitives cost).
 #include <gtest/gtest.h>
 
 #include <vector>
 
 #include "ember/ember.h"
-#include "ember/nn/functional.h"
 #include "ember/profiler.h"
-#include "ops/cost.h"
+#include "test_util.h"
 
 namespace ember {
 namespace {
 
-namespace F = nn::functional;
 using profiler::CostTotals;
 using profiler::count_cost;
+using test_util::cost_of;
 
 constexpr double kF32 = 4;  // bytes per float32
 
@@ -36,6 +36,14 @@ TEST(Cost, LinearWithBias) {
   expect_cost(count_cost([&] { (void)linear(x, w, bias); }), 1024 + 32, (128 + 64 + 32 + 4) * kF32);
 }
 
+TEST(Cost, MatmulRuleWithBetaAndBias) {
+  const Tensor a = randn({3, 5}), b = randn({5, 4}), bias = randn({4}), c = randn({3, 4});
+  // 2 * 3 * 4 * 5 FLOPs, 12 bias adds, 12 for beta * C; A, B, bias read, C read and written.
+  const OpCost cost = cost_of(OpKind::kMatmul, MatmulAttrs{1.0, 1.0, Activation::kNone}, {a, b, bias, Tensor()}, {c});
+  EXPECT_DOUBLE_EQ(cost.flops, 2.0 * 3 * 4 * 5 + 12 + 12);
+  EXPECT_DOUBLE_EQ(cost.bytes, (15 + 20 + 4 + 2 * 12) * kF32);
+}
+
 TEST(Cost, Conv2dForward) {
   const Tensor x = randn({2, 3, 8, 8}), w = randn({4, 3, 3, 3}), bias = randn({4});
   // 6 x 6 outputs (P = 36) per (image, out channel), each a dot product of K = 3 * 3 * 3 = 27:
@@ -43,34 +51,22 @@ TEST(Cost, Conv2dForward) {
   // Bytes: input 384 + weight 108 + output 288 + bias 4 floats, and the column buffer of
   // N * K * P = 1944 floats written and read once.
   const double elements = 384 + 108 + 288 + 4 + 2 * 1944;
-  expect_cost(count_cost([&] { (void)F::conv2d(x, w, bias); }), 15552 + 288, elements * kF32);
+  expect_cost(count_cost([&] { (void)conv2d(x, w, bias); }), 15552 + 288, elements * kF32);
 }
 
-TEST(Cost, Conv2dBackwardNode) {
-  ConvShape s;
-  s.batch = 2;
-  s.in_channels = 3;
-  s.out_channels = 4;
-  s.in_height = s.in_width = 8;
-  s.kernel_h = s.kernel_w = 3;
-  s.out_height = s.out_width = 6;
-  // Data input (no grad): grad_weight (one GEMM, 15552 FLOPs) and grad_bias (288 adds).
-  // grad_weight reads grad_out 288 and input 384, writes weight 108, columns 1944 twice;
-  // grad_bias reads grad_out 288 and writes 4.
-  const OpCost cost = conv2d_backward_cost(s, false, true, true, kFloat32);
-  EXPECT_DOUBLE_EQ(cost.flops, 15552 + 288);
-  EXPECT_DOUBLE_EQ(cost.bytes, (288 + 384 + 108 + 2 * 1944 + 288 + 4) * kF32);
-
-  // The same from the node's recorded inputs, as the autograd engine asks for it.
-  const Shape in{2, 3, 8, 8}, weight{4, 3, 3, 3}, bias{4};
-  const std::vector<NodeOperand> operands = {
-      {&in, kFloat32, false}, {&weight, kFloat32, true}, {&bias, kFloat32, true}};
-  const std::optional<OpCost> node = backward_cost("conv2d", empty({2, 4, 6, 6}), operands);
-  ASSERT_TRUE(node.has_value());
-  EXPECT_DOUBLE_EQ(node->flops, cost.flops);
-  EXPECT_DOUBLE_EQ(node->bytes, cost.bytes);
-  // A node whose vjp is made of ops has no rule of its own.
-  EXPECT_FALSE(backward_cost("mul", empty({2}), operands).has_value());
+TEST(Cost, Conv2dBackwardPrimitives) {
+  const Tensor x = randn({2, 3, 8, 8});
+  const Tensor w = randn({4, 3, 3, 3}).requires_grad_(), bias = randn({4}).requires_grad_();
+  const Tensor out = conv2d(x, w, bias);
+  const Tensor grad = ones_like(out);
+  // Data input (no grad): conv2d_backward_weight (one GEMM, 15552 FLOPs) and the bias's sum (288
+  // adds). grad_weight reads grad_out 288 and input 384, writes weight 108, columns 1944 twice;
+  // the sum reads grad_out 288 and writes 4.
+  expect_cost(count_cost([&] { out.backward(grad); }), 15552 + 288, (288 + 384 + 108 + 2 * 1944 + 288 + 4) * kF32);
+  // grad_input alone, by its rule: the same GEMM, through weight 108 and grad_input 384.
+  const OpCost input = cost_of(OpKind::kConv2dInputGrad, Conv2dAttrs{}, {grad, w}, {empty({2, 3, 8, 8})});
+  EXPECT_DOUBLE_EQ(input.flops, 15552);
+  EXPECT_DOUBLE_EQ(input.bytes, (288 + 108 + 384 + 2 * 1944) * kF32);
 }
 
 TEST(Cost, Elementwise) {
@@ -79,16 +75,16 @@ TEST(Cost, Elementwise) {
   expect_cost(count_cost([&] { (void)add(a, b); }), 20, (20 + 5 + 20) * kF32);
   // exp: the primitive table's 8 FLOPs per element.
   expect_cost(count_cost([&] { (void)exp(x); }), 80, 20 * kF32);
-  // A scalar operand is a 0-dim tensor: one element read.
-  expect_cost(count_cost([&] { (void)mul(x, 2.0); }), 10, (10 + 1 + 10) * kF32);
+  // A scalar operand is a 0-dim tensor, filled (one element written) and read once.
+  expect_cost(count_cost([&] { (void)mul(x, 2.0); }), 10, (10 + 1 + 10) * kF32 + 1 * kF32);
 }
 
 TEST(Cost, Reductions) {
   const Tensor x = randn({6, 7});
   // 42 inputs, one add each; reads 42, writes 6.
   expect_cost(count_cost([&] { (void)sum(x, {1}); }), 42, (42 + 6) * kF32);
-  // mean is sum then one divide per output: the composite has no rule of its own, its parts count.
-  expect_cost(count_cost([&] { (void)mean(x, {1}); }), 42 + 6, (42 + 6) * kF32 + (6 + 1 + 6) * kF32);
+  // mean is a composite: the sum, then one divide per output by a filled 0-dim scalar.
+  expect_cost(count_cost([&] { (void)mean(x, {1}); }), 42 + 6, (42 + 6) * kF32 + (6 + 1 + 6) * kF32 + 1 * kF32);
   expect_cost(count_cost([&] { (void)amax(x, {0}); }), 42, (42 + 7) * kF32);
 }
 
@@ -97,52 +93,62 @@ TEST(Cost, SoftmaxAndLogSoftmax) {
   // 5 FLOPs per element (max, subtract, exp, sum, normalize); reads and writes 30.
   expect_cost(count_cost([&] { (void)softmax(x, 1); }), 150, 60 * kF32);
   expect_cost(count_cost([&] { (void)log_softmax(x, 1); }), 150, 60 * kF32);
+  // The fused backward: 4 per element; grad and output read, input gradient written.
+  const OpCost backward = cost_of(OpKind::kSoftmaxGrad, DimAttrs{1}, {x, x}, {x});
+  EXPECT_DOUBLE_EQ(backward.flops, 120);
+  EXPECT_DOUBLE_EQ(backward.bytes, 90 * kF32);
 }
 
 TEST(Cost, Pooling) {
   const Tensor x = randn({1, 2, 4, 4});
   // 2 x 2 windows: 8 outputs of 4 compares each; reads 32, writes 8 and 8 int64 indices.
-  expect_cost(count_cost([&] { (void)F::max_pool2d(x, {2, 2}); }), 32, (32 + 8) * kF32 + 8 * 8);
+  expect_cost(count_cost([&] { (void)max_pool2d(x, {2, 2}); }), 32, (32 + 8) * kF32 + 8 * 8);
   // Average: 4 adds and a divide per output.
-  expect_cost(count_cost([&] { (void)F::avg_pool2d(x, {2, 2}); }), 8 * 5, (32 + 8) * kF32);
+  expect_cost(count_cost([&] { (void)avg_pool2d(x, {2, 2}); }), 8 * 5, (32 + 8) * kF32);
 }
 
 TEST(Cost, LayerNorm) {
   const Tensor x = randn({4, 8}), w = randn({8}), b = randn({8});
   // Per element: mean 1, variance 3, normalize 2, weight 1, bias 1; reads 32 and writes 32, reads
   // the 16 parameters, saves mean and rstd per row (8).
-  expect_cost(count_cost([&] { (void)F::layer_norm(x, {8}, w, b); }), 8 * 32, (64 + 16 + 8) * kF32);
+  expect_cost(count_cost([&] { (void)layer_norm(x, {8}, w, b); }), 8 * 32, (64 + 16 + 8) * kF32);
 }
 
-TEST(Cost, CrossEntropyCountsItsNestedReductionOnce) {
-  const Tensor logits = randn({4, 10}), targets = from_vector(std::vector<int64_t>{1, 0, 9, 3});
-  // log_softmax's 5 FLOPs per score and one per row for the mean; reads scores and targets (int64),
-  // writes the per-row losses. The mean over rows runs as a nested op: not counted again.
-  expect_cost(count_cost([&] { (void)F::cross_entropy(logits, targets); }), 5 * 40 + 4, (40 + 4) * kF32 + 4 * 8);
-  const OpCost backward = cross_entropy_backward_cost(4, 10, kFloat32);
-  EXPECT_DOUBLE_EQ(backward.flops, 7 * 40);
-  EXPECT_DOUBLE_EQ(backward.bytes, (2 * 40 + 4) * kF32 + 4 * 8);
-}
-
-TEST(Cost, NestedOpsAreCountedOnceInTheTrace) {
+TEST(Cost, CrossEntropyIsItsPrimitivesAndItsReduction) {
   const Tensor logits = randn({4, 10}), targets = from_vector(std::vector<int64_t>{1, 0, 9, 3});
   profiler::Profiler prof;
-  (void)F::cross_entropy(logits, targets);
+  (void)cross_entropy(logits, targets);
   prof.stop();
-  int outer = 0, nested_with_cost = 0;
+  int composites = 0;
+  double flops = 0, bytes = 0;
   for (const profiler::Event& e : prof.events()) {
     if (e.kind != profiler::EventKind::kOp) continue;
     if (e.name == "cross_entropy") {
-      ++outer;
-      EXPECT_TRUE(e.counted);
-    } else if (e.has_cost) {
-      ++nested_with_cost;
-      EXPECT_FALSE(e.counted) << e.name << " runs inside cross_entropy";
-      EXPECT_GE(e.parent, 0);
+      ++composites;
+      EXPECT_FALSE(e.has_cost) << "a composite costs what its primitives cost";
+    }
+    if (e.name == "cross_entropy_forward") {
+      // log_softmax's 5 FLOPs per score and one per row; reads scores and targets (int64), writes
+      // the per-row losses and log-sum-exps.
+      EXPECT_DOUBLE_EQ(e.flops, 5 * 40 + 4);
+      EXPECT_DOUBLE_EQ(e.bytes, (40 + 4 + 4) * kF32 + 4 * 8);
+    }
+    if (e.has_cost) {
+      EXPECT_TRUE(e.counted) << e.name << " is a primitive inside a composite without a cost";
+      flops += e.flops;
+      bytes += e.bytes;
     }
   }
-  EXPECT_EQ(outer, 1);
-  EXPECT_GE(nested_with_cost, 1);  // the mean over rows (a sum and a divide)
+  EXPECT_EQ(composites, 1);
+  const profiler::Summary summary = prof.summary();
+  EXPECT_DOUBLE_EQ(summary.flops, flops);
+  EXPECT_DOUBLE_EQ(summary.bytes, bytes);
+  // The backward primitive: log_softmax's FLOPs plus 2 per score; scores, targets, the log-sum-exps
+  // and the one scale read, the gradient written.
+  const OpCost backward =
+      cost_of(OpKind::kCrossEntropyGrad, ClassLossAttrs{}, {logits, targets, zeros({4}), ones({1})}, {empty({4, 10})});
+  EXPECT_DOUBLE_EQ(backward.flops, 7 * 40);
+  EXPECT_DOUBLE_EQ(backward.bytes, (2 * 40 + 4 + 1) * kF32 + 4 * 8);
 }
 
 TEST(Cost, Optimizers) {
@@ -155,23 +161,22 @@ TEST(Cost, Optimizers) {
   }
   {
     optim::Adam adam({p}, optim::AdamOptions{.lr = 1e-3});
+    adam.step();  // the first step also fills the state with zeros
     // 13 per element; two state buffers.
     expect_cost(count_cost([&] { adam.step(); }), 13 * 10, (3 + 4) * 10 * kF32);
   }
   {
     optim::AdamW adamw({p}, optim::AdamWOptions{.lr = 1e-3, .weight_decay = 0.01});
+    adamw.step();
     expect_cost(count_cost([&] { adamw.step(); }), 14 * 10, (3 + 4) * 10 * kF32);
   }
 }
 
-TEST(Cost, MatmulRuleMatchesTheFormula) {
-  // The shape-only rule: B counted per batch (used where no operands are at hand).
-  const OpCost mm = matmul_cost(2, 3, 4, 5, kFloat32);
-  EXPECT_DOUBLE_EQ(mm.flops, 2.0 * 2 * 3 * 4 * 5);
-  EXPECT_DOUBLE_EQ(mm.bytes, 2 * kF32 * (3 * 5 + 5 * 4 + 3 * 4));
-  const OpCost f64 = linear_cost(3, 5, 7, false, kFloat64);
-  EXPECT_DOUBLE_EQ(f64.flops, 2.0 * 3 * 5 * 7);
-  EXPECT_DOUBLE_EQ(f64.bytes, 8.0 * (15 + 35 + 21));
+TEST(Cost, EveryPrimitiveHasARuleAndNoOtherOpHasOne) {
+  for (int i = 0; i < kNumOps; ++i) {
+    const OpKind kind = static_cast<OpKind>(i);
+    EXPECT_EQ(op_rules().cost(kind) != nullptr, is_primitive(kind)) << op_name(kind);
+  }
 }
 
 }  // namespace

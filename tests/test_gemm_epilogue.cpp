@@ -22,40 +22,40 @@
 
 namespace {
 
+using ember::Activation;
 using ember::Tensor;
-using ember::cpu::GemmActivation;
 using ember::cpu::GemmArgs;
 
-constexpr GemmActivation kActivations[] = {GemmActivation::kNone, GemmActivation::kRelu, GemmActivation::kGeluErf,
-                                           GemmActivation::kGeluTanh, GemmActivation::kSilu};
+constexpr Activation kActivations[] = {Activation::kNone, Activation::kRelu, Activation::kGeluErf,
+                                       Activation::kGeluTanh, Activation::kSilu};
 
-const char* name_of(GemmActivation activation) {
+const char* name_of(Activation activation) {
   switch (activation) {
-    case GemmActivation::kNone:
+    case Activation::kNone:
       return "none";
-    case GemmActivation::kRelu:
+    case Activation::kRelu:
       return "relu";
-    case GemmActivation::kGeluErf:
+    case Activation::kGeluErf:
       return "gelu";
-    case GemmActivation::kGeluTanh:
+    case Activation::kGeluTanh:
       return "gelu_tanh";
-    case GemmActivation::kSilu:
+    case Activation::kSilu:
       return "silu";
   }
   return "?";
 }
 
-double activate(GemmActivation activation, double v) {
+double activate(Activation activation, double v) {
   switch (activation) {
-    case GemmActivation::kNone:
+    case Activation::kNone:
       return v;
-    case GemmActivation::kRelu:
+    case Activation::kRelu:
       return v < 0 ? 0 : v;
-    case GemmActivation::kGeluErf:
+    case Activation::kGeluErf:
       return 0.5 * v * (1 + std::erf(v / std::sqrt(2.0)));
-    case GemmActivation::kGeluTanh:
+    case Activation::kGeluTanh:
       return 0.5 * v * (1 + std::tanh(std::sqrt(2.0 / M_PI) * (v + 0.044715 * v * v * v)));
-    case GemmActivation::kSilu:
+    case Activation::kSilu:
       return v / (1 + std::exp(-v));
   }
   return v;
@@ -124,7 +124,7 @@ struct Epilogue {
   double alpha = 1.0;
   double beta = 0.0;
   bool bias = false;
-  GemmActivation activation = GemmActivation::kNone;
+  Activation activation = Activation::kNone;
   std::optional<Layout> residual;  // its layout, or none
 };
 
@@ -249,7 +249,7 @@ void every_epilogue(bool wide) {
     int64_t m, n, k;
   };
   const Shape shapes[] = {{37, 45, 600}, {130, 70, 64}, {5, 9, 4}, {64, 3, 20}, {1, 50, 30}};
-  for (GemmActivation activation : kActivations) {
+  for (Activation activation : kActivations) {
     for (bool bias : {false, true}) {
       for (std::optional<Layout> residual : {std::optional<Layout>(), std::optional<Layout>(Layout::kRowMajor),
                                              std::optional<Layout>(Layout::kTransposed)}) {
@@ -274,7 +274,7 @@ TEST(GemmEpilogue, EveryEpilogueWideTileFloat) { every_epilogue<float>(true); }
 
 TEST(GemmEpilogue, StridedResidualAndStridedC) {
   Epilogue e;
-  e.activation = GemmActivation::kSilu;
+  e.activation = Activation::kSilu;
   e.bias = true;
   e.residual = Layout::kStrided;
   check_gemm<float>(65, 33, 300, Layout::kStrided, Layout::kStrided, e);
@@ -297,7 +297,7 @@ TEST(GemmEpilogue, ThreadCountIndependent) {
         std::vector<float> c(static_cast<size_t>(m * n));
         GemmArgs args = product_args(a, b, c.data(), n, 1);
         args.bias = bias.data();
-        args.activation = GemmActivation::kGeluErf;
+        args.activation = Activation::kGeluErf;
         args.residual = residual.storage.data();
         args.residual_row_stride = residual.row_stride;
         args.residual_col_stride = residual.col_stride;
@@ -331,7 +331,7 @@ TEST(GemmEpilogue, IntegerResidualAndActivationError) {
   args.residual_col_stride = 2;
   ember::cpu::gemm(args);
   EXPECT_EQ(c, (std::vector<int32_t>{19 + 100, 22 + 300, 43 + 200, 50 + 400}));
-  args.activation = GemmActivation::kRelu;
+  args.activation = Activation::kRelu;
   test_util::expect_error([&] { ember::cpu::gemm(args); }, {"[gemm]", "floating-point", "int32"});
 }
 

@@ -95,14 +95,17 @@ TEST(Profiler, RecordsOpsPhasesModulesAndMemoryOfATrainingStep) {
     if (e.name == "conv2d_backward") {
       EXPECT_EQ(e.phase, Phase::kBackward);
     }
-    if (e.name == "Adam.step") {
+    if (e.name == "adam_step") {
       EXPECT_EQ(e.phase, Phase::kOptimizer);
     }
   }
   EXPECT_TRUE(conv_in_module);
   EXPECT_GE(ops.size(), 10u);
-  for (const char* name : {"conv2d", "relu", "max_pool2d", "linear", "cross_entropy", "conv2d_backward",
-                           "max_pool2d_backward", "linear_backward", "cross_entropy_backward", "Adam.step"}) {
+  // Primitives, composites (linear, cross_entropy) and backward nodes ("<op>_backward") around the
+  // primitives of their vjps (conv2d_weight_grad, max_pool2d_grad, cross_entropy_grad).
+  for (const char* name : {"conv2d", "relu", "max_pool2d", "linear", "matmul", "cross_entropy", "cross_entropy_forward",
+                           "conv2d_backward", "conv2d_weight_grad", "max_pool2d_backward", "max_pool2d_grad",
+                           "linear_backward", "cross_entropy_backward", "cross_entropy_grad", "adam_step"}) {
     EXPECT_TRUE(ops.count(name)) << name;
   }
   EXPECT_EQ(phases, (std::set<Phase>{Phase::kForward, Phase::kBackward, Phase::kOptimizer}));
@@ -182,7 +185,7 @@ TEST(Profiler, ChromeTraceParsesBackAndNestsPerThread) {
           }
           ops_in_modules += inside ? 1 : 0;
         }
-        if (name == "conv2d" || name == "linear") {
+        if (name == "conv2d") {  // a primitive with a cost rule (linear is a composite: its matmul has it)
           EXPECT_GT(args.at("flops").get<double>(), 0) << name;
           EXPECT_GT(args.at("bytes").get<double>(), 0) << name;
           EXPECT_EQ(args.at("dtypes")[0], "float32");
@@ -277,19 +280,26 @@ TEST(Profiler, RecordsNothingWhenStoppedAndRefusesMisuse) {
 }
 
 TEST(Profiler, RangesAndExceptionsCloseTheirEvents) {
+  const Tensor scores = randn({2, 3}), bad_targets = from_vector(std::vector<int64_t>{0, 7});
   Profiler prof;
   {
     profiler::Range outer("data loading");
-    EXPECT_THROW((void)add(randn({2, 3}), randn({4})), Error);  // the add scope closes while unwinding
+    // The forward kernel rejects target 7: it and its composite close while unwinding.
+    EXPECT_THROW((void)F::cross_entropy(scores, bad_targets), Error);
   }
   prof.stop();
   const std::vector<profiler::Event>& events = prof.events();
-  const auto add = std::find_if(events.begin(), events.end(), [](const profiler::Event& e) { return e.name == "add"; });
-  ASSERT_NE(add, events.end());
-  ASSERT_GE(add->parent, 0);
-  EXPECT_EQ(events[add->parent].name, "data loading");
-  EXPECT_EQ(events[add->parent].kind, EventKind::kRange);
-  EXPECT_FALSE(add->has_cost);  // it threw before its cost was known
+  const auto named = [&](const char* name) {
+    return std::find_if(events.begin(), events.end(), [&](const profiler::Event& e) { return e.name == name; });
+  };
+  const auto composite = named("cross_entropy"), kernel = named("cross_entropy_forward");
+  ASSERT_NE(composite, events.end());
+  ASSERT_NE(kernel, events.end());
+  ASSERT_GE(composite->parent, 0);
+  EXPECT_EQ(events[composite->parent].name, "data loading");
+  EXPECT_EQ(events[composite->parent].kind, EventKind::kRange);
+  EXPECT_EQ(&events[kernel->parent], &*composite);
+  EXPECT_FALSE(kernel->has_cost);  // it threw: no cost is counted
 }
 
 TEST(Profiler, MeasureLatencyAndCountFlops) {

@@ -6,8 +6,11 @@
 #include <string>
 #include <vector>
 
+#include "base/kernel.h"
 #include "ember/error.h"
 #include "ember/info.h"
+#include "ember/tensor.h"
+#include "ops/cost.h"
 
 namespace test_util {
 
@@ -36,5 +39,20 @@ class ThreadCountGuard {
  private:
   int saved_;
 };
+
+// The cost rule of `kind` applied to a call on these tensors (undefined tensors: absent operands).
+inline ember::OpCost cost_of(ember::OpKind kind, const ember::Attrs& attrs, const std::vector<ember::Tensor>& inputs,
+                             const std::vector<ember::Tensor>& outputs) {
+  std::vector<ember::Operand> operands;
+  for (const std::vector<ember::Tensor>* list : {&inputs, &outputs}) {
+    for (const ember::Tensor& t : *list) {
+      operands.push_back(t.defined() ? ember::Operand{t.data_ptr(), t.dtype(), t.device(), &t.shape(), &t.strides()}
+                                     : ember::Operand{});
+    }
+  }
+  const ember::KernelCall call{kind, ember::op_name(kind), attrs, std::span(operands.data(), inputs.size()),
+                               std::span(operands.data() + inputs.size(), outputs.size())};
+  return ember::op_cost(call);
+}
 
 }  // namespace test_util

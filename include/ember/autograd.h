@@ -6,10 +6,12 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "ember/handle.h"
+#include "ember/primitives.h"
 #include "ember/tensor.h"
 
 namespace ember::autograd {
@@ -67,16 +69,21 @@ struct Edge {
 };
 
 // One recorded op (or a leaf's gradient accumulator). Every Node has one output; its apply() maps
-// the gradient of that output to one gradient per input (undefined where none flows).
+// the gradient of that output to one gradient per input (undefined where none flows). A recorded
+// op's node carries the op's identity: its OpKind and typed attributes.
 class Node {
  public:
-  explicit Node(const char* name);
+  // `kind` and `attrs`: the op that recorded the node; none for a leaf's gradient accumulator.
+  Node(std::optional<OpKind> kind, Attrs attrs);
   virtual ~Node();
   Node(const Node&) = delete;
   Node& operator=(const Node&) = delete;
 
-  // The op's name, e.g. "mul"; used in error messages, anomaly mode and the profiler.
-  const char* name() const { return name_; }
+  std::optional<OpKind> kind() const { return kind_; }
+  const Attrs& attrs() const { return attrs_; }
+  // The op's name, e.g. "mul" ("accumulate_grad" for a leaf's sink); used in error messages,
+  // anomaly mode and the profiler.
+  const char* name() const { return kind_ ? op_name(*kind_) : "accumulate_grad"; }
   // Creation order; later nodes run first when several are ready.
   uint64_t sequence_nr() const { return sequence_nr_; }
 
@@ -100,7 +107,8 @@ class Node {
   virtual bool released() const { return false; }
 
  private:
-  const char* name_;
+  std::optional<OpKind> kind_;
+  Attrs attrs_;
   uint64_t sequence_nr_;
   std::vector<Input> inputs_;
   std::vector<std::pair<uint64_t, GradHook>> pre_hooks_;

@@ -7,6 +7,7 @@
 namespace ember {
 
 enum class DeviceType : uint8_t { kCPU, kCUDA };
+inline constexpr int kNumDeviceTypes = 2;
 
 struct Device {
   DeviceType type = DeviceType::kCPU;

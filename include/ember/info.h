@@ -2,6 +2,9 @@
 #pragma once
 
 #include <string>
+#include <vector>
+
+#include "ember/threads.h"
 
 namespace ember {
 
@@ -20,8 +23,15 @@ struct BuildInfo {
 
 BuildInfo build_info();
 
-// Threads used by CPU kernels (defaults to the number of cores).
-int get_num_threads();
-void set_num_threads(int num_threads);
+// One row of the op table (`ember info --ops`): every op of the primitive table.
+struct OpTableRow {
+  std::string name;
+  std::string sort;                      // "primitive" (runs a kernel), "view" or "composite" (made of other ops)
+  std::vector<std::string> cpu_dtypes;   // the dtypes the CPU kernel takes; empty: no CPU kernel
+  std::vector<std::string> cuda_dtypes;  // the same for CUDA
+  bool differentiable = false;           // records a backward
+  bool has_cost_rule = false;            // the profiler knows its FLOPs and bytes
+};
+std::vector<OpTableRow> op_table();
 
 }  // namespace ember

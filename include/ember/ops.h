@@ -8,6 +8,8 @@
 #include <string_view>
 #include <vector>
 
+#include "ember/attrs.h"
+#include "ember/memory.h"
 #include "ember/tensor.h"
 
 namespace ember {
@@ -178,18 +180,45 @@ Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tens
 Tensor one_hot(const Tensor& index, int64_t num_classes = -1);
 Tensor embedding(const Tensor& weight, const Tensor& indices);
 
-// --- memory -------------------------------------------------------------------------------------
-struct MemoryStats {
-  int64_t bytes_in_use = 0;  // handed out to tensors now
-  int64_t peak_bytes_in_use = 0;
-  int64_t bytes_reserved = 0;      // in use + cached
-  int64_t system_allocations = 0;  // calls to the system allocator
-  int64_t cache_hits = 0;
-  int64_t system_frees = 0;
-};
-MemoryStats memory_stats(Device device = kCPU);
-void reset_peak_memory_stats(Device device = kCPU);
-// Returns every cached, unused block to the system.
-void empty_cache(Device device = kCPU);
+// --- neural-network ops (also in ember::nn::functional) ---------------------------------------------
+// Images are NCHW; class scores are (N, C) or (N, C, d...).
+
+// input (N, C_in, H, W) or (C_in, H, W); weight (C_out, C_in / groups, kH, kW); bias (C_out).
+Tensor conv2d(const Tensor& input, const Tensor& weight, const std::optional<Tensor>& bias = std::nullopt,
+              Pair stride = 1, Pair padding = 0, Pair dilation = 1, int64_t groups = 1);
+// stride defaults to kernel_size; padding is -inf padding, at most half the kernel size.
+Tensor max_pool2d(const Tensor& input, Pair kernel_size, std::optional<Pair> stride = std::nullopt, Pair padding = 0,
+                  Pair dilation = 1, bool ceil_mode = false);
+Tensor avg_pool2d(const Tensor& input, Pair kernel_size, std::optional<Pair> stride = std::nullopt, Pair padding = 0,
+                  bool ceil_mode = false, bool count_include_pad = true);
+Tensor adaptive_avg_pool2d(const Tensor& input, Pair output_size);
+// input (N, C) or (N, C, ...). In training, normalizes with the batch statistics and updates the
+// running ones in place (unbiased variance, PyTorch's momentum convention) when they are given.
+Tensor batch_norm(const Tensor& input, const Tensor& running_mean, const Tensor& running_var,
+                  const std::optional<Tensor>& weight = std::nullopt, const std::optional<Tensor>& bias = std::nullopt,
+                  bool training = false, double momentum = 0.1, double eps = 1e-5);
+// Normalizes over the trailing dims given by normalized_shape.
+Tensor layer_norm(const Tensor& input, const Shape& normalized_shape,
+                  const std::optional<Tensor>& weight = std::nullopt, const std::optional<Tensor>& bias = std::nullopt,
+                  double eps = 1e-5);
+// eps unset: the dtype's machine epsilon, as PyTorch.
+Tensor rms_norm(const Tensor& input, const Shape& normalized_shape, const std::optional<Tensor>& weight = std::nullopt,
+                std::optional<double> eps = std::nullopt);
+// Zeroes elements with probability p and scales the rest by 1/(1-p); the identity when !training.
+Tensor dropout(const Tensor& input, double p = 0.5, bool training = true);
+
+// input: scores (N, C) or (N, C, d...) or (C); target: int64 class indices (N) / (N, d...) / ().
+// Mean reduction averages over the targets that are not ignore_index.
+Tensor cross_entropy(const Tensor& input, const Tensor& target, int64_t ignore_index = -100,
+                     Reduction reduction = Reduction::kMean, double label_smoothing = 0.0);
+// input: log-probabilities, shaped as for cross_entropy.
+Tensor nll_loss(const Tensor& input, const Tensor& target, int64_t ignore_index = -100,
+                Reduction reduction = Reduction::kMean);
+Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::kMean);
+Tensor l1_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::kMean);
+Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& target,
+                                        const std::optional<Tensor>& weight = std::nullopt,
+                                        const std::optional<Tensor>& pos_weight = std::nullopt,
+                                        Reduction reduction = Reduction::kMean);
 
 }  // namespace ember

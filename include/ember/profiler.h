@@ -22,6 +22,7 @@
 
 #include "ember/device.h"
 #include "ember/dtype.h"
+#include "ember/phase.h"
 
 namespace ember::profiler {
 
@@ -37,7 +38,7 @@ struct Roof {
 };
 
 // What a thread was doing when an op ran.
-enum class Phase : uint8_t { kForward, kBackward, kOptimizer };
+using ember::Phase;                        // ember/phase.h
 std::string_view phase_name(Phase phase);  // "forward", "backward", "optimizer"
 
 enum class EventKind : uint8_t {

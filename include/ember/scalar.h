@@ -2,6 +2,7 @@
 // Python number does in PyTorch: it never promotes a tensor to a wider type of its own category.
 #pragma once
 
+#include <bit>
 #include <cstdint>
 #include <type_traits>
 
@@ -41,6 +42,13 @@ class Scalar {
 
   // The dtype a tensor made from this scalar alone would have (float32 for floats, as PyTorch).
   DType default_dtype() const { return kind_ == Kind::kBoolean ? kBool : kind_ == Kind::kInteger ? kInt64 : kFloat32; }
+
+  // Same kind and value; floats compare by their bits, so a NaN equals itself (attributes use this).
+  friend bool operator==(const Scalar& a, const Scalar& b) {
+    if (a.kind_ != b.kind_) return false;
+    if (a.kind_ == Kind::kFloating) return std::bit_cast<uint64_t>(a.d_) == std::bit_cast<uint64_t>(b.d_);
+    return a.i_ == b.i_;
+  }
 
   template <class T>
   T to() const {

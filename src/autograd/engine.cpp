@@ -7,8 +7,7 @@
 
 #include "autograd/function.h"
 #include "ember/ops.h"
-#include "ops/cost.h"
-#include "profiler/op_scope.h"
+#include "ops/dispatch.h"
 
 namespace ember::autograd {
 namespace {
@@ -42,7 +41,7 @@ Tensor conform(const Node& node, size_t index, Tensor grad) {
 
 void execute(const std::vector<std::pair<std::shared_ptr<Node>, Tensor>>& roots, GraphTask& task) {
   NoGradGuard no_grad;
-  const profiler::detail::PhaseScope phase(profiler::Phase::kBackward);
+  const PhaseGuard phase(Phase::kBackward);
   // Consumers per node, over everything reachable from the roots.
   std::unordered_map<const Node*, int> dependencies;
   std::vector<Node*> stack;
@@ -88,14 +87,17 @@ void execute(const std::vector<std::pair<std::shared_ptr<Node>, Tensor>>& roots,
     if (grad.defined()) {
       grad = node->run_pre_hooks(std::move(grad));
       if (auto it = task.capture.find(node); it != task.capture.end()) task.captured[it->second] = grad;
-      const bool is_sink = dynamic_cast<AccumulateGrad*>(node) != nullptr;
-      if (!is_sink || task.accumulate) {
+      const std::optional<OpKind> kind = node->kind();
+      if (kind || task.accumulate) {
         t_current_node = node->name();
-        // The node's work as one op, "<name>_backward"; its own kernels' cost where it has them.
-        profiler::detail::OpScope scope(node->name(), is_sink ? "" : "_backward", {&grad});
-        scope.cost_if_known([&] { return backward_cost(*node, grad); });
         try {
-          outputs = node->apply(grad);
+          if (kind) {
+            // The vjp as one observed range ("<name>_backward" in the profiler) around its ops.
+            const dispatch::Scope scope(*kind, {&grad}, dispatch::CallKind::kBackward);
+            outputs = node->apply(grad);
+          } else {
+            outputs = node->apply(grad);  // a leaf's sink: its add is observed as an op of its own
+          }
         } catch (...) {
           t_current_node = nullptr;
           throw;

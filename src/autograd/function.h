@@ -4,7 +4,7 @@
 //   Tensor mul(const Tensor& a, const Tensor& b) {
 //     Tensor out = ...forward...;
 //     if (autograd::needs_grad(a, b)) {
-//       autograd::record("mul", out, {&a, &b},
+//       autograd::record(OpKind::kMul, {}, out, {&a, &b},
 //           [sa = SavedTensor(a), sb = SavedTensor(b)](const Tensor& g, GradMask needs) -> Grads {
 //             return {needs[0] ? g * sb.get() : Tensor(), needs[1] ? g * sa.get() : Tensor()};
 //           });
@@ -51,10 +51,12 @@ bool needs_grad(const Ts&... tensors) {
 }
 bool any_requires_grad(const std::vector<Tensor>& tensors);
 
-// Makes `out` the differentiable result of op `name` on `inputs` (undefined inputs have no edge).
-// Does nothing for non-floating outputs, or when `out` is one of the inputs (an identity).
-void record(const char* name, const Tensor& out, std::initializer_list<const Tensor*> inputs, BackwardFn backward);
-void record(const char* name, const Tensor& out, const std::vector<Tensor>& inputs, BackwardFn backward);
+// Makes `out` the differentiable result of op `kind` with attributes `attrs` (the op's attribute
+// type) on `inputs` (undefined inputs have no edge). Does nothing for non-floating outputs, or when
+// `out` is one of the inputs (an identity).
+void record(OpKind kind, const Attrs& attrs, const Tensor& out, std::initializer_list<const Tensor*> inputs,
+            BackwardFn backward);
+void record(OpKind kind, const Attrs& attrs, const Tensor& out, const std::vector<Tensor>& inputs, BackwardFn backward);
 
 // A tensor kept for backward. get() throws if it was modified in place after it was saved.
 class SavedTensor {

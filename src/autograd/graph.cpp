@@ -16,7 +16,7 @@ thread_local uint64_t t_next_sequence_nr = 0;
 // A node whose backward is a function of the output gradient (every op's node).
 class FunctionNode final : public Node {
  public:
-  FunctionNode(const char* name, BackwardFn fn) : Node(name), fn_(std::move(fn)) {}
+  FunctionNode(OpKind kind, const Attrs& attrs, BackwardFn fn) : Node(kind, attrs), fn_(std::move(fn)) {}
 
   std::vector<Tensor> apply(const Tensor& grad) override {
     EMBER_CHECK(!released_, "[backward] tried to run backward through the graph of ", name(),
@@ -62,7 +62,8 @@ void check_gradient_finite(const Node& node, const Tensor& grad) {
 
 // --- Node -----------------------------------------------------------------------------------------
 
-Node::Node(const char* name) : name_(name), sequence_nr_(t_next_sequence_nr++) {}
+Node::Node(std::optional<OpKind> kind, Attrs attrs)
+    : kind_(kind), attrs_(std::move(attrs)), sequence_nr_(t_next_sequence_nr++) {}
 Node::~Node() = default;
 
 void Node::add_input(const Tensor& t) {
@@ -104,7 +105,7 @@ Tensor Node::run_pre_hooks(Tensor grad) const {
 
 // --- leaves ---------------------------------------------------------------------------------------
 
-AccumulateGrad::AccumulateGrad(const std::shared_ptr<TensorImpl>& leaf) : Node("accumulate_grad"), leaf_(leaf) {}
+AccumulateGrad::AccumulateGrad(const std::shared_ptr<TensorImpl>& leaf) : Node(std::nullopt, NoAttrs{}), leaf_(leaf) {}
 
 std::vector<Tensor> AccumulateGrad::apply(const Tensor& grad) {
   const std::shared_ptr<TensorImpl> leaf = leaf_.lock();
@@ -145,14 +146,17 @@ bool any_requires_grad(const std::vector<Tensor>& tensors) {
 namespace {
 
 template <class Inputs, class Get>
-void record_impl(const char* name, const Tensor& out, const Inputs& inputs, Get get, BackwardFn backward) {
+void record_impl(OpKind kind, const Attrs& attrs, const Tensor& out, const Inputs& inputs, Get get,
+                 BackwardFn backward) {
+  EMBER_CHECK(attrs.index() == op_info(kind).attrs_index, "[", op_name(kind),
+              "] internal error: recorded with the attributes of another op");
   if (!out.is_floating_point()) return;
   for (const auto& entry : inputs) {
     const Tensor& t = get(entry);
     if (t.defined() && t.is_same(out)) return;  // the op returned its input unchanged
   }
-  if (t_anomaly) check_finite("forward", name, out);
-  auto node = std::make_shared<FunctionNode>(name, std::move(backward));
+  if (t_anomaly) check_finite("forward", op_name(kind), out);
+  auto node = std::make_shared<FunctionNode>(kind, attrs, std::move(backward));
   for (const auto& entry : inputs) node->add_input(get(entry));
   TensorImpl& impl = out.impl();
   impl.grad_fn = std::move(node);
@@ -161,14 +165,16 @@ void record_impl(const char* name, const Tensor& out, const Inputs& inputs, Get 
 
 }  // namespace
 
-void record(const char* name, const Tensor& out, std::initializer_list<const Tensor*> inputs, BackwardFn backward) {
+void record(OpKind kind, const Attrs& attrs, const Tensor& out, std::initializer_list<const Tensor*> inputs,
+            BackwardFn backward) {
   record_impl(
-      name, out, inputs, [](const Tensor* t) -> const Tensor& { return *t; }, std::move(backward));
+      kind, attrs, out, inputs, [](const Tensor* t) -> const Tensor& { return *t; }, std::move(backward));
 }
 
-void record(const char* name, const Tensor& out, const std::vector<Tensor>& inputs, BackwardFn backward) {
+void record(OpKind kind, const Attrs& attrs, const Tensor& out, const std::vector<Tensor>& inputs,
+            BackwardFn backward) {
   record_impl(
-      name, out, inputs, [](const Tensor& t) -> const Tensor& { return t; }, std::move(backward));
+      kind, attrs, out, inputs, [](const Tensor& t) -> const Tensor& { return t; }, std::move(backward));
 }
 
 SavedTensor::SavedTensor(const Tensor& t) {

@@ -8,12 +8,17 @@
 #include <vector>
 
 #include "core/block_pool.h"
-#include "cuda/device_allocator.h"
-#include "ember/ops.h"
-#include "profiler/op_scope.h"
 
 namespace ember {
 namespace {
+
+std::atomic<MemoryObserver> g_memory_observer{nullptr};
+
+void observe_memory(int64_t bytes_in_use, int64_t delta) {
+  if (const MemoryObserver observer = g_memory_observer.load(std::memory_order_relaxed)) [[unlikely]] {
+    observer(kCPU, bytes_in_use, delta);
+  }
+}
 
 constexpr int64_t kAlignment = 64;
 
@@ -51,18 +56,14 @@ class CpuCachingAllocator {
     }
     stats_.bytes_in_use += bytes;
     if (stats_.bytes_in_use > stats_.peak_bytes_in_use) stats_.peak_bytes_in_use = stats_.bytes_in_use;
-    // The profiler's memory timeline (one branch when no profiler runs).
-    if (profiler::detail::enabled()) [[unlikely]]
-      profiler::detail::record_memory(Device{}, stats_.bytes_in_use, bytes);
+    observe_memory(stats_.bytes_in_use, bytes);  // the profiler's memory timeline
     return p;
   }
 
   void release(void* p, int64_t class_bytes) {
     std::lock_guard<std::mutex> lock(mutex_);
     stats_.bytes_in_use -= class_bytes;
-    if (profiler::detail::enabled()) [[unlikely]] {
-      profiler::detail::record_memory(Device{}, stats_.bytes_in_use, -class_bytes);
-    }
+    observe_memory(stats_.bytes_in_use, -class_bytes);
     free_list(class_bytes).push_back(p);
   }
 
@@ -122,26 +123,40 @@ void release_cpu_block(void* data, int64_t nbytes, void* /*context*/) {
   cpu_allocator().release(data, size_class(nbytes));
 }
 
+DeviceAllocator* g_device_allocators[kNumDeviceTypes] = {};
+
+DeviceAllocator& device_allocator(Device device, const char* op) {
+  DeviceAllocator* allocator = g_device_allocators[static_cast<int>(device.type)];
+  EMBER_CHECK(allocator != nullptr, "[", op, "] no allocator is registered for ", device);
+  return *allocator;
+}
+
 }  // namespace
 
+void register_device_allocator(DeviceType type, DeviceAllocator* allocator) {
+  g_device_allocators[static_cast<int>(type)] = allocator;
+}
+
+void set_memory_observer(MemoryObserver observer) { g_memory_observer.store(observer, std::memory_order_relaxed); }
+
 std::shared_ptr<StorageImpl> allocate_storage(int64_t nbytes, Device device) {
-  if (device.is_cuda()) return cuda::detail::allocate_storage(nbytes, device.index);
+  if (!device.is_cpu()) return device_allocator(device, "allocate").allocate(nbytes, device.index);
   EMBER_CHECK(nbytes >= 0, "[allocate] negative size ", nbytes);
   int64_t class_bytes = 0;
   void* p = cpu_allocator().allocate(nbytes, &class_bytes);
   return detail::make_pooled<StorageImpl>(p, nbytes, device, &release_cpu_block, nullptr);
 }
 
-MemoryStats memory_stats(Device device) {
-  if (device.is_cuda()) return cuda::detail::memory_stats(device.index);
+MemoryStats allocator_stats(Device device) {
+  if (!device.is_cpu()) return device_allocator(device, "memory_stats").stats(device.index);
   return cpu_allocator().stats();
 }
-void reset_peak_memory_stats(Device device) {
-  if (device.is_cuda()) return cuda::detail::reset_peak_memory_stats(device.index);
+void allocator_reset_peak(Device device) {
+  if (!device.is_cpu()) return device_allocator(device, "reset_peak_memory_stats").reset_peak(device.index);
   cpu_allocator().reset_peak();
 }
-void empty_cache(Device device) {
-  if (device.is_cuda()) return cuda::detail::empty_cache(device.index);
+void allocator_empty_cache(Device device) {
+  if (!device.is_cpu()) return device_allocator(device, "empty_cache").empty_cache(device.index);
   cpu_allocator().empty_cache();
 }
 

@@ -3,6 +3,7 @@
 #include <mutex>
 #include <vector>
 
+#include "core/allocator.h"
 #include "core/block_allocator.h"
 #include "core/block_pool.h"
 #include "ember/cuda.h"
@@ -11,7 +12,7 @@
 #include <cuda_runtime_api.h>
 #endif
 
-namespace ember::cuda::detail {
+namespace ember::cuda {
 namespace {
 
 void check_device(int device, const char* op) {
@@ -103,42 +104,53 @@ void release_block(void* data, int64_t /*nbytes*/, void* context) {
 
 #endif
 
+// Storage on CUDA devices for core's allocate_storage and the memory counters.
+class CudaAllocator final : public DeviceAllocator {
+ public:
+  std::shared_ptr<StorageImpl> allocate(int64_t nbytes, int device) override {
+    check_device(device, "allocate");
+    EMBER_CHECK(nbytes >= 0, "[allocate] negative size ", nbytes);
+#ifdef EMBER_WITH_CUDA
+    // Until per-device streams exist, every block belongs to the default stream (0).
+    void* ptr = state(device).allocator.allocate(static_cast<size_t>(nbytes), 0);
+    return ember::detail::make_pooled<StorageImpl>(ptr, nbytes, Device{DeviceType::kCUDA, device}, &release_block,
+                                                   reinterpret_cast<void*>(static_cast<intptr_t>(device)));
+#else
+    return nullptr;
+#endif
+  }
+
+  MemoryStats stats(int device) override {
+    check_device(device, "memory_stats");
+#ifdef EMBER_WITH_CUDA
+    return state(device).allocator.stats();
+#else
+    return {};
+#endif
+  }
+
+  void reset_peak(int device) override {
+    check_device(device, "reset_peak_memory_stats");
+#ifdef EMBER_WITH_CUDA
+    state(device).allocator.reset_peak();
+#endif
+  }
+
+  void empty_cache(int device) override {
+    check_device(device, "empty_cache");
+#ifdef EMBER_WITH_CUDA
+    state(device).allocator.empty_cache();
+#endif
+  }
+};
+
 }  // namespace
 
-std::shared_ptr<StorageImpl> allocate_storage(int64_t nbytes, int device) {
-  check_device(device, "allocate");
-  EMBER_CHECK(nbytes >= 0, "[allocate] negative size ", nbytes);
-#ifdef EMBER_WITH_CUDA
-  // Until per-device streams exist, every block belongs to the default stream (0).
-  void* ptr = state(device).allocator.allocate(static_cast<size_t>(nbytes), 0);
-  return ember::detail::make_pooled<StorageImpl>(ptr, nbytes, Device{DeviceType::kCUDA, device}, &release_block,
-                                                 reinterpret_cast<void*>(static_cast<intptr_t>(device)));
-#else
-  return nullptr;
-#endif
+void register_backend(KernelTable& /*table*/) {
+  // Never destroyed, like the CPU allocator. No CUDA kernels exist yet: every op on a CUDA tensor
+  // is "[op] not implemented on cuda:N" at the dispatch seam.
+  static CudaAllocator* allocator = new CudaAllocator();
+  register_device_allocator(DeviceType::kCUDA, allocator);
 }
 
-MemoryStats memory_stats(int device) {
-  check_device(device, "memory_stats");
-#ifdef EMBER_WITH_CUDA
-  return state(device).allocator.stats();
-#else
-  return {};
-#endif
-}
-
-void reset_peak_memory_stats(int device) {
-  check_device(device, "reset_peak_memory_stats");
-#ifdef EMBER_WITH_CUDA
-  state(device).allocator.reset_peak();
-#endif
-}
-
-void empty_cache(int device) {
-  check_device(device, "empty_cache");
-#ifdef EMBER_WITH_CUDA
-  state(device).allocator.empty_cache();
-#endif
-}
-
-}  // namespace ember::cuda::detail
+}  // namespace ember::cuda

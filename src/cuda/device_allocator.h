@@ -1,18 +1,13 @@
-// Storage on CUDA devices, from one caching BlockAllocator per device on that device's stream.
-// In a build without CUDA, or without a usable device, every call throws a clear ember::Error.
+// The CUDA backend: storage on CUDA devices from one caching BlockAllocator per device (on that
+// device's stream), registered with core's allocate_storage. In a build without CUDA, or without a
+// usable device, every allocation and counter throws a clear ember::Error.
 #pragma once
 
-#include <cstdint>
-#include <memory>
+#include "base/kernel.h"
 
-#include "ember/ops.h"
-#include "ember/tensor.h"
+namespace ember::cuda {
 
-namespace ember::cuda::detail {
+// Registers the CUDA allocator with core, and the CUDA kernels (none yet) in `table`.
+void register_backend(KernelTable& table);
 
-std::shared_ptr<StorageImpl> allocate_storage(int64_t nbytes, int device);
-MemoryStats memory_stats(int device);
-void reset_peak_memory_stats(int device);
-void empty_cache(int device);
-
-}  // namespace ember::cuda::detail
+}  // namespace ember::cuda

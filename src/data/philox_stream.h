@@ -4,7 +4,7 @@
 #include <array>
 #include <cstdint>
 
-#include "core/random.h"
+#include "base/philox.h"
 
 namespace ember::data::detail {
 

@@ -22,6 +22,7 @@
 
 #include "autograd/function.h"
 #include "ember/autograd.h"
+#include "ops/dispatch.h"
 #include "profiler/op_scope.h"
 
 namespace ember::nn {
@@ -134,7 +135,8 @@ Tensor Module::call_with_hooks(const Tensor& input) {
     call->module = weak_from_this();
     if (x.defined() && x.requires_grad()) {
       Tensor wrapped = x.detach();
-      autograd::record("module_backward_hook", wrapped, {&x},
+      dispatch::view(OpKind::kBackwardHook, {}, x, wrapped);
+      autograd::record(OpKind::kBackwardHook, {}, wrapped, {&x},
                        [call](const Tensor& grad, autograd::GradMask) -> autograd::Grads {
                          const std::shared_ptr<Module> module = call->module.lock();
                          if (!module) return {grad};
@@ -175,7 +177,8 @@ Tensor Module::call_with_hooks(const Tensor& input) {
       // A leaf (forward returned a parameter): its gradient sink outlives this graph, so hook an
       // identity node instead.
       Tensor wrapped = output.detach();
-      autograd::record("module_backward_hook", wrapped, {&output},
+      dispatch::view(OpKind::kBackwardHook, {}, output, wrapped);
+      autograd::record(OpKind::kBackwardHook, {}, wrapped, {&output},
                        [on_grad_output](const Tensor& grad, autograd::GradMask) -> autograd::Grads {
                          on_grad_output(grad);
                          return {grad};

@@ -1,4 +1,4 @@
-// nn::functional::conv2d: 2-D convolution (cross-correlation, as PyTorch) with stride, padding,
+// conv2d: 2-D convolution (cross-correlation, as PyTorch) with stride, padding,
 // dilation, groups and an optional bias, on the im2col + GEMM kernels of kernels/cpu/conv.h.
 //
 // Shape rule: input (N, C_in, H, W) or unbatched (C_in, H, W); weight (C_out, C_in / groups, kH, kW);
@@ -14,29 +14,23 @@
 //   grad weight  FLOPs 2 * N * C_out * P * K; bytes: grad_out + input + grad_weight + columns (rebuilt
 //                from the input: im2col is redone rather than kept, as it costs a copy, not a GEMM).
 //   grad bias    N * C_out * P additions (a sum over N, OH, OW).
-// Backward: grad_input by the transposed GEMM and col2im, grad_weight by grad_out @ columns^T summed
-// over the batch in a fixed order, grad_bias by sum; each computed only when its input needs it.
-#include "kernels/cpu/conv.h"
-
+// Backward: the primitives Conv2dBackwardInput (the transposed GEMM and col2im) and
+// Conv2dBackwardWeight (grad_out @ columns^T summed over the batch in a fixed order), grad_bias by
+// sum; each computed only when its input needs it.
 #include "autograd/function.h"
-#include "core/tensor_internal.h"
-#include "ember/nn/functional.h"
+#include "ember/ops.h"
 #include "ops/cost.h"
-#include "profiler/op_scope.h"
+#include "ops/dispatch.h"
+#include "ops/tensor_util.h"
 
-namespace ember::nn::functional {
+namespace ember {
 namespace {
 
-DType compute_dtype(DType dtype) { return dtype == kFloat16 || dtype == kBFloat16 ? kFloat32 : dtype; }
-
-// A tensor as the kernels want it: contiguous, in the compute dtype (no copy when it already is), and
-// detached, so the conversions record no graph of their own: the op records one node for itself.
-Tensor kernel_operand(const Tensor& t, DType dtype) { return t.detach().to(dtype).contiguous(); }
+using detail::compute_dtype;
+using detail::kernel_operand;
 
 void check_conv_args(const Tensor& input, const Tensor& weight, const std::optional<Tensor>& bias, Pair stride,
                      Pair padding, Pair dilation, int64_t groups) {
-  EMBER_CHECK(input.device().is_cpu() && weight.device().is_cpu() && (!bias || bias->device().is_cpu()),
-              "[conv2d] not implemented on ", input.device().is_cpu() ? weight.device() : input.device());
   EMBER_CHECK(input.dim() == 3 || input.dim() == 4,
               "[conv2d] expected a 3-D (C, H, W) or 4-D (N, C, H, W) input, got shape ", input.shape());
   EMBER_CHECK(weight.dim() == 4, "[conv2d] expected a 4-D weight (C_out, C_in / groups, kH, kW), got shape ",
@@ -69,85 +63,110 @@ void check_conv_args(const Tensor& input, const Tensor& weight, const std::optio
               ", weight shape ", weight.shape(), ")");
 }
 
+// A 4-D view (N, C, H, W) of a batched or unbatched (C, H, W) tensor.
+Tensor batched(const Tensor& t) { return t.dim() == 4 ? t : t.unsqueeze(0); }
+
 }  // namespace
 
 Tensor conv2d(const Tensor& input, const Tensor& weight, const std::optional<Tensor>& bias, Pair stride, Pair padding,
               Pair dilation, int64_t groups) {
-  profiler::detail::OpScope scope("conv2d", {&input, &weight, bias ? &*bias : nullptr});
   check_conv_args(input, weight, bias, stride, padding, dilation, groups);
-  const bool batched = input.dim() == 4;
-  cpu::Conv2dGeometry g;
-  g.batch = batched ? input.size(0) : 1;
-  g.in_channels = input.size(-3);
-  g.in_height = input.size(-2);
-  g.in_width = input.size(-1);
-  g.out_channels = weight.size(0);
-  g.kernel_h = weight.size(2);
-  g.kernel_w = weight.size(3);
-  g.stride_h = stride.h;
-  g.stride_w = stride.w;
-  g.pad_h = padding.h;
-  g.pad_w = padding.w;
-  g.dilation_h = dilation.h;
-  g.dilation_w = dilation.w;
-  g.groups = groups;
-  g.out_height = (g.in_height + 2 * g.pad_h - g.dilation_h * (g.kernel_h - 1) - 1) / g.stride_h + 1;
-  g.out_width = (g.in_width + 2 * g.pad_w - g.dilation_w * (g.kernel_w - 1) - 1) / g.stride_w + 1;
-
-  scope.cost([&] {
-    const ConvShape shape{g.batch,    g.in_channels, g.out_channels, g.groups,     g.in_height,
-                          g.in_width, g.kernel_h,    g.kernel_w,     g.out_height, g.out_width};
-    return conv2d_cost(shape, bias.has_value(), input.dtype());
-  });
-  Shape out_shape{g.out_channels, g.out_height, g.out_width};
-  if (batched) out_shape.insert(0, g.batch);
+  const Conv2dAttrs attrs{stride, padding, dilation, groups};
+  const int64_t out_height = (input.size(-2) + 2 * padding.h - dilation.h * (weight.size(2) - 1) - 1) / stride.h + 1;
+  const int64_t out_width = (input.size(-1) + 2 * padding.w - dilation.w * (weight.size(3) - 1) - 1) / stride.w + 1;
+  Shape out_shape{weight.size(0), out_height, out_width};
+  if (input.dim() == 4) out_shape.insert(0, input.size(0));
   const DType dtype = input.dtype(), compute = compute_dtype(dtype);
   const Tensor bias_tensor = bias.value_or(Tensor());
   const bool grad_input = autograd::needs_grad(input), grad_weight = autograd::needs_grad(weight);
 
-  const Tensor x = kernel_operand(input, compute), w = kernel_operand(weight, compute);
+  const Tensor x = batched(kernel_operand(input, compute)), w = kernel_operand(weight, compute);
+  const Tensor b = bias ? kernel_operand(*bias, compute) : Tensor();
   Tensor out = detail::make_empty(out_shape, compute, input.device());
-  if (out.numel() > 0) {
-    const Tensor b = bias ? kernel_operand(*bias, compute) : Tensor();
-    cpu::conv2d_forward(compute, g, x.data_ptr(), w.data_ptr(), b.defined() ? b.data_ptr() : nullptr, out.data_ptr());
-  } else {
-    out.zero_();
-  }
+  const Tensor out4 = batched(out);
+  dispatch::run(OpKind::kConv2d, attrs, {&x, &w, &b}, {&out4});
   if (compute != dtype) out = out.to(dtype);
 
   if (grad_input || grad_weight || autograd::needs_grad(bias_tensor)) {
     // Keep only what the gradients need: the input for grad_weight, the weight for grad_input.
     autograd::record(
-        "conv2d", out, {&input, &weight, &bias_tensor},
-        [g, compute, x_saved = grad_weight ? autograd::SavedTensor(x) : autograd::SavedTensor(),
+        OpKind::kConv2d, attrs, out, {&input, &weight, &bias_tensor},
+        [attrs, compute, x_saved = grad_weight ? autograd::SavedTensor(x) : autograd::SavedTensor(),
          w_saved = grad_input ? autograd::SavedTensor(w) : autograd::SavedTensor(), in_shape = input.shape(),
          w_shape = weight.shape()](const Tensor& grad, autograd::GradMask needs) -> autograd::Grads {
           autograd::Grads grads(3);
-          const Tensor go = kernel_operand(grad, compute);
-          const bool empty = go.numel() == 0;
+          const Tensor go = batched(kernel_operand(grad, compute));
           if (needs[0]) {
             grads[0] = detail::make_empty(in_shape, compute, go.device());
-            if (empty || in_shape.numel() == 0) {
-              grads[0].zero_();
-            } else {
-              cpu::conv2d_backward_input(compute, g, go.data_ptr(), w_saved.get().data_ptr(), grads[0].data_ptr());
-            }
+            const Tensor gi = batched(grads[0]), weight_value = w_saved.get();
+            dispatch::run(OpKind::kConv2dInputGrad, attrs, {&go, &weight_value}, {&gi});
           }
           if (needs[1]) {
             grads[1] = detail::make_empty(w_shape, compute, go.device());
-            if (empty || w_shape.numel() == 0) {
-              grads[1].zero_();
-            } else {
-              cpu::conv2d_backward_weight(compute, g, go.data_ptr(), x_saved.get().data_ptr(), grads[1].data_ptr());
-            }
+            const Tensor input_value = x_saved.get();
+            dispatch::run(OpKind::kConv2dWeightGrad, attrs, {&go, &input_value}, {&grads[1]});
           }
-          if (needs[2]) {
-            grads[2] = go.dim() == 4 ? sum(go, {0, 2, 3}) : sum(go, {1, 2});
-          }
+          if (needs[2]) grads[2] = sum(go, {0, 2, 3});
           return grads;
         });
   }
   return out;
 }
 
-}  // namespace ember::nn::functional
+// --- cost rules ----------------------------------------------------------------------------------
+
+namespace {
+
+// The sizes of a convolution from its operands: input (N, C_in, H, W), weight (C_out, C_in / groups,
+// kH, kW), output (N, C_out, OH, OW); K = C_in / groups * kH * kW, P = OH * OW.
+struct ConvSizes {
+  double gemm_flops;                      // 2 N C_out P K: one of forward, grad_input, grad_weight
+  double input, weight, output, columns;  // element counts
+};
+
+ConvSizes conv_sizes(const Operand& input, const Operand& weight, const Operand& output, int64_t groups) {
+  const double positions = cost::as_double(output.size(2) * output.size(3));
+  const double k = cost::as_double(weight.size(1) * weight.size(2) * weight.size(3));
+  ConvSizes z;
+  z.gemm_flops = 2.0 * cost::as_double(output.size(0) * output.size(1)) * positions * k;
+  z.input = cost::as_double(input.numel());
+  z.weight = cost::as_double(weight.numel());
+  z.output = cost::as_double(output.numel());
+  z.columns = cost::as_double(input.size(0) * groups) * k * positions;
+  return z;
+}
+
+// Forward: the GEMM (+ one add per output for the bias); bytes: input + weight + output (+ bias) +
+// the column buffer written and read once.
+OpCost conv2d_cost(const KernelCall& c) {
+  const Operand &input = c.inputs[0], &weight = c.inputs[1], &bias = c.inputs[2], &out = c.outputs[0];
+  const ConvSizes z = conv_sizes(input, weight, out, c.get<Conv2dAttrs>().groups);
+  const double bias_elements = bias.defined() ? cost::as_double(bias.numel()) : 0.0;
+  return {z.gemm_flops + (bias.defined() ? z.output : 0.0),
+          cost::size_of(out.dtype) * (z.input + z.weight + z.output + 2.0 * z.columns + bias_elements)};
+}
+
+// grad_input: one GEMM through a column buffer written and read once (col2im).
+OpCost conv2d_backward_input_cost(const KernelCall& c) {
+  const Operand &grad_out = c.inputs[0], &weight = c.inputs[1], &grad_input = c.outputs[0];
+  const ConvSizes z = conv_sizes(grad_input, weight, grad_out, c.get<Conv2dAttrs>().groups);
+  return {z.gemm_flops, cost::size_of(grad_input.dtype) * (z.output + z.weight + z.input + 2.0 * z.columns)};
+}
+
+// grad_weight: one GEMM through the input's columns, rebuilt (im2col is redone rather than kept, as
+// it costs a copy, not a GEMM).
+OpCost conv2d_backward_weight_cost(const KernelCall& c) {
+  const Operand &grad_out = c.inputs[0], &input = c.inputs[1], &grad_weight = c.outputs[0];
+  const ConvSizes z = conv_sizes(input, grad_weight, grad_out, c.get<Conv2dAttrs>().groups);
+  return {z.gemm_flops, cost::size_of(grad_weight.dtype) * (z.output + z.input + z.weight + 2.0 * z.columns)};
+}
+
+}  // namespace
+
+void define_conv_ops(OpRuleTable& table) {
+  table.set_cost(OpKind::kConv2d, conv2d_cost);
+  table.set_cost(OpKind::kConv2dInputGrad, conv2d_backward_input_cost);
+  table.set_cost(OpKind::kConv2dWeightGrad, conv2d_backward_weight_cost);
+}
+
+}  // namespace ember

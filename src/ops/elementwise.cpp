@@ -1,19 +1,19 @@
-// Elementwise ops: unary math, binary arithmetic and comparisons, where, clamp, masked_fill.
+// Elementwise ops: unary math, binary arithmetic and comparisons, where, clamp, masked_fill, and
+// relu's fused backward (threshold_backward).
 // Shape rule: NumPy broadcasting. Dtype rule: PyTorch promotion (result_type); kFloatResult ops
 // compute integers in float32, kBoolResult ops return bool. Cost: the table's FLOPs per element
 // times the output size, bytes = inputs + output. Backward: each differentiable op records its
-// vector-Jacobian product, written with ember ops, right after its forward.
+// vector-Jacobian product, written with ember ops, right after its forward. clamp and masked_fill
+// are composites (maximum/minimum, where) with a node of their own.
 #include "ops/elementwise.h"
 
 #include <cmath>
 
 #include "autograd/function.h"
-#include "core/tensor_internal.h"
 #include "ember/ops.h"
-#include "kernels/cpu/kernels.h"
-#include "kernels/cpu/threshold.h"
 #include "ops/cost.h"
-#include "profiler/op_scope.h"
+#include "ops/dispatch.h"
+#include "ops/tensor_util.h"
 
 namespace ember {
 namespace detail {
@@ -32,7 +32,7 @@ void promote_into(std::optional<DType>& slot, DType dtype) { slot = slot ? promo
 
 Tensor wrap_scalar(const Scalar& value, DType dtype) { return scalar_tensor(value, dtype); }
 
-const char* name_of(OpKind op) { return op_info(op).name.data(); }
+const char* name_of(OpKind op) { return op_name(op); }
 
 // Does writing `out` while reading `in` (expanded to `shape`) risk reading an already-written value?
 bool needs_temporary(const Tensor& out, const Tensor& in, const Shape& shape) {
@@ -54,9 +54,9 @@ bool can_cast(DType from, DType to) {
   return true;
 }
 
-DType result_type(std::initializer_list<Operand> operands) {
+DType result_type(std::initializer_list<TensorOrScalar> operands) {
   std::optional<DType> dim_tier, zero_dim_tier, scalar_tier;
-  for (const Operand& o : operands) {
+  for (const TensorOrScalar& o : operands) {
     if (o.tensor != nullptr) {
       promote_into(o.tensor->dim() > 0 ? dim_tier : zero_dim_tier, o.tensor->dtype());
     } else {
@@ -66,17 +66,15 @@ DType result_type(std::initializer_list<Operand> operands) {
   return combine_categories(dim_tier, combine_categories(zero_dim_tier, scalar_tier)).value_or(kFloat32);
 }
 
-Tensor binary_op(OpKind op, Operand a, Operand b, Tensor* out) {
-  profiler::detail::OpScope scope(name_of(op), {a.tensor, b.tensor});
+Tensor binary_op(OpKind op, TensorOrScalar a, TensorOrScalar b, Tensor* out) {
   const char* name = name_of(op);
-  if (a.tensor && b.tensor) check_same_device(name, {a.tensor, b.tensor});
   const DType common = result_type({a, b});
   EMBER_CHECK(!(has_trait(op, kNoBool) && common == kBool), "[", name, "] is not supported for bool tensors",
               op == OpKind::kSub ? "; use logical_xor instead" : "");
   EMBER_CHECK(!(op == OpKind::kPow && common == kBool && a.tensor && b.tensor), "[pow] is not supported for two bool ",
               "tensors");
   if (op == OpKind::kSub) {
-    auto is_bool = [](const Operand& o) {
+    auto is_bool = [](const TensorOrScalar& o) {
       return o.tensor ? o.tensor->dtype() == kBool : o.scalar->kind() == Scalar::Kind::kBoolean;
     };
     EMBER_CHECK(!is_bool(a) && !is_bool(b), "[sub] subtraction with a bool operand is not supported; use logical_not",
@@ -98,15 +96,11 @@ Tensor binary_op(OpKind op, Operand a, Operand b, Tensor* out) {
     check_out(name, *out, shape, result);
     const bool direct =
         out->dtype() == result && !needs_temporary(*out, ta, shape) && !needs_temporary(*out, tb, shape);
-    target = direct ? *out : make_empty(shape, result, ta.device());
+    target = direct ? *out : detail::make_empty(shape, result, ta.device());
   } else {
-    target = make_empty(shape, result, ta.device());
+    target = detail::make_empty(shape, result, ta.device());
   }
-  if (target.numel() > 0) {
-    const cpu::Loop loop = make_loop(shape, {&target, &ta, &tb});
-    cpu::binary(op, compute, target.data_ptr(), ta.data_ptr(), tb.data_ptr(), loop);
-  }
-  scope.cost([&] { return elementwise_cost(op, target, {&ta, &tb}); });
+  dispatch::run(op, {}, {&ta, &tb}, {&target});
   if (out != nullptr) {
     if (!target.is_same(*out)) copy_into(*out, target);
     out->bump_version();
@@ -116,7 +110,6 @@ Tensor binary_op(OpKind op, Operand a, Operand b, Tensor* out) {
 }
 
 Tensor unary_op(OpKind op, const Tensor& x, Tensor* out) {
-  profiler::detail::OpScope scope(name_of(op), {&x});
   const char* name = name_of(op);
   EMBER_CHECK(!(has_trait(op, kNoBool) && x.dtype() == kBool), "[", name, "] is not supported for bool tensors");
   EMBER_CHECK(!has_trait(op, kFloatOnly) || is_floating(x.dtype()), "[", name,
@@ -129,15 +122,11 @@ Tensor unary_op(OpKind op, const Tensor& x, Tensor* out) {
   if (out != nullptr) {
     check_out(name, *out, x.shape(), result);
     const bool direct = out->dtype() == result && !needs_temporary(*out, input, x.shape());
-    target = direct ? *out : make_empty(x.shape(), result, x.device());
+    target = direct ? *out : detail::make_empty(x.shape(), result, x.device());
   } else {
-    target = make_empty(x.shape(), result, x.device());
+    target = detail::make_empty(x.shape(), result, x.device());
   }
-  if (target.numel() > 0) {
-    const cpu::Loop loop = make_loop(x.shape(), {&target, &input});
-    cpu::unary(op, compute, target.data_ptr(), input.data_ptr(), loop);
-  }
-  scope.cost([&] { return elementwise_cost(op, target, {&input}); });
+  dispatch::run(op, {}, {&input}, {&target});
   if (out != nullptr) {
     if (!target.is_same(*out)) copy_into(*out, target);
     out->bump_version();
@@ -149,7 +138,7 @@ Tensor unary_op(OpKind op, const Tensor& x, Tensor* out) {
 }  // namespace detail
 
 using detail::binary_op;
-using detail::Operand;
+using detail::TensorOrScalar;
 using detail::unary_op;
 
 DType result_type(const Tensor& a, const Tensor& b) { return detail::result_type({{&a, nullptr}, {&b, nullptr}}); }
@@ -167,19 +156,20 @@ using autograd::SavedTensor;
 Tensor add(const Tensor& a, const Tensor& b) {
   Tensor out = binary_op(OpKind::kAdd, {&a, nullptr}, {&b, nullptr});
   if (needs_grad(a, b)) {
-    autograd::record("add", out, {&a, &b}, [](const Tensor& g, GradMask) -> Grads { return {g, g}; });
+    autograd::record(OpKind::kAdd, {}, out, {&a, &b}, [](const Tensor& g, GradMask) -> Grads { return {g, g}; });
   }
   return out;
 }
 Tensor add(const Tensor& a, const Scalar& b) {
   Tensor out = binary_op(OpKind::kAdd, {&a, nullptr}, {nullptr, &b});
-  if (needs_grad(a)) autograd::record("add", out, {&a}, [](const Tensor& g, GradMask) -> Grads { return {g}; });
+  if (needs_grad(a))
+    autograd::record(OpKind::kAdd, {}, out, {&a}, [](const Tensor& g, GradMask) -> Grads { return {g}; });
   return out;
 }
 Tensor sub(const Tensor& a, const Tensor& b) {
   Tensor out = binary_op(OpKind::kSub, {&a, nullptr}, {&b, nullptr});
   if (needs_grad(a, b)) {
-    autograd::record("sub", out, {&a, &b}, [](const Tensor& g, GradMask needs) -> Grads {
+    autograd::record(OpKind::kSub, {}, out, {&a, &b}, [](const Tensor& g, GradMask needs) -> Grads {
       return {g, needs[1] ? neg(g) : Tensor()};
     });
   }
@@ -187,18 +177,20 @@ Tensor sub(const Tensor& a, const Tensor& b) {
 }
 Tensor sub(const Tensor& a, const Scalar& b) {
   Tensor out = binary_op(OpKind::kSub, {&a, nullptr}, {nullptr, &b});
-  if (needs_grad(a)) autograd::record("sub", out, {&a}, [](const Tensor& g, GradMask) -> Grads { return {g}; });
+  if (needs_grad(a))
+    autograd::record(OpKind::kSub, {}, out, {&a}, [](const Tensor& g, GradMask) -> Grads { return {g}; });
   return out;
 }
 Tensor rsub(const Tensor& a, const Scalar& b) {
   Tensor out = binary_op(OpKind::kSub, {nullptr, &b}, {&a, nullptr});
-  if (needs_grad(a)) autograd::record("rsub", out, {&a}, [](const Tensor& g, GradMask) -> Grads { return {neg(g)}; });
+  if (needs_grad(a))
+    autograd::record(OpKind::kSub, {}, out, {&a}, [](const Tensor& g, GradMask) -> Grads { return {neg(g)}; });
   return out;
 }
 Tensor mul(const Tensor& a, const Tensor& b) {
   Tensor out = binary_op(OpKind::kMul, {&a, nullptr}, {&b, nullptr});
   if (needs_grad(a, b)) {
-    autograd::record("mul", out, {&a, &b},
+    autograd::record(OpKind::kMul, {}, out, {&a, &b},
                      [sa = SavedTensor(a), sb = SavedTensor(b)](const Tensor& g, GradMask needs) -> Grads {
                        return {needs[0] ? mul(g, sb.get()) : Tensor(), needs[1] ? mul(g, sa.get()) : Tensor()};
                      });
@@ -208,14 +200,14 @@ Tensor mul(const Tensor& a, const Tensor& b) {
 Tensor mul(const Tensor& a, const Scalar& b) {
   Tensor out = binary_op(OpKind::kMul, {&a, nullptr}, {nullptr, &b});
   if (needs_grad(a)) {
-    autograd::record("mul", out, {&a}, [b](const Tensor& g, GradMask) -> Grads { return {mul(g, b)}; });
+    autograd::record(OpKind::kMul, {}, out, {&a}, [b](const Tensor& g, GradMask) -> Grads { return {mul(g, b)}; });
   }
   return out;
 }
 Tensor div(const Tensor& a, const Tensor& b) {
   Tensor out = binary_op(OpKind::kDiv, {&a, nullptr}, {&b, nullptr});
   if (needs_grad(a, b)) {
-    autograd::record("div", out, {&a, &b},
+    autograd::record(OpKind::kDiv, {}, out, {&a, &b},
                      [sb = SavedTensor(b), so = SavedTensor(out)](const Tensor& g, GradMask needs) -> Grads {
                        const Tensor gb = div(g, sb.get());
                        return {needs[0] ? gb : Tensor(), needs[1] ? neg(mul(gb, so.get())) : Tensor()};
@@ -226,7 +218,7 @@ Tensor div(const Tensor& a, const Tensor& b) {
 Tensor div(const Tensor& a, const Scalar& b) {
   Tensor out = binary_op(OpKind::kDiv, {&a, nullptr}, {nullptr, &b});
   if (needs_grad(a)) {
-    autograd::record("div", out, {&a}, [b](const Tensor& g, GradMask) -> Grads { return {div(g, b)}; });
+    autograd::record(OpKind::kDiv, {}, out, {&a}, [b](const Tensor& g, GradMask) -> Grads { return {div(g, b)}; });
   }
   return out;
 }
@@ -234,7 +226,7 @@ Tensor div(const Scalar& a, const Tensor& b) {
   Tensor out = binary_op(OpKind::kDiv, {nullptr, &a}, {&b, nullptr});
   if (needs_grad(b)) {
     // d(a / b)/db = -a / b^2 = -out / b
-    autograd::record("div", out, {&b},
+    autograd::record(OpKind::kDiv, {}, out, {&b},
                      [sb = SavedTensor(b), so = SavedTensor(out)](const Tensor& g, GradMask) -> Grads {
                        return {neg(div(mul(g, so.get()), sb.get()))};
                      });
@@ -248,7 +240,7 @@ Tensor pow(const Tensor& a, const Tensor& b) {
   Tensor out = binary_op(OpKind::kPow, {&a, nullptr}, {&b, nullptr});
   if (needs_grad(a, b)) {
     autograd::record(
-        "pow", out, {&a, &b},
+        OpKind::kPow, {}, out, {&a, &b},
         [sa = SavedTensor(a), sb = SavedTensor(b), so = SavedTensor(out)](const Tensor& g, GradMask needs) -> Grads {
           const Tensor base = sa.get(), exponent = sb.get();
           Tensor ga, gb;
@@ -264,7 +256,7 @@ Tensor pow(const Tensor& a, const Tensor& b) {
 Tensor pow(const Tensor& a, const Scalar& b) {
   Tensor out = binary_op(OpKind::kPow, {&a, nullptr}, {nullptr, &b});
   if (needs_grad(a)) {
-    autograd::record("pow", out, {&a}, [sa = SavedTensor(a), b](const Tensor& g, GradMask) -> Grads {
+    autograd::record(OpKind::kPow, {}, out, {&a}, [sa = SavedTensor(a), b](const Tensor& g, GradMask) -> Grads {
       if (b.to_double() == 0.0) return {zeros_like(g)};
       const Scalar lower = b.is_floating() ? Scalar(b.to_double() - 1.0) : Scalar(b.to_int() - 1);
       return {mul(g, mul(pow(sa.get(), lower), b))};
@@ -275,7 +267,7 @@ Tensor pow(const Tensor& a, const Scalar& b) {
 Tensor pow(const Scalar& a, const Tensor& b) {
   Tensor out = binary_op(OpKind::kPow, {nullptr, &a}, {&b, nullptr});
   if (needs_grad(b)) {
-    autograd::record("pow", out, {&b},
+    autograd::record(OpKind::kPow, {}, out, {&b},
                      [sb = SavedTensor(b), so = SavedTensor(out), a](const Tensor& g, GradMask) -> Grads {
                        const double base = a.to_double();
                        Tensor grad = mul(mul(g, so.get()), std::log(base));
@@ -294,7 +286,7 @@ template <class Loses>
 Tensor extremum(OpKind op, const Tensor& a, const Tensor& b, Loses loses) {
   Tensor out = binary_op(op, {&a, nullptr}, {&b, nullptr});
   if (needs_grad(a, b)) {
-    autograd::record(op_info(op).name.data(), out, {&a, &b},
+    autograd::record(op, {}, out, {&a, &b},
                      [sa = SavedTensor(a), sb = SavedTensor(b), loses](const Tensor& g, GradMask needs) -> Grads {
                        const Tensor x = sa.get(), y = sb.get();
                        const Tensor shared = where(eq(x, y), mul(g, 0.5), g);
@@ -339,6 +331,7 @@ namespace {
 
 void check_out_without_grad(const char* op, const char* functional, const Tensor& out, const Tensor& a,
                             const Tensor& b) {
+  detail::check_no_internal_overlap(op, out);
   EMBER_CHECK(!needs_grad(out, a, b), "[", op,
               "] does not support autograd (out= forms are not differentiable), but an input (shapes ", a.shape(),
               " and ", b.shape(), ") or the output (shape ", out.shape(), ") requires grad; use ", functional,
@@ -377,10 +370,10 @@ namespace {
 
 // y = op(x) with dx = backward(g, x).
 template <class Backward>
-Tensor unary_saving_input(const char* name, OpKind op, const Tensor& x, Backward backward) {
+Tensor unary_saving_input(OpKind op, const Tensor& x, Backward backward) {
   Tensor out = unary_op(op, x);
   if (needs_grad(x)) {
-    autograd::record(name, out, {&x}, [sx = SavedTensor(x), backward](const Tensor& g, GradMask) -> Grads {
+    autograd::record(op, {}, out, {&x}, [sx = SavedTensor(x), backward](const Tensor& g, GradMask) -> Grads {
       return {backward(g, sx.get())};
     });
   }
@@ -389,10 +382,10 @@ Tensor unary_saving_input(const char* name, OpKind op, const Tensor& x, Backward
 
 // y = op(x) with dx = backward(g, y).
 template <class Backward>
-Tensor unary_saving_output(const char* name, OpKind op, const Tensor& x, Backward backward) {
+Tensor unary_saving_output(OpKind op, const Tensor& x, Backward backward) {
   Tensor out = unary_op(op, x);
   if (needs_grad(x)) {
-    autograd::record(name, out, {&x}, [so = SavedTensor(out), backward](const Tensor& g, GradMask) -> Grads {
+    autograd::record(op, {}, out, {&x}, [so = SavedTensor(out), backward](const Tensor& g, GradMask) -> Grads {
       return {backward(g, so.get())};
     });
   }
@@ -407,80 +400,74 @@ constexpr double kGeluTanhCoefficient = 0.044715;
 
 Tensor neg(const Tensor& x) {
   Tensor out = unary_op(OpKind::kNeg, x);
-  if (needs_grad(x)) autograd::record("neg", out, {&x}, [](const Tensor& g, GradMask) -> Grads { return {neg(g)}; });
+  if (needs_grad(x))
+    autograd::record(OpKind::kNeg, {}, out, {&x}, [](const Tensor& g, GradMask) -> Grads { return {neg(g)}; });
   return out;
 }
 Tensor abs(const Tensor& x) {  // sign(0) = 0: no gradient at the kink, as PyTorch
-  return unary_saving_input("abs", OpKind::kAbs, x, [](const Tensor& g, const Tensor& in) { return mul(g, sign(in)); });
+  return unary_saving_input(OpKind::kAbs, x, [](const Tensor& g, const Tensor& in) { return mul(g, sign(in)); });
 }
 Tensor sign(const Tensor& x) {  // piecewise constant: a zero gradient
   Tensor out = unary_op(OpKind::kSign, x);
   if (needs_grad(x)) {
-    autograd::record("sign", out, {&x}, [](const Tensor& g, GradMask) -> Grads { return {zeros_like(g)}; });
+    autograd::record(OpKind::kSign, {}, out, {&x}, [](const Tensor& g, GradMask) -> Grads { return {zeros_like(g)}; });
   }
   return out;
 }
 Tensor exp(const Tensor& x) {
-  return unary_saving_output("exp", OpKind::kExp, x, [](const Tensor& g, const Tensor& y) { return mul(g, y); });
+  return unary_saving_output(OpKind::kExp, x, [](const Tensor& g, const Tensor& y) { return mul(g, y); });
 }
 Tensor log(const Tensor& x) {
-  return unary_saving_input("log", OpKind::kLog, x, [](const Tensor& g, const Tensor& in) { return div(g, in); });
+  return unary_saving_input(OpKind::kLog, x, [](const Tensor& g, const Tensor& in) { return div(g, in); });
 }
 Tensor log1p(const Tensor& x) {
-  return unary_saving_input("log1p", OpKind::kLog1p, x,
-                            [](const Tensor& g, const Tensor& in) { return div(g, add(in, 1)); });
+  return unary_saving_input(OpKind::kLog1p, x, [](const Tensor& g, const Tensor& in) { return div(g, add(in, 1)); });
 }
 Tensor expm1(const Tensor& x) {  // d/dx = exp(x) = y + 1
-  return unary_saving_output("expm1", OpKind::kExpm1, x,
-                             [](const Tensor& g, const Tensor& y) { return mul(g, add(y, 1)); });
+  return unary_saving_output(OpKind::kExpm1, x, [](const Tensor& g, const Tensor& y) { return mul(g, add(y, 1)); });
 }
 Tensor sqrt(const Tensor& x) {  // d/dx = 1 / (2 sqrt(x))
-  return unary_saving_output("sqrt", OpKind::kSqrt, x,
-                             [](const Tensor& g, const Tensor& y) { return div(g, mul(y, 2)); });
+  return unary_saving_output(OpKind::kSqrt, x, [](const Tensor& g, const Tensor& y) { return div(g, mul(y, 2)); });
 }
 Tensor rsqrt(const Tensor& x) {  // d/dx = -x^(-3/2) / 2 = -y^3 / 2
-  return unary_saving_output("rsqrt", OpKind::kRsqrt, x,
+  return unary_saving_output(OpKind::kRsqrt, x,
                              [](const Tensor& g, const Tensor& y) { return mul(mul(g, mul(square(y), y)), -0.5); });
 }
 Tensor square(const Tensor& x) {
-  return unary_saving_input("square", OpKind::kSquare, x,
-                            [](const Tensor& g, const Tensor& in) { return mul(g, mul(in, 2)); });
+  return unary_saving_input(OpKind::kSquare, x, [](const Tensor& g, const Tensor& in) { return mul(g, mul(in, 2)); });
 }
 Tensor sin(const Tensor& x) {
-  return unary_saving_input("sin", OpKind::kSin, x, [](const Tensor& g, const Tensor& in) { return mul(g, cos(in)); });
+  return unary_saving_input(OpKind::kSin, x, [](const Tensor& g, const Tensor& in) { return mul(g, cos(in)); });
 }
 Tensor cos(const Tensor& x) {
-  return unary_saving_input("cos", OpKind::kCos, x,
-                            [](const Tensor& g, const Tensor& in) { return mul(g, neg(sin(in))); });
+  return unary_saving_input(OpKind::kCos, x, [](const Tensor& g, const Tensor& in) { return mul(g, neg(sin(in))); });
 }
 Tensor tanh(const Tensor& x) {  // d/dx = 1 - y^2
-  return unary_saving_output("tanh", OpKind::kTanh, x,
+  return unary_saving_output(OpKind::kTanh, x,
                              [](const Tensor& g, const Tensor& y) { return mul(g, rsub(square(y), 1)); });
 }
 Tensor sigmoid(const Tensor& x) {  // d/dx = y (1 - y)
-  return unary_saving_output("sigmoid", OpKind::kSigmoid, x,
+  return unary_saving_output(OpKind::kSigmoid, x,
                              [](const Tensor& g, const Tensor& y) { return mul(g, mul(y, rsub(y, 1))); });
 }
 Tensor relu(const Tensor& x) {  // the gradient passes where the output is positive (none at 0)
-  return unary_saving_output("relu", OpKind::kRelu, x, [](const Tensor& g, const Tensor& y) {
-    // PyTorch's threshold_backward: y <= 0 blocks (a NaN output passes). One fused pass
-    // (kernels/cpu/threshold.h) unless this backward is itself differentiated or the layout or
-    // dtype does not suit it; then the composite, which is also its reference.
+  return unary_saving_output(OpKind::kRelu, x, [](const Tensor& g, const Tensor& y) {
+    // PyTorch's threshold_backward: y <= 0 blocks (a NaN output passes). One fused pass (the
+    // ThresholdBackward primitive) unless this backward is itself differentiated, the layout or
+    // dtype does not suit it, or the device has no kernel for it; then the decomposition, which is
+    // also its reference.
     const bool fused_dtype = g.dtype() == y.dtype() && (g.dtype() == kFloat32 || g.dtype() == kFloat64);
-    if (!needs_grad(g) && fused_dtype && g.device().is_cpu() && g.shape() == y.shape() && g.is_contiguous() &&
-        y.is_contiguous()) {
-      // PyTorch's name: "relu_backward" is the autograd node's range around it.
-      profiler::detail::OpScope scope("threshold_backward", {&g, &y});
+    if (!needs_grad(g) && fused_dtype && dispatch::has_kernel(OpKind::kThresholdBackward, g.device()) &&
+        g.shape() == y.shape() && g.is_contiguous() && y.is_contiguous()) {
       Tensor result = detail::make_empty(y.shape(), y.dtype(), y.device());
-      cpu::relu_backward(y.dtype(), g.data_ptr(), y.data_ptr(), result.data_ptr(), y.numel());
-      scope.cost([&] { return threshold_backward_cost(y); });
+      dispatch::run(OpKind::kThresholdBackward, {}, {&g, &y}, {&result});
       return result;
     }
     return where(le(y, 0), 0.0, g);
   });
 }
 Tensor silu(const Tensor& x) {  // d/dx [x s(x)] = s (1 + x (1 - s))
-  return unary_saving_input("silu", OpKind::kSilu, x, [](const Tensor& g, const Tensor& in) {
+  return unary_saving_input(OpKind::kSilu, x, [](const Tensor& g, const Tensor& in) {
     const Tensor s = sigmoid(in);
     return mul(g, mul(s, add(mul(in, rsub(s, 1)), 1)));
   });
@@ -492,7 +479,7 @@ Tensor gelu(const Tensor& x, std::string_view approximate) {
   if (approximate == "tanh") {
     // y = x/2 (1 + t), t = tanh(u), u = sqrt(2/pi) (x + c x^3):
     // dy/dx = (1 + t)/2 + x/2 (1 - t^2) sqrt(2/pi) (1 + 3 c x^2).
-    return unary_saving_input("gelu", OpKind::kGeluTanh, x, [](const Tensor& g, const Tensor& in) {
+    return unary_saving_input(OpKind::kGeluTanh, x, [](const Tensor& g, const Tensor& in) {
       const Tensor in2 = square(in);
       const Tensor t = tanh(mul(mul(in, add(mul(in2, kGeluTanhCoefficient), 1)), kSqrt2OverPi));
       const Tensor du = mul(add(mul(in2, 3 * kGeluTanhCoefficient), 1), kSqrt2OverPi);
@@ -504,7 +491,7 @@ Tensor gelu(const Tensor& x, std::string_view approximate) {
   // output as y / x (exact to the kernel's accuracy), with Phi(0) = 1/2.
   Tensor out = unary_op(OpKind::kGeluErf, x);
   if (needs_grad(x)) {
-    autograd::record("gelu", out, {&x},
+    autograd::record(OpKind::kGeluErf, {}, out, {&x},
                      [sx = SavedTensor(x), so = SavedTensor(out)](const Tensor& g, GradMask) -> Grads {
                        const Tensor in = sx.get();
                        const Tensor cdf = where(eq(in, 0), 0.5, div(so.get(), in));
@@ -526,22 +513,14 @@ EMBER_UNARY_FRONT(isinf, IsInf)
 
 namespace {
 
-Tensor where_impl(const Tensor& condition, Operand a, Operand b) {
-  profiler::detail::OpScope scope("where", {&condition, a.tensor, b.tensor});
+Tensor where_impl(const Tensor& condition, TensorOrScalar a, TensorOrScalar b) {
   EMBER_CHECK(condition.dtype() == kBool, "[where] condition must be a bool tensor, got ", condition.dtype());
-  if (a.tensor) detail::check_same_device("where", {&condition, a.tensor});
-  if (b.tensor) detail::check_same_device("where", {&condition, b.tensor});
   const DType dtype = detail::result_type({a, b});
   const Tensor ta = a.tensor ? a.tensor->to(dtype) : scalar_tensor(*a.scalar, dtype);
   const Tensor tb = b.tensor ? b.tensor->to(dtype) : scalar_tensor(*b.scalar, dtype);
   const Shape shape = broadcast_shapes(condition.shape(), broadcast_shapes(ta.shape(), tb.shape(), "where"), "where");
   Tensor out = detail::make_empty(shape, dtype, condition.device());
-  if (out.numel() > 0) {
-    const cpu::Loop loop = detail::make_loop(shape, {&out, &condition, &ta, &tb});
-    cpu::where(dtype, out.data_ptr(), static_cast<const bool*>(condition.data_ptr()), ta.data_ptr(), tb.data_ptr(),
-               loop);
-  }
-  scope.cost([&] { return elementwise_cost(OpKind::kWhere, out, {&condition, &ta, &tb}); });
+  dispatch::run(OpKind::kWhere, {}, {&condition, &ta, &tb}, {&out});
   return out;
 }
 
@@ -555,16 +534,17 @@ Tensor route(const Tensor& g, const Tensor& condition, bool selected) {
 Tensor where(const Tensor& condition, const Tensor& a, const Tensor& b) {
   Tensor out = where_impl(condition, {&a, nullptr}, {&b, nullptr});
   if (needs_grad(a, b)) {
-    autograd::record("where", out, {&a, &b}, [sc = SavedTensor(condition)](const Tensor& g, GradMask needs) -> Grads {
-      return {needs[0] ? route(g, sc.get(), true) : Tensor(), needs[1] ? route(g, sc.get(), false) : Tensor()};
-    });
+    autograd::record(
+        OpKind::kWhere, {}, out, {&a, &b}, [sc = SavedTensor(condition)](const Tensor& g, GradMask needs) -> Grads {
+          return {needs[0] ? route(g, sc.get(), true) : Tensor(), needs[1] ? route(g, sc.get(), false) : Tensor()};
+        });
   }
   return out;
 }
 Tensor where(const Tensor& condition, const Tensor& a, const Scalar& b) {
   Tensor out = where_impl(condition, {&a, nullptr}, {nullptr, &b});
   if (needs_grad(a)) {
-    autograd::record("where", out, {&a}, [sc = SavedTensor(condition)](const Tensor& g, GradMask) -> Grads {
+    autograd::record(OpKind::kWhere, {}, out, {&a}, [sc = SavedTensor(condition)](const Tensor& g, GradMask) -> Grads {
       return {route(g, sc.get(), true)};
     });
   }
@@ -573,7 +553,7 @@ Tensor where(const Tensor& condition, const Tensor& a, const Scalar& b) {
 Tensor where(const Tensor& condition, const Scalar& a, const Tensor& b) {
   Tensor out = where_impl(condition, {nullptr, &a}, {&b, nullptr});
   if (needs_grad(b)) {
-    autograd::record("where", out, {&b}, [sc = SavedTensor(condition)](const Tensor& g, GradMask) -> Grads {
+    autograd::record(OpKind::kWhere, {}, out, {&b}, [sc = SavedTensor(condition)](const Tensor& g, GradMask) -> Grads {
       return {route(g, sc.get(), false)};
     });
   }
@@ -584,18 +564,20 @@ Tensor where(const Tensor& condition, const Scalar& a, const Tensor& b) {
 // that made tests/golden/grad.json does (at a bound, and for NaN, it is 0).
 Tensor clamp(const Tensor& x, std::optional<Scalar> min, std::optional<Scalar> max) {
   EMBER_CHECK(min || max, "[clamp] at least one of min and max must be given");
+  const dispatch::Scope scope(OpKind::kClamp, {&x}, ClampAttrs{min, max});
   Tensor result = x;
   // NaN in x propagates through maximum/minimum; bounds keep x's dtype unless they are floats.
   if (min) result = binary_op(OpKind::kMaximum, {&result, nullptr}, {nullptr, &*min});
   if (max) result = binary_op(OpKind::kMinimum, {&result, nullptr}, {nullptr, &*max});
   if (needs_grad(x)) {
-    autograd::record("clamp", result, {&x}, [sx = SavedTensor(x), min, max](const Tensor& g, GradMask) -> Grads {
-      const Tensor in = sx.get();
-      Tensor inside;
-      if (min) inside = gt(in, *min);
-      if (max) inside = inside.defined() ? logical_and(inside, lt(in, *max)) : lt(in, *max);
-      return {where(inside, g, 0.0)};
-    });
+    autograd::record(OpKind::kClamp, ClampAttrs{min, max}, result, {&x},
+                     [sx = SavedTensor(x), min, max](const Tensor& g, GradMask) -> Grads {
+                       const Tensor in = sx.get();
+                       Tensor inside;
+                       if (min) inside = gt(in, *min);
+                       if (max) inside = inside.defined() ? logical_and(inside, lt(in, *max)) : lt(in, *max);
+                       return {where(inside, g, 0.0)};
+                     });
   }
   return result;
 }
@@ -641,13 +623,14 @@ Grads clamp_tensor_backward(const Tensor& g, const Tensor& in, const Tensor& low
 
 Tensor clamp(const Tensor& x, const std::optional<Tensor>& min, const std::optional<Tensor>& max) {
   EMBER_CHECK(min || max, "[clamp] at least one of min and max must be given");
+  const dispatch::Scope scope(OpKind::kClamp, {&x, min ? &*min : nullptr, max ? &*max : nullptr});
   Tensor result = x;
   if (min) result = binary_op(OpKind::kMaximum, {&result, nullptr}, {&*min, nullptr});
   if (max) result = binary_op(OpKind::kMinimum, {&result, nullptr}, {&*max, nullptr});
   const Tensor lo = min.value_or(Tensor()), hi = max.value_or(Tensor());
   if (needs_grad(x, lo, hi)) {
     autograd::record(
-        "clamp", result, {&x, &lo, &hi},
+        OpKind::kClamp, ClampAttrs{}, result, {&x, &lo, &hi},
         [sx = SavedTensor(x), slo = SavedTensor(lo), shi = SavedTensor(hi)](const Tensor& g, GradMask needs) -> Grads {
           return clamp_tensor_backward(g, sx.get(), slo.get(), shi.get(), needs);
         });
@@ -660,14 +643,28 @@ Tensor masked_fill(const Tensor& x, const Tensor& mask, const Scalar& value) {
   const Shape shape = broadcast_shapes(x.shape(), mask.shape(), "masked_fill");
   EMBER_CHECK(shape == x.shape(), "[masked_fill] mask of shape ", mask.shape(),
               " does not broadcast to the input's shape ", x.shape());
+  const dispatch::Scope scope(OpKind::kMaskedFill, {&x, &mask}, FillAttrs{value});
   const Tensor fill = scalar_tensor(value, x.dtype());
   Tensor out = where_impl(mask, {&fill, nullptr}, {&x, nullptr});
   if (needs_grad(x)) {
-    autograd::record("masked_fill", out, {&x}, [sm = SavedTensor(mask)](const Tensor& g, GradMask) -> Grads {
-      return {route(g, sm.get(), false)};
-    });
+    autograd::record(
+        OpKind::kMaskedFill, FillAttrs{value}, out, {&x},
+        [sm = SavedTensor(mask)](const Tensor& g, GradMask) -> Grads { return {route(g, sm.get(), false)}; });
   }
   return out;
+}
+
+// --- cost rules ----------------------------------------------------------------------------------
+
+void define_elementwise_ops(OpRuleTable& table) {
+#define EMBER_ELEMENTWISE_COST(kind, name, traits, attrs, flops) table.set_cost(OpKind::k##kind, cost::elementwise);
+  EMBER_UNARY_PRIMITIVES(EMBER_ELEMENTWISE_COST)
+  EMBER_BINARY_PRIMITIVES(EMBER_ELEMENTWISE_COST)
+#undef EMBER_ELEMENTWISE_COST
+  table.set_cost(OpKind::kWhere, cost::elementwise);
+  // threshold_backward: one compare-select per element; the gradient and the output read, the
+  // input gradient written.
+  table.set_cost(OpKind::kThresholdBackward, cost::elementwise);
 }
 
 }  // namespace ember

@@ -4,23 +4,23 @@
 
 #include <optional>
 
+#include "ember/primitives.h"
 #include "ember/tensor.h"
-#include "ops/primitives.h"
 
 namespace ember::detail {
 
 // One input of a binary op: a tensor, or a scalar from C++ code (the lowest promotion tier).
-struct Operand {
+struct TensorOrScalar {
   const Tensor* tensor = nullptr;
   const Scalar* scalar = nullptr;
 };
 
 // PyTorch's result_type over tensors and scalars (dim tensors > 0-dim tensors > scalars).
-DType result_type(std::initializer_list<Operand> operands);
+DType result_type(std::initializer_list<TensorOrScalar> operands);
 
 // out = op(a, b), allocated when `out` is null, else written into *out (shape must match the
 // broadcast shape and its dtype must be able to hold the result).
-Tensor binary_op(OpKind op, Operand a, Operand b, Tensor* out = nullptr);
+Tensor binary_op(OpKind op, TensorOrScalar a, TensorOrScalar b, Tensor* out = nullptr);
 Tensor unary_op(OpKind op, const Tensor& x, Tensor* out = nullptr);
 
 // PyTorch's can_cast: no float -> integer, no non-bool -> bool.

@@ -9,14 +9,12 @@
 // Cost: bytes = inputs read + output written; scatter_add does one FLOP per index element.
 // Backward: index_select, gather and embedding scatter-add the gradient into zeros of the input's
 // shape (repeated indices add up); scatter_add passes it through to self and gathers it for src.
-// Indices are not differentiable.
-#include "kernels/cpu/indexing.h"
-
+// Indices are not differentiable. embedding is a composite over index_select with its own node.
 #include "autograd/function.h"
-#include "core/tensor_internal.h"
 #include "ember/ops.h"
 #include "ops/cost.h"
-#include "profiler/op_scope.h"
+#include "ops/dispatch.h"
+#include "ops/tensor_util.h"
 
 namespace ember {
 namespace {
@@ -44,8 +42,6 @@ Tensor at_least_1d(const Tensor& t) { return t.dim() == 0 ? t.reshape({1}) : t; 
 
 // Index rows of x (any layout) along dim: the shared body of index_select and embedding.
 Tensor index_select_impl(const char* op, const Tensor& x, int64_t dim, const Tensor& index) {
-  profiler::detail::OpScope scope(op, {&x, &index});
-  detail::check_same_device(op, {&x, &index});
   check_index_dtype(op, index);
   EMBER_CHECK(index.dim() <= 1, "[", op, "] index is supposed to be a vector, got shape ", index.shape());
   const int d = normalize_axis(dim, x.dim(), op);
@@ -57,34 +53,9 @@ Tensor index_select_impl(const char* op, const Tensor& x, int64_t dim, const Ten
     shape[d] = count;
   }
   Tensor out = detail::make_empty(shape, x.dtype(), x.device());
-  const Tensor src = at_least_1d(x).contiguous();
-  int64_t outer = 1, inner = 1;
-  for (int k = 0; k < d; ++k) outer *= src.shape()[k];
-  for (int k = d + 1; k < src.dim(); ++k) inner *= src.shape()[k];
-  const int64_t size = src.shape()[d];
-  const Tensor flat_index = at_least_1d(index);
-  const std::optional<int64_t> bad =
-      cpu::index_select(out.data_ptr(), src.data_ptr(), outer, size, inner * x.element_size(), flat_index.data_ptr(),
-                        index.dtype(), count, flat_index.strides()[0]);
-  EMBER_CHECK(!bad, "[", op, "] index ", *bad, " is out of bounds for dimension ", d, " with size ", size);
-  scope.cost([&] { return gather_cost(out, index); });
+  const Tensor src = at_least_1d(detail::kernel_operand(x));
+  dispatch::run(OpKind::kIndexSelect, DimAttrs{d}, {&src, &index}, {&out});
   return out;
-}
-
-// The line geometry of gather/scatter_add over `index`'s shape along dim d. `out` and `data` are
-// operands 0 and 1; only their strides are read (their sizes may exceed the index's).
-cpu::IndexLines index_lines(const Tensor& out, const Tensor& data, const Tensor& index, int d, int64_t bound) {
-  Shape shape = index.shape();
-  shape[d] = 1;  // make_loop drops size-1 dims: one loop element per line
-  const Strides* strides[3] = {&out.strides(), &data.strides(), &index.strides()};
-  cpu::IndexLines g;
-  g.lines = cpu::make_loop(shape, strides, 3);
-  g.length = index.shape()[d];
-  g.dim_strides[0] = out.strides()[d];
-  g.dim_strides[1] = data.strides()[d];
-  g.dim_strides[2] = index.strides()[d];
-  g.bound = bound;
-  return g;
 }
 
 }  // namespace
@@ -92,38 +63,33 @@ cpu::IndexLines index_lines(const Tensor& out, const Tensor& data, const Tensor&
 Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
   Tensor out = index_select_impl("index_select", x, dim, index);
   if (needs_grad(x)) {
-    autograd::record(
-        "index_select", out, {&x},
-        [x_shape = x.shape(), d = normalize_axis(dim, x.dim(), "index_select"), si = SavedTensor(index)](
-            const Tensor& g, GradMask) -> Grads { return {index_add_into_zeros(x_shape, d, si.get(), g)}; });
+    const int d = normalize_axis(dim, x.dim(), "index_select");
+    autograd::record(OpKind::kIndexSelect, DimAttrs{d}, out, {&x},
+                     [x_shape = x.shape(), d, si = SavedTensor(index)](const Tensor& g, GradMask) -> Grads {
+                       return {index_add_into_zeros(x_shape, d, si.get(), g)};
+                     });
   }
   return out;
 }
 
 Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
-  profiler::detail::OpScope scope("gather", {&x, &index});
-  detail::check_same_device("gather", {&x, &index});
   const int d = normalize_axis(dim, x.dim(), "gather");
   Tensor out = detail::make_empty(index.shape(), x.dtype(), x.device());
-  if (index.numel() == 0) return out;  // PyTorch checks neither the dtype nor the shape of an empty index
-  check_index_dtype("gather", index);
-  const Tensor xs = at_least_1d(x), is = at_least_1d(index), os = at_least_1d(out);
-  EMBER_CHECK(xs.dim() == is.dim(),
-              "[gather] index tensor must have the same number of dimensions as input tensor, got ", index.shape(),
-              " and ", x.shape());
-  for (int k = 0; k < is.dim(); ++k) {
-    EMBER_CHECK(k == d || is.shape()[k] <= xs.shape()[k], "[gather] size does not match at dimension ", k,
-                ": expected index ", index.shape(), " to be no larger than self ", x.shape(), " apart from dimension ",
-                d);
+  if (index.numel() > 0) {  // PyTorch checks neither the dtype nor the shape of an empty index
+    check_index_dtype("gather", index);
+    const Tensor xs = at_least_1d(x), is = at_least_1d(index), os = at_least_1d(out);
+    EMBER_CHECK(xs.dim() == is.dim(),
+                "[gather] index tensor must have the same number of dimensions as input tensor, got ", index.shape(),
+                " and ", x.shape());
+    for (int k = 0; k < is.dim(); ++k) {
+      EMBER_CHECK(k == d || is.shape()[k] <= xs.shape()[k], "[gather] size does not match at dimension ", k,
+                  ": expected index ", index.shape(), " to be no larger than self ", x.shape(),
+                  " apart from dimension ", d);
+    }
+    dispatch::run(OpKind::kGather, DimAttrs{d}, {&xs, &is}, {&os});
   }
-  const int64_t size = xs.shape()[d];
-  const cpu::IndexLines g = index_lines(os, xs, is, d, size);
-  const std::optional<int64_t> bad =
-      cpu::gather(x.dtype(), os.data_ptr(), xs.data_ptr(), is.data_ptr(), index.dtype(), g);
-  EMBER_CHECK(!bad, "[gather] index ", *bad, " is out of bounds for dimension ", d, " with size ", size);
-  scope.cost([&] { return gather_cost(out, index); });
   if (needs_grad(x)) {
-    autograd::record("gather", out, {&x},
+    autograd::record(OpKind::kGather, DimAttrs{d}, out, {&x},
                      [x_shape = x.shape(), d, si = SavedTensor(index)](const Tensor& grad, GradMask) -> Grads {
                        return {scatter_add(autograd::zeros_for(x_shape, grad), d, si.get(), grad)};
                      });
@@ -134,7 +100,6 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
 namespace {
 
 Tensor scatter_add_forward(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src) {
-  detail::check_same_device("scatter_add", {&x, &index, &src});
   const int d = normalize_axis(dim, x.dim(), "scatter_add");
   EMBER_CHECK(x.dtype() == src.dtype(), "[scatter_add] expected self and src to have the same dtype, got ", x.dtype(),
               " and ", src.dtype());
@@ -157,11 +122,7 @@ Tensor scatter_add_forward(const Tensor& x, int64_t dim, const Tensor& index, co
   const bool widen = x.dtype() == kFloat16 || x.dtype() == kBFloat16;
   const Tensor target = widen ? os.to(kFloat32) : os;
   const Tensor values = widen ? ss.to(kFloat32) : ss;
-  const int64_t size = os.shape()[d];
-  const cpu::IndexLines g = index_lines(target, values, is, d, size);
-  const std::optional<int64_t> bad =
-      cpu::scatter_add(target.dtype(), target.data_ptr(), values.data_ptr(), is.data_ptr(), index.dtype(), g);
-  EMBER_CHECK(!bad, "[scatter_add] index ", *bad, " is out of bounds for dimension ", d, " with size ", size);
+  dispatch::run(OpKind::kScatterAdd, DimAttrs{d}, {&is, &values}, {&target});
   if (widen) detail::copy_into(os, target);
   return out;
 }
@@ -182,14 +143,12 @@ Tensor scatter_add_src_grad(const Tensor& g, int d, const Tensor& index, const S
 }  // namespace
 
 Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src) {
-  profiler::detail::OpScope scope("scatter_add", {&x, &index, &src});
   Tensor out = scatter_add_forward(x, dim, index, src);
-  scope.cost([&] { return scatter_add_cost(x, index, src); });
   if (needs_grad(x, src)) {
+    const int d = normalize_axis(dim, x.dim(), "scatter_add");
     autograd::record(
-        "scatter_add", out, {&x, &src},
-        [d = normalize_axis(dim, x.dim(), "scatter_add"), si = SavedTensor(index), src_shape = src.shape()](
-            const Tensor& g, GradMask needs) -> Grads {
+        OpKind::kScatterAdd, DimAttrs{d}, out, {&x, &src},
+        [d, si = SavedTensor(index), src_shape = src.shape()](const Tensor& g, GradMask needs) -> Grads {
           return {needs[0] ? g : Tensor(), needs[1] ? scatter_add_src_grad(g, d, si.get(), src_shape) : Tensor()};
         });
   }
@@ -197,7 +156,6 @@ Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tens
 }
 
 Tensor one_hot(const Tensor& index, int64_t num_classes) {
-  profiler::detail::OpScope scope("one_hot", {&index});
   EMBER_CHECK(index.dtype() == kInt64, "[one_hot] is only applicable to index tensors of dtype int64, got ",
               index.dtype());
   Shape shape = index.shape();
@@ -206,9 +164,7 @@ Tensor one_hot(const Tensor& index, int64_t num_classes) {
     shape.push_back(num_classes);
     return detail::make_empty(shape, kInt64, index.device());
   }
-  const Tensor values = index.contiguous();
-  int64_t min = 0, max = 0;
-  cpu::min_max(static_cast<const int64_t*>(values.data_ptr()), values.numel(), &min, &max);
+  const int64_t min = amin(index).item<int64_t>(), max = amax(index).item<int64_t>();
   EMBER_CHECK(min >= 0, "[one_hot] class values must be non-negative, got ", min);
   if (num_classes == -1) {
     num_classes = max + 1;
@@ -218,14 +174,13 @@ Tensor one_hot(const Tensor& index, int64_t num_classes) {
   }
   shape.push_back(num_classes);
   Tensor out = detail::make_empty(shape, kInt64, index.device());
-  const std::optional<int64_t> bad =
-      cpu::one_hot(static_cast<int64_t*>(out.data_ptr()), static_cast<const int64_t*>(values.data_ptr()),
-                   values.numel(), num_classes);
-  EMBER_CHECK(!bad, "[one_hot] class value ", *bad, " is out of range for ", num_classes, " classes");
+  const Tensor values = index.contiguous();
+  dispatch::run(OpKind::kOneHot, {}, {&values}, {&out});
   return out;
 }
 
 Tensor embedding(const Tensor& weight, const Tensor& indices) {
+  const dispatch::Scope scope(OpKind::kEmbedding, {&weight, &indices});
   EMBER_CHECK(weight.dim() == 2, "[embedding] 'weight' must be 2-D, got shape ", weight.shape());
   check_index_dtype("embedding", indices);
   Shape shape = indices.shape();
@@ -233,7 +188,7 @@ Tensor embedding(const Tensor& weight, const Tensor& indices) {
   Tensor out = index_select_impl("embedding", weight, 0, indices.reshape({-1})).view(shape);
   if (needs_grad(weight)) {
     // Each looked-up row's gradient is added to its weight row (rows looked up twice add up).
-    autograd::record("embedding", out, {&weight},
+    autograd::record(OpKind::kEmbedding, {}, out, {&weight},
                      [weight_shape = weight.shape(), si = SavedTensor(indices)](const Tensor& g, GradMask) -> Grads {
                        const int64_t count = si.get().numel(), width = weight_shape[1];
                        const Tensor rows = si.get().reshape({count, 1}).expand({count, width});
@@ -241,6 +196,33 @@ Tensor embedding(const Tensor& weight, const Tensor& indices) {
                      });
   }
   return out;
+}
+
+// --- cost rules ----------------------------------------------------------------------------------
+
+namespace {
+
+// index_select, gather, one_hot: no arithmetic; bytes = the selected elements read and written +
+// the indices.
+OpCost gather_cost(const KernelCall& c) {
+  const Operand &index = c.inputs[1], &out = c.outputs[0];
+  return {0.0, 2.0 * cost::nbytes(out) + cost::nbytes(index)};
+}
+OpCost one_hot_cost(const KernelCall& c) { return {0.0, cost::operand_bytes(c)}; }
+// scatter_add: one add per source element; bytes = the source and the indices read, the touched
+// output elements read and written.
+OpCost scatter_add_cost(const KernelCall& c) {
+  const Operand &index = c.inputs[0], &src = c.inputs[1];
+  return {cost::as_double(index.numel()), 3.0 * cost::nbytes(src) + cost::nbytes(index)};
+}
+
+}  // namespace
+
+void define_indexing_ops(OpRuleTable& table) {
+  table.set_cost(OpKind::kIndexSelect, gather_cost);
+  table.set_cost(OpKind::kGather, gather_cost);
+  table.set_cost(OpKind::kScatterAdd, scatter_add_cost);
+  table.set_cost(OpKind::kOneHot, one_hot_cost);
 }
 
 }  // namespace ember

@@ -1,4 +1,4 @@
-// nn::functional losses: cross_entropy (fused with its log-softmax), nll_loss, mse_loss, l1_loss
+// Losses: cross_entropy (fused with its log-softmax), nll_loss, mse_loss, l1_loss
 // and binary_cross_entropy_with_logits.
 //
 // Shape rules:
@@ -19,23 +19,23 @@
 //   mse / l1        forward 3 E FLOPs (difference, square or abs, sum); backward 2 E.
 //   bce_with_logits forward ~10 E FLOPs with an exp and a log1p per element; backward ~8 E.
 // Backward: cross_entropy's gradient is softmax minus the (smoothed) one-hot target, times the
-// upstream gradient, from the saved log-sum-exp: no log_softmax graph is built. The elementwise
-// losses record one node each whose backward is written with ember ops.
-#include "kernels/cpu/loss.h"
-
+// upstream gradient, from the saved log-sum-exp (the CrossEntropyBackward primitive): no log_softmax
+// graph is built. Every loss is a composite with one node of its own: the class-index losses around
+// their per-position primitives (CrossEntropyForward, NllLossForward) and the reduction, the
+// elementwise losses around ember ops.
 #include <cstdint>
 #include <utility>
 
 #include "autograd/function.h"
-#include "core/tensor_internal.h"
-#include "ember/nn/functional.h"
+#include "ember/ops.h"
 #include "ops/cost.h"
-#include "profiler/op_scope.h"
+#include "ops/dispatch.h"
+#include "ops/tensor_util.h"
 
-namespace ember::nn::functional {
+namespace ember {
 namespace {
 
-DType compute_dtype(DType dtype) { return dtype == kFloat16 || dtype == kBFloat16 ? kFloat32 : dtype; }
+using detail::compute_dtype;
 
 Tensor reduce(const Tensor& loss, Reduction reduction) {
   switch (reduction) {
@@ -56,17 +56,14 @@ Tensor per_element_grad(const Tensor& grad, Reduction reduction, int64_t count) 
 
 // --- class-index losses -------------------------------------------------------------------------------
 
-// The (outer, classes, inner) view of the scores and the checked targets.
+// The scores in their compute dtype and the targets, checked against each other's shapes (the
+// targets' values are checked by the forward kernel).
 struct ClassProblem {
-  cpu::ClassLossArgs args;
-  Tensor scores;        // contiguous, compute dtype
-  Tensor target;        // contiguous int64
-  int64_t counted = 0;  // targets that are not ignore_index
+  Tensor scores;  // contiguous, compute dtype
+  Tensor target;  // contiguous int64
 };
 
-ClassProblem class_problem(const char* op, const Tensor& input, const Tensor& target, int64_t ignore_index) {
-  EMBER_CHECK(input.device().is_cpu() && target.device().is_cpu(), "[", op, "] not implemented on ",
-              input.device().is_cpu() ? target.device() : input.device());
+ClassProblem class_problem(const char* op, const Tensor& input, const Tensor& target) {
   EMBER_CHECK(is_floating(input.dtype()), "[", op, "] expects floating-point scores, got ", input.dtype(), " (shape ",
               input.shape(), ")");
   EMBER_CHECK(target.dtype() == kInt64, "[", op, "] expects int64 class indices as target, got ", target.dtype(),
@@ -82,30 +79,14 @@ ClassProblem class_problem(const char* op, const Tensor& input, const Tensor& ta
               expected, ", got ", target.shape());
   const int64_t classes = input.dim() >= 2 ? input.size(1) : input.size(0);
   EMBER_CHECK(classes > 0, "[", op, "] expected at least one class, got input of shape ", input.shape());
-  ClassProblem p;
-  p.args.dtype = compute_dtype(input.dtype());
-  p.args.classes = classes;
-  p.args.outer = input.dim() >= 2 ? input.size(0) : 1;
-  p.args.inner = input.dim() >= 2 && p.args.outer > 0 ? input.numel() / (p.args.outer * classes) : 1;
-  p.args.ignore_index = ignore_index;
-  p.scores = input.detach().to(p.args.dtype).contiguous();  // no graph for the conversion
-  p.target = target.contiguous();
-  // Check every target before any kernel runs (kernels never throw inside a parallel region).
-  const int64_t* t = p.target.data_ptr<int64_t>();
-  const int64_t positions = p.target.numel();
-  for (int64_t i = 0; i < positions; ++i) {
-    if (t[i] == ignore_index) continue;
-    EMBER_CHECK(t[i] >= 0 && t[i] < p.args.classes, "[", op, "] target ", t[i], " at position ", i,
-                " (flattened target of shape ", target.shape(), ") is out of bounds for ", p.args.classes,
-                " classes: expected a class in [0, ", p.args.classes, ") or ignore_index (", ignore_index, ")");
-    ++p.counted;
-  }
-  p.args.target = p.target.data_ptr<int64_t>();
-  return p;
+  return {detail::kernel_operand(input, compute_dtype(input.dtype())), target.contiguous()};
 }
 
+// The number of targets that are not ignore_index (an int64 0-dim tensor), which Mean divides by.
+Tensor counted_targets(const Tensor& target, int64_t ignore_index) { return sum(ne(target, ignore_index)); }
+
 // The loss of a class-index op from its per-position losses (target-shaped, compute dtype).
-Tensor reduce_class_loss(const Tensor& per_position, Reduction reduction, int64_t counted, DType dtype) {
+Tensor reduce_class_loss(const Tensor& per_position, Reduction reduction, const Tensor& counted, DType dtype) {
   Tensor result;
   switch (reduction) {
     case Reduction::kNone:
@@ -115,57 +96,52 @@ Tensor reduce_class_loss(const Tensor& per_position, Reduction reduction, int64_
       result = sum(per_position);
       break;
     case Reduction::kMean:
-      result = sum(per_position) / static_cast<double>(counted);
+      result = sum(per_position) / counted;
       break;  // 0 / 0 is nan
   }
   return result.dtype() == dtype ? result : result.to(dtype);
 }
 
 // The per-position scale of a class-index loss's gradient: the upstream gradient, divided by the
-// counted targets for Mean. Returns the tensor and its stride (0: one value for every position).
-std::pair<Tensor, int64_t> class_grad_scale(const Tensor& grad, Reduction reduction, int64_t counted, DType compute) {
-  if (reduction == Reduction::kNone) return {grad.to(compute).contiguous(), 1};
+// counted targets for Mean; one element (applied to every position) unless the loss is unreduced.
+Tensor class_grad_scale(const Tensor& grad, Reduction reduction, const Tensor& counted, DType compute) {
+  if (reduction == Reduction::kNone) return grad.to(compute).contiguous();
   Tensor scale = grad.to(compute).reshape({1});
-  if (reduction == Reduction::kMean) scale = scale / static_cast<double>(counted);
-  return {scale.contiguous(), 0};
+  if (reduction == Reduction::kMean) scale = scale / counted;
+  return scale.contiguous();
 }
 
 }  // namespace
 
 Tensor cross_entropy(const Tensor& input, const Tensor& target, int64_t ignore_index, Reduction reduction,
                      double label_smoothing) {
-  profiler::detail::OpScope scope("cross_entropy", {&input, &target});
   EMBER_CHECK(label_smoothing >= 0.0 && label_smoothing <= 1.0,
               "[cross_entropy] label_smoothing must be in [0, 1], got ", label_smoothing);
-  ClassProblem p = class_problem("cross_entropy", input, target, ignore_index);
-  scope.cost([&] { return cross_entropy_cost(p.args.outer * p.args.inner, p.args.classes, input.dtype()); });
-  p.args.label_smoothing = label_smoothing;
-  const DType compute = p.args.dtype;
+  const ClassLossAttrs attrs{ignore_index, label_smoothing, reduction};
+  const dispatch::Scope scope(OpKind::kCrossEntropy, {&input, &target}, attrs);
+  const ClassProblem p = class_problem("cross_entropy", input, target);
+  // The per-position primitives do not reduce.
+  const ClassLossAttrs per_position_attrs{ignore_index, label_smoothing, Reduction::kNone};
+  const DType compute = p.scores.dtype();
   Tensor per_position = detail::make_empty(target.shape(), compute, input.device());
   Tensor lse = detail::make_empty(target.shape(), compute, input.device());
-  if (per_position.numel() > 0 && p.args.classes > 0) {
-    cpu::cross_entropy_forward(p.args, p.scores.data_ptr(), per_position.data_ptr(), lse.data_ptr());
-  }
-  Tensor out;
+  dispatch::run(OpKind::kCrossEntropyForward, per_position_attrs, {&p.scores, &p.target}, {&per_position, &lse});
+  Tensor out, counted;
   {
     autograd::NoGradGuard no_grad;
-    out = reduce_class_loss(per_position, reduction, p.counted, input.dtype());
+    if (reduction == Reduction::kMean) counted = counted_targets(p.target, ignore_index);
+    out = reduce_class_loss(per_position, reduction, counted, input.dtype());
   }
   if (autograd::needs_grad(input)) {
     // Saved: the scores and targets (checked against in-place changes) and the log-sum-exp.
-    autograd::record("cross_entropy", out, {&input},
-                     [args = p.args, counted = p.counted, scores = autograd::SavedTensor(p.scores),
-                      targets = autograd::SavedTensor(p.target), lse, reduction,
+    autograd::record(OpKind::kCrossEntropy, attrs, out, {&input},
+                     [per_position_attrs, reduction, counted, scores = autograd::SavedTensor(p.scores),
+                      targets = autograd::SavedTensor(p.target), lse,
                       in_shape = input.shape()](const Tensor& grad, autograd::GradMask) -> autograd::Grads {
-                       const auto [scale, stride] = class_grad_scale(grad, reduction, counted, args.dtype);
-                       cpu::ClassLossArgs a = args;
-                       const Tensor t = targets.get(), x = scores.get();
-                       a.target = t.data_ptr<int64_t>();
-                       Tensor gi = detail::make_empty(in_shape, a.dtype, grad.device());
-                       if (gi.numel() > 0) {
-                         cpu::cross_entropy_backward(a, x.data_ptr(), lse.data_ptr(), scale.data_ptr(), stride,
-                                                     gi.data_ptr());
-                       }
+                       const Tensor x = scores.get(), t = targets.get();
+                       const Tensor scale = class_grad_scale(grad, reduction, counted, x.dtype());
+                       Tensor gi = detail::make_empty(in_shape, x.dtype(), grad.device());
+                       dispatch::run(OpKind::kCrossEntropyGrad, per_position_attrs, {&x, &t, &lse, &scale}, {&gi});
                        return {gi};
                      });
   }
@@ -173,30 +149,28 @@ Tensor cross_entropy(const Tensor& input, const Tensor& target, int64_t ignore_i
 }
 
 Tensor nll_loss(const Tensor& input, const Tensor& target, int64_t ignore_index, Reduction reduction) {
-  profiler::detail::OpScope scope("nll_loss", {&input, &target});
-  ClassProblem p = class_problem("nll_loss", input, target, ignore_index);
-  scope.cost([&] { return nll_loss_cost(p.args.outer * p.args.inner, input.dtype()); });
-  const DType compute = p.args.dtype;
+  const ClassLossAttrs attrs{ignore_index, 0.0, reduction};
+  const dispatch::Scope scope(OpKind::kNllLoss, {&input, &target}, attrs);
+  const ClassProblem p = class_problem("nll_loss", input, target);
+  const ClassLossAttrs per_position_attrs{ignore_index, 0.0, Reduction::kNone};
+  const DType compute = p.scores.dtype();
   Tensor per_position = detail::make_empty(target.shape(), compute, input.device());
-  if (per_position.numel() > 0 && p.args.classes > 0) {
-    cpu::nll_loss_forward(p.args, p.scores.data_ptr(), per_position.data_ptr());
-  }
-  Tensor out;
+  dispatch::run(OpKind::kNllLossForward, per_position_attrs, {&p.scores, &p.target}, {&per_position});
+  Tensor out, counted;
   {
     autograd::NoGradGuard no_grad;
-    out = reduce_class_loss(per_position, reduction, p.counted, input.dtype());
+    if (reduction == Reduction::kMean) counted = counted_targets(p.target, ignore_index);
+    out = reduce_class_loss(per_position, reduction, counted, input.dtype());
   }
   if (autograd::needs_grad(input)) {
     // The backward needs only the targets, not the scores.
-    autograd::record("nll_loss", out, {&input},
-                     [args = p.args, counted = p.counted, targets = autograd::SavedTensor(p.target), reduction,
+    autograd::record(OpKind::kNllLoss, attrs, out, {&input},
+                     [per_position_attrs, reduction, counted, compute, targets = autograd::SavedTensor(p.target),
                       in_shape = input.shape()](const Tensor& grad, autograd::GradMask) -> autograd::Grads {
-                       const auto [scale, stride] = class_grad_scale(grad, reduction, counted, args.dtype);
-                       cpu::ClassLossArgs a = args;
                        const Tensor t = targets.get();
-                       a.target = t.data_ptr<int64_t>();
-                       Tensor gi = detail::make_empty(in_shape, a.dtype, grad.device());
-                       if (gi.numel() > 0) cpu::nll_loss_backward(a, scale.data_ptr(), stride, gi.data_ptr());
+                       const Tensor scale = class_grad_scale(grad, reduction, counted, compute);
+                       Tensor gi = detail::make_empty(in_shape, compute, grad.device());
+                       dispatch::run(OpKind::kNllLossGrad, per_position_attrs, {&t, &scale}, {&gi});
                        return {gi};
                      });
   }
@@ -215,9 +189,10 @@ void check_regression(const char* op, const Tensor& input, const Tensor& target)
 
 // mse_loss and l1_loss: loss = reduce(f(input - target)); d loss / d input = f'(diff) * upstream.
 template <class Value, class Slope>
-Tensor regression_loss(const char* op, const Tensor& input, const Tensor& target, Reduction reduction,
-                       const Value& value, const Slope& slope) {
-  profiler::detail::OpScope scope(op, {&input, &target});  // composite: its ops record their costs
+Tensor regression_loss(OpKind kind, const Tensor& input, const Tensor& target, Reduction reduction, const Value& value,
+                       const Slope& slope) {
+  const char* op = op_name(kind);
+  const dispatch::Scope scope(kind, {&input, &target}, LossAttrs{reduction});
   check_regression(op, input, target);
   Tensor diff, out;
   {
@@ -226,7 +201,7 @@ Tensor regression_loss(const char* op, const Tensor& input, const Tensor& target
     out = reduce(value(diff), reduction);
   }
   if (autograd::needs_grad(input, target)) {
-    autograd::record(op, out, {&input, &target},
+    autograd::record(kind, LossAttrs{reduction}, out, {&input, &target},
                      [diff, reduction, slope](const Tensor& grad, autograd::GradMask needs) -> autograd::Grads {
                        const Tensor d = slope(diff) * per_element_grad(grad, reduction, diff.numel());
                        return {needs[0] ? d : Tensor(), needs[1] ? -d : Tensor()};
@@ -239,19 +214,19 @@ Tensor regression_loss(const char* op, const Tensor& input, const Tensor& target
 
 Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
   return regression_loss(
-      "mse_loss", input, target, reduction, [](const Tensor& d) { return d * d; },
+      OpKind::kMseLoss, input, target, reduction, [](const Tensor& d) { return d * d; },
       [](const Tensor& d) { return d * 2.0; });
 }
 
 Tensor l1_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
   return regression_loss(
-      "l1_loss", input, target, reduction, [](const Tensor& d) { return abs(d); },
+      OpKind::kL1Loss, input, target, reduction, [](const Tensor& d) { return abs(d); },
       [](const Tensor& d) { return sign(d); });
 }
 
 Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& target, const std::optional<Tensor>& weight,
                                         const std::optional<Tensor>& pos_weight, Reduction reduction) {
-  profiler::detail::OpScope scope("binary_cross_entropy_with_logits", {&input, &target});  // composite
+  const dispatch::Scope scope(OpKind::kBceWithLogits, {&input, &target}, LossAttrs{reduction});
   EMBER_CHECK(is_floating(input.dtype()) && is_floating(target.dtype()),
               "[binary_cross_entropy_with_logits] expects floating-point input and target, got ", input.dtype(),
               " and ", target.dtype());
@@ -273,7 +248,7 @@ Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& targe
   }
   if (autograd::needs_grad(input, target, w, pw)) {
     autograd::record(
-        "binary_cross_entropy_with_logits", out, {&input, &target, &w, &pw},
+        OpKind::kBceWithLogits, LossAttrs{reduction}, out, {&input, &target, &w, &pw},
         [input_saved = autograd::SavedTensor(input), target_saved = autograd::SavedTensor(target),
          w_saved = autograd::SavedTensor(w), pw_saved = autograd::SavedTensor(pw), softplus_neg, log_weight, unweighted,
          reduction](const Tensor& grad, autograd::GradMask needs) -> autograd::Grads {
@@ -296,4 +271,44 @@ Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& targe
   return out;
 }
 
-}  // namespace ember::nn::functional
+// --- cost rules ----------------------------------------------------------------------------------
+//
+// E = scores, C classes, n = positions (E / C).
+//   cross_entropy_forward   log_softmax's FLOPs per score plus one per position; bytes: the scores,
+//                           the targets, the per-position loss and log-sum-exp.
+//   cross_entropy_backward  log_softmax's FLOPs plus 2 per score; bytes: scores, targets, log-sum-exps,
+//                           scales and the gradient written.
+//   nll_loss_forward        one FLOP per position (a picked score); bytes: the picked scores, the
+//                           targets, the losses.
+//   nll_loss_backward       one per position into a zeroed (n, C) gradient; bytes: the gradient
+//                           written, the targets and scales read.
+
+namespace {
+
+OpCost cross_entropy_forward_cost(const KernelCall& c) {
+  const double scores = cost::as_double(c.inputs[0].numel()), n = cost::as_double(c.inputs[1].numel());
+  return {op_info(OpKind::kLogSoftmax).flops_per_element * scores + n, cost::operand_bytes(c)};
+}
+OpCost cross_entropy_backward_cost(const KernelCall& c) {
+  const double scores = cost::as_double(c.inputs[0].numel());
+  return {(op_info(OpKind::kLogSoftmax).flops_per_element + 2.0) * scores, cost::operand_bytes(c)};
+}
+OpCost nll_loss_forward_cost(const KernelCall& c) {
+  const double n = cost::as_double(c.inputs[1].numel());
+  return {n, cost::size_of(c.inputs[0].dtype) * 2.0 * n + cost::kIndexBytes * n};
+}
+OpCost nll_loss_backward_cost(const KernelCall& c) {
+  const double n = cost::as_double(c.inputs[0].numel());
+  return {n, cost::operand_bytes(c)};
+}
+
+}  // namespace
+
+void define_loss_ops(OpRuleTable& table) {
+  table.set_cost(OpKind::kCrossEntropyForward, cross_entropy_forward_cost);
+  table.set_cost(OpKind::kCrossEntropyGrad, cross_entropy_backward_cost);
+  table.set_cost(OpKind::kNllLossForward, nll_loss_forward_cost);
+  table.set_cost(OpKind::kNllLossGrad, nll_loss_backward_cost);
+}
+
+}  // namespace ember

@@ -17,20 +17,19 @@
 // right operand gets its gradient from one GEMM over all rows; dbias = dC summed over rows. Only
 // the gradients an input needs are computed. out= forms are not differentiable.
 //
-// Operands reach the kernel as they are: a transposed or strided view costs no copy (the kernel's
-// packing reads any strides). A batch whose rows can be laid end to end (x of any rank times a
-// 2-D matrix, the linear case) becomes one tall GEMM; other batches go to gemm_batched with
-// per-problem offsets, broadcast batch dims stepping by 0.
+// Operands reach the Matmul primitive as they are, seen with the result's batch dims (0 strides
+// where broadcast): a transposed or strided view costs no copy (the kernel's packing reads any
+// strides). linear and linear_gelu are composites over one Matmul call, whose attributes carry the
+// fused epilogue (MatmulAttrs: alpha, beta, activation; the bias is an optional input).
 #include <algorithm>
 #include <optional>
 #include <vector>
 
 #include "autograd/function.h"
-#include "core/tensor_internal.h"
 #include "ember/ops.h"
-#include "kernels/cpu/gemm.h"
 #include "ops/cost.h"
-#include "profiler/op_scope.h"
+#include "ops/dispatch.h"
+#include "ops/tensor_util.h"
 
 namespace ember {
 namespace {
@@ -82,106 +81,22 @@ MatmulShapes matmul_shapes(const Tensor& a, const Tensor& b) {
   return s;
 }
 
-// The stride of dims [0, count) of (shape, strides) merged into one dim, if they can be: each dim
-// must step exactly over the one inside it (size-1 dims don't count).
-std::optional<int64_t> merged_stride(const Shape& shape, const Strides& strides, int count) {
-  std::optional<int64_t> inner;
-  int64_t expected = 0;
-  for (int d = count - 1; d >= 0; --d) {
-    if (shape[d] == 1) continue;
-    if (!inner) {
-      inner = strides[d];
-    } else if (strides[d] != expected) {
-      return std::nullopt;
-    }
-    expected = strides[d] * shape[d];
-  }
-  return inner.value_or(1);
+// t (batch_t..., r, c) seen with `batch` as its batch dims (0 strides where broadcast): no copy, no
+// autograd link.
+Tensor with_batch(const Tensor& t, const Shape& batch) {
+  Shape shape = batch;
+  shape.push_back(t.size(-2));
+  shape.push_back(t.size(-1));
+  return detail::broadcast_view(t, shape);
 }
 
-// The strides of the batch dims of `t` (all but its last two) expanded to `batch`, 0 where broadcast.
-Strides batch_strides(const Tensor& t, const Shape& batch) {
-  const Shape own(t.shape().begin(), t.shape().end() - 2);
-  Strides own_strides(t.strides().begin(), t.strides().end() - 2);
-  const Tensor head = detail::make_view(t, own, own_strides, t.offset());
-  return detail::broadcast_strides(head, batch);
-}
-
-// out (batch..., m, n) = a @ b, + the per-column bias ((n), (1) or ()) when given, + beta * out. `out` must
-// not overlap a, b or bias, nor itself.
+// out (batch..., m, n) = activation(a @ b + beta * out + bias) through the Matmul primitive, with
+// bias ((n), (1) or ()) when given. `out` must not overlap a, b or bias, nor itself.
 void run_gemm(const Tensor& out, const MatmulShapes& s, const Tensor* bias, double beta,
-              cpu::GemmActivation activation = cpu::GemmActivation::kNone) {
-  const int nb = s.batch.size();
-  cpu::GemmArgs args;
-  args.dtype = out.dtype();
-  args.m = s.m;
-  args.n = s.n;
-  args.k = s.k;
-  args.a = s.a.data_ptr();
-  args.a_row_stride = s.a.stride(-2);
-  args.a_col_stride = s.a.stride(-1);
-  args.b = s.b.data_ptr();
-  args.b_row_stride = s.b.stride(-2);
-  args.b_col_stride = s.b.stride(-1);
-  args.c = out.data_ptr();
-  args.c_row_stride = out.stride(-2);
-  args.c_col_stride = out.stride(-1);
-  args.beta = beta;
-  args.activation = activation;
-  if (bias != nullptr) {
-    args.bias = bias->data_ptr();
-    args.bias_stride = bias->dim() == 0 || bias->size(0) == 1 ? 0 : bias->stride(0);  // size 1: broadcast
-  }
-  if (out.numel() == 0) return;
-
-  const Strides a_batch = batch_strides(s.a, s.batch), b_batch = batch_strides(s.b, s.batch);
-  const Strides c_batch(out.strides().begin(), out.strides().end() - 2);
-  bool b_shared = true;
-  for (int d = 0; d < nb; ++d) b_shared = b_shared && (b_batch[d] == 0 || s.batch[d] == 1);
-  if (b_shared) {
-    // One matrix on the right: lay the rows of every batch end to end if both a and out allow it.
-    Shape rows = s.batch;
-    rows.push_back(s.m);
-    Strides a_rows = a_batch, c_rows = c_batch;
-    a_rows.push_back(args.a_row_stride);
-    c_rows.push_back(args.c_row_stride);
-    const std::optional<int64_t> a_stride = merged_stride(rows, a_rows, nb + 1);
-    const std::optional<int64_t> c_stride = merged_stride(rows, c_rows, nb + 1);
-    if (a_stride && c_stride) {
-      args.m = rows.numel();
-      args.a_row_stride = *a_stride;
-      args.c_row_stride = *c_stride;
-      cpu::gemm(args);
-      return;
-    }
-  }
-  const int64_t batch = s.batch.numel();
-  std::vector<int64_t> a_offsets(static_cast<size_t>(batch)), b_offsets(a_offsets.size()), c_offsets(a_offsets.size());
-  std::vector<int64_t> index(static_cast<size_t>(nb), 0);
-  int64_t a_offset = 0, b_offset = 0, c_offset = 0;
-  for (int64_t i = 0; i < batch; ++i) {
-    a_offsets[static_cast<size_t>(i)] = a_offset;
-    b_offsets[static_cast<size_t>(i)] = b_offset;
-    c_offsets[static_cast<size_t>(i)] = c_offset;
-    for (int d = nb - 1; d >= 0; --d) {  // step the batch index, last dim fastest
-      a_offset += a_batch[d];
-      b_offset += b_batch[d];
-      c_offset += c_batch[d];
-      if (++index[static_cast<size_t>(d)] < s.batch[d]) break;
-      a_offset -= a_batch[d] * s.batch[d];
-      b_offset -= b_batch[d] * s.batch[d];
-      c_offset -= c_batch[d] * s.batch[d];
-      index[static_cast<size_t>(d)] = 0;
-    }
-  }
-  cpu::gemm_batched(args, batch, a_offsets.data(), b_offsets.data(), c_offsets.data());
-}
-
-bool has_internal_overlap(const Tensor& t) {
-  for (int d = 0; d < t.dim(); ++d) {
-    if (t.shape()[d] > 1 && t.strides()[d] == 0) return true;
-  }
-  return false;
+              Activation activation = Activation::kNone) {
+  const Tensor a = with_batch(s.a, s.batch), b = with_batch(s.b, s.batch);
+  const MatmulAttrs attrs{1.0, beta, activation};
+  dispatch::run(OpKind::kMatmul, attrs, {&a, &b, bias, nullptr}, {&out});
 }
 
 // Computes the product into `out` (shape s.full): directly when out's memory is its own, through
@@ -198,6 +113,23 @@ void matmul_into(const Tensor& out, const MatmulShapes& s, const Tensor* bias, d
   if (beta != 0.0) detail::copy_into(temporary, out);
   run_gemm(temporary, s, bias, beta);
   detail::copy_into(out, temporary);
+}
+
+// The stride of dims [0, count) of (shape, strides) merged into one dim, if they can be: each dim
+// must step exactly over the one inside it (size-1 dims don't count).
+std::optional<int64_t> merged_stride(const Shape& shape, const Strides& strides, int count) {
+  std::optional<int64_t> inner;
+  int64_t expected = 0;
+  for (int d = count - 1; d >= 0; --d) {
+    if (shape[d] == 1) continue;
+    if (!inner) {
+      inner = strides[d];
+    } else if (strides[d] != expected) {
+      return std::nullopt;
+    }
+    expected = strides[d] * shape[d];
+  }
+  return inner.value_or(1);
 }
 
 // --- backward -----------------------------------------------------------------------------------
@@ -221,8 +153,9 @@ std::optional<Tensor> rows_view(const Tensor& t) {
   const int lead = t.dim() - 1;
   const std::optional<int64_t> row_stride = merged_stride(t.shape(), t.strides(), lead);
   if (!row_stride) return std::nullopt;
-  const Shape shape{t.numel() / std::max<int64_t>(t.size(-1), 1), t.size(-1)};
-  return detail::make_view(t, shape, Strides{*row_stride, t.stride(-1)}, t.offset());
+  int64_t rows = 1;  // every dim but the last (counted, not divided out: the last may be 0)
+  for (int d = 0; d < lead; ++d) rows *= t.size(d);
+  return detail::make_view(t, Shape{rows, t.size(-1)}, Strides{*row_stride, t.stride(-1)}, t.offset());
 }
 
 // The gradients of a @ b (torch.matmul semantics) for the output gradient g.
@@ -258,14 +191,12 @@ Grads matmul_backward(const Tensor& g, const Tensor& a, const Tensor& b, GradMas
 }  // namespace
 
 Tensor matmul(const Tensor& a, const Tensor& b) {
-  profiler::detail::OpScope scope("matmul", {&a, &b});
   const MatmulShapes s = matmul_shapes(a, b);
-  scope.cost([&] { return matmul_cost(a, b, s.batch.numel(), s.m, s.n, s.k); });
   const Tensor full = detail::make_empty(s.full, a.dtype(), a.device());
   run_gemm(full, s, nullptr, 0.0);
   Tensor out = s.result == s.full ? full : full.view(s.result);
   if (autograd::needs_grad(a, b)) {
-    autograd::record("matmul", out, {&a, &b},
+    autograd::record(OpKind::kMatmul, MatmulAttrs{}, out, {&a, &b},
                      [sa = SavedTensor(a), sb = SavedTensor(b)](const Tensor& g, GradMask needs) -> Grads {
                        return matmul_backward(g, sa.get(), sb.get(), needs);
                      });
@@ -274,20 +205,17 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
 }
 
 Tensor& matmul_out(Tensor& out, const Tensor& a, const Tensor& b) {
-  profiler::detail::OpScope scope("matmul", {&a, &b});
   EMBER_CHECK(!autograd::needs_grad(out, a, b),
               "[matmul_out] does not support autograd (out= forms are not differentiable), but an input ", "(shapes ",
               a.shape(), " and ", b.shape(), ") or the output (shape ", out.shape(),
               ") requires grad; use matmul() instead, or run under NoGradGuard");
   const MatmulShapes s = matmul_shapes(a, b);
-  scope.cost([&] { return matmul_cost(a, b, s.batch.numel(), s.m, s.n, s.k); });
   detail::check_same_device("matmul", {&out, &a});
   EMBER_CHECK(out.shape() == s.result, "[matmul] out= tensor has shape ", out.shape(), ", but ", a.shape(), " @ ",
               b.shape(), " has shape ", s.result);
   EMBER_CHECK(out.dtype() == a.dtype(), "[matmul] out= tensor has dtype ", out.dtype(), ", but the result has dtype ",
               a.dtype());
-  EMBER_CHECK(!has_internal_overlap(out), "[matmul] out= tensor of shape ", out.shape(), " and strides ", out.strides(),
-              " has elements that share memory");
+  detail::check_no_internal_overlap("matmul_out", out);
   Tensor full = out;
   if (a.dim() == 1) full = full.unsqueeze(s.batch.size());  // put back the dims 1-D operands dropped
   if (b.dim() == 1) full = full.unsqueeze(full.dim());
@@ -310,7 +238,7 @@ void check_linear_args(const char* op, const Tensor& x, const Tensor& weight) {
 
 // x @ weight^T + bias, then `activation` in the GEMM's epilogue (no pass of its own over the output).
 Tensor linear_forward(const char* op, const Tensor& x, const Tensor& weight, const std::optional<Tensor>& bias,
-                      cpu::GemmActivation activation = cpu::GemmActivation::kNone) {
+                      Activation activation = Activation::kNone) {
   // The transposed weight is a plain view: the node recorded by linear() links to weight itself.
   const MatmulShapes s = matmul_shapes(x, weight.dim() == 2 ? transposed(weight) : weight);
   const Tensor out = detail::make_empty(s.full, x.dtype(), x.device());
@@ -359,16 +287,12 @@ Grads linear_backward(const Tensor& g, const Tensor& x, const Tensor& weight, co
 }  // namespace
 
 Tensor linear(const Tensor& x, const Tensor& weight, const std::optional<Tensor>& bias) {
-  profiler::detail::OpScope scope("linear", {&x, &weight, bias ? &*bias : nullptr});
+  const dispatch::Scope scope(OpKind::kLinear, {&x, &weight, bias ? &*bias : nullptr});
   check_linear_args("linear", x, weight);
-  scope.cost([&] {
-    const int64_t rows = x.numel() / std::max<int64_t>(x.size(-1), 1);
-    return linear_cost(rows, x.size(-1), weight.dim() == 2 ? weight.size(0) : 1, bias.has_value(), x.dtype());
-  });
   Tensor out = linear_forward("linear", x, weight, bias);
   const Tensor b = bias.value_or(Tensor());
   if (autograd::needs_grad(x, weight, b)) {
-    autograd::record("linear", out, {&x, &weight, &b},
+    autograd::record(OpKind::kLinear, {}, out, {&x, &weight, &b},
                      [sx = SavedTensor(weight.requires_grad() ? x : Tensor()), sw = SavedTensor(weight),
                       bias_shape = b.defined() ? b.shape() : Shape()](const Tensor& g, GradMask needs) -> Grads {
                        return linear_backward(g, sx.get(), sw.get(), bias_shape, needs);
@@ -379,7 +303,6 @@ Tensor linear(const Tensor& x, const Tensor& weight, const std::optional<Tensor>
 
 Tensor linear_gelu(const Tensor& x, const Tensor& weight, const std::optional<Tensor>& bias,
                    std::string_view approximate) {
-  profiler::detail::OpScope scope("linear_gelu", {&x, &weight, bias ? &*bias : nullptr});
   EMBER_CHECK(approximate == "none" || approximate == "tanh",
               "[linear_gelu] approximate must be \"none\" or \"tanh\", got \"", approximate, "\"");
   check_linear_args("linear_gelu", x, weight);
@@ -393,12 +316,36 @@ Tensor linear_gelu(const Tensor& x, const Tensor& weight, const std::optional<Te
     // its backward (their own costs go to the profiler).
     return gelu(linear(x, weight, bias), approximate);
   }
-  scope.cost([&] {
-    const int64_t rows = x.numel() / std::max<int64_t>(x.size(-1), 1);
-    return linear_cost(rows, x.size(-1), weight.dim() == 2 ? weight.size(0) : 1, bias.has_value(), x.dtype());
-  });
-  return linear_forward("linear_gelu", x, weight, bias,
-                        approximate == "tanh" ? cpu::GemmActivation::kGeluTanh : cpu::GemmActivation::kGeluErf);
+  const Activation activation = approximate == "tanh" ? Activation::kGeluTanh : Activation::kGeluErf;
+  const dispatch::Scope scope(OpKind::kLinearGelu, {&x, &weight, bias ? &*bias : nullptr},
+                              MatmulAttrs{1.0, 0.0, activation});
+  return linear_forward("linear_gelu", x, weight, bias, activation);
 }
+
+// --- cost rules ----------------------------------------------------------------------------------
+
+namespace {
+
+// (batch, m, k) @ (batch, k, n): 2 m n k FLOPs per problem (+ one add per element of C for the
+// bias, and for beta * C); bytes = the elements A, B, bias and C hold (a broadcast operand is read
+// once) + C written.
+OpCost matmul_cost(const KernelCall& c) {
+  const Operand &a = c.inputs[0], &bias = c.inputs[2], &out = c.outputs[0];
+  const double m = cost::as_double(out.size(-2)), n = cost::as_double(out.size(-1));
+  const double k = cost::as_double(a.size(-1));
+  const double problems = m * n == 0 ? 0.0 : cost::as_double(out.numel()) / (m * n);
+  const MatmulAttrs& attrs = c.get<MatmulAttrs>();
+  double flops = 2.0 * problems * m * n * k;
+  if (bias.defined()) flops += cost::as_double(out.numel());
+  if (attrs.beta != 0.0) flops += cost::as_double(out.numel());
+  double bytes = cost::stored_bytes(out);
+  for (const Operand& t : c.inputs) bytes += cost::stored_bytes(t);
+  if (attrs.beta != 0.0) bytes += cost::stored_bytes(out);  // C read too
+  return {flops, bytes};
+}
+
+}  // namespace
+
+void define_matmul_ops(OpRuleTable& table) { table.set_cost(OpKind::kMatmul, matmul_cost); }
 
 }  // namespace ember

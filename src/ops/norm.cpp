@@ -1,5 +1,4 @@
-// nn::functional normalizations: batch_norm, layer_norm and rms_norm, on the fused kernels of
-// kernels/cpu/norm.h.
+// Normalizations: batch_norm, layer_norm and rms_norm, on the fused kernels of kernels/cpu/norm.h.
 //
 // Shape rules:
 //   batch_norm   input (N, C, ...) with at least 2 dims; running_mean, running_var, weight and bias
@@ -21,46 +20,40 @@
 //   rms_norm     variance and output); bytes E read + E written + 2 per row. Backward ~ 12 E FLOPs
 //                in one fused pass per row (dx and the weight/bias column sums together); bytes
 //                2 E read + E written.
-// Backward: the fused kernels above; gradients for input, weight and bias as each needs.
-#include "kernels/cpu/norm.h"
-
+// Backward: the fused backward primitives (LayerNormBackward, RmsNormBackward, BatchNormBackward);
+// gradients for input, weight and bias as each needs. layer_norm and rms_norm are primitives;
+// batch_norm is a composite (statistics, the running-statistic update, the affine map) with one node.
 #include <cmath>
 #include <limits>
 
 #include "autograd/function.h"
-#include "core/tensor_internal.h"
-#include "ember/nn/functional.h"
+#include "ember/ops.h"
 #include "ops/cost.h"
-#include "profiler/op_scope.h"
+#include "ops/dispatch.h"
+#include "ops/tensor_util.h"
 
-namespace ember::nn::functional {
+namespace ember {
 namespace {
 
-DType compute_dtype(DType dtype) { return dtype == kFloat16 || dtype == kBFloat16 ? kFloat32 : dtype; }
-
-// A tensor as the kernels want it: contiguous, in `dtype` (no copy when it already is), and detached,
-// so the conversions record no graph of their own: the op records one node for itself.
-Tensor kernel_operand(const Tensor& t, DType dtype) { return t.detach().to(dtype).contiguous(); }
-const void* data_or_null(const Tensor& t) { return t.defined() ? t.data_ptr() : nullptr; }
-void* data_or_null(Tensor& t) { return t.defined() ? t.data_ptr() : nullptr; }
+using detail::compute_dtype;
+using detail::kernel_operand;
 
 void check_parameter(const char* op, const char* name, const Tensor& p, const Shape& expected) {
   if (!p.defined()) return;
-  EMBER_CHECK(p.device().is_cpu(), "[", op, "] not implemented on ", p.device());
   EMBER_CHECK(is_floating(p.dtype()), "[", op, "] expects a floating-point ", name, ", got ", p.dtype());
   EMBER_CHECK(p.shape() == expected, "[", op, "] expected ", name, " of shape ", expected, ", got ", p.shape());
 }
 
 void check_input(const char* op, const Tensor& input) {
-  EMBER_CHECK(input.device().is_cpu(), "[", op, "] not implemented on ", input.device());
   EMBER_CHECK(is_floating(input.dtype()), "[", op, "] expects a floating-point input, got ", input.dtype(), " (shape ",
               input.shape(), ")");
 }
 
 // Layer norm and RMS norm: the shared front-end over rows of prod(normalized_shape) elements.
-Tensor row_norm(const char* op, bool center, const Tensor& input, const Shape& normalized_shape, const Tensor& weight,
+Tensor row_norm(OpKind kind, const Tensor& input, const Shape& normalized_shape, const Tensor& weight,
                 const Tensor& bias, double eps) {
-  profiler::detail::OpScope scope(op, {&input});
+  const char* op = op_name(kind);
+  const bool center = kind == OpKind::kLayerNorm;
   check_input(op, input);
   const int nd = normalized_shape.size();
   EMBER_CHECK(nd >= 1, "[", op, "] normalized_shape must have at least one dim");
@@ -71,34 +64,38 @@ Tensor row_norm(const char* op, bool center, const Tensor& input, const Shape& n
   check_parameter(op, "weight", weight, normalized_shape);
   check_parameter(op, "bias", bias, normalized_shape);
 
+  const LayerNormAttrs attrs{normalized_shape, eps};
   const DType dtype = input.dtype(), compute = compute_dtype(dtype);
   const int64_t cols = normalized_shape.numel();
   const int64_t rows = cols == 0 ? 0 : input.numel() / cols;
-  scope.cost([&] { return row_norm_cost(center, rows, cols, weight.defined(), bias.defined(), input.dtype()); });
   const Tensor x = kernel_operand(input, compute);
   const Tensor w = weight.defined() ? kernel_operand(weight, compute) : Tensor();
   const Tensor b = bias.defined() ? kernel_operand(bias, compute) : Tensor();
   Tensor out = detail::make_empty(input.shape(), compute, input.device());
   Tensor mean = center ? detail::make_empty({rows}, compute, input.device()) : Tensor();
   Tensor rstd = detail::make_empty({rows}, compute, input.device());
-  if (out.numel() > 0) {
-    cpu::row_norm_forward(compute, rows, cols, eps, center, x.data_ptr(), data_or_null(w), data_or_null(b),
-                          out.data_ptr(), data_or_null(mean), rstd.data_ptr());
+  if (center) {
+    dispatch::run(kind, attrs, {&x, &w, &b}, {&out, &mean, &rstd});
+  } else {
+    dispatch::run(kind, attrs, {&x, &w}, {&out, &rstd});
   }
   if (compute != dtype) out = out.to(dtype);
 
   if (autograd::needs_grad(input, weight, bias)) {
     autograd::record(
-        op, out, {&input, &weight, &bias},
-        [rows, cols, center, compute, xs = autograd::SavedTensor(x), ws = autograd::SavedTensor(w), mean, rstd,
-         in_shape = input.shape(), normalized_shape](const Tensor& grad, autograd::GradMask needs) -> autograd::Grads {
+        kind, attrs, out, {&input, &weight, &bias},
+        [kind, attrs, compute, xs = autograd::SavedTensor(x), ws = autograd::SavedTensor(w), mean, rstd,
+         in_shape = input.shape()](const Tensor& grad, autograd::GradMask needs) -> autograd::Grads {
           const Tensor go = kernel_operand(grad, compute);
           Tensor gi = needs[0] ? detail::make_empty(in_shape, compute, go.device()) : Tensor();
-          Tensor gw = needs[1] ? detail::make_empty(normalized_shape, compute, go.device()) : Tensor();
-          Tensor gb = needs[2] ? detail::make_empty(normalized_shape, compute, go.device()) : Tensor();
-          cpu::row_norm_backward(compute, rows, cols, center, xs.get().data_ptr(), go.data_ptr(), data_or_null(mean),
-                                 rstd.data_ptr(), data_or_null(ws.get()), data_or_null(gi), data_or_null(gw),
-                                 data_or_null(gb));
+          Tensor gw = needs[1] ? detail::make_empty(attrs.normalized_shape, compute, go.device()) : Tensor();
+          Tensor gb = needs[2] ? detail::make_empty(attrs.normalized_shape, compute, go.device()) : Tensor();
+          const Tensor x_value = xs.get(), w_value = ws.get();
+          if (kind == OpKind::kLayerNorm) {
+            dispatch::run(OpKind::kLayerNormGrad, attrs, {&x_value, &go, &mean, &rstd, &w_value}, {&gi, &gw, &gb});
+          } else {
+            dispatch::run(OpKind::kRmsNormGrad, attrs, {&x_value, &go, &rstd, &w_value}, {&gi, &gw});
+          }
           return {gi, gw, gb};
         });
   }
@@ -123,7 +120,6 @@ double machine_epsilon(DType dtype) {
 Tensor batch_norm(const Tensor& input, const Tensor& running_mean, const Tensor& running_var,
                   const std::optional<Tensor>& weight, const std::optional<Tensor>& bias, bool training,
                   double momentum, double eps) {
-  profiler::detail::OpScope scope("batch_norm", {&input});
   check_input("batch_norm", input);
   EMBER_CHECK(input.dim() >= 2, "[batch_norm] expected an input of at least 2 dims (N, C, ...), got shape ",
               input.shape());
@@ -143,7 +139,8 @@ Tensor batch_norm(const Tensor& input, const Tensor& running_mean, const Tensor&
   EMBER_CHECK(!training || count > 1,
               "[batch_norm] expected more than 1 value per channel when training, got input of shape ", input.shape());
 
-  scope.cost([&] { return batch_norm_cost(input.numel(), channels, training, input.dtype()); });
+  const BatchNormAttrs attrs{training, momentum, eps};
+  const dispatch::Scope scope(OpKind::kBatchNorm, {&input, &w, &b}, attrs);
   const DType dtype = input.dtype(), compute = compute_dtype(dtype);
   const Tensor x = kernel_operand(input, compute);
   Tensor mean, invstd, scale, shift;
@@ -152,7 +149,7 @@ Tensor batch_norm(const Tensor& input, const Tensor& running_mean, const Tensor&
     if (training) {
       mean = detail::make_empty(channel_shape, compute, input.device());
       Tensor var = detail::make_empty(channel_shape, compute, input.device());
-      cpu::channel_stats(compute, outer, channels, inner, x.data_ptr(), mean.data_ptr(), var.data_ptr());
+      dispatch::run(OpKind::kBatchNormStats, {}, {&x}, {&mean, &var});
       invstd = rsqrt(var + eps);
       if (running_mean.defined()) {
         // PyTorch's convention: running = (1 - momentum) * running + momentum * batch, with the
@@ -174,40 +171,84 @@ Tensor batch_norm(const Tensor& input, const Tensor& running_mean, const Tensor&
     shift = shift.contiguous();
   }
   Tensor out = detail::make_empty(input.shape(), compute, input.device());
-  if (out.numel() > 0) {
-    cpu::channel_affine(compute, outer, channels, inner, x.data_ptr(), scale.data_ptr(), shift.data_ptr(),
-                        out.data_ptr());
-  }
+  dispatch::run(OpKind::kBatchNormApply, {}, {&x, &scale, &shift}, {&out});
   if (compute != dtype) out = out.to(dtype);
 
   if (autograd::needs_grad(input, w, b)) {
-    autograd::record("batch_norm", out, {&input, &w, &b},
-                     [outer, channels, inner, training, compute, xs = autograd::SavedTensor(x), mean, invstd,
-                      wc = w.defined() ? kernel_operand(w, compute) : Tensor(),
-                      in_shape = input.shape()](const Tensor& grad, autograd::GradMask needs) -> autograd::Grads {
-                       const Tensor go = kernel_operand(grad, compute);
-                       Tensor gi = needs[0] ? detail::make_empty(in_shape, compute, go.device()) : Tensor();
-                       Tensor gw = needs[1] ? detail::make_empty({channels}, compute, go.device()) : Tensor();
-                       Tensor gb = needs[2] ? detail::make_empty({channels}, compute, go.device()) : Tensor();
-                       cpu::batch_norm_backward(compute, outer, channels, inner, training, xs.get().data_ptr(),
-                                                go.data_ptr(), mean.data_ptr(), invstd.data_ptr(), data_or_null(wc),
-                                                data_or_null(gi), data_or_null(gw), data_or_null(gb));
-                       return {gi, gw, gb};
-                     });
+    autograd::record(
+        OpKind::kBatchNorm, attrs, out, {&input, &w, &b},
+        [attrs, channels, compute, xs = autograd::SavedTensor(x), mean, invstd,
+         wc = w.defined() ? kernel_operand(w, compute) : Tensor(),
+         in_shape = input.shape()](const Tensor& grad, autograd::GradMask needs) -> autograd::Grads {
+          const Tensor go = kernel_operand(grad, compute);
+          Tensor gi = needs[0] ? detail::make_empty(in_shape, compute, go.device()) : Tensor();
+          Tensor gw = needs[1] ? detail::make_empty({channels}, compute, go.device()) : Tensor();
+          Tensor gb = needs[2] ? detail::make_empty({channels}, compute, go.device()) : Tensor();
+          const Tensor x_value = xs.get();
+          dispatch::run(OpKind::kBatchNormGrad, attrs, {&x_value, &go, &mean, &invstd, &wc}, {&gi, &gw, &gb});
+          return {gi, gw, gb};
+        });
   }
   return out;
 }
 
 Tensor layer_norm(const Tensor& input, const Shape& normalized_shape, const std::optional<Tensor>& weight,
                   const std::optional<Tensor>& bias, double eps) {
-  return row_norm("layer_norm", true, input, normalized_shape, weight.value_or(Tensor()), bias.value_or(Tensor()), eps);
+  return row_norm(OpKind::kLayerNorm, input, normalized_shape, weight.value_or(Tensor()), bias.value_or(Tensor()), eps);
 }
 
 Tensor rms_norm(const Tensor& input, const Shape& normalized_shape, const std::optional<Tensor>& weight,
                 std::optional<double> eps) {
   check_input("rms_norm", input);
-  return row_norm("rms_norm", false, input, normalized_shape, weight.value_or(Tensor()), Tensor(),
+  return row_norm(OpKind::kRmsNorm, input, normalized_shape, weight.value_or(Tensor()), Tensor(),
                   eps.value_or(machine_epsilon(input.dtype())));
 }
 
-}  // namespace ember::nn::functional
+// --- cost rules ----------------------------------------------------------------------------------
+//
+// E = input elements. layer_norm: mean (1), variance (3), normalize (2) and the optional affine (2)
+// per element, in one pass over each row; rms_norm: sum of squares (2), scale (1), weight (1). Their
+// backward: 9 FLOPs per element for grad_input (x_hat, two row sums, the combination), 2 for
+// grad_weight, 1 for grad_bias, in one fused pass. batch_norm: the statistics 4 per element, the
+// affine map 2, the backward 10 (x_hat, two channel sums, the combination, the parameter terms).
+// Bytes: every operand once (the saved mean and rstd included).
+
+namespace {
+
+OpCost layer_norm_cost(const KernelCall& c) {
+  const bool center = c.kind == OpKind::kLayerNorm;
+  double per_element = center ? 6.0 : 3.0;
+  if (c.inputs[1].defined()) per_element += 1;
+  if (c.inputs.size() > 2 && c.inputs[2].defined()) per_element += 1;
+  return {per_element * cost::as_double(c.inputs[0].numel()), cost::operand_bytes(c)};
+}
+
+OpCost layer_norm_backward_cost(const KernelCall& c) {
+  const double elements = cost::as_double(c.inputs[0].numel());
+  const std::span<const Operand> out = c.outputs;
+  double flops = 0;
+  if (out[0].defined()) flops += 9.0 * elements;
+  if (out[1].defined()) flops += 2.0 * elements;
+  if (out.size() > 2 && out[2].defined()) flops += elements;
+  return {flops, cost::operand_bytes(c)};
+}
+
+double elements_of(const KernelCall& c) { return cost::as_double(c.inputs[0].numel()); }
+
+OpCost batch_norm_stats_cost(const KernelCall& c) { return {4.0 * elements_of(c), cost::operand_bytes(c)}; }
+OpCost batch_norm_apply_cost(const KernelCall& c) { return {2.0 * elements_of(c), cost::operand_bytes(c)}; }
+OpCost batch_norm_backward_cost(const KernelCall& c) { return {10.0 * elements_of(c), cost::operand_bytes(c)}; }
+
+}  // namespace
+
+void define_norm_ops(OpRuleTable& table) {
+  table.set_cost(OpKind::kLayerNorm, layer_norm_cost);
+  table.set_cost(OpKind::kRmsNorm, layer_norm_cost);
+  table.set_cost(OpKind::kLayerNormGrad, layer_norm_backward_cost);
+  table.set_cost(OpKind::kRmsNormGrad, layer_norm_backward_cost);
+  table.set_cost(OpKind::kBatchNormStats, batch_norm_stats_cost);
+  table.set_cost(OpKind::kBatchNormApply, batch_norm_apply_cost);
+  table.set_cost(OpKind::kBatchNormGrad, batch_norm_backward_cost);
+}
+
+}  // namespace ember

@@ -1,38 +1,34 @@
-// nn::functional pooling: max_pool2d, avg_pool2d and adaptive_avg_pool2d, on the kernels of
-// kernels/cpu/pool.h.
+// Pooling: max_pool2d, avg_pool2d and adaptive_avg_pool2d, on the kernels of kernels/cpu/pool.h.
 //
 // Shape rule: input (N, C, H, W) or unbatched (C, H, W), with C, H, W > 0; the output keeps the
 // leading dims. For max and average pooling (dilation 1 for average),
 //   OH = floor((H + 2 * pad_h - dilation_h * (kH - 1) - 1 + (ceil_mode ? stride_h - 1 : 0)) / stride_h) + 1,
 // minus one when ceil_mode makes the last window start past the input and its left padding
 // ((OH - 1) * stride_h >= H + pad_h), as PyTorch; OW alike. The padding may be at most half the
-// kernel, and the output at least 1 x 1. Adaptive average pooling takes the output size itself.
-// Dtype rule: floating inputs; the output keeps the dtype (float16/bfloat16 computed in float32).
-// Cost (M = N * C planes, per output element a window of kH * kW):
+// kernel size (PyTorch's limit, whatever the dilation), and the output at least 1 x 1. Adaptive average pooling takes
+// the output size itself. Dtype rule: floating inputs; the output keeps the dtype (float16/bfloat16 computed in
+// float32). Cost (M = N * C planes, per output element a window of kH * kW):
 //   max_pool2d      forward M * OH * OW * kH * kW comparisons; bytes: input + output + int64 indices.
 //                   backward M * OH * OW additions; bytes: grad_out + indices + grad_input.
 //   avg_pool2d      forward M * OH * OW * kH * kW additions (+ one division per output); bytes: input +
 //                   output. Backward the same FLOPs; bytes: grad_out + grad_input.
 //   adaptive_avg    as avg_pool2d with windows of about (H / OH) x (W / OW).
-// Backward: max pooling routes each output's gradient to the argmax saved by the forward; the
-// averages spread it evenly over their windows.
-#include "kernels/cpu/pool.h"
-
+// Backward: the primitives MaxPool2dBackward (each output's gradient routed to the argmax saved by
+// the forward), AvgPool2dBackward and AdaptiveAvgPool2dBackward (spread evenly over the windows).
 #include <cstdint>
 
 #include "autograd/function.h"
-#include "core/tensor_internal.h"
-#include "ember/nn/functional.h"
+#include "ember/ops.h"
 #include "ops/cost.h"
-#include "profiler/op_scope.h"
+#include "ops/dispatch.h"
+#include "ops/tensor_util.h"
 
-namespace ember::nn::functional {
+namespace ember {
 namespace {
 
-DType compute_dtype(DType dtype) { return dtype == kFloat16 || dtype == kBFloat16 ? kFloat32 : dtype; }
+using detail::compute_dtype;
 
 void check_input(const char* op, const Tensor& input) {
-  EMBER_CHECK(input.device().is_cpu(), "[", op, "] not implemented on ", input.device());
   EMBER_CHECK(input.dim() == 3 || input.dim() == 4, "[", op,
               "] expected a 3-D (C, H, W) or 4-D (N, C, H, W) input, got shape ", input.shape());
   EMBER_CHECK(input.size(-1) > 0 && input.size(-2) > 0 && input.size(-3) > 0, "[", op,
@@ -49,9 +45,9 @@ int64_t pooled_size(int64_t in, int64_t kernel, int64_t stride, int64_t pad, int
   return out;
 }
 
-// Checks the window arguments and returns the geometry of a max or average pooling.
-cpu::Pool2dGeometry pool_geometry(const char* op, const Tensor& input, Pair kernel, std::optional<Pair> stride_arg,
-                                  Pair padding, Pair dilation, bool ceil_mode) {
+// Checks the window arguments; returns the pooling's attributes and its output shape.
+Pool2dAttrs pool_attrs(const char* op, const Tensor& input, Pair kernel, std::optional<Pair> stride_arg, Pair padding,
+                       Pair dilation, bool ceil_mode, bool count_include_pad, Shape* out_shape) {
   check_input(op, input);
   const Pair stride = stride_arg.value_or(kernel);
   EMBER_CHECK(kernel.h > 0 && kernel.w > 0, "[", op, "] kernel_size must be positive, got (", kernel.h, ", ", kernel.w,
@@ -59,59 +55,43 @@ cpu::Pool2dGeometry pool_geometry(const char* op, const Tensor& input, Pair kern
   EMBER_CHECK(stride.h > 0 && stride.w > 0, "[", op, "] stride must be positive, got (", stride.h, ", ", stride.w, ")");
   EMBER_CHECK(dilation.h > 0 && dilation.w > 0, "[", op, "] dilation must be positive, got (", dilation.h, ", ",
               dilation.w, ")");
-  // PyTorch's limit: at most half the dilated ("effective") kernel, so every window holds an input element.
-  const int64_t reach_h = (kernel.h - 1) * dilation.h + 1, reach_w = (kernel.w - 1) * dilation.w + 1;
-  EMBER_CHECK(padding.h >= 0 && padding.w >= 0 && padding.h <= reach_h / 2 && padding.w <= reach_w / 2, "[", op,
-              "] padding must be between 0 and half the effective kernel size, got padding (", padding.h, ", ",
-              padding.w, ") for kernel_size (", kernel.h, ", ", kernel.w, ") and dilation (", dilation.h, ", ",
-              dilation.w, ")");
-  cpu::Pool2dGeometry g;
-  g.planes = input.numel() / (input.size(-2) * input.size(-1));
-  g.in_height = input.size(-2);
-  g.in_width = input.size(-1);
-  g.kernel_h = kernel.h;
-  g.kernel_w = kernel.w;
-  g.stride_h = stride.h;
-  g.stride_w = stride.w;
-  g.pad_h = padding.h;
-  g.pad_w = padding.w;
-  g.dilation_h = dilation.h;
-  g.dilation_w = dilation.w;
-  g.out_height = pooled_size(g.in_height, kernel.h, stride.h, padding.h, dilation.h, ceil_mode);
-  g.out_width = pooled_size(g.in_width, kernel.w, stride.w, padding.w, dilation.w, ceil_mode);
-  EMBER_CHECK(g.out_height >= 1 && g.out_width >= 1, "[", op, "] input of shape ", input.shape(),
+  // PyTorch's limit: at most half the kernel size (so every window holds an input element).
+  EMBER_CHECK(padding.h >= 0 && padding.w >= 0 && padding.h <= kernel.h / 2 && padding.w <= kernel.w / 2, "[", op,
+              "] padding must be between 0 and half the kernel size, got padding (", padding.h, ", ", padding.w,
+              ") for kernel_size (", kernel.h, ", ", kernel.w, ")");
+  const int64_t out_height = pooled_size(input.size(-2), kernel.h, stride.h, padding.h, dilation.h, ceil_mode);
+  const int64_t out_width = pooled_size(input.size(-1), kernel.w, stride.w, padding.w, dilation.w, ceil_mode);
+  EMBER_CHECK(out_height >= 1 && out_width >= 1, "[", op, "] input of shape ", input.shape(),
               " is too small for kernel_size (", kernel.h, ", ", kernel.w, "), stride (", stride.h, ", ", stride.w,
               "), padding (", padding.h, ", ", padding.w, ") and dilation (", dilation.h, ", ", dilation.w,
-              "): the output would be ", g.out_height, " x ", g.out_width);
-  return g;
-}
-
-Shape output_shape(const Tensor& input, const cpu::Pool2dGeometry& g) {
-  Shape shape = input.shape();
-  shape[shape.size() - 2] = g.out_height;
-  shape[shape.size() - 1] = g.out_width;
-  return shape;
+              "): the output would be ", out_height, " x ", out_width);
+  *out_shape = input.shape();
+  (*out_shape)[out_shape->size() - 2] = out_height;
+  (*out_shape)[out_shape->size() - 1] = out_width;
+  return {kernel, stride, padding, dilation, ceil_mode, count_include_pad};
 }
 
 // The input as the kernels want it: contiguous, in the compute dtype, and detached (the conversions
 // record no graph of their own: the op records one node for itself).
-Tensor kernel_operand(const Tensor& t) { return t.detach().to(compute_dtype(t.dtype())).contiguous(); }
+Tensor kernel_operand(const Tensor& t) { return detail::kernel_operand(t, compute_dtype(t.dtype())); }
 
-// Runs `kernel(in, out)` on the input in its compute dtype and returns the output in the input's.
-template <class Kernel>
-Tensor run_forward(const Tensor& input, const Shape& out_shape, const Kernel& kernel) {
+// Runs the forward primitive on the input in its compute dtype (extra outputs: `more`) and returns
+// the output in the input's dtype.
+Tensor run_forward(OpKind kind, const Pool2dAttrs& attrs, const Tensor& input, const Shape& out_shape,
+                   const Tensor* more = nullptr) {
   const Tensor x = kernel_operand(input);
   Tensor out = detail::make_empty(out_shape, x.dtype(), x.device());
-  if (out.numel() > 0) kernel(x, out);
+  dispatch::run(kind, attrs, {&x}, {&out, more});
   return out.dtype() == input.dtype() ? out : out.to(input.dtype());
 }
 
-// The input's gradient from `kernel(grad_out, grad_in)`, in the compute dtype (the engine casts it).
-template <class Kernel>
-Tensor run_backward(const Tensor& grad, const Shape& in_shape, const Kernel& kernel) {
+// The input's gradient from the backward primitive (inputs: the output gradient, then `more`), in
+// the compute dtype (the engine casts it).
+Tensor run_backward(OpKind kind, const Pool2dAttrs& attrs, const Tensor& grad, const Shape& in_shape,
+                    const Tensor* more = nullptr) {
   const Tensor go = kernel_operand(grad);
   Tensor gi = detail::make_empty(in_shape, go.dtype(), go.device());
-  if (gi.numel() > 0) kernel(go, gi);
+  dispatch::run(kind, attrs, {&go, more}, {&gi});
   return gi;
 }
 
@@ -119,23 +99,15 @@ Tensor run_backward(const Tensor& grad, const Shape& in_shape, const Kernel& ker
 
 Tensor max_pool2d(const Tensor& input, Pair kernel_size, std::optional<Pair> stride, Pair padding, Pair dilation,
                   bool ceil_mode) {
-  profiler::detail::OpScope scope("max_pool2d", {&input});
-  const cpu::Pool2dGeometry g = pool_geometry("max_pool2d", input, kernel_size, stride, padding, dilation, ceil_mode);
-  const Shape out_shape = output_shape(input, g);
-  scope.cost([&] {
-    return pool2d_cost(PoolKind::kMax, input.numel(), out_shape.numel(), g.kernel_h * g.kernel_w, input.dtype());
-  });
+  Shape out_shape;
+  const Pool2dAttrs attrs =
+      pool_attrs("max_pool2d", input, kernel_size, stride, padding, dilation, ceil_mode, true, &out_shape);
   Tensor indices = detail::make_empty(out_shape, kInt64, input.device());
-  Tensor out = run_forward(input, out_shape, [&](const Tensor& x, const Tensor& y) {
-    cpu::max_pool2d_forward(x.dtype(), g, x.data_ptr(), y.data_ptr(), indices.data_ptr<int64_t>());
-  });
+  Tensor out = run_forward(OpKind::kMaxPool2d, attrs, input, out_shape, &indices);
   if (autograd::needs_grad(input)) {
-    autograd::record("max_pool2d", out, {&input},
-                     [g, indices, in_shape = input.shape()](const Tensor& grad, autograd::GradMask) -> autograd::Grads {
-                       return {run_backward(grad, in_shape, [&](const Tensor& go, const Tensor& gi) {
-                         cpu::max_pool2d_backward(go.dtype(), g, go.data_ptr(), indices.data_ptr<int64_t>(),
-                                                  gi.data_ptr());
-                       })};
+    autograd::record(OpKind::kMaxPool2d, attrs, out, {&input},
+                     [attrs, indices, in_shape = input.shape()](const Tensor& grad, autograd::GradMask) {
+                       return autograd::Grads{run_backward(OpKind::kMaxPool2dGrad, attrs, grad, in_shape, &indices)};
                      });
   }
   return out;
@@ -143,53 +115,81 @@ Tensor max_pool2d(const Tensor& input, Pair kernel_size, std::optional<Pair> str
 
 Tensor avg_pool2d(const Tensor& input, Pair kernel_size, std::optional<Pair> stride, Pair padding, bool ceil_mode,
                   bool count_include_pad) {
-  profiler::detail::OpScope scope("avg_pool2d", {&input});
-  const cpu::Pool2dGeometry g = pool_geometry("avg_pool2d", input, kernel_size, stride, padding, 1, ceil_mode);
-  scope.cost([&] {
-    return pool2d_cost(PoolKind::kAvg, input.numel(), output_shape(input, g).numel(), g.kernel_h * g.kernel_w,
-                       input.dtype());
-  });
-  Tensor out = run_forward(input, output_shape(input, g), [&](const Tensor& x, const Tensor& y) {
-    cpu::avg_pool2d_forward(x.dtype(), g, count_include_pad, x.data_ptr(), y.data_ptr());
-  });
+  Shape out_shape;
+  const Pool2dAttrs attrs =
+      pool_attrs("avg_pool2d", input, kernel_size, stride, padding, 1, ceil_mode, count_include_pad, &out_shape);
+  Tensor out = run_forward(OpKind::kAvgPool2d, attrs, input, out_shape);
   if (autograd::needs_grad(input)) {
-    autograd::record(
-        "avg_pool2d", out, {&input},
-        [g, count_include_pad, in_shape = input.shape()](const Tensor& grad, autograd::GradMask) -> autograd::Grads {
-          return {run_backward(grad, in_shape, [&](const Tensor& go, const Tensor& gi) {
-            cpu::avg_pool2d_backward(go.dtype(), g, count_include_pad, go.data_ptr(), gi.data_ptr());
-          })};
-        });
-  }
-  return out;
-}
-
-Tensor adaptive_avg_pool2d(const Tensor& input, Pair output_size) {
-  profiler::detail::OpScope scope("adaptive_avg_pool2d", {&input});
-  check_input("adaptive_avg_pool2d", input);
-  EMBER_CHECK(output_size.h > 0 && output_size.w > 0, "[adaptive_avg_pool2d] output_size must be positive, got (",
-              output_size.h, ", ", output_size.w, ")");
-  cpu::Pool2dGeometry g;
-  g.planes = input.numel() / (input.size(-2) * input.size(-1));
-  g.in_height = input.size(-2);
-  g.in_width = input.size(-1);
-  g.out_height = output_size.h;
-  g.out_width = output_size.w;
-  scope.cost([&] {
-    return pool2d_cost(PoolKind::kAdaptiveAvg, input.numel(), output_shape(input, g).numel(), 1, input.dtype());
-  });
-  Tensor out = run_forward(input, output_shape(input, g), [&](const Tensor& x, const Tensor& y) {
-    cpu::adaptive_avg_pool2d_forward(x.dtype(), g, x.data_ptr(), y.data_ptr());
-  });
-  if (autograd::needs_grad(input)) {
-    autograd::record("adaptive_avg_pool2d", out, {&input},
-                     [g, in_shape = input.shape()](const Tensor& grad, autograd::GradMask) -> autograd::Grads {
-                       return {run_backward(grad, in_shape, [&](const Tensor& go, const Tensor& gi) {
-                         cpu::adaptive_avg_pool2d_backward(go.dtype(), g, go.data_ptr(), gi.data_ptr());
-                       })};
+    autograd::record(OpKind::kAvgPool2d, attrs, out, {&input},
+                     [attrs, in_shape = input.shape()](const Tensor& grad, autograd::GradMask) {
+                       return autograd::Grads{run_backward(OpKind::kAvgPool2dGrad, attrs, grad, in_shape)};
                      });
   }
   return out;
 }
 
-}  // namespace ember::nn::functional
+Tensor adaptive_avg_pool2d(const Tensor& input, Pair output_size) {
+  check_input("adaptive_avg_pool2d", input);
+  EMBER_CHECK(output_size.h > 0 && output_size.w > 0, "[adaptive_avg_pool2d] output_size must be positive, got (",
+              output_size.h, ", ", output_size.w, ")");
+  Pool2dAttrs attrs;
+  attrs.kernel_size = output_size;  // adaptive pooling: the output's size (attrs.h)
+  Shape out_shape = input.shape();
+  out_shape[out_shape.size() - 2] = output_size.h;
+  out_shape[out_shape.size() - 1] = output_size.w;
+  Tensor out = run_forward(OpKind::kAdaptiveAvgPool2d, attrs, input, out_shape);
+  if (autograd::needs_grad(input)) {
+    autograd::record(OpKind::kAdaptiveAvgPool2d, attrs, out, {&input},
+                     [attrs, in_shape = input.shape()](const Tensor& grad, autograd::GradMask) {
+                       return autograd::Grads{run_backward(OpKind::kAdaptiveAvgPool2dGrad, attrs, grad, in_shape)};
+                     });
+  }
+  return out;
+}
+
+// --- cost rules ----------------------------------------------------------------------------------
+//
+// M = N * C planes, each output a window of kH * kW (adaptive: windows that cover the input).
+
+namespace {
+
+int64_t window(const KernelCall& c) {
+  const Pool2dAttrs& a = c.get<Pool2dAttrs>();
+  return a.kernel_size.h * a.kernel_size.w;
+}
+
+// max: one compare per window element; bytes: input + output + int64 argmax.
+OpCost max_pool2d_cost(const KernelCall& c) {
+  const double out = cost::as_double(c.outputs[0].numel());
+  return {out * cost::as_double(window(c)), cost::operand_bytes(c)};
+}
+// avg: one add per window element and one divide per output.
+OpCost avg_pool2d_cost(const KernelCall& c) {
+  const double out = cost::as_double(c.outputs[0].numel());
+  return {out * cost::as_double(window(c)) + out, cost::operand_bytes(c)};
+}
+// adaptive: about one add per input element and one divide per output.
+OpCost adaptive_avg_pool2d_cost(const KernelCall& c) {
+  return {cost::as_double(c.inputs[0].numel() + c.outputs[0].numel()), cost::operand_bytes(c)};
+}
+// max backward: each gradient goes to its argmax (one add per output) into a zeroed input gradient.
+OpCost max_pool2d_backward_cost(const KernelCall& c) {
+  return {cost::as_double(c.inputs[0].numel()), cost::operand_bytes(c)};
+}
+// avg backward: each gradient spread over its window (about one add per input element).
+OpCost avg_pool2d_backward_cost(const KernelCall& c) {
+  return {cost::as_double(c.outputs[0].numel()), cost::operand_bytes(c)};
+}
+
+}  // namespace
+
+void define_pool_ops(OpRuleTable& table) {
+  table.set_cost(OpKind::kMaxPool2d, max_pool2d_cost);
+  table.set_cost(OpKind::kAvgPool2d, avg_pool2d_cost);
+  table.set_cost(OpKind::kAdaptiveAvgPool2d, adaptive_avg_pool2d_cost);
+  table.set_cost(OpKind::kMaxPool2dGrad, max_pool2d_backward_cost);
+  table.set_cost(OpKind::kAvgPool2dGrad, avg_pool2d_backward_cost);
+  table.set_cost(OpKind::kAdaptiveAvgPool2dGrad, avg_pool2d_backward_cost);
+}
+
+}  // namespace ember

@@ -12,34 +12,28 @@
 // Zero-size: sum 0, prod 1, mean/var nan, all true, any false, logsumexp -inf; amax, amin, argmax,
 // argmin and norm with p = inf, -inf or p < 0 have no identity and reject an empty reduced dim.
 //
-// The primitives Sum, Prod, Amax, Amin, Argmax, Argmin, All, Any, Softmax and LogSoftmax run CPU
-// kernels (kernels/cpu/reduce.h); mean, var (two-pass: mean, then the squared deviations), std,
-// logsumexp (max-shifted) and norm are composed from them and elementwise ops.
-// Cost: a primitive reduction is reduction_cost(in, out): one FLOP per input element, bytes = input
-// + output. softmax: 5 FLOPs per element (the table's entry), bytes = 2 x input. Composed ops cost
-// the sum of their parts, e.g. var reads the input twice.
+// The primitives Sum, Prod, Amax, Amin, Argmax, Argmin, All, Any (ReduceAttrs: the reduced dims
+// and keepdim), Softmax and LogSoftmax (DimAttrs) and their backward run kernels
+// (kernels/cpu/reduce.h); mean, var (two-pass: mean, then the squared deviations), std, logsumexp
+// (max-shifted) and norm are composites made of them and elementwise ops.
+// Cost: a primitive reduction: one FLOP per input element, bytes = input + output. softmax: 5 FLOPs
+// per element (the table's entry), bytes = input + output; its backward 4. Composites cost the sum
+// of their parts, e.g. var reads the input twice.
 // Backward: each op records its vector-Jacobian product (below the forwards); amax/amin share
 // the gradient among tied extremes and prod handles zeros, as PyTorch.
-#include "kernels/cpu/reduce.h"
-
 #include <cmath>
 #include <limits>
 
 #include "autograd/function.h"
-#include "core/tensor_internal.h"
 #include "ember/ops.h"
 #include "ops/cost.h"
-#include "ops/primitives.h"
-#include "profiler/op_scope.h"
+#include "ops/dispatch.h"
+#include "ops/tensor_util.h"
 
 namespace ember {
 namespace {
 
-const char* name_of(OpKind op) { return op_info(op).name.data(); }
-
-void check_cpu(const char* op, const Tensor& x) {
-  EMBER_CHECK(x.device().is_cpu(), "[", op, "] not implemented on ", x.device());
-}
+const char* name_of(OpKind op) { return op_name(op); }
 
 void check_floating(const char* op, const Tensor& x) {
   EMBER_CHECK(is_floating(x.dtype()), "[", op, "] expects a floating-point input, got ", x.dtype(), " (shape ",
@@ -51,10 +45,22 @@ struct ReducePlan {
   bool reduced[kMaxDims] = {};
   Shape out_shape;
   int64_t reduce_size = 1;  // elements per output
+  bool keepdim = false;
+
+  // The plan as the primitives' attributes: the reduced dims in order.
+  ReduceAttrs attrs(int ndim) const {
+    ReduceAttrs a;
+    for (int d = 0; d < ndim; ++d) {
+      if (reduced[d]) a.dims.push_back(d);
+    }
+    a.keepdim = keepdim;
+    return a;
+  }
 };
 
 ReducePlan plan(const char* op, const Tensor& x, const Axes& dims, bool keepdim) {
   ReducePlan r;
+  r.keepdim = keepdim;
   const int ndim = x.dim();
   if (dims.empty()) {
     for (int d = 0; d < ndim; ++d) r.reduced[d] = true;
@@ -90,12 +96,8 @@ void check_nonempty(const char* op, const Tensor& x, const ReducePlan& r, const 
 
 // The primitive: one kernel call into a new contiguous output.
 Tensor run(OpKind op, const Tensor& x, const ReducePlan& r, DType out_dtype) {
-  profiler::detail::OpScope scope(name_of(op), {&x});
   Tensor out = detail::make_empty(r.out_shape, out_dtype, x.device());
-  if (out.numel() == 0) return out;
-  const cpu::ReduceLayout layout = cpu::make_reduce_layout(x.shape(), x.strides(), r.reduced);
-  cpu::reduce(op, x.dtype(), out_dtype, out.data_ptr(), x.data_ptr(), layout);
-  scope.cost([&] { return reduction_cost(x, out); });
+  dispatch::run(op, r.attrs(x.dim()), {&x}, {&out});
   return out;
 }
 
@@ -106,13 +108,11 @@ DType compute_dtype(DType dtype) { return is_half(dtype) ? kFloat32 : dtype; }
 
 Tensor sum_or_prod(OpKind op, const Tensor& x, const Axes& dims, bool keepdim) {
   const char* name = name_of(op);
-  check_cpu(name, x);
   return run(op, x, plan(name, x, dims, keepdim), sum_dtype(x.dtype()));
 }
 
 Tensor extreme(OpKind op, const Tensor& x, const Axes& dims, bool keepdim) {
   const char* name = name_of(op);
-  check_cpu(name, x);
   const ReducePlan r = plan(name, x, dims, keepdim);
   check_nonempty(name, x, r, "the operation has no identity");
   return run(op, x, r, x.dtype());
@@ -120,7 +120,6 @@ Tensor extreme(OpKind op, const Tensor& x, const Axes& dims, bool keepdim) {
 
 Tensor arg_extreme(OpKind op, const Tensor& x, std::optional<int64_t> dim, bool keepdim) {
   const char* name = name_of(op);
-  check_cpu(name, x);
   EMBER_CHECK(x.dtype() != kBool, "[", name, "] does not support bool input (shape ", x.shape(), ")");
   if (!dim) {
     // The index into the flattened tensor; keepdim keeps every dim as size 1.
@@ -137,7 +136,6 @@ Tensor arg_extreme(OpKind op, const Tensor& x, std::optional<int64_t> dim, bool 
 
 Tensor truth(OpKind op, const Tensor& x, const Axes& dims, bool keepdim) {
   const char* name = name_of(op);
-  check_cpu(name, x);
   return run(op, x, plan(name, x, dims, keepdim), x.dtype() == kUInt8 ? kUInt8 : kBool);
 }
 
@@ -147,21 +145,12 @@ Tensor squeeze_reduced(const Tensor& t, const ReducePlan& r, bool keepdim) {
 }
 
 Tensor softmax_impl(OpKind op, const Tensor& x, int64_t dim) {
-  profiler::detail::OpScope scope(name_of(op), {&x});
   const char* name = name_of(op);
-  check_cpu(name, x);
   check_floating(name, x);
   const int d = normalize_axis(dim, x.dim(), name);
-  int64_t outer = 1, inner = 1;
-  const int64_t size = x.dim() == 0 ? 1 : x.shape()[d];
-  for (int i = 0; i < x.dim(); ++i) {
-    if (i < d) outer *= x.shape()[i];
-    if (i > d) inner *= x.shape()[i];
-  }
-  const Tensor input = x.contiguous();
+  const Tensor input = detail::kernel_operand(x);
   Tensor out = detail::make_empty(x.shape(), x.dtype(), x.device());
-  cpu::softmax(op, x.dtype(), out.data_ptr(), input.data_ptr(), outer, size, inner);
-  scope.cost([&] { return softmax_cost(op, x); });
+  dispatch::run(op, DimAttrs{d}, {&input}, {&out});
   return out;
 }
 
@@ -217,10 +206,10 @@ Tensor share_among(const Tensor& g, const Tensor& hits, const Shape& in_shape, c
 Tensor sum(const Tensor& x, const Axes& dims, bool keepdim) {
   Tensor out = sum_or_prod(OpKind::kSum, x, dims, keepdim);
   if (autograd::needs_grad(x)) {
-    autograd::record("sum", out, {&x},
-                     [r = plan("sum", x, dims, keepdim), shape = x.shape()](const Tensor& g, GradMask) -> Grads {
-                       return {expand_reduced(g, shape, r)};
-                     });
+    const ReducePlan r = plan("sum", x, dims, keepdim);
+    autograd::record(
+        OpKind::kSum, r.attrs(x.dim()), out, {&x},
+        [r, shape = x.shape()](const Tensor& g, GradMask) -> Grads { return {expand_reduced(g, shape, r)}; });
   }
   return out;
 }
@@ -230,7 +219,7 @@ Tensor sum(const Tensor& x, const Axes& dims, bool keepdim) {
 Tensor prod(const Tensor& x, const Axes& dims, bool keepdim) {
   Tensor out = sum_or_prod(OpKind::kProd, x, dims, keepdim);
   if (autograd::needs_grad(x)) {
-    autograd::record("prod", out, {&x},
+    autograd::record(OpKind::kProd, plan("prod", x, dims, keepdim).attrs(x.dim()), out, {&x},
                      [r = plan("prod", x, dims, keepdim), sx = SavedTensor(x), so = SavedTensor(out)](
                          const Tensor& g, GradMask) -> Grads {
                        const Tensor in = sx.get();
@@ -249,18 +238,18 @@ Tensor prod(const Tensor& x, const Axes& dims, bool keepdim) {
 }
 
 Tensor mean(const Tensor& x, const Axes& dims, bool keepdim) {
-  profiler::detail::OpScope scope("mean", {&x});  // composite: its sum and div record their costs
-  check_cpu("mean", x);
   check_floating("mean", x);
   const ReducePlan r = plan("mean", x, dims, keepdim);
+  const dispatch::Scope scope(OpKind::kMean, {&x}, r.attrs(x.dim()));
   // float16/bfloat16: sum in float32, divide, round once (as PyTorch). An empty reduction is 0/0.
   Tensor total = run(OpKind::kSum, x, r, compute_dtype(x.dtype()));
   total.div_(static_cast<double>(r.reduce_size));
   Tensor out = total.to(x.dtype());
   if (autograd::needs_grad(x)) {
-    autograd::record("mean", out, {&x}, [r, shape = x.shape()](const Tensor& g, GradMask) -> Grads {
-      return {div(expand_reduced(g, shape, r), static_cast<double>(r.reduce_size))};
-    });
+    autograd::record(OpKind::kMean, r.attrs(x.dim()), out, {&x},
+                     [r, shape = x.shape()](const Tensor& g, GradMask) -> Grads {
+                       return {div(expand_reduced(g, shape, r), static_cast<double>(r.reduce_size))};
+                     });
   }
   return out;
 }
@@ -270,7 +259,7 @@ namespace {
 Tensor extreme_with_grad(OpKind op, const Tensor& x, const Axes& dims, bool keepdim) {
   Tensor out = extreme(op, x, dims, keepdim);
   if (autograd::needs_grad(x)) {
-    autograd::record(name_of(op), out, {&x},
+    autograd::record(op, plan(name_of(op), x, dims, keepdim).attrs(x.dim()), out, {&x},
                      [r = plan(name_of(op), x, dims, keepdim), sx = SavedTensor(x), so = SavedTensor(out)](
                          const Tensor& g, GradMask) -> Grads {
                        const Tensor in = sx.get();
@@ -325,30 +314,31 @@ Tensor var_backward(const Tensor& scale, const Tensor& in, const ReducePlan& r, 
 }  // namespace
 
 Tensor var(const Tensor& x, const Axes& dims, int64_t correction, bool keepdim) {
-  profiler::detail::OpScope scope("var", {&x});  // composite: its ops record their costs
-  check_cpu("var", x);
   check_floating("var", x);
   const ReducePlan r = plan("var", x, dims, keepdim);
+  const VarAttrs attrs{r.attrs(x.dim()).dims, keepdim, correction};
+  const dispatch::Scope scope(OpKind::kVar, {&x}, attrs);
   Tensor out;
   {
     autograd::NoGradGuard no_grad;
     out = var_forward(x, r, plan("var", x, dims, true), correction);
   }
   if (autograd::needs_grad(x)) {
-    autograd::record("var", out, {&x}, [r, correction, sx = SavedTensor(x)](const Tensor& g, GradMask) -> Grads {
-      const Tensor in = sx.get();
-      return {var_backward(keep_reduced(g, in.shape(), r), in, r, correction)};
-    });
+    autograd::record(OpKind::kVar, attrs, out, {&x},
+                     [r, correction, sx = SavedTensor(x)](const Tensor& g, GradMask) -> Grads {
+                       const Tensor in = sx.get();
+                       return {var_backward(keep_reduced(g, in.shape(), r), in, r, correction)};
+                     });
   }
   return out;
 }
 
 // std = sqrt(var): d std = d var / (2 std), taken as 0 where std is 0, as PyTorch.
 Tensor std(const Tensor& x, const Axes& dims, int64_t correction, bool keepdim) {
-  profiler::detail::OpScope scope("std", {&x});  // composite: its ops record their costs
-  check_cpu("std", x);
   check_floating("std", x);
   const ReducePlan r = plan("std", x, dims, keepdim);
+  const VarAttrs attrs{r.attrs(x.dim()).dims, keepdim, correction};
+  const dispatch::Scope scope(OpKind::kStd, {&x}, attrs);
   Tensor out;
   {
     autograd::NoGradGuard no_grad;
@@ -356,7 +346,7 @@ Tensor std(const Tensor& x, const Axes& dims, int64_t correction, bool keepdim) 
     out = sqrt(variance).to(x.dtype());
   }
   if (autograd::needs_grad(x)) {
-    autograd::record("std", out, {&x},
+    autograd::record(OpKind::kStd, attrs, out, {&x},
                      [r, correction, sx = SavedTensor(x), so = SavedTensor(out)](const Tensor& g, GradMask) -> Grads {
                        const Tensor in = sx.get();
                        const Tensor result = keep_reduced(so.get(), in.shape(), r);
@@ -370,13 +360,14 @@ Tensor std(const Tensor& x, const Axes& dims, int64_t correction, bool keepdim) 
 
 // d logsumexp / dx = exp(x - logsumexp) (the softmax over the reduced dims).
 Tensor logsumexp(const Tensor& x, const Axes& dims, bool keepdim) {
-  profiler::detail::OpScope scope("logsumexp", {&x});  // composite: its ops record their costs
-  check_cpu("logsumexp", x);
   const ReducePlan r = plan("logsumexp", x, dims, keepdim);
+  const dispatch::Scope scope(OpKind::kLogSumExp, {&x}, r.attrs(x.dim()));
   const DType result_dtype = is_floating(x.dtype()) ? x.dtype() : kFloat32;
-  if (r.reduce_size == 0) return full(r.out_shape, -std::numeric_limits<double>::infinity(), result_dtype);
   Tensor out;
-  {
+  if (r.reduce_size == 0) {
+    // log(0): -inf, still attached to the graph (its gradient is empty, like the input).
+    out = full(r.out_shape, -std::numeric_limits<double>::infinity(), result_dtype);
+  } else {
     autograd::NoGradGuard no_grad;
     const Tensor input = x.to(compute_dtype(result_dtype));
     // log(sum(exp(x - m))) + m with m the max, replaced by 0 where it is infinite: a row of -inf
@@ -389,7 +380,7 @@ Tensor logsumexp(const Tensor& x, const Axes& dims, bool keepdim) {
     out = (log(total) + squeeze_reduced(m, r, keepdim)).to(result_dtype);
   }
   if (autograd::needs_grad(x)) {
-    autograd::record("logsumexp", out, {&x},
+    autograd::record(OpKind::kLogSumExp, r.attrs(x.dim()), out, {&x},
                      [r, sx = SavedTensor(x), so = SavedTensor(out)](const Tensor& g, GradMask) -> Grads {
                        const Tensor in = sx.get();
                        const Tensor weights = exp(sub(in, keep_reduced(so.get(), in.shape(), r)));
@@ -448,11 +439,11 @@ Tensor norm_backward(const Tensor& g, const Tensor& in, const Tensor& out, doubl
 }  // namespace
 
 Tensor norm(const Tensor& x, double p, const Axes& dims, bool keepdim) {
-  profiler::detail::OpScope scope("norm", {&x});  // composite: its ops record their costs
-  check_cpu("norm", x);
   check_floating("norm", x);
   EMBER_CHECK(!std::isnan(p), "[norm] p must be a number, got nan");
   const ReducePlan r = plan("norm", x, dims, keepdim);
+  const NormAttrs attrs{p, r.attrs(x.dim()).dims, keepdim};
+  const dispatch::Scope scope(OpKind::kNorm, {&x}, attrs);
   if (p < 0 || std::isinf(p)) check_nonempty("norm", x, r, "a norm with p = inf, -inf or p < 0 has no identity");
   Tensor out;
   {
@@ -460,7 +451,7 @@ Tensor norm(const Tensor& x, double p, const Axes& dims, bool keepdim) {
     out = norm_forward(x, p, r);
   }
   if (autograd::needs_grad(x)) {
-    autograd::record("norm", out, {&x},
+    autograd::record(OpKind::kNorm, attrs, out, {&x},
                      [r, p, sx = SavedTensor(x), so = SavedTensor(out)](const Tensor& g, GradMask) -> Grads {
                        return {norm_backward(g, sx.get(), so.get(), p, r)};
                      });
@@ -473,14 +464,15 @@ namespace {
 // softmax: dx = y (g - sum(g y)); log_softmax: dx = g - exp(y) sum(g), both over dim. Over the last
 // dim of float32/float64 one fused kernel pass per row; otherwise the same formulas in ember ops.
 Tensor softmax_backward(OpKind op, const Tensor& g, const Tensor& y, int64_t dim) {
-  const bool last_dim = y.dim() == 0 || normalize_axis(dim, y.dim(), name_of(op)) == y.dim() - 1;
+  const int d = normalize_axis(dim, y.dim(), name_of(op));
+  const bool last_dim = y.dim() == 0 || d == y.dim() - 1;
   const bool kernel_dtype = y.dtype() == kFloat32 || y.dtype() == kFloat64;
-  if (last_dim && kernel_dtype && g.dtype() == y.dtype() && g.shape() == y.shape() && y.device().is_cpu()) {
+  const OpKind fused = op == OpKind::kSoftmax ? OpKind::kSoftmaxGrad : OpKind::kLogSoftmaxGrad;
+  if (last_dim && kernel_dtype && g.dtype() == y.dtype() && g.shape() == y.shape() &&
+      dispatch::has_kernel(fused, y.device())) {
     const Tensor grad = g.contiguous(), out = y.contiguous();
     Tensor dx = detail::make_empty(y.shape(), y.dtype(), y.device());
-    const int64_t n = y.dim() == 0 ? 1 : y.shape()[y.dim() - 1];
-    if (dx.numel() > 0)
-      cpu::softmax_backward(op, y.dtype(), dx.data_ptr(), grad.data_ptr(), out.data_ptr(), dx.numel() / n, n);
+    dispatch::run(fused, DimAttrs{d}, {&grad, &out}, {&dx});
     return dx;
   }
   if (op == OpKind::kSoftmax) return mul(y, sub(g, sum(mul(g, y), {dim}, true)));
@@ -492,20 +484,47 @@ Tensor softmax_backward(OpKind op, const Tensor& g, const Tensor& y, int64_t dim
 Tensor softmax(const Tensor& x, int64_t dim) {
   Tensor out = softmax_impl(OpKind::kSoftmax, x, dim);
   if (autograd::needs_grad(x)) {
-    autograd::record("softmax", out, {&x}, [dim, so = SavedTensor(out)](const Tensor& g, GradMask) -> Grads {
-      return {softmax_backward(OpKind::kSoftmax, g, so.get(), dim)};
-    });
+    autograd::record(OpKind::kSoftmax, DimAttrs{normalize_axis(dim, x.dim(), "softmax")}, out, {&x},
+                     [dim, so = SavedTensor(out)](const Tensor& g, GradMask) -> Grads {
+                       return {softmax_backward(OpKind::kSoftmax, g, so.get(), dim)};
+                     });
   }
   return out;
 }
 Tensor log_softmax(const Tensor& x, int64_t dim) {
   Tensor out = softmax_impl(OpKind::kLogSoftmax, x, dim);
   if (autograd::needs_grad(x)) {
-    autograd::record("log_softmax", out, {&x}, [dim, so = SavedTensor(out)](const Tensor& g, GradMask) -> Grads {
-      return {softmax_backward(OpKind::kLogSoftmax, g, so.get(), dim)};
-    });
+    autograd::record(OpKind::kLogSoftmax, DimAttrs{normalize_axis(dim, x.dim(), "log_softmax")}, out, {&x},
+                     [dim, so = SavedTensor(out)](const Tensor& g, GradMask) -> Grads {
+                       return {softmax_backward(OpKind::kLogSoftmax, g, so.get(), dim)};
+                     });
   }
   return out;
+}
+
+// --- cost rules ----------------------------------------------------------------------------------
+
+namespace {
+
+// A reduction: one FLOP per input element; bytes = input + output.
+OpCost reduction_cost(const KernelCall& c) { return {cost::as_double(c.inputs[0].numel()), cost::operand_bytes(c)}; }
+
+// softmax and its backward: the table's FLOPs per element; bytes = every operand.
+OpCost softmax_cost(const KernelCall& c) {
+  return {static_cast<double>(op_info(c.kind).flops_per_element) * cost::as_double(c.outputs[0].numel()),
+          cost::operand_bytes(c)};
+}
+
+}  // namespace
+
+void define_reduce_ops(OpRuleTable& table) {
+  for (OpKind kind : {OpKind::kSum, OpKind::kProd, OpKind::kAmax, OpKind::kAmin, OpKind::kArgmax, OpKind::kArgmin,
+                      OpKind::kAll, OpKind::kAny}) {
+    table.set_cost(kind, reduction_cost);
+  }
+  for (OpKind kind : {OpKind::kSoftmax, OpKind::kLogSoftmax, OpKind::kSoftmaxGrad, OpKind::kLogSoftmaxGrad}) {
+    table.set_cost(kind, softmax_cost);
+  }
 }
 
 }  // namespace ember

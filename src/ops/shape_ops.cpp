@@ -1,4 +1,5 @@
-// Shape ops: cat, stack, split, chunk, repeat, tile, flip, roll, pad.
+// Shape ops: cat, stack, split, chunk, repeat, tile, flip, roll, pad. Each (but split and chunk) is
+// a composite over the Copy and Fill primitives with one autograd node of its own.
 // split and chunk return views that share the input's storage. The others allocate a contiguous
 // result and fill it with detail::copy_into from views of the input: narrowed blocks (cat, roll,
 // pad), a broadcast view (repeat, tile) or a view with negative strides (flip, built here and
@@ -18,8 +19,9 @@
 #include <vector>
 
 #include "autograd/function.h"
-#include "core/tensor_internal.h"
 #include "ember/ops.h"
+#include "ops/dispatch.h"
+#include "ops/tensor_util.h"
 
 namespace ember {
 namespace {
@@ -155,6 +157,7 @@ bool fits(const Scalar& value, DType dtype) {
 
 Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) {
   EMBER_CHECK(!tensors.empty(), "[cat] expected a non-empty list of tensors");
+  const dispatch::Scope scope(OpKind::kCat, {&tensors.front()});
   const Tensor* first = nullptr;  // the first tensor that is not skipped
   for (size_t i = 0; i < tensors.size(); ++i) {
     const Tensor& t = tensors[i];
@@ -194,21 +197,23 @@ Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) {
   if (autograd::any_requires_grad(tensors)) {
     std::vector<int64_t> sizes;
     for (const Tensor& t : tensors) sizes.push_back(is_legacy_empty(t) ? 0 : t.shape()[d]);
-    autograd::record("cat", out, tensors, [d, starts, sizes](const Tensor& g, GradMask needs) -> Grads {
-      Grads grads(starts.size());
-      for (size_t i = 0; i < starts.size(); ++i) {
-        if (i < 64 && !needs[i]) continue;  // GradMask covers the first 64 inputs; compute the rest
+    autograd::record(OpKind::kCat, DimAttrs{d}, out, tensors,
+                     [d, starts, sizes](const Tensor& g, GradMask needs) -> Grads {
+                       Grads grads(starts.size());
+                       for (size_t i = 0; i < starts.size(); ++i) {
+                         if (i < 64 && !needs[i]) continue;  // GradMask covers the first 64 inputs; compute the rest
 
-        grads[i] = starts[i] < 0 ? autograd::zeros_for({0}, g) : g.narrow(d, starts[i], sizes[i]);
-      }
-      return grads;
-    });
+                         grads[i] = starts[i] < 0 ? autograd::zeros_for({0}, g) : g.narrow(d, starts[i], sizes[i]);
+                       }
+                       return grads;
+                     });
   }
   return out;
 }
 
 Tensor stack(const std::vector<Tensor>& tensors, int64_t dim) {
   EMBER_CHECK(!tensors.empty(), "[stack] expected a non-empty list of tensors");
+  const dispatch::Scope scope(OpKind::kStack, {&tensors.front()});
   const Tensor& first = tensors.front();
   for (size_t i = 0; i < tensors.size(); ++i) {
     detail::check_same_device("stack", {&first, &tensors[i]});
@@ -221,13 +226,15 @@ Tensor stack(const std::vector<Tensor>& tensors, int64_t dim) {
   Tensor out = detail::make_empty(shape, common_dtype(tensors), first.device());
   for (size_t i = 0; i < tensors.size(); ++i) detail::copy_into(out.select(d, static_cast<int64_t>(i)), tensors[i]);
   if (autograd::any_requires_grad(tensors)) {
-    autograd::record("stack", out, tensors, [d, count = tensors.size()](const Tensor& g, GradMask needs) -> Grads {
-      Grads grads(count);
-      for (size_t i = 0; i < count; ++i) {
-        if (i >= 64 || needs[i]) grads[i] = g.select(d, static_cast<int64_t>(i));  // GradMask covers 64
-      }
-      return grads;
-    });
+    autograd::record(OpKind::kStack, DimAttrs{d}, out, tensors,
+                     [d, count = tensors.size()](const Tensor& g, GradMask needs) -> Grads {
+                       Grads grads(count);
+                       for (size_t i = 0; i < count; ++i) {
+                         if (i >= 64 || needs[i])
+                           grads[i] = g.select(d, static_cast<int64_t>(i));  // GradMask covers 64
+                       }
+                       return grads;
+                     });
   }
   return out;
 }
@@ -308,11 +315,13 @@ Tensor sum_repeats(const Tensor& g, const Shape& x_shape, const Shape& repeats) 
 }
 
 Tensor repeat_with_grad(const char* op, const Tensor& x, const Shape& repeats) {
+  const dispatch::Scope scope(OpKind::kRepeat, {&x}, ShapeAttrs{repeats});
   Tensor out = repeat_impl(op, x, repeats);
   if (needs_grad(x)) {
-    autograd::record(op, out, {&x}, [x_shape = x.shape(), repeats](const Tensor& g, GradMask) -> Grads {
-      return {sum_repeats(g, x_shape, repeats)};
-    });
+    autograd::record(OpKind::kRepeat, ShapeAttrs{repeats}, out, {&x},
+                     [x_shape = x.shape(), repeats](const Tensor& g, GradMask) -> Grads {
+                       return {sum_repeats(g, x_shape, repeats)};
+                     });
   }
   return out;
 }
@@ -333,6 +342,7 @@ Tensor tile(const Tensor& x, const Shape& reps) {
 }
 
 Tensor flip(const Tensor& x, const Axes& dims) {
+  const dispatch::Scope scope(OpKind::kFlip, {&x}, AxesAttrs{dims});
   Strides strides = x.strides();
   int64_t offset = x.offset();
   bool seen[kMaxDims] = {};
@@ -348,7 +358,8 @@ Tensor flip(const Tensor& x, const Axes& dims) {
   // A view read backwards along the flipped dims; it never leaves this function.
   detail::copy_into(out, detail::make_view(x, x.shape(), strides, offset));
   if (needs_grad(x)) {
-    autograd::record("flip", out, {&x}, [dims](const Tensor& g, GradMask) -> Grads { return {flip(g, dims)}; });
+    autograd::record(OpKind::kFlip, AxesAttrs{dims}, out, {&x},
+                     [dims](const Tensor& g, GradMask) -> Grads { return {flip(g, dims)}; });
   }
   return out;
 }
@@ -387,6 +398,8 @@ Tensor roll_forward(const Tensor& x, const std::vector<int64_t>& shifts, const s
 }  // namespace
 
 Tensor roll(const Tensor& x, const std::vector<int64_t>& shifts, const std::vector<int64_t>& dims) {
+  const RollAttrs attrs{Shape(shifts), Axes(dims)};
+  const dispatch::Scope scope(OpKind::kRoll, {&x}, attrs);
   if (!needs_grad(x)) return roll_forward(x, shifts, dims);
   Tensor out;
   {
@@ -394,7 +407,7 @@ Tensor roll(const Tensor& x, const std::vector<int64_t>& shifts, const std::vect
     out = roll_forward(x, shifts, dims);
   }
   {
-    autograd::record("roll", out, {&x}, [shifts, dims](const Tensor& g, GradMask) -> Grads {
+    autograd::record(OpKind::kRoll, attrs, out, {&x}, [shifts, dims](const Tensor& g, GradMask) -> Grads {
       std::vector<int64_t> back;
       for (int64_t s : shifts) back.push_back(-s);
       return {roll(g, back, dims)};
@@ -405,6 +418,7 @@ Tensor roll(const Tensor& x, const std::vector<int64_t>& shifts, const std::vect
 
 Tensor pad(const Tensor& x, const std::vector<int64_t>& pads, const Scalar& value) {
   EMBER_CHECK(pads.size() % 2 == 0, "[pad] padding length must be divisible by 2, got ", format_list(pads));
+  const dispatch::Scope scope(OpKind::kPad, {&x}, PadAttrs{pads, value});
   const int padded_dims = static_cast<int>(pads.size() / 2);
   EMBER_CHECK(padded_dims <= x.dim(), "[pad] padding length should be less than or equal to two times the input ",
               "dimension but got padding length ", pads.size(), " and input of dimension ", x.dim());
@@ -437,7 +451,7 @@ Tensor pad(const Tensor& x, const std::vector<int64_t>& pads, const Scalar& valu
   for (int d = 0; d < x.dim(); ++d) dst = dst.narrow(d, placement[d].first, placement[d].second);
   detail::copy_into(dst, src);
   if (needs_grad(x)) {
-    autograd::record("pad", out, {&x}, [pads](const Tensor& g, GradMask) -> Grads {
+    autograd::record(OpKind::kPad, PadAttrs{pads, value}, out, {&x}, [pads](const Tensor& g, GradMask) -> Grads {
       std::vector<int64_t> back;
       for (int64_t p : pads) back.push_back(-p);
       return {pad(g, back, 0)};

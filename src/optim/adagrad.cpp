@@ -2,7 +2,7 @@
 #include "ember/optim/adagrad.h"
 
 #include "ember/ops.h"
-#include "kernels/cpu/optim.h"
+#include "ops/optimizer_updates.h"
 #include "optim/options.h"
 
 namespace ember::optim {
@@ -55,15 +55,14 @@ void Adagrad::step_group(ParamGroup& group) {
   init_state(group);  // parameters added after construction, or without state in a loaded checkpoint
   const double lr = group.option("lr");
   const double lr_decay = group.option("lr_decay");
-  cpu::AdagradStep step;
+  AdagradAttrs step;
   step.weight_decay = group.option("weight_decay");
   step.eps = group.option("eps");
   for_each_param_with_grad(group, [&](const Tensor& param, const Tensor& grad, ParamState& state) {
     state.step += 1;
-    cpu::AdagradStep s = step;
+    AdagradAttrs s = step;
     s.clr = lr / (1.0 + static_cast<double>(state.step - 1) * lr_decay);
-    cpu::adagrad_step(param.dtype(), s, param.data_ptr(), grad.data_ptr(), state.buffers.at("sum").data_ptr(),
-                      param.numel());
+    ember::detail::adagrad_update(param, grad, state.buffers.at("sum"), s);
   });
 }
 

@@ -4,7 +4,7 @@
 #include <cmath>
 
 #include "ember/ops.h"
-#include "kernels/cpu/optim.h"
+#include "ops/optimizer_updates.h"
 #include "optim/options.h"
 
 namespace ember::optim {
@@ -61,13 +61,14 @@ void Adam::step_group(ParamGroup& group) {
   const double beta1 = group.option("beta1");
   const double beta2 = group.option("beta2");
   const bool amsgrad = group.option("amsgrad") != 0;
-  cpu::AdamStep step;
+  AdamAttrs step;
   step.lr = lr;
   step.beta1 = beta1;
   step.beta2 = beta2;
   step.eps = group.option("eps");
   step.weight_decay = group.option("weight_decay");
   step.decoupled_weight_decay = decoupled_weight_decay_;
+  step.amsgrad = amsgrad;
   for_each_param_with_grad(group, [&](const Tensor& param, const Tensor& grad, ParamState& state) {
     if (state.buffers.empty()) {
       state.step = 0;
@@ -83,12 +84,12 @@ void Adam::step_group(ParamGroup& group) {
     const auto t = static_cast<double>(state.step);
     const double bias_correction1 = 1.0 - std::pow(beta1, t);
     const double bias_correction2 = 1.0 - std::pow(beta2, t);
-    cpu::AdamStep s = step;
+    AdamAttrs s = step;
     s.step_size = lr / bias_correction1;
     s.bias_correction2_sqrt = std::sqrt(bias_correction2);
-    void* max_exp_avg_sq = amsgrad ? state.buffers.at("max_exp_avg_sq").data_ptr() : nullptr;
-    cpu::adam_step(param.dtype(), s, param.data_ptr(), grad.data_ptr(), state.buffers.at("exp_avg").data_ptr(),
-                   state.buffers.at("exp_avg_sq").data_ptr(), max_exp_avg_sq, param.numel());
+    const Tensor max_exp_avg_sq = amsgrad ? state.buffers.at("max_exp_avg_sq") : Tensor();
+    ember::detail::adam_update(param, grad, state.buffers.at("exp_avg"), state.buffers.at("exp_avg_sq"), max_exp_avg_sq,
+                               s);
   });
 }
 

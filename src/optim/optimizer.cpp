@@ -9,8 +9,7 @@
 
 #include "ember/autograd.h"
 #include "ember/ops.h"
-#include "ops/cost.h"
-#include "profiler/op_scope.h"
+#include "ember/phase.h"
 
 namespace ember::optim {
 
@@ -68,7 +67,7 @@ ParamState& Optimizer::state_for(const Tensor& param) { return state_[param.impl
 
 void Optimizer::step() {
   autograd::NoGradGuard no_grad;
-  const profiler::detail::PhaseScope phase(profiler::Phase::kOptimizer);
+  const PhaseGuard phase(Phase::kOptimizer);
   for (ParamGroup& group : groups_) {
     validate_(group.options);  // a scheduler or the user may have changed them since the last step
     step_group(group);
@@ -95,9 +94,6 @@ void Optimizer::for_each_param_with_grad(const ParamGroup& group, const Update& 
   for (const Tensor& param : group.params) {
     const Tensor grad = param.grad();
     if (!grad.defined()) continue;
-    profiler::detail::OpScope scope(name_, ".step", {&param, &grad});  // "Adam.step", one per parameter
-    EMBER_CHECK(param.device().is_cpu() && grad.device().is_cpu(), "[", name_, "] not implemented on ", param.device(),
-                " (parameter of shape ", param.shape(), ")");
     EMBER_CHECK(grad.dtype() == param.dtype() && grad.shape() == param.shape(), "[", name_, "] parameter of shape ",
                 param.shape(), " and dtype ", param.dtype(), " has a gradient of shape ", grad.shape(), " and dtype ",
                 grad.dtype());
@@ -113,9 +109,6 @@ void Optimizer::for_each_param_with_grad(const ParamGroup& group, const Update& 
       target.copy_(work);
     }
     param.bump_version();
-    scope.cost([&] {
-      return optimizer_cost(name_, group.options, param.numel(), static_cast<int>(state.buffers.size()), param.dtype());
-    });
   }
 }
 

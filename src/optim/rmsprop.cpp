@@ -2,7 +2,7 @@
 #include "ember/optim/rmsprop.h"
 
 #include "ember/ops.h"
-#include "kernels/cpu/optim.h"
+#include "ops/optimizer_updates.h"
 #include "optim/options.h"
 
 namespace ember::optim {
@@ -44,7 +44,7 @@ std::vector<std::string> RMSprop::state_names(const Options& options) const {
 }
 
 void RMSprop::step_group(ParamGroup& group) {
-  cpu::RmspropStep step;
+  RmspropAttrs step;
   step.lr = group.option("lr");
   step.alpha = group.option("alpha");
   step.eps = group.option("eps");
@@ -58,13 +58,12 @@ void RMSprop::step_group(ParamGroup& group) {
       if (state.buffers.count(name) == 0) state.buffers.emplace(name, zeros(param.shape(), param.dtype()));
     }
     state.step += 1;
-    auto buffer = [&](const char* name) -> void* {
+    auto buffer = [&](const char* name) -> Tensor {
       const auto it = state.buffers.find(name);
-      return it == state.buffers.end() ? nullptr : it->second.data_ptr();
+      return it == state.buffers.end() ? Tensor() : it->second;
     };
-    cpu::rmsprop_step(param.dtype(), step, param.data_ptr(), grad.data_ptr(), buffer("square_avg"),
-                      step.centered ? buffer("grad_avg") : nullptr,
-                      step.momentum > 0 ? buffer("momentum_buffer") : nullptr, param.numel());
+    ember::detail::rmsprop_update(param, grad, buffer("square_avg"), step.centered ? buffer("grad_avg") : Tensor(),
+                                  step.momentum > 0 ? buffer("momentum_buffer") : Tensor(), step);
   });
 }
 

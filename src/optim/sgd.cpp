@@ -4,7 +4,7 @@
 #include <cmath>
 
 #include "ember/ops.h"
-#include "kernels/cpu/optim.h"
+#include "ops/optimizer_updates.h"
 #include "optim/options.h"
 
 namespace ember::optim {
@@ -47,23 +47,23 @@ std::vector<std::string> SGD::state_names(const Options& options) const {
 }
 
 void SGD::step_group(ParamGroup& group) {
-  cpu::SgdStep step;
+  SgdAttrs step;
   step.lr = group.option("lr");
   step.momentum = group.option("momentum");
   step.dampening = group.option("dampening");
   step.weight_decay = group.option("weight_decay");
   step.nesterov = group.option("nesterov") != 0;
   for_each_param_with_grad(group, [&](const Tensor& param, const Tensor& grad, ParamState& state) {
-    cpu::SgdStep s = step;
-    void* buffer = nullptr;
+    SgdAttrs s = step;
+    Tensor buffer;
     if (s.momentum != 0) {
       auto it = state.buffers.find("momentum_buffer");
       s.first_step = it == state.buffers.end();
       // PyTorch's first buffer is a copy of the gradient; the kernel writes it in the same pass.
       if (s.first_step) it = state.buffers.emplace("momentum_buffer", empty(param.shape(), param.dtype())).first;
-      buffer = it->second.data_ptr();
+      buffer = it->second;
     }
-    cpu::sgd_step(param.dtype(), s, param.data_ptr(), grad.data_ptr(), buffer, param.numel());
+    ember::detail::sgd_update(param, grad, buffer, s);
   });
 }
 

@@ -10,11 +10,15 @@
 #include <algorithm>
 #include <chrono>
 #include <mutex>
+#include <span>
 #include <unordered_map>
 #include <unordered_set>
 
+#include "core/allocator.h"
 #include "ember/error.h"
 #include "ember/tensor.h"
+#include "ops/cost.h"
+#include "ops/dispatch.h"
 #include "profiler/op_scope.h"
 
 namespace ember::profiler {
@@ -100,7 +104,6 @@ std::shared_ptr<Session> g_session;     // the running session, if any
 std::atomic<uint64_t> g_session_id{0};  // its id (0: none)
 uint64_t g_next_session_id = 1;
 
-thread_local Phase t_phase = Phase::kForward;
 thread_local std::shared_ptr<ThreadBuffer> t_buffer;
 thread_local uint64_t t_buffer_session = 0;
 
@@ -121,7 +124,7 @@ ThreadBuffer* thread_buffer() {
   return t_buffer.get();
 }
 
-void record_inputs(ThreadBuffer& b, RawEvent& e, std::initializer_list<const Tensor*> inputs) {
+void record_inputs(ThreadBuffer& b, RawEvent& e, std::span<const Tensor* const> inputs) {
   for (const Tensor* t : inputs) {
     if (t == nullptr || !t->defined()) continue;
     const Device device = t->device();
@@ -133,7 +136,7 @@ void record_inputs(ThreadBuffer& b, RawEvent& e, std::initializer_list<const Ten
   e.shapes_end = static_cast<uint32_t>(b.shapes.size());
 }
 
-void begin_op_named(ThreadBuffer& b, const char* name, std::initializer_list<const Tensor*> inputs) {
+void begin_op_named(ThreadBuffer& b, const char* name, std::span<const Tensor* const> inputs) {
   RawEvent& e = b.push(name, EventKind::kOp);
   record_inputs(b, e, inputs);
   e.start_ns = b.now();  // read last: the bookkeeping is the profiler's time, not the op's
@@ -141,17 +144,14 @@ void begin_op_named(ThreadBuffer& b, const char* name, std::initializer_list<con
 
 }  // namespace
 
-Phase current_phase() { return t_phase; }
-void set_current_phase(Phase phase) { t_phase = phase; }
-
-void begin_op(const char* name, std::initializer_list<const Tensor*> inputs) {
+void begin_op(const char* name, std::span<const Tensor* const> inputs) {
   ThreadBuffer* b = thread_buffer();
   if (b == nullptr) return;
   std::lock_guard<std::mutex> lock(b->mutex);
   begin_op_named(*b, name, inputs);
 }
 
-void begin_op(std::string_view name, std::string_view suffix, std::initializer_list<const Tensor*> inputs) {
+void begin_op(std::string_view name, std::string_view suffix, std::span<const Tensor* const> inputs) {
   ThreadBuffer* b = thread_buffer();
   if (b == nullptr) return;
   std::lock_guard<std::mutex> lock(b->mutex);
@@ -199,6 +199,34 @@ void record_memory(Device device, int64_t bytes_in_use, int64_t delta) {
   if (delta > 0) b->allocated += delta;
   b->memory.push_back({b->now(), device, bytes_in_use});
 }
+
+namespace {
+
+// The profiler's view of the dispatch seam: an event per primitive (with its cost rule's FLOPs and
+// bytes), per composite op and per backward node ("<op>_backward"); views are not recorded.
+class OpRecorder final : public dispatch::Observer {
+ public:
+  void begin(const dispatch::OpCall& call) override {
+    switch (call.call_kind) {
+      case dispatch::CallKind::kView:
+        return;
+      case dispatch::CallKind::kBackward:
+        return begin_op(op_name(call.kind), "_backward", call.inputs);
+      case dispatch::CallKind::kKernel:
+      case dispatch::CallKind::kComposite:
+        return begin_op(op_name(call.kind), call.inputs);
+    }
+  }
+  void end(const dispatch::OpCall& call) override {
+    if (call.call_kind == dispatch::CallKind::kView) return;
+    if (call.kernel != nullptr && !call.failed) set_cost(op_cost(*call.kernel));
+    end_event();
+  }
+};
+
+OpRecorder g_recorder;
+
+}  // namespace
 
 }  // namespace detail
 
@@ -306,10 +334,14 @@ void Profiler::start() {
   state_->session = std::move(session);
   detail::thread_buffer();  // the starting thread is thread 0
   detail::g_enabled.store(true, std::memory_order_release);
+  dispatch::add_observer(&detail::g_recorder);
+  set_memory_observer(&detail::record_memory);
 }
 
 void Profiler::stop() {
   EMBER_CHECK(running(), "[profiler] stop() called on a profiler that is not running");
+  set_memory_observer(nullptr);
+  dispatch::remove_observer(&detail::g_recorder);
   detail::g_enabled.store(false, std::memory_order_release);
   {
     std::lock_guard<std::mutex> lock(detail::g_session_mutex);

@@ -33,6 +33,7 @@
 #include "kernels/cpu/float_dispatch.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/parallel.h"
+#include "kernels/cpu/registry.h"
 
 namespace ember::cpu {
 namespace {
@@ -379,6 +380,71 @@ void conv2d_backward_weight(DType dtype, const Conv2dGeometry& g, const void* gr
     using T = decltype(zero);
     backward_weight(g, static_cast<const T*>(grad_out), static_cast<const T*>(input), static_cast<T*>(grad_weight));
   });
+}
+
+// --- registry entries ----------------------------------------------------------------------------
+//
+// Operands are contiguous 4-D tensors: the input (N, C_in, H, W), the weight (C_out, C_in / groups,
+// kH, kW), the output (N, C_out, OH, OW); the geometry comes from their shapes and Conv2dAttrs.
+
+namespace {
+
+Conv2dGeometry conv_geometry(const Conv2dAttrs& attrs, const Operand& input, const Operand& weight,
+                             const Operand& output) {
+  Conv2dGeometry g;
+  g.batch = input.size(0);
+  g.in_channels = input.size(1);
+  g.in_height = input.size(2);
+  g.in_width = input.size(3);
+  g.out_channels = weight.size(0);
+  g.kernel_h = weight.size(2);
+  g.kernel_w = weight.size(3);
+  g.out_height = output.size(2);
+  g.out_width = output.size(3);
+  g.stride_h = attrs.stride.h;
+  g.stride_w = attrs.stride.w;
+  g.pad_h = attrs.padding.h;
+  g.pad_w = attrs.padding.w;
+  g.dilation_h = attrs.dilation.h;
+  g.dilation_w = attrs.dilation.w;
+  g.groups = attrs.groups;
+  return g;
+}
+
+void zero(const Operand& t) { std::memset(t.data, 0, static_cast<size_t>(t.numel() * dtype_size(t.dtype))); }
+
+// inputs: input, weight, bias (C_out) or absent; outputs: the result.
+void conv2d_kernel(const KernelCall& c) {
+  const Operand &input = c.inputs[0], &weight = c.inputs[1], &bias = c.inputs[2], &out = c.outputs[0];
+  if (out.numel() == 0) return;
+  conv2d_forward(out.dtype, conv_geometry(c.get<Conv2dAttrs>(), input, weight, out), input.data, weight.data, bias.data,
+                 out.data);
+}
+
+// inputs: grad_out, weight; outputs: grad_input.
+void conv2d_backward_input_kernel(const KernelCall& c) {
+  const Operand &grad_out = c.inputs[0], &weight = c.inputs[1], &grad_input = c.outputs[0];
+  if (grad_input.numel() == 0) return;
+  if (grad_out.numel() == 0) return zero(grad_input);
+  conv2d_backward_input(grad_input.dtype, conv_geometry(c.get<Conv2dAttrs>(), grad_input, weight, grad_out),
+                        grad_out.data, weight.data, grad_input.data);
+}
+
+// inputs: grad_out, input; outputs: grad_weight.
+void conv2d_backward_weight_kernel(const KernelCall& c) {
+  const Operand &grad_out = c.inputs[0], &input = c.inputs[1], &grad_weight = c.outputs[0];
+  if (grad_weight.numel() == 0) return;
+  if (grad_out.numel() == 0) return zero(grad_weight);
+  conv2d_backward_weight(grad_weight.dtype, conv_geometry(c.get<Conv2dAttrs>(), input, grad_weight, grad_out),
+                         grad_out.data, input.data, grad_weight.data);
+}
+
+}  // namespace
+
+void register_conv_kernels(KernelTable& table) {
+  table.add(OpKind::kConv2d, DeviceType::kCPU, conv2d_kernel, kFloat32Or64);
+  table.add(OpKind::kConv2dInputGrad, DeviceType::kCPU, conv2d_backward_input_kernel, kFloat32Or64);
+  table.add(OpKind::kConv2dWeightGrad, DeviceType::kCPU, conv2d_backward_weight_kernel, kFloat32Or64);
 }
 
 }  // namespace ember::cpu

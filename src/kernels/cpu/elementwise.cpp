@@ -10,6 +10,7 @@
 #include "kernels/cpu/elementwise_simd.h"
 #include "kernels/cpu/kernels.h"
 #include "kernels/cpu/parallel.h"
+#include "kernels/cpu/registry.h"
 #include "kernels/cpu/scalar_math.h"
 
 namespace ember::cpu {
@@ -106,9 +107,9 @@ To convert(From value) {
 
 void unary(OpKind op, DType dtype, void* out, const void* in, const Loop& loop) {
   switch (op) {
-#define EMBER_UNARY_CASE(kind, name, traits, flops, functor) \
-  case OpKind::k##kind:                                      \
-    return run_unary<OpKind::k##kind, scalar::functor>(dtype, out, in, loop);
+#define EMBER_UNARY_CASE(kind, name, traits, attrs, flops) \
+  case OpKind::k##kind:                                    \
+    return run_unary<OpKind::k##kind, scalar::kind>(dtype, out, in, loop);
     EMBER_UNARY_PRIMITIVES(EMBER_UNARY_CASE)
 #undef EMBER_UNARY_CASE
     default:
@@ -119,9 +120,9 @@ void unary(OpKind op, DType dtype, void* out, const void* in, const Loop& loop) 
 
 void binary(OpKind op, DType dtype, void* out, const void* a, const void* b, const Loop& loop) {
   switch (op) {
-#define EMBER_BINARY_CASE(kind, name, traits, flops, functor) \
-  case OpKind::k##kind:                                       \
-    return run_binary<OpKind::k##kind, scalar::functor>(dtype, out, a, b, loop);
+#define EMBER_BINARY_CASE(kind, name, traits, attrs, flops) \
+  case OpKind::k##kind:                                     \
+    return run_binary<OpKind::k##kind, scalar::kind>(dtype, out, a, b, loop);
     EMBER_BINARY_PRIMITIVES(EMBER_BINARY_CASE)
 #undef EMBER_BINARY_CASE
     default:
@@ -289,6 +290,61 @@ void fill(DType dtype, void* out, const Scalar& value, const Loop& loop) {
       });
     });
   });
+}
+
+// --- registry entries ----------------------------------------------------------------------------
+//
+// Operands: outputs[0] is the result, inputs broadcast to its shape. Unary and binary ops compute in
+// their inputs' dtype (the front-end has promoted them); the output is bool for kBoolResult ops.
+
+namespace {
+
+void unary_kernel(const KernelCall& c) {
+  const Operand &out = c.outputs[0], &x = c.inputs[0];
+  if (out.numel() == 0) return;
+  unary(c.kind, x.dtype, out.data, x.data, make_loop({&out, &x}));
+}
+
+void binary_kernel(const KernelCall& c) {
+  const Operand &out = c.outputs[0], &a = c.inputs[0], &b = c.inputs[1];
+  if (out.numel() == 0) return;
+  binary(c.kind, a.dtype, out.data, a.data, b.data, make_loop({&out, &a, &b}));
+}
+
+// inputs: condition (bool), a, b (the result's dtype).
+void where_kernel(const KernelCall& c) {
+  const Operand &out = c.outputs[0], &cond = c.inputs[0], &a = c.inputs[1], &b = c.inputs[2];
+  if (out.numel() == 0) return;
+  where(out.dtype, out.data, cond.ptr<const bool>(), a.data, b.data, make_loop({&out, &cond, &a, &b}));
+}
+
+// outputs[0] = inputs[0], converted to the output's dtype.
+void copy_kernel(const KernelCall& c) {
+  const Operand &dst = c.outputs[0], &src = c.inputs[0];
+  if (dst.numel() == 0) return;
+  copy(dst.dtype, src.dtype, dst.data, src.data, make_loop({&dst, &src}));
+}
+
+void fill_kernel(const KernelCall& c) {
+  const Operand& out = c.outputs[0];
+  if (out.numel() == 0) return;
+  fill(out.dtype, out.data, c.get<FillAttrs>().value, make_loop({&out}));
+}
+
+}  // namespace
+
+void register_elementwise_kernels(KernelTable& table) {
+#define EMBER_REGISTER_UNARY(kind, name, traits, attrs, flops) \
+  table.add(OpKind::k##kind, DeviceType::kCPU, unary_kernel, DTypeSet::all());
+  EMBER_UNARY_PRIMITIVES(EMBER_REGISTER_UNARY)
+#undef EMBER_REGISTER_UNARY
+#define EMBER_REGISTER_BINARY(kind, name, traits, attrs, flops) \
+  table.add(OpKind::k##kind, DeviceType::kCPU, binary_kernel, DTypeSet::all());
+  EMBER_BINARY_PRIMITIVES(EMBER_REGISTER_BINARY)
+#undef EMBER_REGISTER_BINARY
+  table.add(OpKind::kWhere, DeviceType::kCPU, where_kernel, {kBool});
+  table.add(OpKind::kCopy, DeviceType::kCPU, copy_kernel, DTypeSet::all());
+  table.add(OpKind::kFill, DeviceType::kCPU, fill_kernel, DTypeSet::all());
 }
 
 }  // namespace ember::cpu

@@ -96,10 +96,10 @@ int64_t binary_vectors(void* out_ptr, const void* a_ptr, bool a_scalar, const vo
 
 int64_t UnaryRow(OpKind op, DType dtype, void* out, const void* in, int64_t n) {
   switch (op) {
-#define EMBER_UNARY_CASE(kind, name, traits, flops, functor)                       \
-  case OpKind::k##kind:                                                            \
-    if (dtype == kFloat32) return unary_vectors<vec::functor, float>(out, in, n);  \
-    if (dtype == kFloat64) return unary_vectors<vec::functor, double>(out, in, n); \
+#define EMBER_UNARY_CASE(kind, name, traits, attrs, flops)                      \
+  case OpKind::k##kind:                                                         \
+    if (dtype == kFloat32) return unary_vectors<vec::kind, float>(out, in, n);  \
+    if (dtype == kFloat64) return unary_vectors<vec::kind, double>(out, in, n); \
     return 0;
     EMBER_UNARY_PRIMITIVES(EMBER_UNARY_CASE)
 #undef EMBER_UNARY_CASE
@@ -111,10 +111,10 @@ int64_t UnaryRow(OpKind op, DType dtype, void* out, const void* in, int64_t n) {
 int64_t BinaryRow(OpKind op, DType dtype, void* out, const void* a, bool a_scalar, const void* b, bool b_scalar,
                   int64_t n) {
   switch (op) {
-#define EMBER_BINARY_CASE(kind, name, traits, flops, functor)                                             \
-  case OpKind::k##kind:                                                                                   \
-    if (dtype == kFloat32) return binary_vectors<vec::functor, float>(out, a, a_scalar, b, b_scalar, n);  \
-    if (dtype == kFloat64) return binary_vectors<vec::functor, double>(out, a, a_scalar, b, b_scalar, n); \
+#define EMBER_BINARY_CASE(kind, name, traits, attrs, flops)                                            \
+  case OpKind::k##kind:                                                                                \
+    if (dtype == kFloat32) return binary_vectors<vec::kind, float>(out, a, a_scalar, b, b_scalar, n);  \
+    if (dtype == kFloat64) return binary_vectors<vec::kind, double>(out, a, a_scalar, b, b_scalar, n); \
     return 0;
     EMBER_BINARY_PRIMITIVES(EMBER_BINARY_CASE)
 #undef EMBER_BINARY_CASE

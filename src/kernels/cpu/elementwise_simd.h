@@ -6,7 +6,7 @@
 #include <cstdint>
 
 #include "ember/dtype.h"
-#include "ops/primitives.h"
+#include "ember/primitives.h"
 
 namespace ember::cpu::simd {
 

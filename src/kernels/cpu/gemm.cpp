@@ -72,6 +72,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -79,6 +80,7 @@
 
 #include "ember/error.h"
 #include "kernels/cpu/parallel.h"
+#include "kernels/cpu/registry.h"
 #include "kernels/cpu/scalar_math.h"
 
 // Target-independent helpers, compiled once (this file is included once per Highway target).
@@ -188,7 +190,7 @@ template <class T>
 struct Epilogue {
   T alpha, beta;
   const T* bias;
-  GemmActivation activation;
+  Activation activation;
   const T* residual;
   int64_t residual_row_stride, residual_col_stride;
 };
@@ -208,17 +210,17 @@ struct Problem {
 
 // The activation on one value: the scalar reference (scalar_math.h), computed in T.
 template <class T>
-inline T activate(GemmActivation activation, T v) {
+inline T activate(Activation activation, T v) {
   switch (activation) {
-    case GemmActivation::kNone:
+    case Activation::kNone:
       return v;
-    case GemmActivation::kRelu:
+    case Activation::kRelu:
       return scalar::Relu()(v);
-    case GemmActivation::kGeluErf:
+    case Activation::kGeluErf:
       return scalar::GeluErf()(v);
-    case GemmActivation::kGeluTanh:
+    case Activation::kGeluTanh:
       return scalar::GeluTanh()(v);
-    case GemmActivation::kSilu:
+    case Activation::kSilu:
       return scalar::Silu()(v);
   }
   return v;
@@ -332,17 +334,17 @@ HWY_INLINE V activate_with(D d, V x) {
   }
 }
 template <class D, class V = hn::Vec<D>>
-HWY_INLINE V activate(D d, GemmActivation activation, V x) {
+HWY_INLINE V activate(D d, Activation activation, V x) {
   switch (activation) {
-    case GemmActivation::kNone:
+    case Activation::kNone:
       return x;
-    case GemmActivation::kRelu:
+    case Activation::kRelu:
       return activate_with<vec::Relu, scalar::Relu>(d, x);
-    case GemmActivation::kGeluErf:
+    case Activation::kGeluErf:
       return activate_with<vec::GeluErf, scalar::GeluErf>(d, x);
-    case GemmActivation::kGeluTanh:
+    case Activation::kGeluTanh:
       return activate_with<vec::GeluTanh, scalar::GeluTanh>(d, x);
-    case GemmActivation::kSilu:
+    case Activation::kSilu:
       return activate_with<vec::Silu, scalar::Silu>(d, x);
   }
   return x;
@@ -388,7 +390,7 @@ HWY_INLINE void write_tile(D d, const V* acc0, const V* acc1, const Tile<T>& t) 
   const Epilogue<T>& e = *t.epilogue;
   if (t.rows == MR && t.cols == nr && t.col_stride == 1) {
     const V alpha = hn::Set(d, e.alpha), beta = hn::Set(d, e.beta);
-    const bool finishing = t.last && (e.activation != GemmActivation::kNone || e.residual != nullptr);
+    const bool finishing = t.last && (e.activation != Activation::kNone || e.residual != nullptr);
 #pragma GCC unroll 16
     for (int64_t r = 0; r < MR; ++r) {
       T* c = t.c + r * t.row_stride;
@@ -689,7 +691,7 @@ HWY_INLINE void store_sums(D d, const Problem<T>& p, int64_t i, int64_t j, hn::V
     auto x = hn::Mul(hn::Set(d, e.alpha), sums);
     if (e.beta != T(0)) x = hn::MulAdd(hn::Set(d, e.beta), hn::LoadU(d, c), x);
     if (e.bias != nullptr) x = hn::Add(x, hn::LoadU(d, e.bias + j));
-    if (e.activation != GemmActivation::kNone || e.residual != nullptr) x = finish_last(d, e, x, i, j);
+    if (e.activation != Activation::kNone || e.residual != nullptr) x = finish_last(d, e, x, i, j);
     hn::StoreU(x, d, c);
     return;
   }
@@ -957,7 +959,7 @@ void solve_half(const GemmArgs& g, const S* a, const S* b, S* c, const S* residu
   for (int64_t p = 0; p < k; ++p) {
     for (int64_t j = 0; j < n; ++j) b32[p * n + j] = static_cast<float>(b[p * g.b_row_stride + j * g.b_col_stride]);
   }
-  const Epilogue<float> none{1.0f, 0.0f, nullptr, GemmActivation::kNone, nullptr, 0, 0};
+  const Epilogue<float> none{1.0f, 0.0f, nullptr, Activation::kNone, nullptr, 0, 0};
   solve_simd(Problem<float>{m, n, k, a32, k, 1, b32, n, 1, c32, n, 1, none}, threads);
   const S* bias = static_cast<const S*>(g.bias);
   const float alpha = static_cast<float>(g.alpha), beta = static_cast<float>(g.beta);
@@ -1025,8 +1027,8 @@ void gemm_batched(const GemmArgs& g, int64_t batch, const int64_t* a_offsets, co
       };
       if constexpr (!std::is_floating_point_v<T> && !std::is_same_v<T, Half> && !std::is_same_v<T, BFloat16>) {
         // Checked here, before any thread starts: an exception must not leave an OpenMP region.
-        EMBER_CHECK(g.activation == GemmActivation::kNone,
-                    "[gemm] a fused activation needs a floating-point dtype, got ", g.dtype);
+        EMBER_CHECK(g.activation == Activation::kNone, "[gemm] a fused activation needs a floating-point dtype, got ",
+                    g.dtype);
       }
       // Threads over the batch when the problems are too small to split, or when there are enough
       // of them to keep every thread busy; otherwise inside each problem.
@@ -1047,6 +1049,125 @@ void gemm_batched(const GemmArgs& g, int64_t batch, const int64_t* a_offsets, co
 void gemm_force_wide_tile_for_testing(bool on) { gemm_detail::force_wide_tile.store(on); }
 
 const char* gemm_micro_kernel_name() { return gemm_detail::micro_kernel_name(); }
+
+// --- registry entry --------------------------------------------------------------------------------
+
+namespace {
+
+// The stride of dims [0, count) of (sizes, strides) merged into one dim, if they can be: each dim
+// must step exactly over the one inside it (size-1 dims don't count).
+std::optional<int64_t> merged_stride(const int64_t* sizes, const int64_t* strides, int count) {
+  std::optional<int64_t> inner;
+  int64_t expected = 0;
+  for (int d = count - 1; d >= 0; --d) {
+    if (sizes[d] == 1) continue;
+    if (!inner) {
+      inner = strides[d];
+    } else if (strides[d] != expected) {
+      return std::nullopt;
+    }
+    expected = strides[d] * sizes[d];
+  }
+  return inner.value_or(1);
+}
+
+// Matmul. inputs: a (batch..., m, k), b (batch..., k, n), bias (n), (1) or () or absent, residual
+// (batch..., m, n) or absent; outputs: c (batch..., m, n). a, b and the residual have c's batch dims,
+// stepping by 0 where they are broadcast; c must not overlap the inputs (the front-end sees to both).
+// A b shared by the whole batch whose a and c rows can be laid end to end (x of any rank times a
+// 2-D matrix: the linear case) is one tall GEMM; other batches go to gemm_batched with per-problem
+// offsets.
+void matmul_kernel(const KernelCall& call) {
+  const Operand &a = call.inputs[0], &b = call.inputs[1], &bias = call.inputs[2], &residual = call.inputs[3];
+  const Operand& c = call.outputs[0];
+  if (c.numel() == 0) return;
+  const MatmulAttrs& attrs = call.get<MatmulAttrs>();
+  GemmArgs args;
+  args.dtype = c.dtype;
+  args.m = c.size(-2);
+  args.n = c.size(-1);
+  args.k = a.size(-1);
+  args.a = a.data;
+  args.a_row_stride = a.stride(-2);
+  args.a_col_stride = a.stride(-1);
+  args.b = b.data;
+  args.b_row_stride = b.stride(-2);
+  args.b_col_stride = b.stride(-1);
+  args.c = c.data;
+  args.c_row_stride = c.stride(-2);
+  args.c_col_stride = c.stride(-1);
+  args.alpha = attrs.alpha;
+  args.beta = attrs.beta;
+  args.activation = attrs.activation;
+  if (bias.defined()) {
+    args.bias = bias.data;
+    args.bias_stride = bias.dim() == 0 || bias.size(0) == 1 ? 0 : bias.stride(0);  // size 1: broadcast
+  }
+  if (residual.defined()) {
+    args.residual = residual.data;
+    args.residual_row_stride = residual.stride(-2);
+    args.residual_col_stride = residual.stride(-1);
+  }
+
+  const int nb = c.dim() - 2;
+  const int64_t* batch = c.shape->data();
+  bool b_shared = !residual.defined();
+  for (int d = 0; d < nb; ++d) b_shared = b_shared && (b.stride(d) == 0 || batch[d] == 1);
+  if (b_shared) {
+    // One matrix on the right: lay the rows of every batch end to end if both a and c allow it.
+    int64_t rows[kMaxDims], a_rows[kMaxDims], c_rows[kMaxDims];
+    for (int d = 0; d <= nb; ++d) {
+      rows[d] = batch[d];
+      a_rows[d] = a.stride(d);
+      c_rows[d] = c.stride(d);
+    }
+    const std::optional<int64_t> a_stride = merged_stride(rows, a_rows, nb + 1);
+    const std::optional<int64_t> c_stride = merged_stride(rows, c_rows, nb + 1);
+    if (a_stride && c_stride) {
+      int64_t m = 1;
+      for (int d = 0; d <= nb; ++d) m *= rows[d];
+      args.m = m;
+      args.a_row_stride = *a_stride;
+      args.c_row_stride = *c_stride;
+      gemm(args);
+      return;
+    }
+  }
+  int64_t count = 1;
+  for (int d = 0; d < nb; ++d) count *= batch[d];
+  std::vector<int64_t> offsets(static_cast<size_t>(4 * count));
+  int64_t* a_offsets = offsets.data();
+  int64_t* b_offsets = a_offsets + count;
+  int64_t* c_offsets = b_offsets + count;
+  int64_t* r_offsets = c_offsets + count;
+  int64_t index[kMaxDims] = {};
+  int64_t a_offset = 0, b_offset = 0, c_offset = 0, r_offset = 0;
+  for (int64_t i = 0; i < count; ++i) {
+    a_offsets[i] = a_offset;
+    b_offsets[i] = b_offset;
+    c_offsets[i] = c_offset;
+    r_offsets[i] = r_offset;
+    for (int d = nb - 1; d >= 0; --d) {  // step the batch index, last dim fastest
+      a_offset += a.stride(d);
+      b_offset += b.stride(d);
+      c_offset += c.stride(d);
+      if (residual.defined()) r_offset += residual.stride(d);
+      if (++index[d] < batch[d]) break;
+      a_offset -= a.stride(d) * batch[d];
+      b_offset -= b.stride(d) * batch[d];
+      c_offset -= c.stride(d) * batch[d];
+      if (residual.defined()) r_offset -= residual.stride(d) * batch[d];
+      index[d] = 0;
+    }
+  }
+  gemm_batched(args, count, a_offsets, b_offsets, c_offsets, residual.defined() ? r_offsets : nullptr);
+}
+
+}  // namespace
+
+void register_gemm_kernels(KernelTable& table) {
+  table.add(OpKind::kMatmul, DeviceType::kCPU, matmul_kernel, DTypeSet::all().without(kBool));
+}
 
 }  // namespace ember::cpu
 #endif  // HWY_ONCE

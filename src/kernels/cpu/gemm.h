@@ -7,12 +7,13 @@
 
 #include <cstdint>
 
+#include "ember/attrs.h"
 #include "ember/dtype.h"
 
 namespace ember::cpu {
 
-// The elementwise function of the epilogue (PyTorch's relu, gelu(approximate="none"|"tanh"), silu).
-enum class GemmActivation : uint8_t { kNone, kRelu, kGeluErf, kGeluTanh, kSilu };
+// The elementwise function of the epilogue is ember::Activation (ember/attrs.h): PyTorch's relu,
+// gelu(approximate="none"|"tanh"), silu.
 
 // One problem. Element (i, j) of a matrix lives at data[i * row_stride + j * col_stride]; strides
 // are in elements and may be 0 on the inputs (a broadcast row or column). C must not overlap A, B
@@ -41,7 +42,7 @@ struct GemmArgs {
   const void* bias = nullptr;
   int64_t bias_stride = 1;
   // Applied after alpha, beta and the bias. Floating dtypes only (integers throw).
-  GemmActivation activation = GemmActivation::kNone;
+  Activation activation = Activation::kNone;
   // (m, n) or null: added elementwise after the activation, C[i, j] += R[i, j] with R at any strides
   // (0 broadcasts). Must not overlap C.
   const void* residual = nullptr;

@@ -7,11 +7,11 @@
 #include <atomic>
 #include <cstring>
 #include <limits>
-#include <mutex>
 #include <type_traits>
 
 #include "ember/error.h"
 #include "kernels/cpu/parallel.h"
+#include "kernels/cpu/registry.h"
 
 namespace ember::cpu {
 namespace {
@@ -182,19 +182,6 @@ std::optional<int64_t> scatter_add(DType dtype, void* out, const void* src, cons
   });
 }
 
-void min_max(const int64_t* values, int64_t n, int64_t* min, int64_t* max) {
-  int64_t lo = std::numeric_limits<int64_t>::max(), hi = std::numeric_limits<int64_t>::min();
-  std::mutex mutex;
-  parallel_for(0, n, kElementwiseGrain, [&](int64_t begin, int64_t end) {
-    const auto [first, last] = std::minmax_element(values + begin, values + end);
-    const std::lock_guard<std::mutex> lock(mutex);
-    lo = std::min(lo, *first);
-    hi = std::max(hi, *last);
-  });
-  *min = lo;
-  *max = hi;
-}
-
 std::optional<int64_t> one_hot(int64_t* out, const int64_t* index, int64_t n, int64_t num_classes) {
   BadIndex bad;
   parallel_for(0, n, grain_for(num_classes, kCopyGrainBytes / 8), [&](int64_t begin, int64_t end) {
@@ -210,6 +197,88 @@ std::optional<int64_t> one_hot(int64_t* out, const int64_t* index, int64_t n, in
     }
   });
   return bad.result();
+}
+
+// --- registry entries ----------------------------------------------------------------------------
+//
+// The indexed dim is DimAttrs::dim. A 0-dim input, index or output is taken as a 1-D tensor of one
+// element (the front-ends pass them so). A bad index becomes "[op] index i is out of bounds for
+// dimension d with size n".
+
+namespace {
+
+void check_index(const KernelCall& c, std::optional<int64_t> bad, int64_t dim, int64_t size) {
+  EMBER_CHECK(!bad, "[", c.name, "] index ", *bad, " is out of bounds for dimension ", dim, " with size ", size);
+}
+
+// inputs: src (contiguous, at least 1-D), index (at most 1-D, int32 or int64); outputs: src's
+// shape with `count` rows along dim (or a 0-dim tensor for a 0-dim input, taken as 1-D).
+void index_select_kernel(const KernelCall& c) {
+  const Operand &src = c.inputs[0], &index = c.inputs[1], &out = c.outputs[0];
+  const int d = static_cast<int>(c.get<DimAttrs>().dim);
+  int64_t outer = 1, inner = 1;
+  for (int k = 0; k < d; ++k) outer *= src.size(k);
+  for (int k = d + 1; k < src.dim(); ++k) inner *= src.size(k);
+  const int64_t size = src.size(d);
+  const std::optional<int64_t> bad =
+      index_select(out.data, src.data, outer, size, inner * dtype_size(src.dtype), index.data, index.dtype,
+                   index.numel(), index.dim() == 0 ? 1 : index.stride(0));
+  check_index(c, bad, d, size);
+}
+
+// The line geometry of gather/scatter_add over `index`'s shape along dim d. `out` and `data` are
+// operands 0 and 1; only their strides are read (their sizes may exceed the index's).
+IndexLines index_lines(const Operand& out, const Operand& data, const Operand& index, int d, int64_t bound) {
+  Shape shape = *index.shape;
+  shape[d] = 1;  // make_loop drops size-1 dims: one loop element per line
+  const Strides* strides[3] = {out.strides, data.strides, index.strides};
+  IndexLines g;
+  g.lines = make_loop(shape, strides, 3);
+  g.length = index.size(d);
+  g.dim_strides[0] = out.stride(d);
+  g.dim_strides[1] = data.stride(d);
+  g.dim_strides[2] = index.stride(d);
+  g.bound = bound;
+  return g;
+}
+
+// inputs: x, index (same rank, no larger than x except along dim); outputs: the index's shape.
+void gather_kernel(const KernelCall& c) {
+  const Operand &x = c.inputs[0], &index = c.inputs[1], &out = c.outputs[0];
+  if (index.numel() == 0) return;
+  const int d = static_cast<int>(c.get<DimAttrs>().dim);
+  const int64_t size = x.size(d);
+  check_index(c, gather(x.dtype, out.data, x.data, index.data, index.dtype, index_lines(out, x, index, d, size)), d,
+              size);
+}
+
+// inputs: index, src; outputs: the tensor scattered into (read and updated in place).
+void scatter_add_kernel(const KernelCall& c) {
+  const Operand &index = c.inputs[0], &src = c.inputs[1], &out = c.outputs[0];
+  if (index.numel() == 0) return;
+  const int d = static_cast<int>(c.get<DimAttrs>().dim);
+  const int64_t size = out.size(d);
+  check_index(
+      c, scatter_add(out.dtype, out.data, src.data, index.data, index.dtype, index_lines(out, src, index, d, size)), d,
+      size);
+}
+
+// inputs: index (int64, contiguous); outputs: (index..., num_classes) int64.
+void one_hot_kernel(const KernelCall& c) {
+  const Operand &index = c.inputs[0], &out = c.outputs[0];
+  if (index.numel() == 0) return;
+  const int64_t classes = out.size(-1);
+  const std::optional<int64_t> bad = one_hot(out.ptr<int64_t>(), index.ptr<const int64_t>(), index.numel(), classes);
+  EMBER_CHECK(!bad, "[", c.name, "] class value ", *bad, " is out of range for ", classes, " classes");
+}
+
+}  // namespace
+
+void register_indexing_kernels(KernelTable& table) {
+  table.add(OpKind::kIndexSelect, DeviceType::kCPU, index_select_kernel, DTypeSet::all());
+  table.add(OpKind::kGather, DeviceType::kCPU, gather_kernel, DTypeSet::all());
+  table.add(OpKind::kScatterAdd, DeviceType::kCPU, scatter_add_kernel, {kInt32, kInt64});
+  table.add(OpKind::kOneHot, DeviceType::kCPU, one_hot_kernel, {kInt64});
 }
 
 }  // namespace ember::cpu

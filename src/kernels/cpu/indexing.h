@@ -47,9 +47,6 @@ struct IndexLines {
 [[nodiscard]] std::optional<int64_t> scatter_add(DType dtype, void* out, const void* src, const void* index,
                                                  DType index_dtype, const IndexLines& geometry);
 
-// The smallest and largest of n > 0 contiguous int64 values.
-void min_max(const int64_t* values, int64_t n, int64_t* min, int64_t* max);
-
 // out (n, num_classes) = 0, except out[i, index[i]] = 1. index: n contiguous values.
 [[nodiscard]] std::optional<int64_t> one_hot(int64_t* out, const int64_t* index, int64_t n, int64_t num_classes);
 

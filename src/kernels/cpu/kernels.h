@@ -5,9 +5,9 @@
 #include <cstdint>
 
 #include "ember/dtype.h"
+#include "ember/primitives.h"
 #include "ember/scalar.h"
 #include "kernels/cpu/loop.h"
-#include "ops/primitives.h"
 
 namespace ember::cpu {
 

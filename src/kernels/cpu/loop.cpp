@@ -40,4 +40,36 @@ Loop make_loop(const Shape& shape, const Strides* const* strides, int num_operan
   return loop;
 }
 
+Loop make_loop(std::initializer_list<const Operand*> operands) {
+  const Operand& out = **operands.begin();
+  const Shape& shape = *out.shape;
+  const int num_operands = static_cast<int>(operands.size());
+  bool flat = true;
+  for (const Operand* o : operands) flat = flat && *o->shape == shape && o->is_contiguous();
+  if (flat) {
+    Loop loop;
+    loop.ndim = 1;
+    loop.num_operands = num_operands;
+    loop.numel = shape.numel();
+    loop.sizes[0] = loop.numel;
+    for (int k = 0; k < num_operands; ++k) loop.strides[k][0] = 1;
+    return loop;
+  }
+  Strides strides[kMaxOperands];
+  const Strides* pointers[kMaxOperands];
+  const int nd = shape.size();
+  int k = 0;
+  for (const Operand* o : operands) {
+    strides[k] = Strides(nd);
+    const int od = o->dim();
+    for (int i = 0; i < nd; ++i) {
+      const int j = od - nd + i;
+      strides[k][i] = (j < 0 || (*o->shape)[j] == 1) ? 0 : (*o->strides)[j];
+    }
+    pointers[k] = &strides[k];
+    ++k;
+  }
+  return make_loop(shape, pointers, num_operands);
+}
+
 }  // namespace ember::cpu

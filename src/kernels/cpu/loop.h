@@ -5,7 +5,9 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 
+#include "base/kernel.h"
 #include "ember/shape.h"
 
 namespace ember::cpu {
@@ -26,6 +28,11 @@ struct Loop {
 // Builds a collapsed Loop for `num_operands` operands of shape `shape` (operand 0 is usually the
 // output). `strides[k]` are operand k's strides for exactly this shape.
 Loop make_loop(const Shape& shape, const Strides* const* strides, int num_operands);
+
+// The Loop of an elementwise kernel call: the first operand (the output) gives the shape; the
+// others broadcast to it (a missing leading dim or a size-1 dim steps by 0). When every operand is
+// contiguous with the output's shape, the Loop is one flat row without any stride analysis.
+Loop make_loop(std::initializer_list<const Operand*> operands);
 
 // Calls row(ptrs, n) for every inner row of the flattened range [begin, end). ptrs[k] points at
 // operand k's first element of that row; element sizes are in `element_sizes` (bytes).

@@ -227,6 +227,8 @@ void CeBackwardRows(const ClassLossArgs& a, const void* scores, const void* lse,
 HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
+#include "ember/error.h"
+#include "kernels/cpu/registry.h"
 namespace ember::cpu {
 
 HWY_EXPORT(CeForwardRows);
@@ -321,6 +323,79 @@ void nll_loss_backward(const ClassLossArgs& args, const void* scale, int64_t sca
     using T = decltype(zero);
     nll_backward(args, static_cast<const T*>(scale), scale_stride, static_cast<T*>(grad));
   });
+}
+
+// --- registry entries ----------------------------------------------------------------------------
+//
+// Operands: scores (C), (N, C) or (N, C, d...), contiguous; target int64 of the scores' shape
+// without the class dim, contiguous; per-position losses, log-sum-exps and gradient scales have the
+// target's shape (a scale of one element applies to every position: a reduced loss).
+
+namespace {
+
+ClassLossArgs class_loss_args(const KernelCall& c, const Operand& scores, const Operand& target) {
+  const ClassLossAttrs& attrs = c.get<ClassLossAttrs>();
+  ClassLossArgs a;
+  a.dtype = scores.dtype;
+  a.classes = scores.dim() >= 2 ? scores.size(1) : scores.size(0);
+  a.outer = scores.dim() >= 2 ? scores.size(0) : 1;
+  a.inner = scores.dim() >= 2 && a.outer > 0 && a.classes > 0 ? scores.numel() / (a.outer * a.classes) : 1;
+  a.target = target.ptr<const int64_t>();
+  a.ignore_index = attrs.ignore_index;
+  a.label_smoothing = attrs.label_smoothing;
+  return a;
+}
+
+// Every target must be a class or ignore_index; checked before any kernel runs (kernels never throw
+// inside a parallel region).
+void check_targets(const KernelCall& c, const ClassLossArgs& a, const Operand& target) {
+  const int64_t positions = target.numel();
+  for (int64_t i = 0; i < positions; ++i) {
+    const int64_t t = a.target[i];
+    if (t == a.ignore_index) continue;
+    EMBER_CHECK(t >= 0 && t < a.classes, "[", c.name, "] target ", t, " at position ", i,
+                " (flattened target of shape ", *target.shape, ") is out of bounds for ", a.classes,
+                " classes: expected a class in [0, ", a.classes, ") or ignore_index (", a.ignore_index, ")");
+  }
+}
+
+int64_t scale_stride(const Operand& scale) { return scale.numel() == 1 ? 0 : 1; }
+
+// inputs: scores, target; outputs: loss, lse (per position).
+void cross_entropy_forward_kernel(const KernelCall& c) {
+  const Operand &scores = c.inputs[0], &target = c.inputs[1];
+  const ClassLossArgs a = class_loss_args(c, scores, target);
+  check_targets(c, a, target);
+  if (c.outputs[0].numel() > 0) cross_entropy_forward(a, scores.data, c.outputs[0].data, c.outputs[1].data);
+}
+// inputs: scores, target, lse, scale; outputs: the scores' gradient.
+void cross_entropy_backward_kernel(const KernelCall& c) {
+  const Operand &scores = c.inputs[0], &target = c.inputs[1], &scale = c.inputs[3], &grad = c.outputs[0];
+  if (grad.numel() == 0) return;
+  cross_entropy_backward(class_loss_args(c, scores, target), scores.data, c.inputs[2].data, scale.data,
+                         scale_stride(scale), grad.data);
+}
+// inputs: scores (log-probabilities), target; outputs: loss (per position).
+void nll_loss_forward_kernel(const KernelCall& c) {
+  const Operand &scores = c.inputs[0], &target = c.inputs[1];
+  const ClassLossArgs a = class_loss_args(c, scores, target);
+  check_targets(c, a, target);
+  if (c.outputs[0].numel() > 0) nll_loss_forward(a, scores.data, c.outputs[0].data);
+}
+// inputs: target, scale; outputs: the scores' gradient (whose shape gives the classes).
+void nll_loss_backward_kernel(const KernelCall& c) {
+  const Operand &target = c.inputs[0], &scale = c.inputs[1], &grad = c.outputs[0];
+  if (grad.numel() == 0) return;
+  nll_loss_backward(class_loss_args(c, grad, target), scale.data, scale_stride(scale), grad.data);
+}
+
+}  // namespace
+
+void register_loss_kernels(KernelTable& table) {
+  table.add(OpKind::kCrossEntropyForward, DeviceType::kCPU, cross_entropy_forward_kernel, kFloat32Or64);
+  table.add(OpKind::kCrossEntropyGrad, DeviceType::kCPU, cross_entropy_backward_kernel, kFloat32Or64);
+  table.add(OpKind::kNllLossForward, DeviceType::kCPU, nll_loss_forward_kernel, kFloat32Or64);
+  table.add(OpKind::kNllLossGrad, DeviceType::kCPU, nll_loss_backward_kernel, {kInt64});
 }
 
 }  // namespace ember::cpu

@@ -194,6 +194,7 @@ void RowNormBackward(DType dtype, int64_t begin, int64_t end, int64_t cols, bool
 HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
+#include "kernels/cpu/registry.h"
 namespace ember::cpu {
 namespace {
 
@@ -403,6 +404,96 @@ void row_norm_backward(DType dtype, int64_t rows, int64_t cols, bool center, con
       }
     });
   });
+}
+
+// --- registry entries ----------------------------------------------------------------------------
+//
+// Operands are contiguous and of one float dtype. Optional operands (weight, bias, a gradient that
+// is not needed) may be absent; their data pointers are then null, which the kernels accept.
+
+namespace {
+
+// x (outer, channels, inner...) seen as the kernels' three sizes.
+struct ChannelSizes {
+  int64_t outer, channels, inner;
+};
+ChannelSizes channel_sizes(const Operand& x) {
+  const int64_t outer = x.size(0), channels = x.size(1);
+  return {outer, channels, channels == 0 || outer == 0 ? 0 : x.numel() / (outer * channels)};
+}
+
+// inputs: x (N, C, ...); outputs: mean (C), biased var (C).
+void batch_norm_stats_kernel(const KernelCall& c) {
+  const Operand& x = c.inputs[0];
+  const ChannelSizes z = channel_sizes(x);
+  channel_stats(x.dtype, z.outer, z.channels, z.inner, x.data, c.outputs[0].data, c.outputs[1].data);
+}
+// inputs: x, scale (C), shift (C); outputs: y = x * scale[c] + shift[c].
+void batch_norm_apply_kernel(const KernelCall& c) {
+  const Operand& x = c.inputs[0];
+  if (x.numel() == 0) return;
+  const ChannelSizes z = channel_sizes(x);
+  channel_affine(x.dtype, z.outer, z.channels, z.inner, x.data, c.inputs[1].data, c.inputs[2].data, c.outputs[0].data);
+}
+// inputs: x, grad_out, mean, invstd, weight; outputs: grad_in, grad_weight, grad_bias.
+void batch_norm_backward_kernel(const KernelCall& c) {
+  const Operand& x = c.inputs[0];
+  const ChannelSizes z = channel_sizes(x);
+  batch_norm_backward(x.dtype, z.outer, z.channels, z.inner, c.get<BatchNormAttrs>().training, x.data, c.inputs[1].data,
+                      c.inputs[2].data, c.inputs[3].data, c.inputs[4].data, c.outputs[0].data, c.outputs[1].data,
+                      c.outputs[2].data);
+}
+
+// The rows and columns of a layer or RMS norm over x's trailing normalized_shape dims.
+struct RowSizes {
+  int64_t rows, cols;
+};
+RowSizes row_sizes(const KernelCall& c) {
+  const int64_t cols = c.get<LayerNormAttrs>().normalized_shape.numel();
+  return {cols == 0 ? 0 : c.inputs[0].numel() / cols, cols};
+}
+
+// layer_norm: inputs x, weight, bias; outputs y, mean, rstd (one per row).
+void layer_norm_kernel(const KernelCall& c) {
+  const Operand& x = c.inputs[0];
+  if (x.numel() == 0) return;
+  const RowSizes z = row_sizes(c);
+  row_norm_forward(x.dtype, z.rows, z.cols, c.get<LayerNormAttrs>().eps, true, x.data, c.inputs[1].data,
+                   c.inputs[2].data, c.outputs[0].data, c.outputs[1].data, c.outputs[2].data);
+}
+// rms_norm: inputs x, weight; outputs y, rstd.
+void rms_norm_kernel(const KernelCall& c) {
+  const Operand& x = c.inputs[0];
+  if (x.numel() == 0) return;
+  const RowSizes z = row_sizes(c);
+  row_norm_forward(x.dtype, z.rows, z.cols, c.get<LayerNormAttrs>().eps, false, x.data, c.inputs[1].data, nullptr,
+                   c.outputs[0].data, nullptr, c.outputs[1].data);
+}
+// layer_norm's backward: inputs x, grad_out, mean, rstd, weight; outputs grad_in, grad_weight, grad_bias.
+void layer_norm_backward_kernel(const KernelCall& c) {
+  const Operand& x = c.inputs[0];
+  const RowSizes z = row_sizes(c);
+  row_norm_backward(x.dtype, z.rows, z.cols, true, x.data, c.inputs[1].data, c.inputs[2].data, c.inputs[3].data,
+                    c.inputs[4].data, c.outputs[0].data, c.outputs[1].data, c.outputs[2].data);
+}
+// rms_norm's backward: inputs x, grad_out, rstd, weight; outputs grad_in, grad_weight.
+void rms_norm_backward_kernel(const KernelCall& c) {
+  const Operand& x = c.inputs[0];
+  const RowSizes z = row_sizes(c);
+  row_norm_backward(x.dtype, z.rows, z.cols, false, x.data, c.inputs[1].data, nullptr, c.inputs[2].data,
+                    c.inputs[3].data, c.outputs[0].data, c.outputs[1].data, nullptr);
+}
+
+}  // namespace
+
+void register_norm_kernels(KernelTable& table) {
+  table.add(OpKind::kBatchNormStats, DeviceType::kCPU, batch_norm_stats_kernel, kFloat32Or64);
+  table.add(OpKind::kBatchNormApply, DeviceType::kCPU, batch_norm_apply_kernel, kFloat32Or64);
+  table.add(OpKind::kBatchNormGrad, DeviceType::kCPU, batch_norm_backward_kernel, kFloat32Or64);
+  table.add(OpKind::kLayerNorm, DeviceType::kCPU, layer_norm_kernel, kFloat32Or64);
+  table.add(OpKind::kLayerNormGrad, DeviceType::kCPU, layer_norm_backward_kernel, kFloat32Or64);
+  table.add(OpKind::kRmsNorm, DeviceType::kCPU, rms_norm_kernel, kFloat32Or64);
+  table.add(OpKind::kRmsNormGrad, DeviceType::kCPU, rms_norm_backward_kernel, kFloat32Or64);
 }
 
 }  // namespace ember::cpu

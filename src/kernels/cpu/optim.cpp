@@ -67,7 +67,7 @@ void run(const Update& update, T* param, const T* grad, T* s0, T* s1, T* s2, int
 }
 
 template <class T>
-void sgd_row(const SgdStep& s, T* param, const T* grad, T* buf, int64_t n) {
+void sgd_row(const SgdAttrs& s, T* param, const T* grad, T* buf, int64_t n) {
   const T weight_decay = static_cast<T>(s.weight_decay);
   const T momentum = static_cast<T>(s.momentum);
   const T one_minus_dampening = static_cast<T>(1.0 - s.dampening);
@@ -92,7 +92,7 @@ void sgd_row(const SgdStep& s, T* param, const T* grad, T* buf, int64_t n) {
 }
 
 template <class T>
-void adam_row(const AdamStep& s, T* param, const T* grad, T* exp_avg, T* exp_avg_sq, T* max_exp_avg_sq, int64_t n) {
+void adam_row(const AdamAttrs& s, T* param, const T* grad, T* exp_avg, T* exp_avg_sq, T* max_exp_avg_sq, int64_t n) {
   const T decay_factor = static_cast<T>(1.0 - s.lr * s.weight_decay);
   const T weight_decay = static_cast<T>(s.weight_decay);
   const T weight1 = static_cast<T>(1.0 - s.beta1);  // lerp weight
@@ -133,7 +133,7 @@ void adam_row(const AdamStep& s, T* param, const T* grad, T* exp_avg, T* exp_avg
 }
 
 template <class T>
-void adagrad_row(const AdagradStep& s, T* param, const T* grad, T* sum, int64_t n) {
+void adagrad_row(const AdagradAttrs& s, T* param, const T* grad, T* sum, int64_t n) {
   const T weight_decay = static_cast<T>(s.weight_decay);
   const T eps = static_cast<T>(s.eps);
   const T neg_clr = static_cast<T>(-s.clr);
@@ -151,7 +151,7 @@ void adagrad_row(const AdagradStep& s, T* param, const T* grad, T* sum, int64_t 
 }
 
 template <class T>
-void rmsprop_row(const RmspropStep& s, T* param, const T* grad, T* square_avg, T* grad_avg, T* buf, int64_t n) {
+void rmsprop_row(const RmspropAttrs& s, T* param, const T* grad, T* square_avg, T* grad_avg, T* buf, int64_t n) {
   const T weight_decay = static_cast<T>(s.weight_decay);
   const T alpha = static_cast<T>(s.alpha);
   const T one_minus_alpha = static_cast<T>(1.0 - s.alpha);  // also grad_avg's lerp weight
@@ -188,7 +188,7 @@ void rmsprop_row(const RmspropStep& s, T* param, const T* grad, T* square_avg, T
 }
 
 // One entry point per optimizer and target; the dtype is float32 or float64 (checked by the caller).
-void SgdRow(DType dtype, const SgdStep& s, void* param, const void* grad, void* buf, int64_t begin, int64_t end) {
+void SgdRow(DType dtype, const SgdAttrs& s, void* param, const void* grad, void* buf, int64_t begin, int64_t end) {
   if (dtype == kFloat32) {
     sgd_row(s, static_cast<float*>(param) + begin, static_cast<const float*>(grad) + begin,
             advance(static_cast<float*>(buf), begin), end - begin);
@@ -198,7 +198,7 @@ void SgdRow(DType dtype, const SgdStep& s, void* param, const void* grad, void* 
   }
 }
 
-void AdamRow(DType dtype, const AdamStep& s, void* param, const void* grad, void* m, void* v, void* v_max,
+void AdamRow(DType dtype, const AdamAttrs& s, void* param, const void* grad, void* m, void* v, void* v_max,
              int64_t begin, int64_t end) {
   if (dtype == kFloat32) {
     adam_row(s, static_cast<float*>(param) + begin, static_cast<const float*>(grad) + begin,
@@ -211,7 +211,7 @@ void AdamRow(DType dtype, const AdamStep& s, void* param, const void* grad, void
   }
 }
 
-void AdagradRow(DType dtype, const AdagradStep& s, void* param, const void* grad, void* sum, int64_t begin,
+void AdagradRow(DType dtype, const AdagradAttrs& s, void* param, const void* grad, void* sum, int64_t begin,
                 int64_t end) {
   if (dtype == kFloat32) {
     adagrad_row(s, static_cast<float*>(param) + begin, static_cast<const float*>(grad) + begin,
@@ -222,7 +222,7 @@ void AdagradRow(DType dtype, const AdagradStep& s, void* param, const void* grad
   }
 }
 
-void RmspropRow(DType dtype, const RmspropStep& s, void* param, const void* grad, void* square_avg, void* grad_avg,
+void RmspropRow(DType dtype, const RmspropAttrs& s, void* param, const void* grad, void* square_avg, void* grad_avg,
                 void* buf, int64_t begin, int64_t end) {
   if (dtype == kFloat32) {
     rmsprop_row(s, static_cast<float*>(param) + begin, static_cast<const float*>(grad) + begin,
@@ -241,6 +241,7 @@ HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
 #include "kernels/cpu/parallel.h"
+#include "kernels/cpu/registry.h"
 
 namespace ember::cpu {
 
@@ -266,30 +267,62 @@ void for_blocks(int64_t n, const Row& row) {
 
 }  // namespace
 
-void sgd_step(DType dtype, const SgdStep& step, void* param, const void* grad, void* momentum_buffer, int64_t n) {
+void sgd_step(DType dtype, const SgdAttrs& step, void* param, const void* grad, void* momentum_buffer, int64_t n) {
   for_blocks(n, [&](int64_t begin, int64_t end) {
     HWY_DYNAMIC_DISPATCH(SgdRow)(dtype, step, param, grad, momentum_buffer, begin, end);
   });
 }
 
-void adam_step(DType dtype, const AdamStep& step, void* param, const void* grad, void* exp_avg, void* exp_avg_sq,
+void adam_step(DType dtype, const AdamAttrs& step, void* param, const void* grad, void* exp_avg, void* exp_avg_sq,
                void* max_exp_avg_sq, int64_t n) {
   for_blocks(n, [&](int64_t begin, int64_t end) {
     HWY_DYNAMIC_DISPATCH(AdamRow)(dtype, step, param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, begin, end);
   });
 }
 
-void adagrad_step(DType dtype, const AdagradStep& step, void* param, const void* grad, void* sum, int64_t n) {
+void adagrad_step(DType dtype, const AdagradAttrs& step, void* param, const void* grad, void* sum, int64_t n) {
   for_blocks(n, [&](int64_t begin, int64_t end) {
     HWY_DYNAMIC_DISPATCH(AdagradRow)(dtype, step, param, grad, sum, begin, end);
   });
 }
 
-void rmsprop_step(DType dtype, const RmspropStep& step, void* param, const void* grad, void* square_avg, void* grad_avg,
-                  void* momentum_buffer, int64_t n) {
+void rmsprop_step(DType dtype, const RmspropAttrs& step, void* param, const void* grad, void* square_avg,
+                  void* grad_avg, void* momentum_buffer, int64_t n) {
   for_blocks(n, [&](int64_t begin, int64_t end) {
     HWY_DYNAMIC_DISPATCH(RmspropRow)(dtype, step, param, grad, square_avg, grad_avg, momentum_buffer, begin, end);
   });
+}
+
+namespace {
+
+// Operands: input 0 the gradient; outputs the parameter, then the state in the order of the
+// attributes' formula (absent optional state: undefined), all contiguous, updated in place.
+void sgd_kernel(const KernelCall& c) {
+  const Operand& param = c.outputs[0];
+  sgd_step(param.dtype, c.get<SgdAttrs>(), param.data, c.inputs[0].data, c.outputs[1].data, param.numel());
+}
+void adam_kernel(const KernelCall& c) {
+  const Operand& param = c.outputs[0];
+  adam_step(param.dtype, c.get<AdamAttrs>(), param.data, c.inputs[0].data, c.outputs[1].data, c.outputs[2].data,
+            c.outputs[3].data, param.numel());
+}
+void adagrad_kernel(const KernelCall& c) {
+  const Operand& param = c.outputs[0];
+  adagrad_step(param.dtype, c.get<AdagradAttrs>(), param.data, c.inputs[0].data, c.outputs[1].data, param.numel());
+}
+void rmsprop_kernel(const KernelCall& c) {
+  const Operand& param = c.outputs[0];
+  rmsprop_step(param.dtype, c.get<RmspropAttrs>(), param.data, c.inputs[0].data, c.outputs[1].data, c.outputs[2].data,
+               c.outputs[3].data, param.numel());
+}
+
+}  // namespace
+
+void register_optim_kernels(KernelTable& table) {
+  table.add(OpKind::kSgdStep, DeviceType::kCPU, sgd_kernel, kFloat32Or64);
+  table.add(OpKind::kAdamStep, DeviceType::kCPU, adam_kernel, kFloat32Or64);
+  table.add(OpKind::kAdagradStep, DeviceType::kCPU, adagrad_kernel, kFloat32Or64);
+  table.add(OpKind::kRmspropStep, DeviceType::kCPU, rmsprop_kernel, kFloat32Or64);
 }
 
 }  // namespace ember::cpu

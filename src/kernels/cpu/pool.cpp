@@ -248,6 +248,7 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 #include "ember/error.h"
 #include "kernels/cpu/float_dispatch.h"
+#include "kernels/cpu/registry.h"
 
 namespace ember::cpu {
 namespace {
@@ -426,6 +427,83 @@ void adaptive_avg_pool2d_backward(DType dtype, const Pool2dGeometry& g, const vo
     mean_backward(g, adaptive_windows(g.out_height, g.in_height), adaptive_windows(g.out_width, g.in_width),
                   /*count_include_pad=*/false, static_cast<const T*>(grad_out), static_cast<T*>(grad_in));
   });
+}
+
+// --- registry entries ----------------------------------------------------------------------------
+//
+// Operands are contiguous (..., H, W) tensors, every leading dim a plane: the input (..., H, W) and
+// the output (..., OH, OW); max pooling's indices have the output's shape. The window comes from
+// Pool2dAttrs (adaptive pooling needs only the sizes).
+
+namespace {
+
+Pool2dGeometry pool_geometry(const Pool2dAttrs& attrs, const Operand& in, const Operand& out) {
+  Pool2dGeometry g;
+  g.in_height = in.size(-2);
+  g.in_width = in.size(-1);
+  g.planes = g.in_height * g.in_width == 0 ? 0 : in.numel() / (g.in_height * g.in_width);
+  g.out_height = out.size(-2);
+  g.out_width = out.size(-1);
+  g.kernel_h = attrs.kernel_size.h;
+  g.kernel_w = attrs.kernel_size.w;
+  g.stride_h = attrs.stride.h;
+  g.stride_w = attrs.stride.w;
+  g.pad_h = attrs.padding.h;
+  g.pad_w = attrs.padding.w;
+  g.dilation_h = attrs.dilation.h;
+  g.dilation_w = attrs.dilation.w;
+  return g;
+}
+
+// inputs: x; outputs: y, indices (int64).
+void max_pool2d_kernel(const KernelCall& c) {
+  const Operand &x = c.inputs[0], &y = c.outputs[0];
+  if (y.numel() == 0) return;
+  max_pool2d_forward(x.dtype, pool_geometry(c.get<Pool2dAttrs>(), x, y), x.data, y.data, c.outputs[1].ptr<int64_t>());
+}
+// inputs: grad_out, indices; outputs: grad_in.
+void max_pool2d_backward_kernel(const KernelCall& c) {
+  const Operand &grad_out = c.inputs[0], &grad_in = c.outputs[0];
+  if (grad_in.numel() == 0) return;
+  max_pool2d_backward(grad_in.dtype, pool_geometry(c.get<Pool2dAttrs>(), grad_in, grad_out), grad_out.data,
+                      c.inputs[1].ptr<const int64_t>(), grad_in.data);
+}
+// inputs: x; outputs: y.
+void avg_pool2d_kernel(const KernelCall& c) {
+  const Operand &x = c.inputs[0], &y = c.outputs[0];
+  if (y.numel() == 0) return;
+  const Pool2dAttrs& attrs = c.get<Pool2dAttrs>();
+  avg_pool2d_forward(x.dtype, pool_geometry(attrs, x, y), attrs.count_include_pad, x.data, y.data);
+}
+// inputs: grad_out; outputs: grad_in.
+void avg_pool2d_backward_kernel(const KernelCall& c) {
+  const Operand &grad_out = c.inputs[0], &grad_in = c.outputs[0];
+  if (grad_in.numel() == 0) return;
+  const Pool2dAttrs& attrs = c.get<Pool2dAttrs>();
+  avg_pool2d_backward(grad_in.dtype, pool_geometry(attrs, grad_in, grad_out), attrs.count_include_pad, grad_out.data,
+                      grad_in.data);
+}
+void adaptive_avg_pool2d_kernel(const KernelCall& c) {
+  const Operand &x = c.inputs[0], &y = c.outputs[0];
+  if (y.numel() == 0) return;
+  adaptive_avg_pool2d_forward(x.dtype, pool_geometry(c.get<Pool2dAttrs>(), x, y), x.data, y.data);
+}
+void adaptive_avg_pool2d_backward_kernel(const KernelCall& c) {
+  const Operand &grad_out = c.inputs[0], &grad_in = c.outputs[0];
+  if (grad_in.numel() == 0) return;
+  adaptive_avg_pool2d_backward(grad_in.dtype, pool_geometry(c.get<Pool2dAttrs>(), grad_in, grad_out), grad_out.data,
+                               grad_in.data);
+}
+
+}  // namespace
+
+void register_pool_kernels(KernelTable& table) {
+  table.add(OpKind::kMaxPool2d, DeviceType::kCPU, max_pool2d_kernel, kFloat32Or64);
+  table.add(OpKind::kMaxPool2dGrad, DeviceType::kCPU, max_pool2d_backward_kernel, kFloat32Or64);
+  table.add(OpKind::kAvgPool2d, DeviceType::kCPU, avg_pool2d_kernel, kFloat32Or64);
+  table.add(OpKind::kAvgPool2dGrad, DeviceType::kCPU, avg_pool2d_backward_kernel, kFloat32Or64);
+  table.add(OpKind::kAdaptiveAvgPool2d, DeviceType::kCPU, adaptive_avg_pool2d_kernel, kFloat32Or64);
+  table.add(OpKind::kAdaptiveAvgPool2dGrad, DeviceType::kCPU, adaptive_avg_pool2d_backward_kernel, kFloat32Or64);
 }
 
 }  // namespace ember::cpu

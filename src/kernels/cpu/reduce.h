@@ -6,8 +6,8 @@
 #include <cstdint>
 
 #include "ember/dtype.h"
+#include "ember/primitives.h"
 #include "ember/shape.h"
-#include "ops/primitives.h"
 
 namespace ember::cpu {
 

@@ -44,6 +44,7 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 #include "ember/error.h"
 #include "kernels/cpu/parallel.h"
+#include "kernels/cpu/registry.h"
 
 namespace ember::cpu {
 
@@ -68,6 +69,21 @@ void relu_backward(DType dtype, const void* grad, const void* out, void* result,
   } else {
     EMBER_FAIL("[relu_backward] the CPU kernel takes float32 or float64, got ", dtype);
   }
+}
+
+namespace {
+
+// inputs: the output gradient and relu's output (contiguous, same shape and dtype); outputs: the
+// input gradient.
+void threshold_backward_kernel(const KernelCall& c) {
+  const Operand &grad = c.inputs[0], &out = c.inputs[1];
+  relu_backward(out.dtype, grad.data, out.data, c.outputs[0].data, out.numel());
+}
+
+}  // namespace
+
+void register_threshold_kernels(KernelTable& table) {
+  table.add(OpKind::kThresholdBackward, DeviceType::kCPU, threshold_backward_kernel, kFloat32Or64);
 }
 
 }  // namespace ember::cpu

@@ -2,6 +2,7 @@
 #include "autograd/function.h"
 #include "ember/ops.h"
 #include "ops/elementwise.h"
+#include "ops/tensor_util.h"
 
 namespace ember {
 
@@ -100,6 +101,7 @@ Tensor other_operand(const Tensor& other, const Tensor& self, const Tensor& old_
 
 #define EMBER_INPLACE_BINARY(fn, Kind)                                                                                \
   Tensor& Tensor::fn##_(const Tensor& o) {                                                                            \
+    detail::check_no_internal_overlap(#fn "_", *this);                                                                \
     if (autograd::needs_grad(*this, o)) {                                                                             \
       return differentiable_inplace(#fn "_", *this,                                                                   \
                                     [&](const Tensor& old) { return ember::fn(old, other_operand(o, *this, old)); }); \
@@ -108,6 +110,7 @@ Tensor other_operand(const Tensor& other, const Tensor& self, const Tensor& old_
     return *this;                                                                                                     \
   }                                                                                                                   \
   Tensor& Tensor::fn##_(const Scalar& o) {                                                                            \
+    detail::check_no_internal_overlap(#fn "_", *this);                                                                \
     if (autograd::needs_grad(*this)) {                                                                                \
       return differentiable_inplace(#fn "_", *this, [&](const Tensor& old) { return ember::fn(old, o); });            \
     }                                                                                                                 \
@@ -121,6 +124,7 @@ EMBER_INPLACE_BINARY(div, Div)
 #undef EMBER_INPLACE_BINARY
 
 Tensor& Tensor::pow_(const Scalar& o) {
+  detail::check_no_internal_overlap("pow_", *this);
   if (autograd::needs_grad(*this)) {
     return differentiable_inplace("pow_", *this, [&](const Tensor& old) { return ember::pow(old, o); });
   }
@@ -130,6 +134,7 @@ Tensor& Tensor::pow_(const Scalar& o) {
 
 #define EMBER_INPLACE_UNARY(fn, Kind)                                                                  \
   Tensor& Tensor::fn##_() {                                                                            \
+    detail::check_no_internal_overlap(#fn "_", *this);                                                 \
     if (autograd::needs_grad(*this)) {                                                                 \
       return differentiable_inplace(#fn "_", *this, [](const Tensor& old) { return ember::fn(old); }); \
     }                                                                                                  \
@@ -144,12 +149,14 @@ EMBER_INPLACE_UNARY(tanh, Tanh)
 #undef EMBER_INPLACE_UNARY
 
 Tensor& Tensor::clamp_(std::optional<Scalar> min, std::optional<Scalar> max) {
+  detail::check_no_internal_overlap("clamp_", *this);
   if (autograd::needs_grad(*this)) {
     return differentiable_inplace("clamp_", *this, [&](const Tensor& old) { return ember::clamp(old, min, max); });
   }
   return write_back(*this, ember::clamp(*this, min, max), "clamp_");
 }
 Tensor& Tensor::masked_fill_(const Tensor& mask, const Scalar& value) {
+  detail::check_no_internal_overlap("masked_fill_", *this);
   if (autograd::needs_grad(*this)) {
     return differentiable_inplace("masked_fill_", *this,
                                   [&](const Tensor& old) { return ember::masked_fill(old, mask, value); });

@@ -21,13 +21,16 @@ inline std::array<uint32_t, 4> philox4x32(std::array<uint32_t, 4> counter, std::
   return counter;
 }
 
-// Reserves `count` 32-bit draws... in blocks of 4 from the global generator; returns the first
-// block index and the key.
+// A draw: the key (from the seed) and the first counter block it uses. Ops take their draws from
+// the global generator (src/ops/random.cpp) and hand them to kernels as attributes.
 struct PhiloxDraw {
   std::array<uint32_t, 2> key;
   uint64_t first_block;
 };
-PhiloxDraw reserve_random_blocks(int64_t blocks);
+
+inline PhiloxDraw philox_draw(uint64_t seed, uint64_t first_block) {
+  return {{static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32)}, first_block};
+}
 
 // Four 32-bit random words for block `block` of a draw.
 inline std::array<uint32_t, 4> philox_block(const PhiloxDraw& draw, uint64_t block) {

@@ -1,12 +1,18 @@
-// Creation functions: empty/zeros/ones/full, ranges, eye, *_like, from_blob, and random tensors.
+// Creation functions: empty/zeros/ones/full, ranges, eye, *_like, from_blob, and random tensors,
+// on the creation primitives (Fill, Arange, Linspace, RandUniform, RandNormal, RandInt).
+// Random draws: the global Philox4x32-10 generator hands each call a key and a range of counter
+// blocks, which become the op's RandomAttrs, so a recorded call replays the same numbers and the
+// values never depend on the thread count. Cost: bytes written.
+#include "ops/factory.h"
+
 #include <cmath>
 #include <mutex>
 
 #include "core/block_pool.h"
-#include "core/random.h"
-#include "core/tensor_internal.h"
 #include "ember/ops.h"
-#include "kernels/cpu/parallel.h"
+#include "ops/cost.h"
+#include "ops/dispatch.h"
+#include "ops/tensor_util.h"
 
 namespace ember {
 
@@ -69,33 +75,14 @@ Tensor arange(const Scalar& start, const Scalar& end, const Scalar& step, Tensor
                         ? (end.to_int() - start.to_int() + step.to_int() - (step.to_int() > 0 ? 1 : -1)) / step.to_int()
                         : static_cast<int64_t>(std::ceil((e - s) / d));
   Tensor t = make_empty({n}, dtype, options.device);
-  dispatch_dtype(dtype, [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    T* p = static_cast<T*>(t.data_ptr());
-    if (scalars_integral({&start, &end, &step}) && !is_floating(dtype)) {
-      for (int64_t i = 0; i < n; ++i) p[i] = static_cast<T>(start.to_int() + i * step.to_int());
-    } else {
-      for (int64_t i = 0; i < n; ++i) p[i] = static_cast<T>(static_cast<compute_t<T>>(s + static_cast<double>(i) * d));
-    }
-  });
+  dispatch::run(OpKind::kArange, RangeAttrs{start, step, end}, {}, {&t});
   return finish(t, options);
 }
 
 Tensor linspace(double start, double end, int64_t steps, TensorOptions options) {
   EMBER_CHECK(steps >= 0, "[linspace] number of steps must be non-negative, got ", steps);
   Tensor t = make_empty({steps}, options.dtype_or(kFloat32), options.device);
-  const double step = steps > 1 ? (end - start) / static_cast<double>(steps - 1) : 0.0;
-  const int64_t half = steps / 2;
-  dispatch_dtype(t.dtype(), [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    T* p = static_cast<T*>(t.data_ptr());
-    // Like PyTorch: the first half counts up from start, the second half down from end.
-    for (int64_t i = 0; i < steps; ++i) {
-      const double v =
-          i < half ? start + step * static_cast<double>(i) : end - step * static_cast<double>(steps - 1 - i);
-      p[i] = static_cast<T>(static_cast<compute_t<T>>(v));
-    }
-  });
+  dispatch::run(OpKind::kLinspace, RangeAttrs{start, 0, end}, {}, {&t});
   return finish(t, options);
 }
 
@@ -155,10 +142,10 @@ GlobalGenerator& generator() {
 }
 }  // namespace
 
-PhiloxDraw reserve_random_blocks(int64_t blocks) {
+RandomDraw reserve_random_blocks(int64_t blocks) {
   GlobalGenerator& g = generator();
   std::lock_guard<std::mutex> lock(g.mutex);
-  PhiloxDraw draw{{static_cast<uint32_t>(g.seed), static_cast<uint32_t>(g.seed >> 32)}, g.next_block};
+  const RandomDraw draw{g.seed, g.next_block};
   g.next_block += static_cast<uint64_t>(blocks);
   return draw;
 }
@@ -173,79 +160,46 @@ void manual_seed(uint64_t seed) {
 
 namespace {
 
-// Uniform in [0, 1) from the top 24 (float) or 53 (double) bits.
-inline double to_unit(uint32_t lo, uint32_t hi, bool wide) {
-  if (wide) return static_cast<double>(((static_cast<uint64_t>(hi) << 32) | lo) >> 11) * (1.0 / 9007199254740992.0);
-  return static_cast<double>(lo >> 8) * (1.0 / 16777216.0);
-}
-
-// Fills a float tensor with values from gen(block words) -> up to 4 values per Philox block.
-template <class Gen>
-Tensor random_float(const Shape& shape, const TensorOptions& options, const char* op, int values_per_block,
-                    const Gen& gen) {
+// A float tensor from random primitive `kind`, two values per Philox block.
+Tensor random_float(OpKind kind, const Shape& shape, const TensorOptions& options) {
   const DType dtype = options.dtype_or(kFloat32);
-  EMBER_CHECK(is_floating(dtype), "[", op, "] expects a floating-point dtype, got ", dtype);
+  EMBER_CHECK(is_floating(dtype), "[", op_name(kind), "] expects a floating-point dtype, got ", dtype);
   Tensor t = make_empty(shape, dtype, options.device);
-  const int64_t n = t.numel();
-  const int64_t blocks = (n + values_per_block - 1) / values_per_block;
-  const detail::PhiloxDraw draw = detail::reserve_random_blocks(blocks);
-  const bool wide = dtype == kFloat64;
-  dispatch_dtype(dtype, [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    if constexpr (is_floating(dtype_of<T>())) {
-      T* p = static_cast<T*>(t.data_ptr());
-      cpu::parallel_for(0, blocks, 2048, [&](int64_t b0, int64_t b1) {
-        double values[4] = {};
-        for (int64_t b = b0; b < b1; ++b) {
-          gen(detail::philox_block(draw, static_cast<uint64_t>(b)), wide, values);
-          for (int j = 0; j < values_per_block && b * values_per_block + j < n; ++j) {
-            p[b * values_per_block + j] = static_cast<T>(static_cast<compute_t<T>>(values[j]));
-          }
-        }
-      });
-    }
-  });
+  const detail::RandomDraw draw = detail::reserve_random_blocks((t.numel() + 1) / 2);
+  dispatch::run(kind, RandomAttrs{draw.seed, draw.first_block, 0, 0}, {}, {&t});
   return finish(t, options);
 }
 
 }  // namespace
 
-Tensor rand(const Shape& shape, TensorOptions options) {
-  return random_float(shape, options, "rand", 2, [](const std::array<uint32_t, 4>& w, bool wide, double* out) {
-    out[0] = to_unit(w[0], w[1], wide);
-    out[1] = to_unit(w[2], w[3], wide);
-  });
-}
+Tensor rand(const Shape& shape, TensorOptions options) { return random_float(OpKind::kRandUniform, shape, options); }
 
-Tensor randn(const Shape& shape, TensorOptions options) {
-  // Box-Muller: one block gives two uniform pairs, hence two normals.
-  return random_float(shape, options, "randn", 2, [](const std::array<uint32_t, 4>& w, bool wide, double* out) {
-    const double u1 = 1.0 - to_unit(w[0], w[1], wide);  // (0, 1]
-    const double u2 = to_unit(w[2], w[3], wide);
-    const double r = std::sqrt(-2.0 * std::log(u1));
-    out[0] = r * std::cos(2.0 * M_PI * u2);
-    out[1] = r * std::sin(2.0 * M_PI * u2);
-  });
-}
+// Box-Muller: one block gives two uniform pairs, hence two normals.
+Tensor randn(const Shape& shape, TensorOptions options) { return random_float(OpKind::kRandNormal, shape, options); }
 
 Tensor randint(int64_t low, int64_t high, const Shape& shape, TensorOptions options) {
   EMBER_CHECK(low < high, "[randint] low (", low, ") must be less than high (", high, ")");
   const DType dtype = options.dtype_or(kInt64);
   Tensor t = make_empty(shape, kInt64, options.device);
-  const int64_t n = t.numel();
-  const detail::PhiloxDraw draw = detail::reserve_random_blocks((n + 1) / 2);
-  const uint64_t range = static_cast<uint64_t>(high) - static_cast<uint64_t>(low);
-  int64_t* p = static_cast<int64_t*>(t.data_ptr());
-  cpu::parallel_for(0, (n + 1) / 2, 2048, [&](int64_t b0, int64_t b1) {
-    for (int64_t b = b0; b < b1; ++b) {
-      const auto w = detail::philox_block(draw, static_cast<uint64_t>(b));
-      for (int j = 0; j < 2 && 2 * b + j < n; ++j) {
-        const uint64_t r = (static_cast<uint64_t>(w[2 * j + 1]) << 32) | w[2 * j];
-        p[2 * b + j] = low + static_cast<int64_t>(r % range);  // bias below 2^-32 for ranges under 2^32
-      }
-    }
-  });
+  const detail::RandomDraw draw = detail::reserve_random_blocks((t.numel() + 1) / 2);
+  dispatch::run(OpKind::kRandInt, RandomAttrs{draw.seed, draw.first_block, low, high}, {}, {&t});
   return finish(dtype == kInt64 ? t : t.to(dtype), options);
+}
+
+// --- cost rules ----------------------------------------------------------------------------------
+
+namespace {
+
+// Creation ops and copies: no arithmetic; bytes = what they read and write.
+OpCost bytes_only(const KernelCall& call) { return {0.0, cost::operand_bytes(call)}; }
+
+}  // namespace
+
+void define_creation_ops(OpRuleTable& table) {
+  for (OpKind kind : {OpKind::kCopy, OpKind::kFill, OpKind::kArange, OpKind::kLinspace, OpKind::kRandUniform,
+                      OpKind::kRandNormal, OpKind::kRandInt}) {
+    table.set_cost(kind, bytes_only);
+  }
 }
 
 }  // namespace ember

@@ -158,6 +158,11 @@ std::string render(const Tensor& t, int dim, int64_t offset, int indent, bool su
 
 std::ostream& operator<<(std::ostream& out, const Tensor& t) {
   if (!t.defined()) return out << "[ undefined tensor ]";
+  if (!t.device().is_cpu()) {
+    // Its values are not readable from the host.
+    return out << "tensor(<" << t.numel() << " values on " << t.device() << ">, size=" << t.shape() << ", dtype=torch."
+               << dtype_name(t.dtype()) << ", device='" << t.device() << "')";
+  }
   const std::string prefix = "tensor(";
   const int indent = static_cast<int>(prefix.size());
   std::vector<std::string> suffixes;

@@ -1,0 +1,24 @@
+// Memory counters of each device's caching allocator, and returning its cache to the system.
+#pragma once
+
+#include <cstdint>
+
+#include "ember/device.h"
+
+namespace ember {
+
+struct MemoryStats {
+  int64_t bytes_in_use = 0;  // handed out to tensors now
+  int64_t peak_bytes_in_use = 0;
+  int64_t bytes_reserved = 0;      // in use + cached
+  int64_t system_allocations = 0;  // calls to the system allocator
+  int64_t cache_hits = 0;
+  int64_t system_frees = 0;
+};
+
+MemoryStats memory_stats(Device device = kCPU);
+void reset_peak_memory_stats(Device device = kCPU);
+// Returns every cached, unused block to the system.
+void empty_cache(Device device = kCPU);
+
+}  // namespace ember

@@ -1,0 +1,113 @@
+// What a kernel sees of an op call, and the table of kernels per (op, device type).
+//
+// A kernel is a function of one KernelCall: the op, its typed attributes, and its operands as raw
+// memory (a pointer to the first element, dtype, device, shape and strides in elements), never a
+// Tensor. The dispatch seam (src/ops/dispatch.h) builds the call from tensors; the graph executor
+// and importers can build it from their own buffers. Each backend fills its column of the
+// KernelTable once (kernels/cpu/registry.cpp for the CPU); an empty slot is an op the backend does
+// not implement, and dispatch says so ("[conv2d] not implemented on cuda:0").
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "ember/attrs.h"
+#include "ember/device.h"
+#include "ember/dtype.h"
+#include "ember/primitives.h"
+#include "ember/shape.h"
+
+namespace ember {
+
+// One tensor operand of a kernel. An optional operand that was not given (a linear without bias)
+// has no shape.
+struct Operand {
+  void* data = nullptr;  // the first element (storage + offset)
+  DType dtype = kFloat32;
+  Device device;
+  const Shape* shape = nullptr;
+  const Strides* strides = nullptr;  // in elements; 0 on broadcast dims
+
+  bool defined() const { return shape != nullptr; }
+  int dim() const { return shape->size(); }
+  int64_t numel() const { return shape->numel(); }
+  // Size and stride of dim d; negative d counts from the end.
+  int64_t size(int d) const { return (*shape)[d < 0 ? d + dim() : d]; }
+  int64_t stride(int d) const { return (*strides)[d < 0 ? d + dim() : d]; }
+  bool is_contiguous() const;
+  template <class T>
+  T* ptr() const {
+    return static_cast<T*>(data);
+  }
+};
+
+struct KernelCall {
+  OpKind kind;
+  const char* name;  // for error messages: the op the user called (a composite's name, e.g. "embedding")
+  const Attrs& attrs;
+  std::span<const Operand> inputs;
+  std::span<const Operand> outputs;
+
+  // The op's attributes as their type (dispatch has checked that they are the op's type).
+  template <class A>
+  const A& get() const {
+    return *std::get_if<A>(&attrs);
+  }
+};
+
+using KernelFn = void (*)(const KernelCall& call);
+
+// A set of dtypes (a bit per DType).
+class DTypeSet {
+ public:
+  constexpr DTypeSet() = default;
+  constexpr DTypeSet(std::initializer_list<DType> dtypes) {
+    for (DType d : dtypes) bits_ |= bit(d);
+  }
+  static constexpr DTypeSet all() {
+    DTypeSet s;
+    s.bits_ = (1u << kNumDTypes) - 1;
+    return s;
+  }
+  constexpr bool contains(DType d) const { return (bits_ & bit(d)) != 0; }
+  constexpr bool empty() const { return bits_ == 0; }
+  constexpr DTypeSet operator|(DTypeSet other) const {
+    DTypeSet s;
+    s.bits_ = bits_ | other.bits_;
+    return s;
+  }
+  constexpr DTypeSet without(DType d) const {
+    DTypeSet s;
+    s.bits_ = bits_ & ~bit(d);
+    return s;
+  }
+
+ private:
+  static constexpr uint32_t bit(DType d) { return 1u << static_cast<int>(d); }
+  uint32_t bits_ = 0;
+};
+
+inline constexpr DTypeSet kFloatTypes{kFloat32, kFloat64, kFloat16, kBFloat16};
+inline constexpr DTypeSet kFloat32Or64{kFloat32, kFloat64};
+
+// A kernel and the dtypes it takes for the op's leading operand (its first input, or its first
+// output for ops without tensor inputs); dispatch rejects the others with a clear error.
+struct KernelEntry {
+  KernelFn fn = nullptr;
+  DTypeSet dtypes;
+};
+
+class KernelTable {
+ public:
+  void add(OpKind kind, DeviceType device, KernelFn fn, DTypeSet dtypes) {
+    entries_[static_cast<int>(kind)][static_cast<int>(device)] = {fn, dtypes};
+  }
+  const KernelEntry& at(OpKind kind, DeviceType device) const {
+    return entries_[static_cast<int>(kind)][static_cast<int>(device)];
+  }
+
+ private:
+  KernelEntry entries_[kNumOps][kNumDeviceTypes] = {};
+};
+
+}  // namespace ember

@@ -1,0 +1,16 @@
+// Making tensor headers: a new tensor over a fresh storage, or a view sharing another's storage.
+#pragma once
+
+#include <memory>
+
+#include "ember/tensor.h"
+
+namespace ember::detail {
+
+// A contiguous tensor over `storage` (which holds at least shape.numel() elements).
+Tensor make_tensor(std::shared_ptr<StorageImpl> storage, const Shape& shape, DType dtype);
+
+// A view of `base`'s storage with new geometry; the autograd links are not copied.
+Tensor make_view(const Tensor& base, const Shape& shape, const Strides& strides, int64_t offset);
+
+}  // namespace ember::detail

@@ -1,0 +1,41 @@
+// Loads and stores between a float type T (float, double, float16, bfloat16) and vectors of
+// compute_t<T>, shared by the reductions' vector row loops (reduce-inl.h) and softmax (softmax.cpp).
+// Included inside each Highway target's namespace, after `hn` is defined; no include guard on
+// purpose (one copy per target).
+
+// The 16-bit floats, which vectors hold as float.
+template <class T>
+inline constexpr bool kHalfType = std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>;
+
+// Whether this target loads T into vectors of compute_t<T>. Highway converts float16 with F16C
+// from AVX2 up; its emulation on older targets turns inf and nan into finite numbers.
+template <class T>
+inline constexpr bool kVectorLoad = std::is_same_v<T, float> || std::is_same_v<T, double> ||
+                                    std::is_same_v<T, BFloat16> ||
+                                    (std::is_same_v<T, Half> && HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2);
+
+// Lanes(d) elements of T, from p on, as a vector of compute_t<T>.
+template <class D, class T>
+HWY_INLINE hn::Vec<D> load_vector(D d, const T* p) {
+  if constexpr (std::is_same_v<T, Half>) {
+    const hn::Rebind<hwy::float16_t, D> dh;
+    return hn::PromoteTo(d, hn::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(p)));
+  } else if constexpr (std::is_same_v<T, BFloat16>) {
+    const hn::Rebind<hwy::bfloat16_t, D> db;
+    return hn::PromoteTo(d, hn::LoadU(db, reinterpret_cast<const hwy::bfloat16_t*>(p)));
+  } else {
+    return hn::LoadU(d, p);
+  }
+}
+
+// Stores a vector of compute_t<T> as T, rounding 16-bit floats to nearest even like Half/BFloat16.
+template <class D, class T>
+HWY_INLINE void store_vector(D d, hn::Vec<D> v, T* p) {
+  if constexpr (kHalfType<T>) {
+    HWY_ALIGN hn::TFromD<D> lanes[hn::MaxLanes(d)];
+    hn::Store(v, d, lanes);
+    for (size_t i = 0; i < hn::Lanes(d); ++i) p[i] = T(lanes[i]);
+  } else {
+    hn::StoreU(v, d, p);
+  }
+}

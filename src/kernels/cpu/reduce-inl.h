@@ -1,0 +1,137 @@
+// The reductions' vector path for one Highway target, over the target-independent walkers of
+// reduce_walkers.h: the vector forms of Sum, Prod, Amax and Amin, the vector row loops that use them
+// and run_vector. Shared by reduce_simd.cpp (which runs it, and instantiates it for Sum and Prod)
+// and reduce_extreme_simd.cpp (which instantiates it for Amax and Amin). Included inside each
+// Highway target's namespace, after `hn`, reduce_walkers.h and float_vector-inl.h, and outside any
+// unnamed namespace, since run_vector's instantiations are shared between the two files; no include
+// guard on purpose (one copy per target).
+
+// --- vector forms of the reductions: videntity, vcombine, vreduce (the lanes combined) ---------------
+
+template <class R>
+struct VectorForm;
+
+template <bool kProduct>
+struct VectorForm<reduction::SumOrProd<kProduct>> {
+  template <class D>
+  static hn::Vec<D> videntity(D d) {
+    return hn::Set(d, hn::TFromD<D>(kProduct ? 1 : 0));
+  }
+  template <class D, class V>
+  static V vcombine(D, V a, V b) {
+    if constexpr (kProduct) {
+      return hn::Mul(a, b);
+    } else {
+      return hn::Add(a, b);
+    }
+  }
+  template <class D, class V>
+  static hn::TFromD<D> vreduce(D d, V v) {
+    if constexpr (kProduct) {
+      HWY_ALIGN hn::TFromD<D> lanes[hn::MaxLanes(d)];
+      hn::Store(v, d, lanes);
+      hn::TFromD<D> result = lanes[0];
+      for (size_t i = 1; i < hn::Lanes(d); ++i) result *= lanes[i];
+      return result;
+    } else {
+      return hn::GetLane(hn::SumOfLanes(d, v));
+    }
+  }
+};
+
+template <bool kMax>
+struct VectorForm<reduction::Extreme<kMax>> {
+  template <class D>
+  static hn::Vec<D> videntity(D d) {
+    return hn::Set(d, reduction::Extreme<kMax>::template identity<hn::TFromD<D>>());
+  }
+  // Highway leaves Min/Max of nan unspecified: where either lane is nan, a + b gives nan.
+  template <class D, class V>
+  static V vcombine(D, V a, V b) {
+    const V m = kMax ? hn::Max(a, b) : hn::Min(a, b);
+    return hn::IfThenElse(hn::Or(hn::IsNaN(a), hn::IsNaN(b)), hn::Add(a, b), m);
+  }
+  template <class D, class V>
+  static hn::TFromD<D> vreduce(D d, V v) {
+    if (!hn::AllFalse(d, hn::IsNaN(v))) return std::numeric_limits<hn::TFromD<D>>::quiet_NaN();
+    return hn::GetLane(kMax ? hn::MaxOfLanes(d, v) : hn::MinOfLanes(d, v));
+  }
+};
+
+// The vector row loops (see reduction::ScalarRows) for a float type T this target loads.
+template <class R, class T>
+struct VectorRows {
+  using C = compute_t<T>;
+  using F = VectorForm<R>;
+  static_assert(std::is_same_v<reduction::AccOf<R, T>, C>, "vector reductions accumulate in compute_t<T>");
+  static constexpr bool kContiguous = true;
+
+  // Four vector accumulators; each block of kBlockSteps steps joins a cascade through its lanes.
+  static C contiguous(const T* p, int64_t n) {
+    const hn::ScalableTag<C> d;
+    using V = hn::Vec<decltype(d)>;
+    const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+    const int64_t step = 4 * lanes;
+    reduction::Cascade<R, C> cascade;
+    int64_t i = 0;
+    while (i + step <= n) {
+      const int64_t end = i + std::min(reduction::kBlockSteps * step, (n - i) / step * step);
+      V a0 = F::videntity(d), a1 = a0, a2 = a0, a3 = a0;
+      for (; i < end; i += step) {
+        a0 = F::vcombine(d, a0, load_vector(d, p + i));
+        a1 = F::vcombine(d, a1, load_vector(d, p + i + lanes));
+        a2 = F::vcombine(d, a2, load_vector(d, p + i + 2 * lanes));
+        a3 = F::vcombine(d, a3, load_vector(d, p + i + 3 * lanes));
+      }
+      cascade.push(F::vreduce(d, F::vcombine(d, F::vcombine(d, a0, a1), F::vcombine(d, a2, a3))));
+    }
+    if (i < n) {
+      V a0 = F::videntity(d);
+      for (; i + lanes <= n; i += lanes) a0 = F::vcombine(d, a0, load_vector(d, p + i));
+      C tail = F::vreduce(d, a0);
+      for (; i < n; ++i) tail = R::combine(tail, R::template load<T>(p[i], i));
+      cascade.push(tail);
+    }
+    return cascade.result(R::template identity<T>());
+  }
+
+  static int64_t accumulate(C* acc, const T* const* rows, int count, int64_t n) {
+    const hn::ScalableTag<C> d;
+    using V = hn::Vec<decltype(d)>;
+    const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+    int64_t j = 0;
+    if (count == 4) {
+      for (; j + lanes <= n; j += lanes) {
+        const V x01 = F::vcombine(d, load_vector(d, rows[0] + j), load_vector(d, rows[1] + j));
+        const V x23 = F::vcombine(d, load_vector(d, rows[2] + j), load_vector(d, rows[3] + j));
+        hn::StoreU(F::vcombine(d, hn::LoadU(d, acc + j), F::vcombine(d, x01, x23)), d, acc + j);
+      }
+    } else {
+      for (; j + lanes <= n; j += lanes) {
+        V a = hn::LoadU(d, acc + j);
+        for (int g = 0; g < count; ++g) a = F::vcombine(d, a, load_vector(d, rows[g] + j));
+        hn::StoreU(a, d, acc + j);
+      }
+    }
+    return j;
+  }
+};
+
+// Runs R with vector row loops when it has a vector form and this target loads in_dtype; false
+// when it does neither.
+template <class R>
+bool run_vector(OpKind op, DType in_dtype, DType out_dtype, void* out, const void* in, const ReduceLayout& layout) {
+  if constexpr (!R::kVectorForm) {
+    return false;
+  } else {
+    return dispatch_dtype(in_dtype, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      if constexpr (!kVectorLoad<T>) {
+        return false;
+      } else {
+        reduction::run_typed<R, T, VectorRows>(op, out_dtype, out, in, layout);
+        return true;
+      }
+    });
+  }
+}

@@ -1,0 +1,20 @@
+#include "kernels/cpu/registry.h"
+
+namespace ember::cpu {
+
+void register_kernels(KernelTable& table) {
+  register_elementwise_kernels(table);
+  register_threshold_kernels(table);
+  register_random_kernels(table);
+  register_reduce_kernels(table);
+  register_softmax_kernels(table);
+  register_gemm_kernels(table);
+  register_conv_kernels(table);
+  register_pool_kernels(table);
+  register_norm_kernels(table);
+  register_loss_kernels(table);
+  register_indexing_kernels(table);
+  register_optim_kernels(table);
+}
+
+}  // namespace ember::cpu

@@ -1,0 +1,99 @@
+// Copies: contiguous, clone, to(dtype), copy_, fill_ and zero_, on the Copy and Fill primitives.
+// Shape rule: copy_ broadcasts its source to the destination's shape. Dtype rule: to() converts as a
+// C++ static_cast would after clamping (float -> integer saturates at int64's range, NaN -> 0).
+// Cost: none computed; bytes = source read + destination written (the Copy and Fill cost rules).
+// Backward: a copy passes the gradient through (the engine casts it back to the input's dtype);
+// copy_'s overwritten value and fill_'s get a zero gradient. In-place forms take part in autograd
+// through autograd::inplace.
+#include "autograd/function.h"
+#include "ember/ops.h"
+#include "ops/dispatch.h"
+#include "ops/tensor_util.h"
+
+namespace ember {
+namespace {
+
+using autograd::GradMask;
+using autograd::Grads;
+
+// A contiguous copy of `t` in `dtype`, recording nothing.
+Tensor copy_of(const Tensor& t, DType dtype) {
+  Tensor out = detail::make_empty(t.shape(), dtype, t.device());
+  detail::copy_into(out, t);
+  return out;
+}
+
+// A copy of `t` whose gradient passes through.
+Tensor copy_with_grad(const Tensor& t, DType dtype) {
+  Tensor out = copy_of(t, dtype);
+  if (autograd::needs_grad(t)) {
+    autograd::record(OpKind::kCopy, {}, out, {&t}, [](const Tensor& g, GradMask) -> Grads { return {g}; });
+  }
+  return out;
+}
+
+}  // namespace
+
+Tensor Tensor::contiguous() const {
+  if (is_contiguous()) return *this;
+  return clone();
+}
+
+Tensor Tensor::clone() const { return copy_with_grad(*this, dtype()); }
+
+Tensor Tensor::to(DType dtype) const {
+  if (dtype == this->dtype()) return *this;
+  return copy_with_grad(*this, dtype);
+}
+
+Tensor& Tensor::copy_(const Tensor& src) {
+  detail::check_same_device("copy_", {this, &src});
+  EMBER_CHECK(broadcast_shapes(src.shape(), shape(), "copy_") == shape(), "[copy_] source of shape ", src.shape(),
+              " cannot be broadcast to the destination's shape ", shape());
+  detail::check_no_internal_overlap("copy_", *this);
+  if (autograd::needs_grad(*this, src)) {
+    // The old value gets no gradient (it is overwritten); src gets the gradient, summed over the
+    // dims it was broadcast along and cast to its dtype by the engine. src is read before *this is
+    // written, so sharing memory with it is harmless.
+    return autograd::inplace("copy_", *this, [&src](const Tensor& old) {
+      Tensor result = detail::make_empty(old.shape(), old.dtype(), old.device());
+      detail::copy_into(result, src);
+      autograd::record(OpKind::kCopy, {}, result, {&old, &src}, [](const Tensor& g, GradMask needs) -> Grads {
+        return {needs[0] ? zeros_like(g) : Tensor(), needs[1] ? g : Tensor()};
+      });
+      return result;
+    });
+  }
+  // Overlapping source and destination: copy through a temporary.
+  const Tensor source = shares_storage(src) ? copy_of(src, src.dtype()) : src;
+  detail::copy_into(*this, source);
+  bump_version();
+  return *this;
+}
+
+namespace {
+
+// fill_ and zero_: with autograd, the old value gets a zero gradient (it is overwritten). Writing
+// one value through a tensor whose elements share memory is harmless, as in PyTorch.
+Tensor& fill_impl(Tensor& self, const Scalar& value, const char* name) {
+  if (autograd::needs_grad(self)) {
+    return autograd::inplace(name, self, [&value](const Tensor& old) {
+      Tensor result = detail::make_empty(old.shape(), old.dtype(), old.device());
+      dispatch::run(OpKind::kFill, FillAttrs{value}, {}, {&result});
+      autograd::record(OpKind::kFill, FillAttrs{value}, result, {&old},
+                       [](const Tensor& g, GradMask) -> Grads { return {zeros_like(g)}; });
+      return result;
+    });
+  }
+  dispatch::run(OpKind::kFill, FillAttrs{value}, {}, {&self});
+  self.bump_version();
+  return self;
+}
+
+}  // namespace
+
+Tensor& Tensor::fill_(const Scalar& value) { return fill_impl(*this, value, "fill_"); }
+
+Tensor& Tensor::zero_() { return fill_impl(*this, 0, "zero_"); }
+
+}  // namespace ember

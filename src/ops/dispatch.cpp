@@ -1,0 +1,180 @@
+// The dispatch seam (dispatch.h): operand checks, the kernel table, observers.
+#include "ops/dispatch.h"
+
+#include <algorithm>
+#include <exception>
+#include <mutex>
+#include <vector>
+
+#include "cuda/device_allocator.h"
+#include "kernels/cpu/registry.h"
+
+namespace ember::dispatch {
+namespace detail {
+
+std::atomic<int> g_num_observers{0};
+thread_local const char* t_context = nullptr;
+
+namespace {
+
+std::mutex g_observers_mutex;
+std::vector<Observer*>& observers() {
+  static std::vector<Observer*> list;
+  return list;
+}
+
+}  // namespace
+
+const char* context_name(OpKind kind) { return t_context != nullptr ? t_context : op_name(kind); }
+
+void notify(const OpCall& call, bool begin) {
+  // Observers are attached and detached while no op runs (dispatch.h), so reading the list is safe.
+  for (Observer* o : observers()) {
+    if (begin) {
+      o->begin(call);
+    } else {
+      o->end(call);
+    }
+  }
+}
+
+void run_observed(const OpCall& call, KernelFn kernel) {
+  notify(call, true);
+  try {
+    kernel(*call.kernel);
+  } catch (...) {
+    OpCall failed = call;
+    failed.failed = true;
+    notify(failed, false);
+    throw;
+  }
+  notify(call, false);
+}
+
+}  // namespace detail
+
+void add_observer(Observer* observer) {
+  const std::lock_guard<std::mutex> lock(detail::g_observers_mutex);
+  detail::observers().push_back(observer);
+  detail::g_num_observers.store(static_cast<int>(detail::observers().size()), std::memory_order_relaxed);
+}
+
+void remove_observer(Observer* observer) {
+  const std::lock_guard<std::mutex> lock(detail::g_observers_mutex);
+  std::erase(detail::observers(), observer);
+  detail::g_num_observers.store(static_cast<int>(detail::observers().size()), std::memory_order_relaxed);
+}
+
+void ensure_backends() { kernel_table(); }
+
+const KernelTable& kernel_table() {
+  static const KernelTable table = [] {
+    KernelTable t;
+    cpu::register_kernels(t);
+    cuda::register_backend(t);
+    return t;
+  }();
+  return table;
+}
+
+namespace {
+
+constexpr int kMaxOperands = 8;
+
+Operand operand_of(const Tensor* t) {
+  if (t == nullptr || !t->defined()) return {};
+  const TensorImpl& impl = t->impl();
+  return {t->data_ptr(), impl.dtype, impl.storage->device(), &impl.shape, &impl.strides};
+}
+
+[[noreturn]] void fail_device(const char* name, Device a, Device b) {
+  EMBER_FAIL("[", name, "] expected all tensors on the same device, got ", a, " and ", b);
+}
+
+std::string dtype_list(DTypeSet set) {
+  std::string out;
+  for (int d = 0; d < kNumDTypes; ++d) {
+    if (!set.contains(static_cast<DType>(d))) continue;
+    out += (out.empty() ? "" : ", ") + std::string(dtype_name(static_cast<DType>(d)));
+  }
+  return out;
+}
+
+}  // namespace
+
+void run(OpKind kind, const Attrs& attrs, std::initializer_list<const Tensor*> inputs,
+         std::initializer_list<const Tensor*> outputs) {
+  EMBER_CHECK(attrs.index() == op_info(kind).attrs_index, "[", op_name(kind), "] internal error: called with the ",
+              "attributes of another op (alternative ", attrs.index(), ")");
+  Operand operands[kMaxOperands];
+  const int num_inputs = static_cast<int>(inputs.size()), num_outputs = static_cast<int>(outputs.size());
+  EMBER_CHECK(num_inputs + num_outputs <= kMaxOperands, "[", op_name(kind), "] internal error: too many operands");
+  int k = 0;
+  for (const Tensor* t : inputs) operands[k++] = operand_of(t);
+  for (const Tensor* t : outputs) operands[k++] = operand_of(t);
+
+  // One device for all operands; the leading operand (first input, else first output) gives it.
+  const Operand* lead = nullptr;
+  for (int i = 0; i < k; ++i) {
+    if (!operands[i].defined()) continue;
+    if (lead == nullptr) {
+      lead = &operands[i];
+    } else if (operands[i].device != lead->device) [[unlikely]] {
+      fail_device(detail::context_name(kind), lead->device, operands[i].device);
+    }
+  }
+  EMBER_CHECK(lead != nullptr, "[", op_name(kind), "] internal error: no operands");
+  const KernelEntry& entry = kernel_table().at(kind, lead->device.type);
+  if (entry.fn == nullptr) [[unlikely]] {
+    EMBER_FAIL("[", detail::context_name(kind), "] not implemented on ", lead->device);
+  }
+  if (!entry.dtypes.contains(lead->dtype)) [[unlikely]] {
+    EMBER_FAIL("[", detail::context_name(kind), "] the ", lead->device.is_cpu() ? "CPU" : "CUDA", " kernel takes ",
+               dtype_list(entry.dtypes), ", got ", lead->dtype);
+  }
+
+  const KernelCall call{kind, detail::context_name(kind), attrs, std::span<const Operand>(operands, num_inputs),
+                        std::span<const Operand>(operands + num_inputs, num_outputs)};
+  if (observed()) [[unlikely]] {
+    detail::run_observed({kind,
+                          CallKind::kKernel,
+                          current_phase(),
+                          attrs,
+                          {inputs.begin(), inputs.size()},
+                          {outputs.begin(), outputs.size()},
+                          &call},
+                         entry.fn);
+    return;
+  }
+  entry.fn(call);
+}
+
+void view_slow(OpKind kind, const Attrs& attrs, const Tensor& input, const Tensor& output) {
+  const Tensor* in[1] = {&input};
+  const Tensor* out[1] = {&output};
+  const OpCall call{kind, CallKind::kView, current_phase(), attrs, in, out, nullptr};
+  detail::notify(call, true);
+  detail::notify(call, false);
+}
+
+void Scope::begin(std::initializer_list<const Tensor*> inputs, const Attrs& attrs) {
+  for (const Tensor* t : inputs) {
+    if (num_inputs_ == 4) break;
+    inputs_[num_inputs_++] = t;
+  }
+  attrs_.emplace(attrs);
+  exceptions_ = std::uncaught_exceptions();
+  detail::notify(call(), true);
+}
+
+void Scope::end() {
+  OpCall c = call();
+  c.failed = std::uncaught_exceptions() > exceptions_;
+  detail::notify(c, false);
+}
+
+OpCall Scope::call() const {
+  return {kind_, call_kind_, current_phase(), *attrs_, {inputs_, static_cast<size_t>(num_inputs_)}, {}, nullptr};
+}
+
+}  // namespace ember::dispatch

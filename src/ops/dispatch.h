@@ -1,0 +1,140 @@
+// The dispatch seam: the one way a kernel runs. A front-end validates its arguments, allocates its
+// outputs and calls
+//
+//   dispatch::run(OpKind::kConv2d, Conv2dAttrs{...}, {&input, &weight, &bias}, {&out});
+//
+// which checks once that every operand is on one device, that the device's backend has a kernel for
+// the op and takes the operands' dtype (else "[conv2d] not implemented on cuda:0"), tells the
+// observers (the profiler, a tracer), and calls the kernel registered for (op, device) with the raw
+// operands (base/kernel.h). View ops pass the seam too (dispatch::view), without a kernel, and
+// composite ops (mean, linear, cross_entropy, ...) open a dispatch::Scope around the primitives they
+// are made of. With no observer attached, observing costs one relaxed load and a predictable branch.
+//
+// Note [error names]: a kernel's error names the op the user called. Inside a composite's Scope
+// that is the composite (embedding's index check says "[embedding] index 7 is out of bounds ..."),
+// elsewhere the primitive itself.
+#pragma once
+
+#include <atomic>
+#include <initializer_list>
+#include <optional>
+#include <span>
+
+#include "base/kernel.h"
+#include "ember/phase.h"
+#include "ember/primitives.h"
+#include "ember/tensor.h"
+
+namespace ember::dispatch {
+
+// What an observer sees of one op call.
+enum class CallKind : uint8_t {
+  kKernel,     // a primitive running its kernel (kernel is set)
+  kView,       // a view op: outputs[0] views inputs[0]
+  kComposite,  // a composite op's scope: its primitives follow, then end()
+  kBackward,   // the autograd engine running a node's vjp (kind is the node's op)
+};
+
+struct OpCall {
+  OpKind kind;
+  CallKind call_kind;
+  Phase phase;
+  const Attrs& attrs;
+  std::span<const Tensor* const> inputs;   // null entries: absent optional operands
+  std::span<const Tensor* const> outputs;  // empty for scopes
+  const KernelCall* kernel = nullptr;      // kKernel only: the operands as the kernel sees them
+  bool failed = false;                     // end() only: the call threw
+};
+
+// Sees every op call on every thread while attached: begin() before the kernel runs (or the scope
+// opens), end() after (also when it throws: then `failed` is set). Calls from several threads may
+// overlap.
+class Observer {
+ public:
+  virtual ~Observer() = default;
+  virtual void begin(const OpCall& call) = 0;
+  virtual void end(const OpCall& call) = 0;
+};
+
+// Attaches / detaches an observer (not owned). Attach and detach while no op runs on other threads.
+void add_observer(Observer* observer);
+void remove_observer(Observer* observer);
+
+namespace detail {
+extern std::atomic<int> g_num_observers;
+void run_observed(const OpCall& call, KernelFn kernel);
+void notify(const OpCall& call, bool begin);
+const char* context_name(OpKind kind);
+extern thread_local const char* t_context;
+}  // namespace detail
+
+inline bool observed() { return detail::g_num_observers.load(std::memory_order_relaxed) != 0; }
+
+// The kernel table of every backend (built on first use: the CPU kernels, and the CUDA backend's
+// allocator when it is built).
+const KernelTable& kernel_table();
+// Whether `device`'s backend has a kernel for `kind` (fused ops fall back to their decomposition
+// where it has not).
+inline bool has_kernel(OpKind kind, Device device) { return kernel_table().at(kind, device.type).fn != nullptr; }
+// Makes sure the device backends are registered with core (for code that touches a device before
+// any op runs: factories, memory_stats).
+void ensure_backends();
+
+// Runs primitive `kind`. Every output is allocated by the caller; a null pointer or an undefined
+// tensor is an absent optional operand.
+void run(OpKind kind, const Attrs& attrs, std::initializer_list<const Tensor*> inputs,
+         std::initializer_list<const Tensor*> outputs);
+
+// Tells observers that view op `kind` made `output` from `input` (a view runs no kernel).
+void view_slow(OpKind kind, const Attrs& attrs, const Tensor& input, const Tensor& output);
+inline void view(OpKind kind, const Attrs& attrs, const Tensor& input, const Tensor& output) {
+  if (observed()) [[unlikely]]
+    view_slow(kind, attrs, input, output);
+}
+
+// A composite op's scope (or, with CallKind::kBackward, the engine running a node's vjp): names
+// kernel errors inside it (Note [error names]) and is an observed range around its primitives.
+// Observers see at most the first four inputs.
+class Scope {
+ public:
+  Scope(OpKind kind, std::initializer_list<const Tensor*> inputs, CallKind call_kind = CallKind::kComposite)
+      : kind_(kind), call_kind_(call_kind) {
+    if (call_kind == CallKind::kComposite && detail::t_context == nullptr) {
+      detail::t_context = op_name(kind);
+      owns_context_ = true;
+    }
+    if (observed()) [[unlikely]]
+      begin(inputs, NoAttrs{});
+  }
+  // With the op's attributes, for observers that record them.
+  Scope(OpKind kind, std::initializer_list<const Tensor*> inputs, const Attrs& attrs) : kind_(kind) {
+    if (detail::t_context == nullptr) {
+      detail::t_context = op_name(kind);
+      owns_context_ = true;
+    }
+    if (observed()) [[unlikely]]
+      begin(inputs, attrs);
+  }
+  ~Scope() {
+    if (owns_context_) detail::t_context = nullptr;
+    if (attrs_) [[unlikely]]
+      end();
+  }
+  Scope(const Scope&) = delete;
+  Scope& operator=(const Scope&) = delete;
+
+ private:
+  void begin(std::initializer_list<const Tensor*> inputs, const Attrs& attrs);
+  void end();
+  OpCall call() const;
+
+  OpKind kind_;
+  CallKind call_kind_ = CallKind::kComposite;
+  bool owns_context_ = false;
+  int num_inputs_ = 0;
+  const Tensor* inputs_[4] = {};
+  int exceptions_ = 0;          // in flight when the scope began (an end with more: it threw)
+  std::optional<Attrs> attrs_;  // set while observed
+};
+
+}  // namespace ember::dispatch

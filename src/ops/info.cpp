@@ -1,0 +1,71 @@
+// Build facts (ember info) and the op table: every op with its backends, dtypes, backward and cost
+// rule (ember info --ops).
+#include "ember/info.h"
+
+#include "ember/primitives.h"
+#include "kernels/cpu/gemm.h"
+#include "kernels/cpu/kernels.h"
+#include "ops/cost.h"
+#include "ops/dispatch.h"
+
+#ifndef EMBER_VERSION
+#define EMBER_VERSION "0.0.0"
+#endif
+#ifndef EMBER_BUILD_TYPE
+#define EMBER_BUILD_TYPE "unknown"
+#endif
+
+namespace ember {
+
+BuildInfo build_info() {
+  BuildInfo info;
+  info.version = EMBER_VERSION;
+#if defined(__clang__)
+  info.compiler = std::string("clang ") + __clang_version__;
+#elif defined(__GNUC__)
+  info.compiler = std::string("gcc ") + __VERSION__;
+#else
+  info.compiler = "unknown";
+#endif
+  info.simd_target = cpu::simd_target_name();
+  info.simd_compiled = cpu::simd_compiled_targets();
+  info.gemm_kernel = cpu::gemm_micro_kernel_name();
+  info.num_threads = get_num_threads();
+#ifdef _OPENMP
+  info.openmp = true;
+#endif
+#ifdef EMBER_WITH_CUDA
+  info.cuda = true;
+#endif
+  info.blas = "none";
+  info.build_type = EMBER_BUILD_TYPE;
+  return info;
+}
+
+std::vector<OpTableRow> op_table() {
+  const KernelTable& kernels = dispatch::kernel_table();
+  const OpRuleTable& rules = op_rules();
+  std::vector<OpTableRow> rows;
+  for (int i = 0; i < kNumOps; ++i) {
+    const OpKind kind = static_cast<OpKind>(i);
+    OpTableRow row;
+    row.name = std::string(op_name(kind));
+    row.sort = has_trait(kind, kView) ? "view" : has_trait(kind, kComposite) ? "composite" : "primitive";
+    row.differentiable = has_trait(kind, kDifferentiable);
+    row.has_cost_rule = rules.cost(kind) != nullptr;
+    for (DeviceType device : {DeviceType::kCPU, DeviceType::kCUDA}) {
+      const KernelEntry& entry = kernels.at(kind, device);
+      std::vector<std::string> dtypes;
+      for (int d = 0; d < kNumDTypes; ++d) {
+        if (entry.fn != nullptr && entry.dtypes.contains(static_cast<DType>(d))) {
+          dtypes.emplace_back(dtype_name(static_cast<DType>(d)));
+        }
+      }
+      (device == DeviceType::kCPU ? row.cpu_dtypes : row.cuda_dtypes) = std::move(dtypes);
+    }
+    rows.push_back(std::move(row));
+  }
+  return rows;
+}
+
+}  // namespace ember
