@@ -1,6 +1,7 @@
 // The umbrella header: everything a user of ember needs.
 #pragma once
 
+#include "ember/attrs.h"
 #include "ember/autograd.h"
 #include "ember/cuda.h"
 #include "ember/data.h"
@@ -9,11 +10,15 @@
 #include "ember/error.h"
 #include "ember/info.h"
 #include "ember/io.h"
+#include "ember/memory.h"
 #include "ember/nn.h"
 #include "ember/ops.h"
 #include "ember/optim.h"
 #include "ember/peaks.h"
+#include "ember/phase.h"
+#include "ember/primitives.h"
 #include "ember/profiler.h"
 #include "ember/scalar.h"
 #include "ember/shape.h"
 #include "ember/tensor.h"
+#include "ember/threads.h"

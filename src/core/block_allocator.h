@@ -16,7 +16,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "ember/ops.h"
+#include "ember/memory.h"
 
 namespace ember::detail {
 

@@ -1,0 +1,72 @@
+# The library's layers, enforced by the build (docs/architecture.md draws them).
+#
+# Each layer is a folder of src/ compiled as its own object library, plus the public headers it
+# owns. A layer's code sees only its own folder and headers and those of the layers it names in
+# SEES: its include path is a folder of links (build/layers/<layer>/) holding exactly those, so an
+# upward #include is a compile error ("ops/dispatch.h: No such file or directory" in a kernel), not
+# a review comment. The ember library is the union of the layers' objects.
+#
+#   ember_layer(<name> [SEES <layer>...] [HEADERS <public header or folder>...] [GRANTS <file>...])
+#
+# GRANTS gives single files of a layer above to this one: ops see autograd's recording interface
+# (autograd/function.h and ember/autograd.h), because an op records its node while the autograd
+# engine above runs vjps made of ops (the one mutual dependency, named here).
+
+set(EMBER_LAYER_ROOT ${PROJECT_BINARY_DIR}/layers)
+set(EMBER_LAYERS "")
+
+function(ember_layer name)
+  cmake_parse_arguments(LAYER "" "" "SEES;HEADERS;GRANTS" ${ARGN})
+  set(EMBER_LAYER_SEES_${name} ${LAYER_SEES} PARENT_SCOPE)
+  set(EMBER_LAYER_HEADERS_${name} ${LAYER_HEADERS} PARENT_SCOPE)
+  set(EMBER_LAYER_GRANTS_${name} ${LAYER_GRANTS} PARENT_SCOPE)
+  set(EMBER_LAYERS ${EMBER_LAYERS} ${name} PARENT_SCOPE)
+endfunction()
+
+# Links `target` at `link` (replacing what was there).
+function(ember_link target link)
+  get_filename_component(parent ${link} DIRECTORY)
+  file(MAKE_DIRECTORY ${parent})
+  file(REMOVE_RECURSE ${link})
+  file(CREATE_LINK ${target} ${link} SYMBOLIC)
+endfunction()
+
+# Makes the object library of every declared layer and returns their objects in `out`.
+function(ember_build_layers out)
+  set(objects "")
+  foreach(name ${EMBER_LAYERS})
+    set(view ${EMBER_LAYER_ROOT}/${name})
+    file(REMOVE_RECURSE ${view})
+    foreach(seen ${name} ${EMBER_LAYER_SEES_${name}})
+      if(NOT DEFINED EMBER_LAYER_HEADERS_${seen})
+        message(FATAL_ERROR "ember layer ${name} sees ${seen}, which is not a layer declared before it")
+      endif()
+      ember_link(${PROJECT_SOURCE_DIR}/src/${seen} ${view}/src/${seen})
+      foreach(header ${EMBER_LAYER_HEADERS_${seen}})
+        ember_link(${PROJECT_SOURCE_DIR}/include/ember/${header} ${view}/include/ember/${header})
+      endforeach()
+    endforeach()
+    foreach(grant ${EMBER_LAYER_GRANTS_${name}})
+      if(grant MATCHES "^ember/")
+        ember_link(${PROJECT_SOURCE_DIR}/include/${grant} ${view}/include/${grant})
+      else()
+        ember_link(${PROJECT_SOURCE_DIR}/src/${grant} ${view}/src/${grant})
+      endif()
+    endforeach()
+
+    file(GLOB_RECURSE sources CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/${name}/*.cpp)
+    if(EMBER_WITH_CUDA)
+      file(GLOB_RECURSE cuda_sources CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/${name}/*.cu)
+      list(APPEND sources ${cuda_sources})
+    endif()
+    add_library(ember_${name} OBJECT ${sources})
+    target_include_directories(ember_${name} PRIVATE ${view}/src ${view}/include)
+    target_compile_options(ember_${name} PRIVATE ${EMBER_WARNINGS})
+    target_compile_definitions(ember_${name} PRIVATE EMBER_VERSION="${PROJECT_VERSION}"
+                                                     EMBER_BUILD_TYPE="${CMAKE_BUILD_TYPE}")
+    set_target_properties(ember_${name} PROPERTIES POSITION_INDEPENDENT_CODE ON)
+    target_link_libraries(ember_${name} PRIVATE OpenMP::OpenMP_CXX)
+    list(APPEND objects $<TARGET_OBJECTS:ember_${name}>)
+  endforeach()
+  set(${out} ${objects} PARENT_SCOPE)
+endfunction()
