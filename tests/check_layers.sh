@@ -41,4 +41,19 @@ probe autograd ember/nn.h fail
 probe profiler ops/cost.h pass
 probe profiler ember/optim.h fail
 probe optim ember/nn.h fail
-echo "ok: upward includes fail to compile"
+# Every public header compiles on its own in the lowest layer that owns it: it includes nothing
+# from a layer above (its own layer's view holds exactly what it may include).
+declare -A done
+count=0
+for layer in base kernels core cuda ops autograd profiler nn optim data io models; do
+  while IFS= read -r header; do
+    name="${header#"$layers/$layer/include/"}"
+    [ -n "${done[$name]:-}" ] && continue
+    done[$name]=1
+    printf '#include "%s"\n' "$name" > "$tmp/header.cpp"
+    "$compiler" -std=c++20 -fsyntax-only -I"$layers/$layer/src" -I"$layers/$layer/include" "$tmp/header.cpp" \
+      2> "$tmp/err.txt" || { echo "public header $name does not compile on its own in layer $layer:"; cat "$tmp/err.txt"; exit 1; }
+    count=$((count + 1))
+  done < <(find -L "$layers/$layer/include" -name '*.h' | sort)
+done
+echo "ok: upward includes fail to compile; $count public headers compile on their own"
