@@ -3,6 +3,7 @@
 // workloads (scripts/bench compares them with PyTorch and NumPy); `ember roofline` places ops and
 // workloads under this machine's measured peaks.
 #include <CLI/CLI.hpp>
+#include <cstdio>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -70,14 +71,65 @@ int run_info(bool as_json) {
   return 0;
 }
 
+// The dtypes of a kernel, shortened ("all" for every dtype, "floats" for the four float dtypes).
+std::string dtype_summary(const std::vector<std::string>& dtypes) {
+  if (dtypes.size() == static_cast<size_t>(ember::kNumDTypes)) return "all";
+  std::string out;
+  for (const std::string& d : dtypes) out += (out.empty() ? "" : ",") + d;
+  if (out == "float32,float64,float16,bfloat16") return "floats";
+  return out;
+}
+
+// `ember info --ops`: every op of the primitive table with its backends, dtypes, backward and cost.
+int run_ops(bool as_json) {
+  const std::vector<ember::OpTableRow> rows = ember::op_table();
+  const bool cuda_built = ember::build_info().cuda;
+  // A backend's column: its kernel's dtypes, or why there is none.
+  auto backend = [&](const ember::OpTableRow& row, const std::vector<std::string>& dtypes, bool built) -> std::string {
+    if (row.sort == "view") return "view";
+    if (row.sort == "composite") return "composite";
+    if (!built) return "not built";
+    return dtypes.empty() ? "not implemented" : dtype_summary(dtypes);
+  };
+  if (as_json) {
+    nlohmann::json ops = nlohmann::json::array();
+    for (const ember::OpTableRow& row : rows) {
+      ops.push_back({{"name", row.name},
+                     {"sort", row.sort},
+                     {"cpu", row.cpu_dtypes},
+                     {"cuda", row.cuda_dtypes},
+                     {"cuda_built", cuda_built},
+                     {"backward", row.differentiable},
+                     {"cost_rule", row.has_cost_rule}});
+    }
+    std::cout << nlohmann::json{{"ops", ops}}.dump(2) << "\n";
+    return 0;
+  }
+  int primitives = 0, cpu = 0, cuda = 0;
+  std::printf("%-34s %-10s %-34s %-16s %-9s %s\n", "op", "sort", "cpu", "cuda", "backward", "cost");
+  for (const ember::OpTableRow& row : rows) {
+    std::printf("%-34s %-10s %-34s %-16s %-9s %s\n", row.name.c_str(), row.sort.c_str(),
+                backend(row, row.cpu_dtypes, true).c_str(), backend(row, row.cuda_dtypes, cuda_built).c_str(),
+                row.differentiable ? "yes" : "-", row.has_cost_rule ? "yes" : "-");
+    if (row.sort != "primitive") continue;
+    ++primitives;
+    cpu += row.cpu_dtypes.empty() ? 0 : 1;
+    cuda += row.cuda_dtypes.empty() ? 0 : 1;
+  }
+  std::printf("%zu ops: %d primitives (CPU kernels for %d, CUDA kernels for %d), the rest views and composites\n",
+              rows.size(), primitives, cpu, cuda);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"ember: a C++ tensor library with autograd, a fast CPU backend and a graph compiler"};
+  CLI::App app{"ember: a C++ tensor library with autograd, nn layers, optimizers and a fast CPU backend"};
   app.require_subcommand(1);
-  bool as_json = false;
+  bool as_json = false, list_ops = false;
   CLI::App* info = app.add_subcommand("info", "Version, compiler, SIMD target, threads and build options");
   info->add_flag("--json", as_json, "Print one JSON object");
+  info->add_flag("--ops", list_ops, "List every op: its kernels per backend, dtypes, backward and cost rule");
 
   ember::cli::TrainOptions train;
   CLI::App* train_cmd = app.add_subcommand("train", "Train a model on real data");
@@ -144,7 +196,7 @@ int main(int argc, char** argv) {
     return app.exit(e);
   }
   try {
-    if (info->parsed()) return run_info(as_json);
+    if (info->parsed()) return list_ops ? run_ops(as_json) : run_info(as_json);
     if (mnist->parsed()) return ember::cli::run_train_mnist(train);
     if (bench_cmd->parsed()) return ember::cli::run_bench(bench);
     if (roofline_cmd->parsed()) return ember::cli::run_roofline(roofline);

@@ -90,8 +90,8 @@ class DTypeSet {
 inline constexpr DTypeSet kFloatTypes{kFloat32, kFloat64, kFloat16, kBFloat16};
 inline constexpr DTypeSet kFloat32Or64{kFloat32, kFloat64};
 
-// A kernel and the dtypes it takes for the op's leading operand (its first input, or its first
-// output for ops without tensor inputs); dispatch rejects the others with a clear error.
+// A kernel and the dtypes of the results it can write (its first output's dtype); dispatch rejects
+// the others with a clear error. Kernels check their other operands' dtypes themselves.
 struct KernelEntry {
   KernelFn fn = nullptr;
   DTypeSet dtypes;

@@ -108,7 +108,8 @@ void run(OpKind kind, const Attrs& attrs, std::initializer_list<const Tensor*> i
               "attributes of another op (alternative ", attrs.index(), ")");
   Operand operands[kMaxOperands];
   const int num_inputs = static_cast<int>(inputs.size()), num_outputs = static_cast<int>(outputs.size());
-  EMBER_CHECK(num_inputs + num_outputs <= kMaxOperands, "[", op_name(kind), "] internal error: too many operands");
+  EMBER_CHECK(num_outputs >= 1 && num_inputs + num_outputs <= kMaxOperands, "[", op_name(kind),
+              "] internal error: expected 1 to ", kMaxOperands, " operands with at least one output");
   int k = 0;
   for (const Tensor* t : inputs) operands[k++] = operand_of(t);
   for (const Tensor* t : outputs) operands[k++] = operand_of(t);
@@ -128,9 +129,10 @@ void run(OpKind kind, const Attrs& attrs, std::initializer_list<const Tensor*> i
   if (entry.fn == nullptr) [[unlikely]] {
     EMBER_FAIL("[", detail::context_name(kind), "] not implemented on ", lead->device);
   }
-  if (!entry.dtypes.contains(lead->dtype)) [[unlikely]] {
-    EMBER_FAIL("[", detail::context_name(kind), "] the ", lead->device.is_cpu() ? "CPU" : "CUDA", " kernel takes ",
-               dtype_list(entry.dtypes), ", got ", lead->dtype);
+  const Operand& result = operands[num_inputs];
+  if (result.defined() && !entry.dtypes.contains(result.dtype)) [[unlikely]] {
+    EMBER_FAIL("[", detail::context_name(kind), "] the ", lead->device.is_cpu() ? "CPU" : "CUDA",
+               " kernel computes ", dtype_list(entry.dtypes), ", not ", result.dtype);
   }
 
   const KernelCall call{kind, detail::context_name(kind), attrs, std::span<const Operand>(operands, num_inputs),

@@ -342,7 +342,7 @@ void register_elementwise_kernels(KernelTable& table) {
   table.add(OpKind::k##kind, DeviceType::kCPU, binary_kernel, DTypeSet::all());
   EMBER_BINARY_PRIMITIVES(EMBER_REGISTER_BINARY)
 #undef EMBER_REGISTER_BINARY
-  table.add(OpKind::kWhere, DeviceType::kCPU, where_kernel, {kBool});
+  table.add(OpKind::kWhere, DeviceType::kCPU, where_kernel, DTypeSet::all());
   table.add(OpKind::kCopy, DeviceType::kCPU, copy_kernel, DTypeSet::all());
   table.add(OpKind::kFill, DeviceType::kCPU, fill_kernel, DTypeSet::all());
 }

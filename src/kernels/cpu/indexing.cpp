@@ -277,7 +277,7 @@ void one_hot_kernel(const KernelCall& c) {
 void register_indexing_kernels(KernelTable& table) {
   table.add(OpKind::kIndexSelect, DeviceType::kCPU, index_select_kernel, DTypeSet::all());
   table.add(OpKind::kGather, DeviceType::kCPU, gather_kernel, DTypeSet::all());
-  table.add(OpKind::kScatterAdd, DeviceType::kCPU, scatter_add_kernel, {kInt32, kInt64});
+  table.add(OpKind::kScatterAdd, DeviceType::kCPU, scatter_add_kernel, DTypeSet::all());
   table.add(OpKind::kOneHot, DeviceType::kCPU, one_hot_kernel, {kInt64});
 }
 

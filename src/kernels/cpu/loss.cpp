@@ -395,7 +395,7 @@ void register_loss_kernels(KernelTable& table) {
   table.add(OpKind::kCrossEntropyForward, DeviceType::kCPU, cross_entropy_forward_kernel, kFloat32Or64);
   table.add(OpKind::kCrossEntropyGrad, DeviceType::kCPU, cross_entropy_backward_kernel, kFloat32Or64);
   table.add(OpKind::kNllLossForward, DeviceType::kCPU, nll_loss_forward_kernel, kFloat32Or64);
-  table.add(OpKind::kNllLossGrad, DeviceType::kCPU, nll_loss_backward_kernel, {kInt64});
+  table.add(OpKind::kNllLossGrad, DeviceType::kCPU, nll_loss_backward_kernel, kFloat32Or64);
 }
 
 }  // namespace ember::cpu

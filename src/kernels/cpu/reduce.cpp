@@ -19,6 +19,7 @@
 #include "ember/error.h"
 #include "kernels/cpu/reduce_simd.h"
 #include "kernels/cpu/reduce_walkers.h"
+#include "kernels/cpu/registry.h"
 
 namespace ember::cpu {
 namespace reduction {
@@ -106,6 +107,29 @@ ReduceLayout make_reduce_layout(const Shape& shape, const Strides& strides, cons
 void reduce(OpKind op, DType in_dtype, DType out_dtype, void* out, const void* in, const ReduceLayout& layout) {
   if (!simd::reduce_vector(op, in_dtype, out_dtype, out, in, layout)) {
     reduction::reduce_scalar(op, in_dtype, out_dtype, out, in, layout);
+  }
+}
+
+// --- registry entries ----------------------------------------------------------------------------
+
+namespace {
+
+// inputs: x (any layout); outputs: the reduced tensor, contiguous over the kept dims. ReduceAttrs
+// lists the reduced dims (argmax and argmin: exactly one).
+void reduce_kernel(const KernelCall& c) {
+  const Operand &x = c.inputs[0], &out = c.outputs[0];
+  if (out.numel() == 0) return;
+  bool reduced[kMaxDims] = {};
+  for (int64_t d : c.get<ReduceAttrs>().dims) reduced[d] = true;
+  reduce(c.kind, x.dtype, out.dtype, out.data, x.data, make_reduce_layout(*x.shape, *x.strides, reduced));
+}
+
+}  // namespace
+
+void register_reduce_kernels(KernelTable& table) {
+  for (OpKind kind : {OpKind::kSum, OpKind::kProd, OpKind::kAmax, OpKind::kAmin, OpKind::kArgmax, OpKind::kArgmin,
+                      OpKind::kAll, OpKind::kAny}) {
+    table.add(kind, DeviceType::kCPU, reduce_kernel, DTypeSet::all());
   }
 }
 

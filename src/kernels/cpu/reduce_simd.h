@@ -1,5 +1,6 @@
-// The vector path of the reductions (reduce_simd.cpp), compiled for every Highway target and chosen
-// at run time. reduce() in reduce.cpp tries it first and falls back to the scalar path.
+// The vector path of the reductions (reduce_simd.cpp, reduce_extreme_simd.cpp), compiled for every
+// Highway target and chosen at run time. reduce() in reduce.cpp tries it first and falls back to
+// the scalar path.
 #pragma once
 
 #include "ember/dtype.h"

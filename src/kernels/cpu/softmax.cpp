@@ -386,6 +386,8 @@ void SoftmaxBackwardKernel(OpKind op, DType dtype, void* grad_in, const void* gr
 HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
+#include "kernels/cpu/registry.h"
+
 namespace ember::cpu {
 
 HWY_EXPORT(SoftmaxKernel);
@@ -400,6 +402,42 @@ void softmax_backward(OpKind op, DType dtype, void* grad_in, const void* grad_ou
                       int64_t n) {
   if (rows * n == 0) return;
   HWY_DYNAMIC_DISPATCH(SoftmaxBackwardKernel)(op, dtype, grad_in, grad_out, out, rows, n);
+}
+
+// --- registry entries ----------------------------------------------------------------------------
+
+namespace {
+
+// inputs: x (contiguous); outputs: y. DimAttrs::dim is the normalized dim.
+void softmax_kernel(const KernelCall& c) {
+  const Operand &x = c.inputs[0], &out = c.outputs[0];
+  const int d = static_cast<int>(c.get<DimAttrs>().dim);
+  int64_t outer = 1, inner = 1;
+  const int64_t size = x.dim() == 0 ? 1 : x.size(d);
+  for (int i = 0; i < x.dim(); ++i) {
+    if (i < d) outer *= x.size(i);
+    if (i > d) inner *= x.size(i);
+  }
+  softmax(c.kind, x.dtype, out.data, x.data, outer, size, inner);
+}
+
+// inputs: the output gradient and the forward's output, contiguous, normalized over the last dim;
+// outputs: the input gradient.
+void softmax_backward_kernel(const KernelCall& c) {
+  const Operand &grad = c.inputs[0], &y = c.inputs[1], &dx = c.outputs[0];
+  if (dx.numel() == 0) return;
+  const int64_t n = y.dim() == 0 ? 1 : y.size(-1);
+  const OpKind forward = c.kind == OpKind::kSoftmaxGrad ? OpKind::kSoftmax : OpKind::kLogSoftmax;
+  softmax_backward(forward, y.dtype, dx.data, grad.data, y.data, dx.numel() / n, n);
+}
+
+}  // namespace
+
+void register_softmax_kernels(KernelTable& table) {
+  table.add(OpKind::kSoftmax, DeviceType::kCPU, softmax_kernel, kFloatTypes);
+  table.add(OpKind::kLogSoftmax, DeviceType::kCPU, softmax_kernel, kFloatTypes);
+  table.add(OpKind::kSoftmaxGrad, DeviceType::kCPU, softmax_backward_kernel, kFloat32Or64);
+  table.add(OpKind::kLogSoftmaxGrad, DeviceType::kCPU, softmax_backward_kernel, kFloat32Or64);
 }
 
 }  // namespace ember::cpu
