@@ -102,8 +102,8 @@ std::string dtype_list(DTypeSet set) {
 
 }  // namespace
 
-void run(OpKind kind, const Attrs& attrs, std::initializer_list<const Tensor*> inputs,
-         std::initializer_list<const Tensor*> outputs) {
+void run(OpKind kind, const Attrs& attrs, std::span<const Tensor* const> inputs,
+         std::span<const Tensor* const> outputs) {
   EMBER_CHECK(attrs.index() == op_info(kind).attrs_index, "[", op_name(kind), "] internal error: called with the ",
               "attributes of another op (alternative ", attrs.index(), ")");
   Operand operands[kMaxOperands];
@@ -131,21 +131,14 @@ void run(OpKind kind, const Attrs& attrs, std::initializer_list<const Tensor*> i
   }
   const Operand& result = operands[num_inputs];
   if (result.defined() && !entry.dtypes.contains(result.dtype)) [[unlikely]] {
-    EMBER_FAIL("[", detail::context_name(kind), "] the ", lead->device.is_cpu() ? "CPU" : "CUDA",
-               " kernel computes ", dtype_list(entry.dtypes), ", not ", result.dtype);
+    EMBER_FAIL("[", detail::context_name(kind), "] the ", lead->device.is_cpu() ? "CPU" : "CUDA", " kernel computes ",
+               dtype_list(entry.dtypes), ", not ", result.dtype);
   }
 
   const KernelCall call{kind, detail::context_name(kind), attrs, std::span<const Operand>(operands, num_inputs),
                         std::span<const Operand>(operands + num_inputs, num_outputs)};
   if (observed()) [[unlikely]] {
-    detail::run_observed({kind,
-                          CallKind::kKernel,
-                          current_phase(),
-                          attrs,
-                          {inputs.begin(), inputs.size()},
-                          {outputs.begin(), outputs.size()},
-                          &call},
-                         entry.fn);
+    detail::run_observed({kind, CallKind::kKernel, current_phase(), attrs, inputs, outputs, &call}, entry.fn);
     return;
   }
   entry.fn(call);

@@ -82,8 +82,13 @@ void ensure_backends();
 
 // Runs primitive `kind`. Every output is allocated by the caller; a null pointer or an undefined
 // tensor is an absent optional operand.
-void run(OpKind kind, const Attrs& attrs, std::initializer_list<const Tensor*> inputs,
-         std::initializer_list<const Tensor*> outputs);
+void run(OpKind kind, const Attrs& attrs, std::span<const Tensor* const> inputs,
+         std::span<const Tensor* const> outputs);
+inline void run(OpKind kind, const Attrs& attrs, std::initializer_list<const Tensor*> inputs,
+                std::initializer_list<const Tensor*> outputs) {
+  run(kind, attrs, std::span<const Tensor* const>(inputs.begin(), inputs.size()),
+      std::span<const Tensor* const>(outputs.begin(), outputs.size()));
+}
 
 // Tells observers that view op `kind` made `output` from `input` (a view runs no kernel).
 void view_slow(OpKind kind, const Attrs& attrs, const Tensor& input, const Tensor& output);
