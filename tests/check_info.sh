@@ -13,4 +13,21 @@ target=$(EMBER_MAX_CPU_ISA=SSE4 "$1" info --json | python3 -c 'import json, sys;
 EMBER_MAX_CPU_ISA=bogus "$1" info --json 2>&1 >/dev/null | grep -q "EMBER_MAX_CPU_ISA=bogus is not one of" ||
   { echo "a bad EMBER_MAX_CPU_ISA is not reported"; exit 1; }
 if "$1" bogus 2>/dev/null; then echo "an unknown command must fail"; exit 1; fi
+# --help says only what exists: no graph compiler yet.
+if "$1" --help | grep -qi "graph compiler"; then echo "--help claims a graph compiler"; exit 1; fi
+# ember info --ops lists every op of the primitive table with its backends.
+ops=$("$1" info --ops)
+for op in add conv2d conv2d_weight_grad matmul adam_step view cross_entropy; do
+  grep -qE "^$op " <<<"$ops" || { echo "info --ops lacks $op"; exit 1; }
+done
+grep -qE "^conv2d +primitive +float32,float64 +(not implemented|not built) +yes +yes" <<<"$ops" ||
+  { echo "conv2d's row is wrong:"; grep "^conv2d " <<<"$ops"; exit 1; }
+grep -qE "^mean +composite" <<<"$ops" || { echo "mean should be a composite"; exit 1; }
+"$1" info --ops --json | python3 -c '
+import json, sys
+ops = {o["name"]: o for o in json.load(sys.stdin)["ops"]}
+assert ops["add"]["cpu"] and ops["add"]["backward"] and ops["add"]["cost_rule"], ops["add"]
+assert ops["view"]["sort"] == "view" and not ops["view"]["cost_rule"], ops["view"]
+assert all(o["cpu"] for o in ops.values() if o["sort"] == "primitive"), "a primitive without a CPU kernel"
+'
 echo "ok"

@@ -236,3 +236,30 @@ TEST(Elementwise, ErrorsNameTheOpAndShapes) {
   }
   EXPECT_THROW(ember::pow(ember::ones({2}, ember::kInt64), -1), ember::Error);
 }
+
+// An in-place or out= write into a tensor whose elements share memory (a broadcast dim) would
+// accumulate into one location: refused with the op's name, as PyTorch does. Filling is harmless.
+TEST(Elementwise, InPlaceWritesIntoOverlappingMemoryAreRefused) {
+  const Tensor values = ember::tensor<float>({1, 2, 3});
+  auto expect_refused = [](const char* op, const std::function<void()>& fn) {
+    try {
+      fn();
+      ADD_FAILURE() << op << " into an expanded tensor should be refused";
+    } catch (const ember::Error& e) {
+      const std::string message = e.what();
+      EXPECT_EQ(message.rfind(std::string("[") + op + "] unsupported operation: more than one element", 0), 0u)
+          << message;
+    }
+  };
+  Tensor base = ember::ones({1});
+  Tensor expanded = base.expand({3});
+  expect_refused("sub_", [&] { expanded.sub_(values); });
+  expect_refused("add_", [&] { expanded.add_(1.0); });
+  expect_refused("mul_", [&] { expanded.mul_(values); });
+  expect_refused("exp_", [&] { expanded.exp_(); });
+  expect_refused("copy_", [&] { expanded.copy_(values); });
+  expect_refused("add_out", [&] { ember::add_out(expanded, values, values); });
+  EXPECT_EQ(base.item<float>(), 1.0f);  // nothing was written
+  expanded.fill_(4.0);
+  EXPECT_EQ(base.item<float>(), 4.0f);
+}

@@ -355,3 +355,22 @@ TEST(Linalg, ErrorsNameTheOpAndShapes) {
   e = error_of([] { ember::linear(ember::ones({3, 5}), ember::ones({4, 5}), ember::ones({4}, ember::kFloat64)); });
   EXPECT_TRUE(starts_with(e, "[linear]") && contains(e, "float64")) << e;
 }
+
+// A size-0 dim where a >= 3-D operand meets a 1-D or 2-D one: the gradients are zeros of the
+// operands' shapes, as PyTorch (the backward once computed a (k, rows) x (rows, n) product with
+// rows counted as 0).
+TEST(Matmul, BackwardWithSizeZeroDims) {
+  const std::vector<std::pair<ember::Shape, ember::Shape>> cases = {
+      {{3, 7, 1}, {1, 0}}, {{3, 4, 0}, {0, 5}}, {{1, 3, 0}, {0, 3}}, {{3, 4, 1, 0}, {0}}};
+  for (const auto& [sa, sb] : cases) {
+    const Tensor a = ember::randn(sa).requires_grad_(), b = ember::randn(sb).requires_grad_();
+    ember::matmul(a, b).sum().backward();
+    ASSERT_TRUE(a.grad().defined() && b.grad().defined()) << sa << " @ " << sb;
+    EXPECT_EQ(a.grad().shape(), sa);
+    EXPECT_EQ(b.grad().shape(), sb);
+    EXPECT_EQ(a.grad().abs().sum().item<float>(), 0.0f) << sa << " @ " << sb;
+    if (b.numel() > 0) {
+      EXPECT_EQ(b.grad().abs().sum().item<float>(), 0.0f) << sa << " @ " << sb;
+    }
+  }
+}

@@ -157,3 +157,19 @@ TEST(MaxPool2dKernel, NaNAndInfinityFollowPyTorch) {
 }
 
 }  // namespace
+
+// PyTorch's limit on max_pool2d's padding is half the kernel size, whatever the dilation.
+TEST(MaxPool2d, PaddingAtMostHalfTheKernelSize) {
+  const Tensor x = ember::randn({1, 1, 10, 10});
+  EXPECT_EQ(F::max_pool2d(x, 3, std::nullopt, 1, 2).shape(), (ember::Shape{1, 1, 3, 3}));
+  for (int64_t padding : {2, 3}) {
+    try {
+      (void)F::max_pool2d(x, 3, std::nullopt, padding, 2);
+      ADD_FAILURE() << "padding " << padding << " with kernel 3 and dilation 2 should be refused";
+    } catch (const ember::Error& e) {
+      EXPECT_NE(std::string(e.what()).find("[max_pool2d] padding must be between 0 and half the kernel size"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+}

@@ -334,3 +334,14 @@ TEST(Reduce, SoftmaxIsStableForLargeInputs) {
   EXPECT_NEAR(lp[0], -2.40760596f, 1e-5);
   EXPECT_FLOAT_EQ(lp[3], -1e30f);
 }
+
+// logsumexp over an empty dim is -inf and stays on the graph: backward gives an empty gradient.
+TEST(Reduce, LogSumExpOfAnEmptyDimIsDifferentiable) {
+  const Tensor x = ember::zeros({3, 0}).requires_grad_();
+  const Tensor out = ember::logsumexp(x, {1});
+  EXPECT_TRUE(out.requires_grad());
+  EXPECT_EQ(out.at<float>({0}), -std::numeric_limits<float>::infinity());
+  (out * 0.0).sum().backward();
+  ASSERT_TRUE(x.grad().defined());
+  EXPECT_EQ(x.grad().shape(), (ember::Shape{3, 0}));
+}

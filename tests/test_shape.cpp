@@ -307,3 +307,15 @@ TEST(Shape, LargeCopiesMatchPieces) {
   const std::vector<Tensor> parts = ember::chunk(a, 7, 0);
   EXPECT_TRUE(golden::all_close(ember::stack(parts, 0).reshape({700, 300}), a, {0, 0}));
 }
+
+// gather with an empty index still takes part in autograd (its result requires grad), like
+// index_select: backward gives a zero gradient of the input's shape.
+TEST(Indexing, GatherWithAnEmptyIndexIsDifferentiable) {
+  const Tensor x = ember::randn({3, 4}).requires_grad_();
+  const Tensor out = ember::gather(x, 0, ember::empty({0, 4}, ember::kInt64));
+  EXPECT_TRUE(out.requires_grad());
+  EXPECT_EQ(out.shape(), (ember::Shape{0, 4}));
+  out.sum().backward();
+  ASSERT_TRUE(x.grad().defined());
+  EXPECT_EQ(x.grad().abs().sum().item<float>(), 0.0f);
+}

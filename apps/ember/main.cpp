@@ -71,6 +71,24 @@ int run_info(bool as_json) {
   return 0;
 }
 
+// A whole number of at least `min`, with a short message otherwise (CLI11's PositiveNumber names
+// its range up to the largest double, some 300 digits).
+CLI::Validator count_at_least(long long min) {
+  return CLI::Validator(
+      [min](std::string& value) -> std::string {
+        try {
+          size_t used = 0;
+          const long long n = std::stoll(value, &used);
+          if (used == value.size() && n >= min) return "";
+        } catch (const std::exception&) {
+        }
+        return "must be a whole number of at least " + std::to_string(min) + ", got " + value;
+      },
+      "INT >= " + std::to_string(min));
+}
+const CLI::Validator kPositiveCount = count_at_least(1);
+const CLI::Validator kThreadCount = count_at_least(0);
+
 // The dtypes of a kernel, shortened ("all" for every dtype, "floats" for the four float dtypes).
 std::string dtype_summary(const std::vector<std::string>& dtypes) {
   if (dtypes.size() == static_cast<size_t>(ember::kNumDTypes)) return "all";
@@ -136,8 +154,8 @@ int main(int argc, char** argv) {
   train_cmd->require_subcommand(1);
   CLI::App* mnist = train_cmd->add_subcommand("mnist", "Train an MLP or a LeNet-style CNN on MNIST");
   mnist->add_option("--model", train.model, "cnn or mlp")->check(CLI::IsMember({"cnn", "mlp"}))->capture_default_str();
-  mnist->add_option("--epochs", train.epochs, "Epochs to train")->check(CLI::PositiveNumber)->capture_default_str();
-  mnist->add_option("--batch-size", train.batch_size, "Batch size")->check(CLI::PositiveNumber)->capture_default_str();
+  mnist->add_option("--epochs", train.epochs, "Epochs to train")->check(kPositiveCount)->capture_default_str();
+  mnist->add_option("--batch-size", train.batch_size, "Batch size")->check(kPositiveCount)->capture_default_str();
   mnist->add_option("--optimizer", train.optimizer, "sgd, momentum, adam, adamw, adagrad or rmsprop")
       ->check(CLI::IsMember({"sgd", "momentum", "adam", "adamw", "adagrad", "rmsprop"}))
       ->capture_default_str();
@@ -150,7 +168,7 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0, 8))
       ->capture_default_str();
   mnist->add_option("--seed", train.seed, "Seed for initialization and shuffling")->capture_default_str();
-  mnist->add_option("--threads", train.threads, "Threads (default: all cores)")->check(CLI::NonNegativeNumber);
+  mnist->add_option("--threads", train.threads, "Threads (default: all cores)")->check(kThreadCount);
   mnist
       ->add_option("--data", train.data_dir,
                    "Folder with the standard MNIST IDX files, or with mnist_5k.csv.gz (the offline subset that "
@@ -160,7 +178,7 @@ int main(int argc, char** argv) {
   mnist
       ->add_option("--stop-after", train.stop_after,
                    "Train only this many epochs now, then stop (with --save, continue later with --resume)")
-      ->check(CLI::PositiveNumber);
+      ->check(kPositiveCount);
   mnist->add_option("--resume", train.resume_path, "Continue from a checkpoint written by --save");
   mnist->add_flag("--json", train.json, "End with one JSON line of results");
   mnist->add_option(
@@ -174,9 +192,9 @@ int main(int argc, char** argv) {
   bench_cmd->add_flag("--list", bench.list, "List the workloads instead of running them");
   bench_cmd->add_flag("--json", bench.json, "One JSON object per line");
   bench_cmd->add_flag("--machine", bench.machine, "Measure this machine's FMA peak and bandwidths instead");
-  bench_cmd->add_option("--threads", bench.threads, "Threads (default: all cores)")->check(CLI::NonNegativeNumber);
+  bench_cmd->add_option("--threads", bench.threads, "Threads (default: all cores)")->check(kThreadCount);
   bench_cmd->add_option("--repeats", bench.repeats, "Samples per workload")
-      ->check(CLI::PositiveNumber)
+      ->check(kPositiveCount)
       ->capture_default_str();
   bench_cmd->add_option("--data", bench.data_dir, "MNIST folder for train_mnist_epoch")->capture_default_str();
   ember::cli::RooflineOptions roofline;
@@ -188,8 +206,7 @@ int main(int argc, char** argv) {
   roofline_cmd->add_option("--from-bench", roofline.from_bench, "Place the workloads of bench/results/latest.json");
   roofline_cmd->add_flag("--refresh", roofline.refresh,
                          "Measure the peaks again (the cache keeps the best of old and new)");
-  roofline_cmd->add_option("--threads", roofline.threads, "Threads (default: all cores)")
-      ->check(CLI::NonNegativeNumber);
+  roofline_cmd->add_option("--threads", roofline.threads, "Threads (default: all cores)")->check(kThreadCount);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

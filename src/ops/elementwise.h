@@ -1,5 +1,5 @@
 // The elementwise front-end shared by every elementwise op: promotion, broadcasting, output
-// allocation and overlap handling around cpu::unary / cpu::binary.
+// allocation and overlap handling around the elementwise primitives.
 #pragma once
 
 #include <optional>

@@ -3,8 +3,7 @@
 #include "ember/info.h"
 
 #include "ember/primitives.h"
-#include "kernels/cpu/gemm.h"
-#include "kernels/cpu/kernels.h"
+#include "kernels/cpu/registry.h"
 #include "ops/cost.h"
 #include "ops/dispatch.h"
 
@@ -27,9 +26,10 @@ BuildInfo build_info() {
 #else
   info.compiler = "unknown";
 #endif
-  info.simd_target = cpu::simd_target_name();
-  info.simd_compiled = cpu::simd_compiled_targets();
-  info.gemm_kernel = cpu::gemm_micro_kernel_name();
+  const cpu::BackendInfo cpu_backend = cpu::backend_info();
+  info.simd_target = cpu_backend.simd_target;
+  info.simd_compiled = cpu_backend.simd_compiled;
+  info.gemm_kernel = cpu_backend.gemm_tile;
   info.num_threads = get_num_threads();
 #ifdef _OPENMP
   info.openmp = true;

@@ -1,5 +1,8 @@
 #include "kernels/cpu/registry.h"
 
+#include "kernels/cpu/gemm.h"
+#include "kernels/cpu/kernels.h"
+
 namespace ember::cpu {
 
 void register_kernels(KernelTable& table) {
@@ -16,5 +19,7 @@ void register_kernels(KernelTable& table) {
   register_indexing_kernels(table);
   register_optim_kernels(table);
 }
+
+BackendInfo backend_info() { return {simd_target_name(), simd_compiled_targets(), gemm_micro_kernel_name()}; }
 
 }  // namespace ember::cpu

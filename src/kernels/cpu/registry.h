@@ -11,6 +11,14 @@ namespace ember::cpu {
 // Fills the CPU column of `table` with every CPU kernel.
 void register_kernels(KernelTable& table);
 
+// What the CPU backend chose on this machine (for `ember info`).
+struct BackendInfo {
+  const char* simd_target;    // the Highway target chosen at run time
+  const char* simd_compiled;  // every target compiled in
+  const char* gemm_tile;      // the GEMM's register tile, e.g. "AVX-512 14x32"
+};
+BackendInfo backend_info();
+
 void register_elementwise_kernels(KernelTable& table);  // elementwise.cpp
 void register_threshold_kernels(KernelTable& table);    // threshold.cpp
 void register_random_kernels(KernelTable& table);       // random.cpp
