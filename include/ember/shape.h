@@ -66,8 +66,13 @@ class Shape {
   }
   std::vector<int64_t> vec() const { return {begin(), end()}; }
 
+  // A plain loop: shapes are short, and a library call costs more than comparing them.
   friend bool operator==(const Shape& a, const Shape& b) {
-    return a.size_ == b.size_ && std::equal(a.begin(), a.end(), b.begin());
+    if (a.size_ != b.size_) return false;
+    for (int i = 0; i < a.size_; ++i) {
+      if (a.values_[i] != b.values_[i]) return false;
+    }
+    return true;
   }
 
  private:
@@ -94,6 +99,19 @@ inline std::ostream& operator<<(std::ostream& out, const Shape& shape) {
 
 // Contiguous (row-major) strides for `shape`, in elements.
 Strides contiguous_strides(const Shape& shape);
+
+// Whether (shape, strides) is row-major contiguous (size-1 dims may have any stride; an empty
+// shape is contiguous).
+inline bool is_contiguous_layout(const Shape& shape, const Strides& strides) {
+  int64_t expected = 1;
+  for (int d = shape.size() - 1; d >= 0; --d) {
+    if (shape[d] == 1) continue;
+    if (shape[d] == 0) return true;
+    if (strides[d] != expected) return false;
+    expected *= shape[d];
+  }
+  return true;
+}
 
 // Wraps a possibly negative axis into [0, ndim); throws "[op] axis ... out of range".
 int normalize_axis(int64_t axis, int ndim, const char* op);

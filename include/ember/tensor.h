@@ -59,6 +59,14 @@ struct TensorImpl {
   Strides strides;     // in elements; may be 0 (broadcast)
   int64_t offset = 0;  // in elements
   DType dtype = kFloat32;
+  bool contiguous = true;  // is_contiguous_layout(shape, strides), kept in step by set_geometry()
+  // Sets shape, strides and offset (and with them `contiguous`): the one way to change them.
+  void set_geometry(const Shape& new_shape, const Strides& new_strides, int64_t new_offset) {
+    shape = new_shape;
+    strides = new_strides;
+    offset = new_offset;
+    contiguous = is_contiguous_layout(new_shape, new_strides);
+  }
   // autograd links, used by the autograd layer
   bool requires_grad = false;
   bool is_view = false;  // shares another tensor's storage (made by a view op or detach)
@@ -107,7 +115,7 @@ class Tensor {
   Device device() const { return impl().storage->device(); }
   int64_t offset() const { return impl().offset; }
   int64_t element_size() const { return dtype_size(dtype()); }
-  bool is_contiguous() const;
+  bool is_contiguous() const { return impl().contiguous; }
   bool is_floating_point() const { return is_floating(dtype()); }
   uint32_t version() const { return impl().storage->version(); }
   void bump_version() const { impl().storage->bump_version(); }

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <span>
 
+#include "base/op_context.h"
 #include "ember/attrs.h"
 #include "ember/device.h"
 #include "ember/dtype.h"
@@ -27,6 +28,7 @@ struct Operand {
   Device device;
   const Shape* shape = nullptr;
   const Strides* strides = nullptr;  // in elements; 0 on broadcast dims
+  bool contiguous = false;           // is_contiguous_layout(*shape, *strides)
 
   bool defined() const { return shape != nullptr; }
   int dim() const { return shape->size(); }
@@ -34,7 +36,7 @@ struct Operand {
   // Size and stride of dim d; negative d counts from the end.
   int64_t size(int d) const { return (*shape)[d < 0 ? d + dim() : d]; }
   int64_t stride(int d) const { return (*strides)[d < 0 ? d + dim() : d]; }
-  bool is_contiguous() const;
+  bool is_contiguous() const { return contiguous; }
   template <class T>
   T* ptr() const {
     return static_cast<T*>(data);
@@ -43,11 +45,12 @@ struct Operand {
 
 struct KernelCall {
   OpKind kind;
-  const char* name;  // for error messages: the op the user called (a composite's name, e.g. "embedding")
   const Attrs& attrs;
   std::span<const Operand> inputs;
   std::span<const Operand> outputs;
 
+  // The op's name for an error message: the composite the user called, if any (op_context.h).
+  const char* name() const { return error_name(kind); }
   // The op's attributes as their type (dispatch has checked that they are the op's type).
   template <class A>
   const A& get() const {

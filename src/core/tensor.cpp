@@ -6,21 +6,10 @@
 namespace ember {
 namespace detail {
 
-Tensor make_tensor(std::shared_ptr<StorageImpl> storage, const Shape& shape, DType dtype) {
-  auto impl = detail::make_pooled<TensorImpl>();
-  impl->storage = std::move(storage);
-  impl->shape = shape;
-  impl->strides = contiguous_strides(shape);
-  impl->dtype = dtype;
-  return Tensor(std::move(impl));
-}
-
 Tensor make_view(const Tensor& base, const Shape& shape, const Strides& strides, int64_t offset) {
   auto impl = detail::make_pooled<TensorImpl>();
   impl->storage = base.impl().storage;
-  impl->shape = shape;
-  impl->strides = strides;
-  impl->offset = offset;
+  impl->set_geometry(shape, strides, offset);
   impl->dtype = base.dtype();
   impl->is_view = true;
   return Tensor(std::move(impl));
@@ -30,17 +19,6 @@ Tensor make_view(const Tensor& base, const Shape& shape, const Strides& strides,
 
 int64_t Tensor::size(int64_t dim) const { return shape()[normalize_axis(dim, this->dim(), "size")]; }
 int64_t Tensor::stride(int64_t dim) const { return strides()[normalize_axis(dim, this->dim(), "stride")]; }
-
-bool Tensor::is_contiguous() const {
-  int64_t expected = 1;
-  for (int d = dim() - 1; d >= 0; --d) {
-    if (shape()[d] == 1) continue;
-    if (shape()[d] == 0) return true;
-    if (strides()[d] != expected) return false;
-    expected *= shape()[d];
-  }
-  return true;
-}
 
 void* Tensor::data_ptr() const { return static_cast<char*>(impl().storage->data()) + impl().offset * element_size(); }
 

@@ -89,9 +89,7 @@ void replace_data(const Tensor& target, const Tensor& source) {
   TensorImpl& impl = target.impl();
   const TensorImpl& src = source.impl();
   impl.storage = src.storage;
-  impl.shape = src.shape;
-  impl.strides = src.strides;
-  impl.offset = src.offset;
+  impl.set_geometry(src.shape, src.strides, src.offset);
   impl.dtype = src.dtype;
   impl.is_view = false;
 }

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <exception>
+#include <memory>
 #include <mutex>
 #include <vector>
 
@@ -13,7 +14,6 @@ namespace ember::dispatch {
 namespace detail {
 
 std::atomic<int> g_num_observers{0};
-thread_local const char* t_context = nullptr;
 
 namespace {
 
@@ -24,8 +24,6 @@ std::vector<Observer*>& observers() {
 }
 
 }  // namespace
-
-const char* context_name(OpKind kind) { return t_context != nullptr ? t_context : op_name(kind); }
 
 void notify(const OpCall& call, bool begin) {
   // Observers are attached and detached while no op runs (dispatch.h), so reading the list is safe.
@@ -81,11 +79,19 @@ namespace {
 
 constexpr int kMaxOperands = 8;
 
-Operand operand_of(const Tensor* t) {
-  if (t == nullptr || !t->defined()) return {};
+// The operand a kernel sees of tensor `t` (absent: null or undefined).
+inline Operand operand_of(const Tensor* t) {
+  if (t == nullptr || !t->defined()) return {nullptr, kFloat32, kCPU, nullptr, nullptr, false};
   const TensorImpl& impl = t->impl();
-  return {t->data_ptr(), impl.dtype, impl.storage->device(), &impl.shape, &impl.strides};
+  void* data = static_cast<char*>(impl.storage->data()) + impl.offset * dtype_size(impl.dtype);
+  return {data, impl.dtype, impl.storage->device(), &impl.shape, &impl.strides, impl.contiguous};
 }
+
+// Room for the operands of one call, constructed one by one (the unused slots stay untouched).
+union OperandSlots {
+  OperandSlots() {}
+  Operand slots[kMaxOperands];
+};
 
 [[noreturn]] void fail_device(const char* name, Device a, Device b) {
   EMBER_FAIL("[", name, "] expected all tensors on the same device, got ", a, " and ", b);
@@ -106,36 +112,37 @@ void run(OpKind kind, const Attrs& attrs, std::span<const Tensor* const> inputs,
          std::span<const Tensor* const> outputs) {
   EMBER_CHECK(attrs.index() == op_info(kind).attrs_index, "[", op_name(kind), "] internal error: called with the ",
               "attributes of another op (alternative ", attrs.index(), ")");
-  Operand operands[kMaxOperands];
+  OperandSlots slots;
+  Operand* operands = slots.slots;
   const int num_inputs = static_cast<int>(inputs.size()), num_outputs = static_cast<int>(outputs.size());
   EMBER_CHECK(num_outputs >= 1 && num_inputs + num_outputs <= kMaxOperands, "[", op_name(kind),
               "] internal error: expected 1 to ", kMaxOperands, " operands with at least one output");
-  int k = 0;
-  for (const Tensor* t : inputs) operands[k++] = operand_of(t);
-  for (const Tensor* t : outputs) operands[k++] = operand_of(t);
-
   // One device for all operands; the leading operand (first input, else first output) gives it.
   const Operand* lead = nullptr;
-  for (int i = 0; i < k; ++i) {
-    if (!operands[i].defined()) continue;
+  int k = 0;
+  auto add = [&](const Tensor* t) {
+    const Operand* o = std::construct_at(&operands[k++], operand_of(t));
+    if (!o->defined()) return;
     if (lead == nullptr) {
-      lead = &operands[i];
-    } else if (operands[i].device != lead->device) [[unlikely]] {
-      fail_device(detail::context_name(kind), lead->device, operands[i].device);
+      lead = o;
+    } else if (o->device != lead->device) [[unlikely]] {
+      fail_device(error_name(kind), lead->device, o->device);
     }
-  }
+  };
+  for (const Tensor* t : inputs) add(t);
+  for (const Tensor* t : outputs) add(t);
   EMBER_CHECK(lead != nullptr, "[", op_name(kind), "] internal error: no operands");
   const KernelEntry& entry = kernel_table().at(kind, lead->device.type);
   if (entry.fn == nullptr) [[unlikely]] {
-    EMBER_FAIL("[", detail::context_name(kind), "] not implemented on ", lead->device);
+    EMBER_FAIL("[", error_name(kind), "] not implemented on ", lead->device);
   }
   const Operand& result = operands[num_inputs];
   if (result.defined() && !entry.dtypes.contains(result.dtype)) [[unlikely]] {
-    EMBER_FAIL("[", detail::context_name(kind), "] the ", lead->device.is_cpu() ? "CPU" : "CUDA", " kernel computes ",
+    EMBER_FAIL("[", error_name(kind), "] the ", lead->device.is_cpu() ? "CPU" : "CUDA", " kernel computes ",
                dtype_list(entry.dtypes), ", not ", result.dtype);
   }
 
-  const KernelCall call{kind, detail::context_name(kind), attrs, std::span<const Operand>(operands, num_inputs),
+  const KernelCall call{kind, attrs, std::span<const Operand>(operands, num_inputs),
                         std::span<const Operand>(operands + num_inputs, num_outputs)};
   if (observed()) [[unlikely]] {
     detail::run_observed({kind, CallKind::kKernel, current_phase(), attrs, inputs, outputs, &call}, entry.fn);

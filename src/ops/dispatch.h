@@ -21,6 +21,7 @@
 #include <span>
 
 #include "base/kernel.h"
+#include "base/op_context.h"
 #include "ember/phase.h"
 #include "ember/primitives.h"
 #include "ember/tensor.h"
@@ -64,8 +65,6 @@ namespace detail {
 extern std::atomic<int> g_num_observers;
 void run_observed(const OpCall& call, KernelFn kernel);
 void notify(const OpCall& call, bool begin);
-const char* context_name(OpKind kind);
-extern thread_local const char* t_context;
 }  // namespace detail
 
 inline bool observed() { return detail::g_num_observers.load(std::memory_order_relaxed) != 0; }
@@ -104,8 +103,8 @@ class Scope {
  public:
   Scope(OpKind kind, std::initializer_list<const Tensor*> inputs, CallKind call_kind = CallKind::kComposite)
       : kind_(kind), call_kind_(call_kind) {
-    if (call_kind == CallKind::kComposite && detail::t_context == nullptr) {
-      detail::t_context = op_name(kind);
+    if (call_kind == CallKind::kComposite && op_context() == nullptr) {
+      set_op_context(op_name(kind));
       owns_context_ = true;
     }
     if (observed()) [[unlikely]]
@@ -113,15 +112,15 @@ class Scope {
   }
   // With the op's attributes, for observers that record them.
   Scope(OpKind kind, std::initializer_list<const Tensor*> inputs, const Attrs& attrs) : kind_(kind) {
-    if (detail::t_context == nullptr) {
-      detail::t_context = op_name(kind);
+    if (op_context() == nullptr) {
+      set_op_context(op_name(kind));
       owns_context_ = true;
     }
     if (observed()) [[unlikely]]
       begin(inputs, attrs);
   }
   ~Scope() {
-    if (owns_context_) detail::t_context = nullptr;
+    if (owns_context_) set_op_context(nullptr);
     if (attrs_) [[unlikely]]
       end();
   }

@@ -30,7 +30,16 @@ std::optional<DType> combine_categories(std::optional<DType> higher, std::option
 
 void promote_into(std::optional<DType>& slot, DType dtype) { slot = slot ? promote_types(*slot, dtype) : dtype; }
 
-Tensor wrap_scalar(const Scalar& value, DType dtype) { return scalar_tensor(value, dtype); }
+// An operand in `dtype`: the tensor itself when it already has it (no handle copy, so no reference
+// count traffic on the hot path), else its conversion or the scalar as a 0-dim tensor, held in
+// `holder`.
+const Tensor& in_dtype(TensorOrScalar operand, DType dtype, Tensor& holder) {
+  if (operand.tensor != nullptr) {
+    if (operand.tensor->dtype() == dtype) return *operand.tensor;
+    return holder = operand.tensor->to(dtype);
+  }
+  return holder = scalar_tensor(*operand.scalar, dtype);
+}
 
 const char* name_of(OpKind op) { return op_name(op); }
 
@@ -87,8 +96,9 @@ Tensor binary_op(OpKind op, TensorOrScalar a, TensorOrScalar b, Tensor* out) {
                 "[pow] integers to negative integer powers are not ", "allowed (base dtype ", compute, ", exponent ",
                 b.scalar->to_int(), ")");
   }
-  const Tensor ta = a.tensor ? a.tensor->to(compute) : wrap_scalar(*a.scalar, compute);
-  const Tensor tb = b.tensor ? b.tensor->to(compute) : wrap_scalar(*b.scalar, compute);
+  Tensor a_holder, b_holder;
+  const Tensor& ta = in_dtype(a, compute, a_holder);
+  const Tensor& tb = in_dtype(b, compute, b_holder);
   const Shape shape = broadcast_shapes(ta.shape(), tb.shape(), name);
 
   Tensor target;
@@ -117,7 +127,8 @@ Tensor unary_op(OpKind op, const Tensor& x, Tensor* out) {
   DType compute = has_trait(op, kFloatResult) && !is_floating(x.dtype()) ? kFloat32 : x.dtype();
   if (op == OpKind::kSquare && x.dtype() == kBool) compute = kInt64;  // as pow(x, 2) promotes
   const DType result = has_trait(op, kBoolResult) ? kBool : compute;
-  const Tensor input = x.to(compute);
+  Tensor holder;
+  const Tensor& input = in_dtype({&x, nullptr}, compute, holder);
   Tensor target;
   if (out != nullptr) {
     check_out(name, *out, x.shape(), result);

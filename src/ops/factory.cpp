@@ -121,8 +121,7 @@ Tensor from_blob(void* data, const Shape& shape, DType dtype, std::optional<Stri
   }
   auto impl = detail::make_pooled<TensorImpl>();
   impl->storage = detail::make_pooled<StorageImpl>(data, extent * dtype_size(dtype), kCPU, &release_nothing, nullptr);
-  impl->shape = shape;
-  impl->strides = s;
+  impl->set_geometry(shape, s, 0);
   impl->dtype = dtype;
   return Tensor(std::move(impl));
 }

@@ -208,7 +208,7 @@ std::optional<int64_t> one_hot(int64_t* out, const int64_t* index, int64_t n, in
 namespace {
 
 void check_index(const KernelCall& c, std::optional<int64_t> bad, int64_t dim, int64_t size) {
-  EMBER_CHECK(!bad, "[", c.name, "] index ", *bad, " is out of bounds for dimension ", dim, " with size ", size);
+  EMBER_CHECK(!bad, "[", c.name(), "] index ", *bad, " is out of bounds for dimension ", dim, " with size ", size);
 }
 
 // inputs: src (contiguous, at least 1-D), index (at most 1-D, int32 or int64); outputs: src's
@@ -269,7 +269,7 @@ void one_hot_kernel(const KernelCall& c) {
   if (index.numel() == 0) return;
   const int64_t classes = out.size(-1);
   const std::optional<int64_t> bad = one_hot(out.ptr<int64_t>(), index.ptr<const int64_t>(), index.numel(), classes);
-  EMBER_CHECK(!bad, "[", c.name, "] class value ", *bad, " is out of range for ", classes, " classes");
+  EMBER_CHECK(!bad, "[", c.name(), "] class value ", *bad, " is out of range for ", classes, " classes");
 }
 
 }  // namespace

@@ -45,9 +45,9 @@ Loop make_loop(std::initializer_list<const Operand*> operands) {
   const Shape& shape = *out.shape;
   const int num_operands = static_cast<int>(operands.size());
   bool flat = true;
-  for (const Operand* o : operands) flat = flat && *o->shape == shape && o->is_contiguous();
+  for (const Operand* o : operands) flat = flat && o->is_contiguous() && *o->shape == shape;
+  Loop loop;  // the one object returned (no copy on either path)
   if (flat) {
-    Loop loop;
     loop.ndim = 1;
     loop.num_operands = num_operands;
     loop.numel = shape.numel();
@@ -69,7 +69,8 @@ Loop make_loop(std::initializer_list<const Operand*> operands) {
     pointers[k] = &strides[k];
     ++k;
   }
-  return make_loop(shape, pointers, num_operands);
+  loop = make_loop(shape, pointers, num_operands);
+  return loop;
 }
 
 }  // namespace ember::cpu

@@ -353,7 +353,7 @@ void check_targets(const KernelCall& c, const ClassLossArgs& a, const Operand& t
   for (int64_t i = 0; i < positions; ++i) {
     const int64_t t = a.target[i];
     if (t == a.ignore_index) continue;
-    EMBER_CHECK(t >= 0 && t < a.classes, "[", c.name, "] target ", t, " at position ", i,
+    EMBER_CHECK(t >= 0 && t < a.classes, "[", c.name(), "] target ", t, " at position ", i,
                 " (flattened target of shape ", *target.shape, ") is out of bounds for ", a.classes,
                 " classes: expected a class in [0, ", a.classes, ") or ignore_index (", a.ignore_index, ")");
   }
