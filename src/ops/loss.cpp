@@ -30,6 +30,7 @@
 #include "ember/ops.h"
 #include "ops/cost.h"
 #include "ops/dispatch.h"
+#include "ops/reference.h"
 #include "ops/tensor_util.h"
 
 namespace ember {
@@ -120,6 +121,9 @@ Tensor cross_entropy(const Tensor& input, const Tensor& target, int64_t ignore_i
   const ClassLossAttrs attrs{ignore_index, label_smoothing, reduction};
   const dispatch::Scope scope(OpKind::kCrossEntropy, {&input, &target}, attrs);
   const ClassProblem p = class_problem("cross_entropy", input, target);
+  if (!dispatch::has_kernel(OpKind::kCrossEntropyForward, input.device())) {
+    return reference::cross_entropy(input, target, attrs);  // records its own graph
+  }
   // The per-position primitives do not reduce.
   const ClassLossAttrs per_position_attrs{ignore_index, label_smoothing, Reduction::kNone};
   const DType compute = p.scores.dtype();
@@ -270,6 +274,32 @@ Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& targe
   }
   return out;
 }
+
+// --- reference decomposition (ops/reference.h) -------------------------------------------------------
+
+namespace reference {
+
+Tensor cross_entropy(const Tensor& x, const Tensor& target, const ClassLossAttrs& attrs) {
+  const int64_t class_dim = x.dim() >= 2 ? 1 : 0;
+  const Tensor log_probabilities = ember::log_softmax(x, class_dim);
+  const Tensor counted = ne(target, attrs.ignore_index);
+  const Tensor classes = where(counted, target, 0);  // any class where the target is ignored
+  const Tensor picked = gather(log_probabilities, class_dim, classes.unsqueeze(class_dim)).squeeze(class_dim);
+  Tensor loss = -picked * (1.0 - attrs.label_smoothing);
+  if (attrs.label_smoothing != 0.0) loss = loss - mean(log_probabilities, {class_dim}) * attrs.label_smoothing;
+  loss = where(counted, loss, 0.0);
+  switch (attrs.reduction) {
+    case Reduction::kNone:
+      return loss;
+    case Reduction::kSum:
+      return sum(loss);
+    case Reduction::kMean:
+      break;
+  }
+  return sum(loss) / sum(counted);
+}
+
+}  // namespace reference
 
 // --- cost rules ----------------------------------------------------------------------------------
 //

@@ -29,6 +29,7 @@
 #include "ember/ops.h"
 #include "ops/cost.h"
 #include "ops/dispatch.h"
+#include "ops/reference.h"
 #include "ops/tensor_util.h"
 
 namespace ember {
@@ -314,13 +315,22 @@ Tensor linear_gelu(const Tensor& x, const Tensor& weight, const std::optional<Te
     // tensor the size of the output; recomputing it would cost a second GEMM. So with autograd
     // this is its own decomposition: linear (bias fused in the GEMM) then gelu, each recording
     // its backward (their own costs go to the profiler).
-    return gelu(linear(x, weight, bias), approximate);
+    return reference::linear_gelu(x, weight, bias, approximate);
   }
   const Activation activation = approximate == "tanh" ? Activation::kGeluTanh : Activation::kGeluErf;
   const dispatch::Scope scope(OpKind::kLinearGelu, {&x, &weight, bias ? &*bias : nullptr},
                               MatmulAttrs{1.0, 0.0, activation});
   return linear_forward("linear_gelu", x, weight, bias, activation);
 }
+
+namespace reference {
+
+Tensor linear_gelu(const Tensor& x, const Tensor& weight, const std::optional<Tensor>& bias,
+                   std::string_view approximate) {
+  return gelu(linear(x, weight, bias), approximate);
+}
+
+}  // namespace reference
 
 // --- cost rules ----------------------------------------------------------------------------------
 

@@ -30,6 +30,7 @@
 #include "ember/ops.h"
 #include "ops/cost.h"
 #include "ops/dispatch.h"
+#include "ops/reference.h"
 #include "ops/tensor_util.h"
 
 namespace ember {
@@ -65,6 +66,10 @@ Tensor row_norm(OpKind kind, const Tensor& input, const Shape& normalized_shape,
   check_parameter(op, "bias", bias, normalized_shape);
 
   const LayerNormAttrs attrs{normalized_shape, eps};
+  if (!dispatch::has_kernel(kind, input.device())) {  // the decomposition records its own graph
+    return center ? reference::layer_norm(input, normalized_shape, weight, bias, eps)
+                  : reference::rms_norm(input, normalized_shape, weight, eps);
+  }
   const DType dtype = input.dtype(), compute = compute_dtype(dtype);
   const int64_t cols = normalized_shape.numel();
   const int64_t rows = cols == 0 ? 0 : input.numel() / cols;
@@ -251,4 +256,34 @@ void define_norm_ops(OpRuleTable& table) {
   table.set_cost(OpKind::kBatchNormGrad, batch_norm_backward_cost);
 }
 
+// --- reference decompositions (ops/reference.h) ------------------------------------------------------
+
+namespace reference {
+namespace {
+
+// The trailing normalized dims of x.
+Axes trailing(const Tensor& x, const Shape& normalized_shape) {
+  Axes dims;
+  for (int d = x.dim() - normalized_shape.size(); d < x.dim(); ++d) dims.push_back(d);
+  return dims;
+}
+
+}  // namespace
+
+Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight, const Tensor& bias,
+                  double eps) {
+  const Axes dims = trailing(x, normalized_shape);
+  const Tensor centered = x - mean(x, dims, true);
+  Tensor y = centered * rsqrt(mean(square(centered), dims, true) + eps);
+  if (weight.defined()) y = y * weight;
+  if (bias.defined()) y = y + bias;
+  return y;
+}
+
+Tensor rms_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight, double eps) {
+  Tensor y = x * rsqrt(mean(square(x), trailing(x, normalized_shape), true) + eps);
+  return weight.defined() ? y * weight : y;
+}
+
+}  // namespace reference
 }  // namespace ember

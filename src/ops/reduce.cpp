@@ -28,6 +28,7 @@
 #include "ember/ops.h"
 #include "ops/cost.h"
 #include "ops/dispatch.h"
+#include "ops/reference.h"
 #include "ops/tensor_util.h"
 
 namespace ember {
@@ -148,6 +149,10 @@ Tensor softmax_impl(OpKind op, const Tensor& x, int64_t dim) {
   const char* name = name_of(op);
   check_floating(name, x);
   const int d = normalize_axis(dim, x.dim(), name);
+  if (!dispatch::has_kernel(op, x.device())) {  // the decomposition, recorded as the op's node below
+    autograd::NoGradGuard no_grad;
+    return op == OpKind::kSoftmax ? reference::softmax(x, d) : reference::log_softmax(x, d);
+  }
   const Tensor input = detail::kernel_operand(x);
   Tensor out = detail::make_empty(x.shape(), x.dtype(), x.device());
   dispatch::run(op, DimAttrs{d}, {&input}, {&out});
@@ -527,4 +532,21 @@ void define_reduce_ops(OpRuleTable& table) {
   }
 }
 
+// --- reference decompositions (ops/reference.h) ------------------------------------------------------
+
+namespace reference {
+
+// The max is taken where it is finite (a row of -inf gives nan, as the kernel's rule says).
+Tensor softmax(const Tensor& x, int64_t dim) {
+  const Tensor shifted = x - amax(x, {dim}, true);
+  const Tensor e = exp(shifted);
+  return e / sum(e, {dim}, true);
+}
+
+Tensor log_softmax(const Tensor& x, int64_t dim) {
+  const Tensor shifted = x - amax(x, {dim}, true);
+  return shifted - log(sum(exp(shifted), {dim}, true));
+}
+
+}  // namespace reference
 }  // namespace ember
