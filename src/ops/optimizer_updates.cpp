@@ -102,8 +102,8 @@ void define_optimizer_ops(OpRuleTable& table) {
 
 // --- reference decompositions (ops/reference.h) ------------------------------------------------------
 //
-// Scalars are cast to the parameter's dtype first, as the kernels do, and every operation rounds
-// once in that dtype: the decomposition reproduces the fused kernels bit for bit.
+// Scalars are cast to the parameter's dtype first, as the kernels do, and every operation rounds in
+// that dtype, in the kernels' order (which may fuse a multiply and an add: ops/reference.h).
 
 namespace ember::reference {
 namespace {

@@ -31,8 +31,9 @@ Tensor linear_gelu(const Tensor& x, const Tensor& weight, const std::optional<Te
                    std::string_view approximate);
 
 // The optimizer updates, operation by operation as their fused kernels compute them (same order,
-// same dtype, one rounding per operation: bit for bit the same results), written into the
-// parameter and the state in place. Absent optional state: undefined.
+// same dtype), written into the parameter and the state in place. The kernels may round a multiply
+// and an add once where the compiler fuses them into an FMA, so the two agree to within an ulp or
+// so per operation, not bit for bit. Absent optional state: undefined.
 void sgd_update(Tensor param, const Tensor& grad, Tensor momentum_buffer, const SgdAttrs& attrs);
 void adam_update(Tensor param, const Tensor& grad, Tensor exp_avg, Tensor exp_avg_sq, Tensor max_exp_avg_sq,
                  const AdamAttrs& attrs);
