@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <fstream>
+#include <map>
 #include <mutex>
 #include <sstream>
 
@@ -116,12 +117,6 @@ Tolerance tolerance_for(ember::DType dtype) {
   }
 }
 
-std::vector<std::string> op_names(const Registry& registry) {
-  std::vector<std::string> names;
-  for (const auto& entry : registry) names.push_back(entry.first);
-  return names;
-}
-
 Tolerance one_ulp_for_16bit(const Case& /*c*/, ember::DType dtype) {
   if (dtype == ember::kFloat16) return {2e-3, 1e-3};
   if (dtype == ember::kBFloat16) return {1.6e-2, 1e-2};
@@ -165,8 +160,7 @@ Tolerance accumulation_tolerance(const Case& c, ember::DType dtype) {
   return ::testing::AssertionSuccess();
 }
 
-void run_cases(const std::string& area, const std::string& op, const OpFn& fn,
-               const std::function<Tolerance(const Case&, ember::DType)>& tolerance) {
+void run_cases(const std::string& area, const std::string& op, const OpFn& fn, const ToleranceFn& tolerance) {
   int count = 0;
   for (const Case& c : cases(area)) {
     if (c.op != op) continue;

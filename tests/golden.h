@@ -5,7 +5,6 @@
 #include <gtest/gtest.h>
 
 #include <functional>
-#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -56,14 +55,9 @@ Tolerance tolerance_for(ember::DType dtype);
 
 // An op under test: builds ember's result(s) from a case.
 using OpFn = std::function<std::vector<ember::Tensor>(const Case&)>;
-using Registry = std::map<std::string, OpFn>;
 
-// The op names of a registry, to instantiate one parameterized test per op...
-std::vector<std::string> op_names(const Registry& registry);
-// ...named after the op.
-struct OpName {
-  std::string operator()(const ::testing::TestParamInfo<std::string>& info) const { return info.param; }
-};
+// The tolerance of a case's comparison, per expected dtype.
+using ToleranceFn = std::function<Tolerance(const Case&, ember::DType)>;
 
 // float16/bfloat16 results are rounded once from float32 on both sides, but float32 values that
 // differ in the last bit can round to neighbouring 16-bit values: allow one 16-bit ulp.
@@ -75,7 +69,6 @@ Tolerance accumulation_tolerance(const Case& c, ember::DType dtype);
 
 // Runs every case of `op` in `area` through `fn`: expects an ember::Error where PyTorch raised,
 // and a match within tolerance otherwise. `tolerance` may widen the default per case.
-void run_cases(const std::string& area, const std::string& op, const OpFn& fn,
-               const std::function<Tolerance(const Case&, ember::DType)>& tolerance = nullptr);
+void run_cases(const std::string& area, const std::string& op, const OpFn& fn, const ToleranceFn& tolerance = nullptr);
 
 }  // namespace golden

@@ -1,5 +1,6 @@
-// Elementwise ops against PyTorch (tests/golden/elementwise.json), plus behaviour the golden data
-// cannot show: in-place and out= forms, overlap, errors.
+// Elementwise ops' behaviour that the golden data cannot show: call forms, in-place and out= forms,
+// overlap, position in a row, errors. Each op's golden forward cases and gradchecks are its registry
+// entry (tests/ops_elementwise.cpp).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -8,93 +9,6 @@
 #include "golden.h"
 
 using ember::Tensor;
-using golden::Case;
-
-namespace {
-
-// A binary op called with (tensor, tensor) or (tensor, scalar), as the case says.
-template <class TT, class TS>
-golden::OpFn binary(TT tensor_tensor, TS tensor_scalar) {
-  return [=](const Case& c) -> std::vector<Tensor> {
-    if (c.inputs[1].scalar) return {tensor_scalar(c.tensor(0), c.scalar(1))};
-    return {tensor_tensor(c.tensor(0), c.tensor(1))};
-  };
-}
-
-golden::OpFn unary(Tensor (*fn)(const Tensor&)) {
-  return [=](const Case& c) -> std::vector<Tensor> { return {fn(c.tensor(0))}; };
-}
-
-#define TT(f) [](const Tensor& a, const Tensor& b) { return ember::f(a, b); }
-#define TS(f) [](const Tensor& a, const ember::Scalar& b) { return ember::f(a, b); }
-#define NO_SCALAR [](const Tensor&, const ember::Scalar&) -> Tensor { throw std::logic_error("no scalar form"); }
-
-const golden::Registry& registry() {
-  static const golden::Registry ops = {
-      {"neg", unary(ember::neg)},
-      {"abs", unary(ember::abs)},
-      {"sign", unary(ember::sign)},
-      {"exp", unary(ember::exp)},
-      {"log", unary(ember::log)},
-      {"log1p", unary(ember::log1p)},
-      {"expm1", unary(ember::expm1)},
-      {"sqrt", unary(ember::sqrt)},
-      {"rsqrt", unary(ember::rsqrt)},
-      {"square", unary(ember::square)},
-      {"sin", unary(ember::sin)},
-      {"cos", unary(ember::cos)},
-      {"tanh", unary(ember::tanh)},
-      {"sigmoid", unary(ember::sigmoid)},
-      {"relu", unary(ember::relu)},
-      {"gelu", [](const Case& c) -> std::vector<Tensor> { return {ember::gelu(c.tensor(0))}; }},
-      {"gelu_tanh", [](const Case& c) -> std::vector<Tensor> { return {ember::gelu(c.tensor(0), "tanh")}; }},
-      {"silu", unary(ember::silu)},
-      {"logical_not", unary(ember::logical_not)},
-      {"isnan", unary(ember::isnan)},
-      {"isinf", unary(ember::isinf)},
-      {"add", binary(TT(add), TS(add))},
-      {"sub", binary(TT(sub), TS(sub))},
-      {"mul", binary(TT(mul), TS(mul))},
-      {"div", binary(TT(div), TS(div))},
-      {"pow", binary(TT(pow), TS(pow))},
-      {"minimum", binary(TT(minimum), NO_SCALAR)},
-      {"maximum", binary(TT(maximum), NO_SCALAR)},
-      {"eq", binary(TT(eq), TS(eq))},
-      {"ne", binary(TT(ne), TS(ne))},
-      {"lt", binary(TT(lt), TS(lt))},
-      {"le", binary(TT(le), TS(le))},
-      {"gt", binary(TT(gt), TS(gt))},
-      {"ge", binary(TT(ge), TS(ge))},
-      {"logical_and", binary(TT(logical_and), NO_SCALAR)},
-      {"logical_or", binary(TT(logical_or), NO_SCALAR)},
-      {"where",
-       [](const Case& c) -> std::vector<Tensor> {
-         if (c.inputs[2].scalar) return {ember::where(c.tensor(0), c.tensor(1), c.scalar(2))};
-         return {ember::where(c.tensor(0), c.tensor(1), c.tensor(2))};
-       }},
-      {"clamp",
-       [](const Case& c) -> std::vector<Tensor> {
-         std::optional<ember::Scalar> hi;
-         if (c.inputs.size() > 2) hi = c.scalar(2);
-         return {ember::clamp(c.tensor(0), c.scalar(1), hi)};
-       }},
-      {"masked_fill",
-       [](const Case& c) -> std::vector<Tensor> {
-         return {ember::masked_fill(c.tensor(0), c.tensor(1), c.scalar(2))};
-       }},
-  };
-  return ops;
-}
-
-class GoldenElementwise : public ::testing::TestWithParam<std::string> {};
-
-TEST_P(GoldenElementwise, MatchesPyTorch) {
-  golden::run_cases("elementwise", GetParam(), registry().at(GetParam()), golden::one_ulp_for_16bit);
-}
-
-INSTANTIATE_TEST_SUITE_P(Ops, GoldenElementwise, ::testing::ValuesIn(golden::op_names(registry())), golden::OpName());
-
-}  // namespace
 
 TEST(Elementwise, ThreeCallFormsAgree) {
   Tensor a = ember::arange(6).reshape({2, 3}).to(ember::kFloat32);

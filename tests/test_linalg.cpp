@@ -1,12 +1,11 @@
-// matmul, matmul_out and linear against PyTorch (tests/golden/linalg.json), plus what the golden
-// data cannot show: big shapes against a naive loop, out= memory, independence from the thread
-// count and the SIMD target, and error messages.
+// matmul, matmul_out and linear: what the golden data cannot show: big shapes against a naive loop,
+// out= memory, independence from the thread count and the SIMD target, and error messages. Their
+// golden forward cases and gradchecks are their registry entries (tests/ops_linalg.cpp).
 #include <gtest/gtest.h>
 #include <hwy/targets.h>
 
 #include <cstdint>
 #include <cstdlib>
-#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -15,64 +14,8 @@
 #include "test_util.h"
 
 using ember::Tensor;
-using golden::Case;
 
 namespace {
-
-// A golden op: which cases of linalg.json it runs, and how ember computes them.
-struct GoldenOp {
-  std::string cases;
-  golden::OpFn fn;
-};
-
-// Strides of `shape` with its last two dims stored transposed: a non-contiguous out= tensor.
-Tensor transposed_empty(const ember::Shape& shape, ember::DType dtype) {
-  if (shape.size() < 2) return ember::empty(shape, dtype);
-  ember::Shape swapped = shape;
-  std::swap(swapped[shape.size() - 1], swapped[shape.size() - 2]);
-  return ember::empty(swapped, dtype).transpose(-1, -2);
-}
-
-const std::map<std::string, GoldenOp>& registry() {
-  static const std::map<std::string, GoldenOp> ops = {
-      {"matmul",
-       {"matmul", [](const Case& c) -> std::vector<Tensor> { return {ember::matmul(c.tensor(0), c.tensor(1))}; }}},
-      {"matmul_method",
-       {"matmul", [](const Case& c) -> std::vector<Tensor> { return {c.tensor(0).matmul(c.tensor(1))}; }}},
-      // matmul_out into a tensor whose last two dims are transposed (C written through strides).
-      {"matmul_out",
-       {"matmul",
-        [](const Case& c) -> std::vector<Tensor> {
-          const ember::Shape shape = c.expected.empty() ? ember::Shape{} : c.expected[0].shape();
-          Tensor out = transposed_empty(shape, c.tensor(0).dtype());
-          ember::matmul_out(out, c.tensor(0), c.tensor(1));
-          return {out};
-        }}},
-      {"linear",
-       {"linear",
-        [](const Case& c) -> std::vector<Tensor> {
-          std::optional<Tensor> bias;
-          if (c.inputs.size() > 2) bias = c.tensor(2);
-          return {ember::linear(c.tensor(0), c.tensor(1), bias)};
-        }}},
-  };
-  return ops;
-}
-
-class GoldenLinalg : public ::testing::TestWithParam<std::string> {};
-
-TEST_P(GoldenLinalg, MatchesPyTorch) {
-  const GoldenOp& op = registry().at(GetParam());
-  golden::run_cases("linalg", op.cases, op.fn, golden::accumulation_tolerance);
-}
-
-std::vector<std::string> op_names() {
-  std::vector<std::string> names;
-  for (const auto& [name, op] : registry()) names.push_back(name);
-  return names;
-}
-
-INSTANTIATE_TEST_SUITE_P(Ops, GoldenLinalg, ::testing::ValuesIn(op_names()), golden::OpName());
 
 // C = A @ B for 2-D tensors by the textbook triple loop, in double.
 Tensor naive_matmul(const Tensor& a, const Tensor& b) {

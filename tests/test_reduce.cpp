@@ -1,5 +1,7 @@
-// Reductions and softmax against PyTorch (tests/golden/reduce.json), plus what the golden data cannot
-// show: error messages, method forms, and that the thread count does not change results.
+// Reductions' and softmax's behaviour that the golden data cannot show: error messages, method forms,
+// known values, large and strided inputs against a plain reference, and that the thread count does
+// not change results. Each op's golden forward cases and gradchecks are its registry entry
+// (tests/ops_reduce.cpp).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -8,89 +10,8 @@
 #include "golden.h"
 
 using ember::Tensor;
-using golden::Case;
 
 namespace {
-
-// The input, decoded from uint8 to float32 as x / divisor + shift when the case says so (long
-// inputs are stored that way to keep the JSON small; see cases_reduce.py).
-Tensor input(const Case& c) {
-  Tensor x = c.tensor(0);
-  if (c.attrs.contains("decode")) {
-    const auto decode = c.attrs.at("decode").get<std::vector<double>>();
-    x = ember::div(x.to(ember::kFloat32), decode[0]) + decode[1];
-  }
-  return x;
-}
-
-ember::Axes dims(const Case& c) { return ember::Axes(c.attrs.at("dims").get<std::vector<int64_t>>()); }
-bool keepdim(const Case& c) { return c.attrs.at("keepdim").get<bool>(); }
-
-std::optional<int64_t> optional_dim(const Case& c) {
-  const auto& dim = c.attrs.at("dim");
-  if (dim.is_null()) return std::nullopt;
-  return dim.get<int64_t>();
-}
-
-double p_value(const golden::json& p) {
-  if (p.is_string()) {
-    const double inf = std::numeric_limits<double>::infinity();
-    return p.get<std::string>() == "inf" ? inf : -inf;
-  }
-  return p.get<double>();
-}
-
-using DimsFn = Tensor (*)(const Tensor&, const ember::Axes&, bool);
-
-golden::OpFn over_dims(DimsFn fn) {
-  return [=](const Case& c) -> std::vector<Tensor> { return {fn(input(c), dims(c), keepdim(c))}; };
-}
-
-const golden::Registry& registry() {
-  static const golden::Registry ops = {
-      {"sum", over_dims(ember::sum)},
-      {"mean", over_dims(ember::mean)},
-      {"prod", over_dims(ember::prod)},
-      {"amax", over_dims(ember::amax)},
-      {"amin", over_dims(ember::amin)},
-      {"logsumexp", over_dims(ember::logsumexp)},
-      {"all", over_dims(ember::all)},
-      {"any", over_dims(ember::any)},
-      {"argmax",
-       [](const Case& c) -> std::vector<Tensor> { return {ember::argmax(input(c), optional_dim(c), keepdim(c))}; }},
-      {"argmin",
-       [](const Case& c) -> std::vector<Tensor> { return {ember::argmin(input(c), optional_dim(c), keepdim(c))}; }},
-      {"var",
-       [](const Case& c) -> std::vector<Tensor> {
-         return {ember::var(input(c), dims(c), c.attrs.at("correction").get<int64_t>(), keepdim(c))};
-       }},
-      {"std",
-       [](const Case& c) -> std::vector<Tensor> {
-         return {ember::std(input(c), dims(c), c.attrs.at("correction").get<int64_t>(), keepdim(c))};
-       }},
-      {"norm",
-       [](const Case& c) -> std::vector<Tensor> {
-         return {ember::norm(input(c), p_value(c.attrs.at("p")), dims(c), keepdim(c))};
-       }},
-      {"softmax",
-       [](const Case& c) -> std::vector<Tensor> {
-         return {ember::softmax(input(c), c.attrs.at("dim").get<int64_t>())};
-       }},
-      {"log_softmax",
-       [](const Case& c) -> std::vector<Tensor> {
-         return {ember::log_softmax(input(c), c.attrs.at("dim").get<int64_t>())};
-       }},
-  };
-  return ops;
-}
-
-class GoldenReduce : public ::testing::TestWithParam<std::string> {};
-
-TEST_P(GoldenReduce, MatchesPyTorch) {
-  golden::run_cases("reduce", GetParam(), registry().at(GetParam()), golden::one_ulp_for_16bit);
-}
-
-INSTANTIATE_TEST_SUITE_P(Ops, GoldenReduce, ::testing::ValuesIn(golden::op_names(registry())), golden::OpName());
 
 // Expects `fn` to throw an ember::Error whose message starts with `prefix` and contains `detail`.
 template <class F>

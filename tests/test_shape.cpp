@@ -1,6 +1,7 @@
-// Shape and indexing ops against PyTorch (tests/golden/shape.json), plus behaviour the golden data
-// cannot show: split/chunk share storage, messages name the op, bad indices throw (never crash),
-// and the threaded kernels agree with the single-threaded ones.
+// Shape and indexing ops' behaviour that the golden data cannot show: split/chunk share storage,
+// results are fresh, messages name the op, bad indices throw (never crash), and the threaded kernels
+// agree with the single-threaded ones. Each op's golden forward cases and gradchecks are its registry
+// entry (tests/ops_shape.cpp; split and chunk in tests/ops_views.cpp).
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -10,76 +11,8 @@
 #include "golden.h"
 
 using ember::Tensor;
-using golden::Case;
 
 namespace {
-
-int64_t attr_int(const Case& c, const char* name) { return c.attrs.at(name).get<int64_t>(); }
-std::vector<int64_t> attr_list(const Case& c, const char* name) { return c.attrs.at(name).get<std::vector<int64_t>>(); }
-
-const golden::Registry& registry() {
-  static const golden::Registry ops = {
-      {"cat", [](const Case& c) -> std::vector<Tensor> { return {ember::cat(c.inputs[0].list, attr_int(c, "dim"))}; }},
-      {"stack",
-       [](const Case& c) -> std::vector<Tensor> { return {ember::stack(c.inputs[0].list, attr_int(c, "dim"))}; }},
-      {"split",
-       [](const Case& c) -> std::vector<Tensor> {
-         if (c.attrs.at("split").is_array())
-           return ember::split(c.tensor(0), attr_list(c, "split"), attr_int(c, "dim"));
-         return ember::split(c.tensor(0), attr_int(c, "split"), attr_int(c, "dim"));
-       }},
-      {"chunk",
-       [](const Case& c) -> std::vector<Tensor> {
-         return ember::chunk(c.tensor(0), attr_int(c, "chunks"), attr_int(c, "dim"));
-       }},
-      {"repeat",
-       [](const Case& c) -> std::vector<Tensor> {
-         return {ember::repeat(c.tensor(0), ember::Shape(attr_list(c, "repeats")))};
-       }},
-      {"tile",
-       [](const Case& c) -> std::vector<Tensor> {
-         return {ember::tile(c.tensor(0), ember::Shape(attr_list(c, "reps")))};
-       }},
-      {"flip",
-       [](const Case& c) -> std::vector<Tensor> {
-         return {ember::flip(c.tensor(0), ember::Axes(attr_list(c, "dims")))};
-       }},
-      {"roll",
-       [](const Case& c) -> std::vector<Tensor> {
-         return {ember::roll(c.tensor(0), attr_list(c, "shifts"), attr_list(c, "dims"))};
-       }},
-      {"pad",
-       [](const Case& c) -> std::vector<Tensor> {
-         // A non-finite value comes as the string "inf", "-inf" or "nan" (JSON has no such numbers).
-         const golden::json& value = c.attrs.at("value");
-         const ember::Scalar fill =
-             value.is_string() ? ember::Scalar(std::stod(value.get<std::string>())) : golden::scalar_from_json(value);
-         return {ember::pad(c.tensor(0), attr_list(c, "pads"), fill)};
-       }},
-      {"index_select",
-       [](const Case& c) -> std::vector<Tensor> {
-         return {ember::index_select(c.tensor(0), attr_int(c, "dim"), c.tensor(1))};
-       }},
-      {"gather",
-       [](const Case& c) -> std::vector<Tensor> {
-         return {ember::gather(c.tensor(0), attr_int(c, "dim"), c.tensor(1))};
-       }},
-      {"scatter_add",
-       [](const Case& c) -> std::vector<Tensor> {
-         return {ember::scatter_add(c.tensor(0), attr_int(c, "dim"), c.tensor(1), c.tensor(2))};
-       }},
-      {"one_hot",
-       [](const Case& c) -> std::vector<Tensor> { return {ember::one_hot(c.tensor(0), attr_int(c, "num_classes"))}; }},
-      {"embedding", [](const Case& c) -> std::vector<Tensor> { return {ember::embedding(c.tensor(0), c.tensor(1))}; }},
-  };
-  return ops;
-}
-
-class GoldenShape : public ::testing::TestWithParam<std::string> {};
-
-TEST_P(GoldenShape, MatchesPyTorch) { golden::run_cases("shape", GetParam(), registry().at(GetParam())); }
-
-INSTANTIATE_TEST_SUITE_P(Ops, GoldenShape, ::testing::ValuesIn(golden::op_names(registry())), golden::OpName());
 
 // The message of the ember::Error that `fn` throws ("" if it throws none).
 template <class F>

@@ -46,9 +46,9 @@ inline ember::OpCost cost_of(ember::OpKind kind, const ember::Attrs& attrs, cons
   std::vector<ember::Operand> operands;
   for (const std::vector<ember::Tensor>* list : {&inputs, &outputs}) {
     for (const ember::Tensor& t : *list) {
-      operands.push_back(t.defined() ? ember::Operand{t.data_ptr(), t.dtype(), t.device(), &t.shape(), &t.strides(),
-                                                      t.is_contiguous()}
-                                     : ember::Operand{});
+      operands.push_back(
+          t.defined() ? ember::Operand{t.data_ptr(), t.dtype(), t.device(), &t.shape(), &t.strides(), t.is_contiguous()}
+                      : ember::Operand{});
     }
   }
   const ember::KernelCall call{kind, attrs, std::span(operands.data(), inputs.size()),

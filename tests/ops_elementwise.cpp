@@ -1,0 +1,382 @@
+// The elementwise ops' registry entries: each op's golden forward (tests/golden/elementwise.json, made
+// by cases_elementwise.py), its float64 gradchecks (contiguous, transposed, broadcast and 0-dim
+// inputs, with the op's scalar and in-place forms beside it) and its gradients pinned against
+// PyTorch (grad.json) at ties, bounds and zeros. Inputs of the gradchecks avoid the points where an
+// op is not differentiable (abs and relu at 0, clamp at its bounds); the pinned cases cover those.
+#include <optional>
+#include <stdexcept>
+
+#include "op_registry.h"
+
+namespace op_registry {
+namespace {
+
+using golden::Case;
+using golden::json;
+
+// --- golden forwards ----------------------------------------------------------------------------
+
+using Unary = Tensor (*)(const Tensor&);
+using TensorTensor = Tensor (*)(const Tensor&, const Tensor&);
+using TensorScalar = Tensor (*)(const Tensor&, const ember::Scalar&);
+
+golden::OpFn unary(Unary fn) {
+  return [fn](const Case& c) -> std::vector<Tensor> { return {fn(c.tensor(0))}; };
+}
+
+// A binary op called with (tensor, tensor) or (tensor, scalar), as the case says.
+golden::OpFn binary(TensorTensor tensor_tensor, TensorScalar tensor_scalar = nullptr) {
+  return [=](const Case& c) -> std::vector<Tensor> {
+    if (c.inputs[1].scalar) {
+      if (tensor_scalar == nullptr) throw std::logic_error("case " + c.name + ": the op has no scalar form");
+      return {tensor_scalar(c.tensor(0), c.scalar(1))};
+    }
+    return {tensor_tensor(c.tensor(0), c.tensor(1))};
+  };
+}
+
+// The cases of `op` in elementwise.json; 16-bit results may differ from PyTorch's by one ulp.
+GoldenForward elementwise(const std::string& op, golden::OpFn fn, const std::string& name = "") {
+  return {name, "elementwise", op, std::move(fn), golden::one_ulp_for_16bit};
+}
+
+// --- gradchecks of in-place forms ---------------------------------------------------------------
+
+// A tensor that is not a leaf, so that in-place ops on it are differentiable.
+Tensor non_leaf(const Tensor& x) { return x * 1.0; }
+
+Gradcheck inplace_unary(std::string name, std::function<void(Tensor&)> op, Values values = kAny) {
+  return unary_gradcheck(
+      std::move(name),
+      [op](const Tensor& x) {
+        Tensor y = non_leaf(x);
+        op(y);
+        return y;
+      },
+      values);
+}
+
+Gradcheck inplace_binary(std::string name, std::function<void(Tensor&, const Tensor&)> op, Values other = kAny) {
+  return {std::move(name),
+          [op](const std::vector<Tensor>& x) {
+            Tensor y = non_leaf(x[0]);
+            op(y, x[1]);
+            return y;
+          },
+          {{"contiguous", {in({3, 4}), in({3, 4}, other)}}, {"broadcast", {in_t({3, 4}), in({4}, other)}}}};
+}
+
+// --- pinned gradients ---------------------------------------------------------------------------
+
+PinnedGradient pinned_unary(std::string op, Unary fn) {
+  return {std::move(op), [fn](const std::vector<Tensor>& x, const json&) { return fn(x[0]); }};
+}
+
+PinnedGradient pinned_binary(std::string op, TensorTensor fn) {
+  return {std::move(op), [fn](const std::vector<Tensor>& x, const json&) { return fn(x[0], x[1]); }};
+}
+
+std::optional<ember::Scalar> optional_scalar(const json& v) {
+  if (v.is_null()) return std::nullopt;
+  return ember::Scalar(v.get<double>());
+}
+
+// --- the entries --------------------------------------------------------------------------------
+
+std::vector<Entry> unary_entries() {
+  return {
+      Entry{.name = "neg",
+            .ops = {OpKind::kNeg},
+            .golden = {elementwise("neg", unary(ember::neg))},
+            .gradchecks = {unary_gradcheck("neg", [](const Tensor& x) { return -x; }),
+                           inplace_unary("neg_inplace", [](Tensor& y) { y.neg_(); })}},
+      Entry{.name = "abs",
+            .ops = {OpKind::kAbs},
+            .golden = {elementwise("abs", unary(ember::abs))},
+            .gradchecks = {unary_gradcheck("abs", ember::abs, kAwayFromZero)},
+            .pinned = {pinned_unary("abs", ember::abs)}},
+      Entry{.name = "sign",
+            .ops = {OpKind::kSign},
+            .golden = {elementwise("sign", unary(ember::sign))},
+            // sign's gradient is zero wherever it exists: + x makes the check see it pass through.
+            .gradchecks = {unary_gradcheck(
+                "sign", [](const Tensor& x) { return ember::sign(x) + x; }, kAwayFromZero)},
+            .pinned = {pinned_unary("sign", ember::sign)}},
+      Entry{.name = "exp",
+            .ops = {OpKind::kExp},
+            .golden = {elementwise("exp", unary(ember::exp))},
+            .gradchecks = {unary_gradcheck("exp", ember::exp),
+                           inplace_unary("exp_inplace", [](Tensor& y) { y.exp_(); })}},
+      Entry{.name = "log",
+            .ops = {OpKind::kLog},
+            .golden = {elementwise("log", unary(ember::log))},
+            .gradchecks = {unary_gradcheck("log", ember::log, kPositive)}},
+      Entry{.name = "log1p",
+            .ops = {OpKind::kLog1p},
+            .golden = {elementwise("log1p", unary(ember::log1p))},
+            .gradchecks = {unary_gradcheck("log1p", ember::log1p, kPositive)}},
+      Entry{.name = "expm1",
+            .ops = {OpKind::kExpm1},
+            .golden = {elementwise("expm1", unary(ember::expm1))},
+            .gradchecks = {unary_gradcheck("expm1", ember::expm1)}},
+      Entry{.name = "sqrt",
+            .ops = {OpKind::kSqrt},
+            .golden = {elementwise("sqrt", unary(ember::sqrt))},
+            .gradchecks = {unary_gradcheck("sqrt", ember::sqrt, kPositive)}},
+      Entry{.name = "rsqrt",
+            .ops = {OpKind::kRsqrt},
+            .golden = {elementwise("rsqrt", unary(ember::rsqrt))},
+            .gradchecks = {unary_gradcheck("rsqrt", ember::rsqrt, kPositive)}},
+      Entry{.name = "square",
+            .ops = {OpKind::kSquare},
+            .golden = {elementwise("square", unary(ember::square))},
+            .gradchecks = {unary_gradcheck("square", ember::square)}},
+      Entry{.name = "sin",
+            .ops = {OpKind::kSin},
+            .golden = {elementwise("sin", unary(ember::sin))},
+            .gradchecks = {unary_gradcheck("sin", ember::sin)}},
+      Entry{.name = "cos",
+            .ops = {OpKind::kCos},
+            .golden = {elementwise("cos", unary(ember::cos))},
+            .gradchecks = {unary_gradcheck("cos", ember::cos)}},
+      Entry{.name = "tanh",
+            .ops = {OpKind::kTanh},
+            .golden = {elementwise("tanh", unary(ember::tanh))},
+            .gradchecks = {unary_gradcheck("tanh", ember::tanh),
+                           inplace_unary("tanh_inplace", [](Tensor& y) { y.tanh_(); })}},
+      Entry{.name = "sigmoid",
+            .ops = {OpKind::kSigmoid},
+            .golden = {elementwise("sigmoid", unary(ember::sigmoid))},
+            .gradchecks = {unary_gradcheck("sigmoid", ember::sigmoid),
+                           inplace_unary("sigmoid_inplace", [](Tensor& y) { y.sigmoid_(); })}},
+      // relu's backward is one fused pass, threshold_backward, when its operands suit the kernel.
+      Entry{.name = "relu",
+            .ops = {OpKind::kRelu, OpKind::kThresholdBackward},
+            .golden = {elementwise("relu", unary(ember::relu))},
+            .gradchecks = {unary_gradcheck("relu", ember::relu, kAwayFromZero),
+                           inplace_unary(
+                               "relu_inplace", [](Tensor& y) { y.relu_(); }, kAwayFromZero)},
+            .pinned = {pinned_unary("relu", ember::relu)}},
+      Entry{.name = "gelu",
+            .ops = {OpKind::kGeluErf, OpKind::kGeluTanh},
+            .golden = {elementwise("gelu",
+                                   [](const Case& c) -> std::vector<Tensor> { return {ember::gelu(c.tensor(0))}; }),
+                       elementwise(
+                           "gelu_tanh",
+                           [](const Case& c) -> std::vector<Tensor> { return {ember::gelu(c.tensor(0), "tanh")}; },
+                           "gelu_tanh")},
+            .gradchecks = {unary_gradcheck("gelu", [](const Tensor& x) { return ember::gelu(x); }),
+                           unary_gradcheck("gelu_tanh", [](const Tensor& x) { return ember::gelu(x, "tanh"); }),
+                           unary_gradcheck(
+                               "gelu_at_zero", [](const Tensor& x) { return ember::gelu(x); }, kZero)},
+            .pinned = {{"gelu",
+                        [](const std::vector<Tensor>& x, const json& a) {
+                          return ember::gelu(x[0], a.at("approximate").get<std::string>());
+                        }}}},
+      Entry{.name = "silu",
+            .ops = {OpKind::kSilu},
+            .golden = {elementwise("silu", unary(ember::silu))},
+            .gradchecks = {unary_gradcheck("silu", ember::silu)},
+            .pinned = {pinned_unary("silu", ember::silu)}},
+      Entry{.name = "logical_not",
+            .ops = {OpKind::kLogicalNot},
+            .golden = {elementwise("logical_not", unary(ember::logical_not))}},
+      Entry{.name = "isnan", .ops = {OpKind::kIsNan}, .golden = {elementwise("isnan", unary(ember::isnan))}},
+      Entry{.name = "isinf", .ops = {OpKind::kIsInf}, .golden = {elementwise("isinf", unary(ember::isinf))}},
+  };
+}
+
+std::vector<Entry> binary_entries() {
+  return {
+      Entry{.name = "add",
+            .ops = {OpKind::kAdd},
+            .golden = {elementwise("add", binary(ember::add, ember::add))},
+            .gradchecks = {binary_gradcheck("add", [](const Tensor& a, const Tensor& b) { return a + b; }),
+                           unary_gradcheck("add_scalar", [](const Tensor& x) { return x + 2.0; }),
+                           inplace_binary("add_inplace", [](Tensor& y, const Tensor& o) { y.add_(o); }),
+                           inplace_unary("add_scalar_inplace", [](Tensor& y) { y.add_(2.0); }),
+                           inplace_binary("inplace_operators",
+                                          [](Tensor& y, const Tensor& o) { ((y += o) *= o) -= 1.0; })}},
+      Entry{.name = "sub",
+            .ops = {OpKind::kSub},
+            .golden = {elementwise("sub", binary(ember::sub, ember::sub))},
+            .gradchecks = {binary_gradcheck("sub", [](const Tensor& a, const Tensor& b) { return a - b; }),
+                           unary_gradcheck("rsub", [](const Tensor& x) { return 3.0 - x; }),
+                           inplace_binary("sub_inplace", [](Tensor& y, const Tensor& o) { y.sub_(o); }),
+                           inplace_unary("sub_scalar_inplace", [](Tensor& y) { y.sub_(3.0); })}},
+      Entry{.name = "mul",
+            .ops = {OpKind::kMul},
+            .golden = {elementwise("mul", binary(ember::mul, ember::mul))},
+            .gradchecks = {binary_gradcheck("mul", [](const Tensor& a, const Tensor& b) { return a * b; }),
+                           unary_gradcheck("mul_scalar", [](const Tensor& x) { return x * -3.0; }),
+                           inplace_binary("mul_inplace", [](Tensor& y, const Tensor& o) { y.mul_(o); }),
+                           inplace_unary("mul_scalar_inplace", [](Tensor& y) { y.mul_(2.0); }),
+                           inplace_unary("mul_self_inplace", [](Tensor& y) { y.mul_(y); }),
+                           // The other operand is a view of self's memory.
+                           {"mul_inplace_shared_storage",
+                            [](const std::vector<Tensor>& x) {
+                              Tensor y = non_leaf(x[0]);
+                              y.mul_(y.t());
+                              return y;
+                            },
+                            {{"contiguous", {in({3, 3})}}}},
+                           {"inplace_chain",
+                            [](const std::vector<Tensor>& x) {
+                              Tensor y = non_leaf(x[0]);
+                              y.mul_(x[1]).exp_().add_(y);
+                              return y.sum({0});
+                            },
+                            {{"contiguous", {in({3, 4}), in({3, 4})}}}}}},
+      Entry{.name = "div",
+            .ops = {OpKind::kDiv},
+            .golden = {elementwise("div", binary(ember::div, ember::div))},
+            .gradchecks = {binary_gradcheck(
+                               "div", [](const Tensor& a, const Tensor& b) { return a / b; }, kAny, kAwayFromZero),
+                           unary_gradcheck(
+                               "div_scalar_by_tensor", [](const Tensor& x) { return 2.0 / x; }, kAwayFromZero),
+                           unary_gradcheck("div_scalar", [](const Tensor& x) { return x / 4.0; }),
+                           inplace_binary(
+                               "div_inplace", [](Tensor& y, const Tensor& o) { y.div_(o); }, kAwayFromZero),
+                           inplace_unary("div_scalar_inplace", [](Tensor& y) { y.div_(3.0); })}},
+      Entry{
+          .name = "pow",
+          .ops = {OpKind::kPow},
+          .golden = {elementwise("pow", binary(ember::pow, ember::pow))},
+          .gradchecks = {binary_gradcheck(
+                             "pow", [](const Tensor& a, const Tensor& b) { return ember::pow(a, b); }, kPositive),
+                         unary_gradcheck(
+                             "pow_scalar_float", [](const Tensor& x) { return ember::pow(x, 2.5); }, kPositive),
+                         unary_gradcheck("pow_scalar_int", [](const Tensor& x) { return ember::pow(x, 3); }),
+                         unary_gradcheck(
+                             "pow_scalar_negative", [](const Tensor& x) { return ember::pow(x, -1.5); }, kPositive),
+                         unary_gradcheck("pow_scalar_zero", [](const Tensor& x) { return ember::pow(x, 0) + x; }),
+                         unary_gradcheck("pow_scalar_base", [](const Tensor& x) { return ember::pow(2.5, x); }),
+                         inplace_unary(
+                             "pow_inplace", [](Tensor& y) { y.pow_(3.0); }, kPositive)},
+          .pinned = {pinned_binary("pow", ember::pow),
+                     {"pow_scalar_base", [](const std::vector<Tensor>& x,
+                                            const json& a) { return ember::pow(a.at("base").get<double>(), x[0]); }},
+                     {"pow_scalar_exponent", [](const std::vector<Tensor>& x,
+                                                const json& a) { return ember::pow(x[0], a.at("e").get<double>()); }}}},
+      Entry{.name = "minimum",
+            .ops = {OpKind::kMinimum},
+            .golden = {elementwise("minimum", binary(ember::minimum))},
+            .gradchecks = {binary_gradcheck("minimum", ember::minimum)},
+            .pinned = {pinned_binary("minimum", ember::minimum)}},
+      Entry{.name = "maximum",
+            .ops = {OpKind::kMaximum},
+            .golden = {elementwise("maximum", binary(ember::maximum))},
+            .gradchecks = {binary_gradcheck("maximum", ember::maximum)},
+            .pinned = {pinned_binary("maximum", ember::maximum)}},
+      Entry{.name = "eq", .ops = {OpKind::kEq}, .golden = {elementwise("eq", binary(ember::eq, ember::eq))}},
+      Entry{.name = "ne", .ops = {OpKind::kNe}, .golden = {elementwise("ne", binary(ember::ne, ember::ne))}},
+      Entry{.name = "lt", .ops = {OpKind::kLt}, .golden = {elementwise("lt", binary(ember::lt, ember::lt))}},
+      Entry{.name = "le", .ops = {OpKind::kLe}, .golden = {elementwise("le", binary(ember::le, ember::le))}},
+      Entry{.name = "gt", .ops = {OpKind::kGt}, .golden = {elementwise("gt", binary(ember::gt, ember::gt))}},
+      Entry{.name = "ge", .ops = {OpKind::kGe}, .golden = {elementwise("ge", binary(ember::ge, ember::ge))}},
+      Entry{.name = "logical_and",
+            .ops = {OpKind::kLogicalAnd},
+            .golden = {elementwise("logical_and", binary(ember::logical_and))}},
+      Entry{.name = "logical_or",
+            .ops = {OpKind::kLogicalOr},
+            .golden = {elementwise("logical_or", binary(ember::logical_or))}},
+  };
+}
+
+std::vector<Entry> selection_entries() {
+  return {
+      Entry{.name = "where",
+            .ops = {OpKind::kWhere},
+            .golden = {elementwise("where",
+                                   [](const Case& c) -> std::vector<Tensor> {
+                                     if (c.inputs[2].scalar)
+                                       return {ember::where(c.tensor(0), c.tensor(1), c.scalar(2))};
+                                     return {ember::where(c.tensor(0), c.tensor(1), c.tensor(2))};
+                                   })},
+            .gradchecks = {{"where",
+                            [](const std::vector<Tensor>& x) { return ember::where(x[0].detach() > 0.0, x[1], x[2]); },
+                            {{"contiguous", {in({3, 4}), in({3, 4}), in({3, 4})}},
+                             {"transposed", {in_t({3, 4}), in_t({3, 4}), in({3, 4})}},
+                             {"broadcast", {in({3, 1}), in({4}), in({3, 4})}}}},
+                           {"where_scalar_other",
+                            [](const std::vector<Tensor>& x) { return ember::where(x[0].detach() > 0.0, x[1], 5.0); },
+                            {{"contiguous", {in({3, 4}), in_t({3, 4})}}, {"broadcast", {in({3, 4}), in({4})}}}},
+                           {"where_scalar_self",
+                            [](const std::vector<Tensor>& x) { return ember::where(x[0].detach() > 0.0, -1.0, x[1]); },
+                            {{"contiguous", {in({3, 4}), in_t({3, 4})}}, {"broadcast", {in({3, 4}), in({3, 1})}}}}}},
+      Entry{.name = "clamp",
+            .ops = {OpKind::kClamp},
+            .golden = {elementwise("clamp",
+                                   [](const Case& c) -> std::vector<Tensor> {
+                                     std::optional<ember::Scalar> hi;
+                                     if (c.inputs.size() > 2) hi = c.scalar(2);
+                                     return {ember::clamp(c.tensor(0), c.scalar(1), hi)};
+                                   })},
+            .gradchecks =
+                {unary_gradcheck(
+                     "clamp", [](const Tensor& x) { return ember::clamp(x, ember::Scalar(-0.5), ember::Scalar(0.7)); }),
+                 unary_gradcheck("clamp_min",
+                                 [](const Tensor& x) { return ember::clamp(x, ember::Scalar(0.1), std::nullopt); }),
+                 unary_gradcheck("clamp_max",
+                                 [](const Tensor& x) { return ember::clamp(x, std::nullopt, ember::Scalar(0.1)); }),
+                 {"clamp_tensor",
+                  [](const std::vector<Tensor>& x) {
+                    return ember::clamp(x[0], std::optional<Tensor>(x[1] - 1.0), std::optional<Tensor>(x[2] + 1.0));
+                  },
+                  {{"contiguous", {in({3, 4}), in({3, 4}), in({3, 4})}},
+                   {"transposed", {in_t({3, 4}), in_t({3, 4}), in({3, 4})}},
+                   {"broadcast", {in({3, 4}), in({4}), in({3, 1})}}}},
+                 // min > max: the result is max, which gets all of the gradient.
+                 {"clamp_tensor_min_above_max",
+                  [](const std::vector<Tensor>& x) {
+                    return ember::clamp(x[0], std::optional<Tensor>(x[1] + 3.0), std::optional<Tensor>(x[2] - 3.0));
+                  },
+                  {{"contiguous", {in({3, 4}), in({3, 4}), in({3, 4})}}}},
+                 {"clamp_tensor_min_only",
+                  [](const std::vector<Tensor>& x) {
+                    return ember::clamp(x[0], std::optional<Tensor>(x[1]), std::nullopt);
+                  },
+                  {{"broadcast", {in({3, 4}), in({4})}}}},
+                 inplace_unary("clamp_inplace", [](Tensor& y) { y.clamp_(-0.5, 0.5); })},
+            .pinned = {{"clamp",
+                        [](const std::vector<Tensor>& x, const json& a) {
+                          return ember::clamp(x[0], optional_scalar(a.at("lo")), optional_scalar(a.at("hi")));
+                        }},
+                       {"clamp_tensor",
+                        [](const std::vector<Tensor>& x, const json&) {
+                          return ember::clamp(x[0], std::optional<Tensor>(x[1]), std::optional<Tensor>(x[2]));
+                        }},
+                       {"clamp_tensor_min",
+                        [](const std::vector<Tensor>& x, const json&) {
+                          return ember::clamp(x[0], std::optional<Tensor>(x[1]), std::nullopt);
+                        }},
+                       {"clamp_tensor_max",
+                        [](const std::vector<Tensor>& x, const json&) {
+                          return ember::clamp(x[0], std::nullopt, std::optional<Tensor>(x[1]));
+                        }}}},
+      Entry{.name = "masked_fill",
+            .ops = {OpKind::kMaskedFill},
+            .golden = {elementwise("masked_fill",
+                                   [](const Case& c) -> std::vector<Tensor> {
+                                     return {ember::masked_fill(c.tensor(0), c.tensor(1), c.scalar(2))};
+                                   })},
+            .gradchecks =
+                {{"masked_fill",
+                  [](const std::vector<Tensor>& x) { return ember::masked_fill(x[0], x[0].detach() > 0.5, 9.0); },
+                  {{"contiguous", {in({3, 4})}}, {"transposed", {in_t({3, 4})}}}},
+                 inplace_unary("masked_fill_inplace", [](Tensor& y) { y.masked_fill_(y.detach() > 0.5, 1.0); })}},
+  };
+}
+
+std::vector<Entry> elementwise_entries() {
+  std::vector<Entry> all = unary_entries();
+  for (std::vector<Entry> (*family)() : {binary_entries, selection_entries}) {
+    for (Entry& entry : family()) all.push_back(std::move(entry));
+  }
+  return all;
+}
+
+[[maybe_unused]] const bool kRegistered = add(elementwise_entries());
+
+}  // namespace
+}  // namespace op_registry

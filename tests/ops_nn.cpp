@@ -1,0 +1,367 @@
+// The nn::functional ops' registry entries: convolution, pooling, normalization, losses and dropout.
+// Their golden cases (tests/golden/nn.json, cases_nn.py) hold PyTorch's output and the gradient of
+// every input that requires grad, for float32 and float64, so they check the backward primitives
+// (conv2d_input_grad, max_pool2d_grad, cross_entropy_grad, ...) against PyTorch too; the float64
+// gradchecks run each op with its first input contiguous and transposed. dropout's reference is its
+// statistics.
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "ember/nn/functional.h"
+#include "op_registry.h"
+
+namespace op_registry {
+namespace {
+
+namespace F = ember::nn::functional;
+using ember::Shape;
+using ember::nn::Pair;
+using ember::nn::Reduction;
+using golden::Case;
+
+// --- reading cases ------------------------------------------------------------------------------
+
+Pair pair_of(const golden::json& j) { return {j.at(0).get<int64_t>(), j.at(1).get<int64_t>()}; }
+
+std::optional<Pair> optional_pair(const golden::json& j) {
+  if (j.is_null()) return std::nullopt;
+  return pair_of(j);
+}
+
+std::optional<Tensor> optional_tensor(const std::vector<Tensor>& inputs, size_t i) {
+  if (!inputs[i].defined()) return std::nullopt;
+  return inputs[i];
+}
+
+Reduction reduction_of(const Case& c) {
+  const std::string r = c.attrs.at("reduction").get<std::string>();
+  if (r == "none") return Reduction::kNone;
+  if (r == "sum") return Reduction::kSum;
+  return Reduction::kMean;
+}
+
+Shape shape_of(const golden::json& j) { return Shape(j.get<std::vector<int64_t>>()); }
+
+// The case's inputs (undefined for null), the last one (the output gradient) left out, and the ones
+// listed in attrs["grad"] made leaves that require grad, keeping their layout.
+std::vector<Tensor> leaf_inputs(const Case& c) {
+  std::vector<Tensor> inputs;
+  for (size_t i = 0; i + 1 < c.inputs.size(); ++i) inputs.push_back(c.inputs[i].tensor.value_or(Tensor()));
+  for (const int i : c.attrs.at("grad").get<std::vector<int>>()) {
+    inputs[static_cast<size_t>(i)] = inputs[static_cast<size_t>(i)].detach().requires_grad_();
+  }
+  return inputs;
+}
+
+// Backpropagates the case's output gradient from `out`; returns {out, gradient of each listed input}.
+std::vector<Tensor> output_and_grads(const Case& c, const std::vector<Tensor>& inputs, const Tensor& out) {
+  out.backward(c.inputs.back().tensor.value());
+  std::vector<Tensor> result{out.detach()};
+  for (const int i : c.attrs.at("grad").get<std::vector<int>>()) {
+    const Tensor& x = inputs[static_cast<size_t>(i)];
+    result.push_back(x.grad().defined() ? x.grad() : ember::zeros_like(x));
+  }
+  return result;
+}
+
+// Gradients sum a few dozen products: a little looser than one rounding.
+golden::Tolerance tolerance(const Case& /*c*/, ember::DType dtype) {
+  if (dtype == ember::kFloat32) return {1e-4, 2e-5};
+  if (dtype == ember::kFloat64) return {1e-9, 1e-11};
+  return golden::tolerance_for(dtype);
+}
+
+// The cases of `op` in nn.json: `forward` runs on the case's leaves, the harness adds the backward.
+GoldenForward nn_golden(const std::string& op, std::function<Tensor(const Case&, const std::vector<Tensor>&)> forward) {
+  return {"", "nn", op,
+          [forward](const Case& c) {
+            const std::vector<Tensor> inputs = leaf_inputs(c);
+            return output_and_grads(c, inputs, forward(c, inputs));
+          },
+          tolerance};
+}
+
+// batch_norm also returns the running statistics after their in-place update.
+std::vector<Tensor> batch_norm_case(const Case& c) {
+  std::vector<Tensor> x = leaf_inputs(c);
+  const bool stats = x[1].defined();
+  if (stats) {  // the case's tensors must not change
+    x[1] = x[1].clone();
+    x[2] = x[2].clone();
+  }
+  const Tensor out =
+      F::batch_norm(x[0], x[1], x[2], optional_tensor(x, 3), optional_tensor(x, 4), c.attrs.at("training").get<bool>(),
+                    c.attrs.at("momentum").get<double>(), c.attrs.at("eps").get<double>());
+  std::vector<Tensor> result = output_and_grads(c, x, out);
+  if (stats) {
+    result.push_back(x[1]);
+    result.push_back(x[2]);
+  }
+  return result;
+}
+
+// --- gradchecks ---------------------------------------------------------------------------------
+
+Gradcheck batch_norm_gradcheck(std::string name, bool training) {
+  return both_layouts_gradcheck(
+      std::move(name), {2, 3, 2, 3}, {in({3}, kUnit), in({3}, kUnit)}, [training](const std::vector<Tensor>& x) {
+        // Fresh running statistics: gradcheck runs the forward many times.
+        const Tensor running_mean = ember::tensor<double>({0.2, 0.5, 0.9});
+        const Tensor running_var = ember::tensor<double>({0.7, 1.1, 1.4});
+        return F::batch_norm(x[0], running_mean, running_var, x[1], x[2], training, 0.1, 1e-5);
+      });
+}
+
+const char* reduction_name(Reduction reduction) {
+  if (reduction == Reduction::kNone) return "none";
+  if (reduction == Reduction::kSum) return "sum";
+  return "mean";
+}
+
+// Class targets with an ignored position (-100).
+Tensor class_targets() { return ember::tensor<int64_t>({2, 0, -100, 1}); }
+
+std::vector<Gradcheck> class_loss_gradchecks(const std::string& op) {
+  std::vector<Gradcheck> gradchecks;
+  for (const Reduction reduction : {Reduction::kMean, Reduction::kSum, Reduction::kNone}) {
+    gradchecks.push_back(both_layouts_gradcheck(
+        op + "_" + reduction_name(reduction), {4, 3}, {}, [op, reduction](const std::vector<Tensor>& x) {
+          if (op == "cross_entropy") return F::cross_entropy(x[0], class_targets(), -100, reduction, 0.15);
+          return F::nll_loss(x[0], class_targets(), -100, reduction);
+        }));
+  }
+  return gradchecks;
+}
+
+std::vector<Gradcheck> regression_loss_gradchecks(const std::string& op) {
+  std::vector<Gradcheck> gradchecks;
+  for (const Reduction reduction : {Reduction::kMean, Reduction::kSum, Reduction::kNone}) {
+    const std::string name = op + "_" + reduction_name(reduction);
+    if (op == "mse_loss") {
+      gradchecks.push_back(both_layouts_gradcheck(
+          name, {3, 4}, {in({3, 4}, kUnit)},
+          [reduction](const std::vector<Tensor>& x) { return F::mse_loss(x[0], x[1], reduction); }));
+    } else if (op == "l1_loss") {
+      gradchecks.push_back(both_layouts_gradcheck(
+          name, {3, 4}, {in({3, 4}, kUnit)},
+          [reduction](const std::vector<Tensor>& x) { return F::l1_loss(x[0], x[1], reduction); }));
+    } else {
+      // Logits in (-4, 4); targets in (0, 1); positive weight and pos_weight.
+      gradchecks.push_back(both_layouts_gradcheck(
+          name, {3, 4}, {in({3, 4}, uniform(0.0, 1.0)), in({4}, kPositive), in({4}, kPositive)},
+          [reduction](const std::vector<Tensor>& x) {
+            return F::binary_cross_entropy_with_logits(x[0], x[1], x[2], x[3], reduction);
+          },
+          uniform(-4.0, 4.0)));
+    }
+  }
+  return gradchecks;
+}
+
+// --- dropout ------------------------------------------------------------------------------------
+
+// Keeps each element with probability 1 - p and scales it by 1 / (1 - p); the seed decides the mask,
+// and the gradient is the same scaled mask. Identity in evaluation and for p = 0; zeros for p = 1.
+void dropout_keeps_the_expected_fraction_and_scales() {
+  const Tensor x = ember::ones({200, 500});
+  EXPECT_TRUE(F::dropout(x, 0.3, /*training=*/false).is_same(x));
+  EXPECT_TRUE(F::dropout(x, 0.0, true).is_same(x));
+  EXPECT_EQ(F::dropout(x, 1.0, true).sum().item<double>(), 0.0);
+
+  ember::manual_seed(9);
+  const Tensor y = F::dropout(x, 0.3, true);
+  const double kept = ember::gt(y, 0.0).to(ember::kFloat64).mean().item<double>();
+  EXPECT_NEAR(kept, 0.7, 0.005);  // 100000 draws: the standard deviation is 0.0015
+  EXPECT_NEAR(ember::amax(y).item<double>(), 1.0 / 0.7, 1e-6);
+  EXPECT_NEAR(y.mean().item<double>(), 1.0, 0.01);
+
+  ember::manual_seed(9);
+  EXPECT_TRUE(golden::all_close(F::dropout(x, 0.3, true), y, {0, 0}));
+
+  const Tensor leaf = ember::ones({50, 40}).requires_grad_();
+  ember::manual_seed(10);
+  const Tensor z = F::dropout(leaf, 0.5, true);
+  z.sum().backward();
+  EXPECT_TRUE(golden::all_close(leaf.grad(), z.detach(), {0, 0}));
+}
+
+// --- the entries --------------------------------------------------------------------------------
+
+std::vector<Entry> conv_and_pool_entries() {
+  return {
+      Entry{.name = "conv2d",
+            .ops = {OpKind::kConv2d, OpKind::kConv2dInputGrad, OpKind::kConv2dWeightGrad},
+            .golden = {nn_golden("conv2d",
+                                 [](const Case& c, const std::vector<Tensor>& x) {
+                                   return F::conv2d(x[0], x[1], optional_tensor(x, 2), pair_of(c.attrs.at("stride")),
+                                                    pair_of(c.attrs.at("padding")), pair_of(c.attrs.at("dilation")),
+                                                    c.attrs.at("groups").get<int64_t>());
+                                 })},
+            .gradchecks = {both_layouts_gradcheck("conv2d_grouped", {2, 4, 5, 6},
+                                                  {in({4, 2, 3, 2}, kUnit), in({4}, kUnit)},
+                                                  [](const std::vector<Tensor>& x) {
+                                                    return F::conv2d(x[0], x[1], x[2], {2, 1}, {1, 1}, {1, 2}, 2);
+                                                  }),
+                           both_layouts_gradcheck("conv2d_unbatched_pointwise", {3, 4, 4}, {in({2, 3, 1, 1}, kUnit)},
+                                                  [](const std::vector<Tensor>& x) { return F::conv2d(x[0], x[1]); })}},
+      Entry{.name = "max_pool2d",
+            .ops = {OpKind::kMaxPool2d, OpKind::kMaxPool2dGrad},
+            .golden = {nn_golden("max_pool2d",
+                                 [](const Case& c, const std::vector<Tensor>& x) {
+                                   return F::max_pool2d(x[0], pair_of(c.attrs.at("kernel")),
+                                                        optional_pair(c.attrs.at("stride")),
+                                                        pair_of(c.attrs.at("padding")), pair_of(c.attrs.at("dilation")),
+                                                        c.attrs.at("ceil_mode").get<bool>());
+                                 })},
+            .gradchecks = {both_layouts_gradcheck("max_pool2d_ceil_mode", {2, 2, 5, 6}, {},
+                                                  [](const std::vector<Tensor>& x) {
+                                                    return F::max_pool2d(x[0], 3, Pair(2), 1, 1, /*ceil_mode=*/true);
+                                                  }),
+                           both_layouts_gradcheck(
+                               "max_pool2d_dilated", {1, 2, 6, 6}, {},
+                               [](const std::vector<Tensor>& x) { return F::max_pool2d(x[0], 2, 1, 0, 2); })}},
+      Entry{
+          .name = "avg_pool2d",
+          .ops = {OpKind::kAvgPool2d, OpKind::kAvgPool2dGrad},
+          .golden = {nn_golden("avg_pool2d",
+                               [](const Case& c, const std::vector<Tensor>& x) {
+                                 return F::avg_pool2d(
+                                     x[0], pair_of(c.attrs.at("kernel")), optional_pair(c.attrs.at("stride")),
+                                     pair_of(c.attrs.at("padding")), c.attrs.at("ceil_mode").get<bool>(),
+                                     c.attrs.at("count_include_pad").get<bool>());
+                               })},
+          .gradchecks = {both_layouts_gradcheck("avg_pool2d_ceil_mode_excluding_padding", {2, 2, 5, 6}, {},
+                                                [](const std::vector<Tensor>& x) {
+                                                  return F::avg_pool2d(x[0], 3, Pair(2), 1, /*ceil_mode=*/true,
+                                                                       /*count_include_pad=*/false);
+                                                }),
+                         both_layouts_gradcheck("avg_pool2d_unbatched", {2, 5, 7}, {},
+                                                [](const std::vector<Tensor>& x) {
+                                                  return F::avg_pool2d(x[0], {2, 3}, std::nullopt, {1, 1}, false, true);
+                                                })}},
+      Entry{.name = "adaptive_avg_pool2d",
+            .ops = {OpKind::kAdaptiveAvgPool2d, OpKind::kAdaptiveAvgPool2dGrad},
+            .golden = {nn_golden("adaptive_avg_pool2d",
+                                 [](const Case& c, const std::vector<Tensor>& x) {
+                                   return F::adaptive_avg_pool2d(x[0], pair_of(c.attrs.at("output_size")));
+                                 })},
+            .gradchecks = {both_layouts_gradcheck("adaptive_avg_pool2d", {1, 2, 5, 7}, {},
+                                                  [](const std::vector<Tensor>& x) {
+                                                    return F::adaptive_avg_pool2d(x[0], {3, 4});
+                                                  })}},
+  };
+}
+
+std::vector<Entry> norm_entries() {
+  return {
+      // Training normalizes with batch_norm_stats' statistics; both modes apply them with
+      // batch_norm_apply; the backward is batch_norm_grad.
+      Entry{.name = "batch_norm",
+            .ops = {OpKind::kBatchNorm, OpKind::kBatchNormStats, OpKind::kBatchNormApply, OpKind::kBatchNormGrad},
+            .golden = {{"", "nn", "batch_norm", batch_norm_case, tolerance}},
+            .gradchecks = {batch_norm_gradcheck("batch_norm_training", true),
+                           batch_norm_gradcheck("batch_norm_eval", false),
+                           both_layouts_gradcheck("batch_norm_without_running_stats", {4, 3}, {},
+                                                  [](const std::vector<Tensor>& x) {
+                                                    return F::batch_norm(x[0], Tensor(), Tensor(), std::nullopt,
+                                                                         std::nullopt, true);
+                                                  })}},
+      Entry{
+          .name = "layer_norm",
+          .ops = {OpKind::kLayerNorm, OpKind::kLayerNormGrad},
+          .golden = {nn_golden("layer_norm",
+                               [](const Case& c, const std::vector<Tensor>& x) {
+                                 return F::layer_norm(x[0], shape_of(c.attrs.at("normalized_shape")),
+                                                      optional_tensor(x, 1), optional_tensor(x, 2),
+                                                      c.attrs.at("eps").get<double>());
+                               })},
+          .gradchecks = {both_layouts_gradcheck("layer_norm_affine", {3, 2, 4}, {in({2, 4}, kUnit), in({2, 4}, kUnit)},
+                                                [](const std::vector<Tensor>& x) {
+                                                  return F::layer_norm(x[0], {2, 4}, x[1], x[2]);
+                                                }),
+                         both_layouts_gradcheck(
+                             "layer_norm", {3, 5}, {},
+                             [](const std::vector<Tensor>& x) { return F::layer_norm(x[0], {5}); })}},
+      Entry{.name = "rms_norm",
+            .ops = {OpKind::kRmsNorm, OpKind::kRmsNormGrad},
+            .golden = {nn_golden("rms_norm",
+                                 [](const Case& c, const std::vector<Tensor>& x) {
+                                   const golden::json& eps = c.attrs.at("eps");
+                                   return F::rms_norm(
+                                       x[0], shape_of(c.attrs.at("normalized_shape")), optional_tensor(x, 1),
+                                       eps.is_null() ? std::nullopt : std::optional<double>(eps.get<double>()));
+                                 })},
+            .gradchecks = {both_layouts_gradcheck(
+                               "rms_norm_weight", {3, 2, 4}, {in({4}, kUnit)},
+                               [](const std::vector<Tensor>& x) { return F::rms_norm(x[0], {4}, x[1]); }),
+                           both_layouts_gradcheck("rms_norm_eps", {4, 3}, {},
+                                                  [](const std::vector<Tensor>& x) {
+                                                    return F::rms_norm(x[0], {3}, std::nullopt, 1e-3);
+                                                  })}},
+  };
+}
+
+std::vector<Entry> loss_and_dropout_entries() {
+  std::vector<Gradcheck> cross_entropy_gradchecks = class_loss_gradchecks("cross_entropy");
+  cross_entropy_gradchecks.push_back(
+      both_layouts_gradcheck("cross_entropy_spatial", {2, 3, 3}, {}, [](const std::vector<Tensor>& x) {
+        const Tensor target = ember::tensor<int64_t>({0, 2, 1, 1, 0, 2}, Shape{2, 3});
+        return F::cross_entropy(x[0], target, -100, Reduction::kMean, 0.0);
+      }));
+  return {
+      // One fused pass forward (cross_entropy_forward) and softmax minus one-hot backward
+      // (cross_entropy_grad).
+      Entry{.name = "cross_entropy",
+            .ops = {OpKind::kCrossEntropy, OpKind::kCrossEntropyForward, OpKind::kCrossEntropyGrad},
+            .golden = {nn_golden("cross_entropy",
+                                 [](const Case& c, const std::vector<Tensor>& x) {
+                                   return F::cross_entropy(x[0], x[1], c.attrs.at("ignore_index").get<int64_t>(),
+                                                           reduction_of(c),
+                                                           c.attrs.at("label_smoothing").get<double>());
+                                 })},
+            .gradchecks = cross_entropy_gradchecks},
+      Entry{.name = "nll_loss",
+            .ops = {OpKind::kNllLoss, OpKind::kNllLossForward, OpKind::kNllLossGrad},
+            .golden = {nn_golden("nll_loss",
+                                 [](const Case& c, const std::vector<Tensor>& x) {
+                                   return F::nll_loss(x[0], x[1], c.attrs.at("ignore_index").get<int64_t>(),
+                                                      reduction_of(c));
+                                 })},
+            .gradchecks = class_loss_gradchecks("nll_loss")},
+      Entry{.name = "mse_loss",
+            .ops = {OpKind::kMseLoss},
+            .golden = {nn_golden(
+                "mse_loss",
+                [](const Case& c, const std::vector<Tensor>& x) { return F::mse_loss(x[0], x[1], reduction_of(c)); })},
+            .gradchecks = regression_loss_gradchecks("mse_loss")},
+      Entry{.name = "l1_loss",
+            .ops = {OpKind::kL1Loss},
+            .golden = {nn_golden(
+                "l1_loss",
+                [](const Case& c, const std::vector<Tensor>& x) { return F::l1_loss(x[0], x[1], reduction_of(c)); })},
+            .gradchecks = regression_loss_gradchecks("l1_loss")},
+      Entry{.name = "binary_cross_entropy_with_logits",
+            .ops = {OpKind::kBceWithLogits},
+            .golden = {nn_golden("binary_cross_entropy_with_logits",
+                                 [](const Case& c, const std::vector<Tensor>& x) {
+                                   return F::binary_cross_entropy_with_logits(x[0], x[1], optional_tensor(x, 2),
+                                                                              optional_tensor(x, 3), reduction_of(c));
+                                 })},
+            .gradchecks = regression_loss_gradchecks("binary_cross_entropy_with_logits")},
+      Entry{.name = "dropout",
+            .ops = {OpKind::kDropout},
+            .checks = {{"dropout", dropout_keeps_the_expected_fraction_and_scales}},
+            .gradchecks = {both_layouts_gradcheck("dropout", {4, 5}, {},
+                                                  [](const std::vector<Tensor>& x) {
+                                                    ember::manual_seed(42);  // the same mask on every call
+                                                    return F::dropout(x[0], 0.4, true);
+                                                  })}},
+  };
+}
+
+[[maybe_unused]] const bool kRegistered =
+    add(conv_and_pool_entries()) && add(norm_entries()) && add(loss_and_dropout_entries());
+
+}  // namespace
+}  // namespace op_registry
