@@ -124,7 +124,7 @@ TEST(Roofline, SvgIsWellFormedWithOneMarkerPerPoint) {
                                              {"add", 0.083, 1.5},
                                              {"relu", 0.125, 2.0},
                                              {"relu_backward", 0.1, 1.9},
-                                             {"Adam.step", 0.46, 4.0},
+                                             {"adam_step", 0.46, 4.0},
                                              {"cross_entropy", 1.2, 3.0},
                                              {"a < b & \"c\"", 2.0, 10.0},
                                              {"max_pool2d", 0.2, 1.0},

@@ -319,7 +319,7 @@ OpCost cross_entropy_forward_cost(const KernelCall& c) {
   const double scores = cost::as_double(c.inputs[0].numel()), n = cost::as_double(c.inputs[1].numel());
   return {op_info(OpKind::kLogSoftmax).flops_per_element * scores + n, cost::operand_bytes(c)};
 }
-OpCost cross_entropy_backward_cost(const KernelCall& c) {
+OpCost cross_entropy_grad_cost(const KernelCall& c) {
   const double scores = cost::as_double(c.inputs[0].numel());
   return {(op_info(OpKind::kLogSoftmax).flops_per_element + 2.0) * scores, cost::operand_bytes(c)};
 }
@@ -327,7 +327,7 @@ OpCost nll_loss_forward_cost(const KernelCall& c) {
   const double n = cost::as_double(c.inputs[1].numel());
   return {n, cost::size_of(c.inputs[0].dtype) * 2.0 * n + cost::kIndexBytes * n};
 }
-OpCost nll_loss_backward_cost(const KernelCall& c) {
+OpCost nll_loss_grad_cost(const KernelCall& c) {
   const double n = cost::as_double(c.inputs[0].numel());
   return {n, cost::operand_bytes(c)};
 }
@@ -336,9 +336,9 @@ OpCost nll_loss_backward_cost(const KernelCall& c) {
 
 void define_loss_ops(OpRuleTable& table) {
   table.set_cost(OpKind::kCrossEntropyForward, cross_entropy_forward_cost);
-  table.set_cost(OpKind::kCrossEntropyGrad, cross_entropy_backward_cost);
+  table.set_cost(OpKind::kCrossEntropyGrad, cross_entropy_grad_cost);
   table.set_cost(OpKind::kNllLossForward, nll_loss_forward_cost);
-  table.set_cost(OpKind::kNllLossGrad, nll_loss_backward_cost);
+  table.set_cost(OpKind::kNllLossGrad, nll_loss_grad_cost);
 }
 
 }  // namespace ember

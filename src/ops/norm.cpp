@@ -228,7 +228,7 @@ OpCost layer_norm_cost(const KernelCall& c) {
   return {per_element * cost::as_double(c.inputs[0].numel()), cost::operand_bytes(c)};
 }
 
-OpCost layer_norm_backward_cost(const KernelCall& c) {
+OpCost layer_norm_grad_cost(const KernelCall& c) {
   const double elements = cost::as_double(c.inputs[0].numel());
   const std::span<const Operand> out = c.outputs;
   double flops = 0;
@@ -242,18 +242,18 @@ double elements_of(const KernelCall& c) { return cost::as_double(c.inputs[0].num
 
 OpCost batch_norm_stats_cost(const KernelCall& c) { return {4.0 * elements_of(c), cost::operand_bytes(c)}; }
 OpCost batch_norm_apply_cost(const KernelCall& c) { return {2.0 * elements_of(c), cost::operand_bytes(c)}; }
-OpCost batch_norm_backward_cost(const KernelCall& c) { return {10.0 * elements_of(c), cost::operand_bytes(c)}; }
+OpCost batch_norm_grad_cost(const KernelCall& c) { return {10.0 * elements_of(c), cost::operand_bytes(c)}; }
 
 }  // namespace
 
 void define_norm_ops(OpRuleTable& table) {
   table.set_cost(OpKind::kLayerNorm, layer_norm_cost);
   table.set_cost(OpKind::kRmsNorm, layer_norm_cost);
-  table.set_cost(OpKind::kLayerNormGrad, layer_norm_backward_cost);
-  table.set_cost(OpKind::kRmsNormGrad, layer_norm_backward_cost);
+  table.set_cost(OpKind::kLayerNormGrad, layer_norm_grad_cost);
+  table.set_cost(OpKind::kRmsNormGrad, layer_norm_grad_cost);
   table.set_cost(OpKind::kBatchNormStats, batch_norm_stats_cost);
   table.set_cost(OpKind::kBatchNormApply, batch_norm_apply_cost);
-  table.set_cost(OpKind::kBatchNormGrad, batch_norm_backward_cost);
+  table.set_cost(OpKind::kBatchNormGrad, batch_norm_grad_cost);
 }
 
 // --- reference decompositions (ops/reference.h) ------------------------------------------------------

@@ -173,11 +173,11 @@ OpCost adaptive_avg_pool2d_cost(const KernelCall& c) {
   return {cost::as_double(c.inputs[0].numel() + c.outputs[0].numel()), cost::operand_bytes(c)};
 }
 // max backward: each gradient goes to its argmax (one add per output) into a zeroed input gradient.
-OpCost max_pool2d_backward_cost(const KernelCall& c) {
+OpCost max_pool2d_grad_cost(const KernelCall& c) {
   return {cost::as_double(c.inputs[0].numel()), cost::operand_bytes(c)};
 }
 // avg backward: each gradient spread over its window (about one add per input element).
-OpCost avg_pool2d_backward_cost(const KernelCall& c) {
+OpCost avg_pool2d_grad_cost(const KernelCall& c) {
   return {cost::as_double(c.outputs[0].numel()), cost::operand_bytes(c)};
 }
 
@@ -187,9 +187,9 @@ void define_pool_ops(OpRuleTable& table) {
   table.set_cost(OpKind::kMaxPool2d, max_pool2d_cost);
   table.set_cost(OpKind::kAvgPool2d, avg_pool2d_cost);
   table.set_cost(OpKind::kAdaptiveAvgPool2d, adaptive_avg_pool2d_cost);
-  table.set_cost(OpKind::kMaxPool2dGrad, max_pool2d_backward_cost);
-  table.set_cost(OpKind::kAvgPool2dGrad, avg_pool2d_backward_cost);
-  table.set_cost(OpKind::kAdaptiveAvgPool2dGrad, avg_pool2d_backward_cost);
+  table.set_cost(OpKind::kMaxPool2dGrad, max_pool2d_grad_cost);
+  table.set_cost(OpKind::kAvgPool2dGrad, avg_pool2d_grad_cost);
+  table.set_cost(OpKind::kAdaptiveAvgPool2dGrad, avg_pool2d_grad_cost);
 }
 
 }  // namespace ember
