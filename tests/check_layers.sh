@@ -30,12 +30,12 @@ probe kernels ops/dispatch.h fail
 probe core ember/tensor.h pass
 probe core ember/ops.h fail
 probe core cuda/device_allocator.h fail
-probe core profiler/op_scope.h fail
+probe core profiler/range.h fail
 probe ops ops/dispatch.h pass
 probe ops autograd/function.h pass
 probe ops autograd/engine.h fail
 probe ops ember/nn/functional.h fail
-probe ops profiler/op_scope.h fail
+probe ops profiler/range.h fail
 probe autograd ops/dispatch.h pass
 probe autograd ember/nn.h fail
 probe profiler ops/cost.h pass

@@ -4,9 +4,11 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <map>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "ember/ember.h"
@@ -118,6 +120,61 @@ TEST(Dispatch, AFailingKernelEndsItsCallAsFailedAndNamesTheCompositeTheUserCalle
   expect_error([&] { (void)index_select(weight, 0, indices); }, {"[index_select] index 7 is out of bounds"});
 }
 
+TEST(Dispatch, AScopeWithTheAttributesOfAnotherOpIsRefused) {
+  const Tensor a = ones({2});
+  expect_error([&] { const dispatch::Scope scope(OpKind::kCat, {&a}); },
+               {"[cat] internal error: a scope with the attributes of another op"});
+  // The refused scope left no error context behind: a kernel's error names its own op.
+  expect_error([&] { (void)index_select(a, 0, from_vector(std::vector<int64_t>{5})); }, {"[index_select] index 5"});
+}
+
+// An observer that throws from begin(): the op fails before it runs and leaves no state behind.
+class ThrowingObserver final : public dispatch::Observer {
+ public:
+  void begin(const dispatch::OpCall&) override { EMBER_FAIL("observer refused"); }
+  void end(const dispatch::OpCall&) override { ++ends; }
+  int ends = 0;
+};
+
+TEST(Dispatch, AnObserverThatThrowsFailsTheOpCleanly) {
+  const Tensor x = randn({3, 4});
+  ThrowingObserver observer;
+  dispatch::add_observer(&observer);
+  expect_error([&] { (void)mean(x); }, {"observer refused"});
+  dispatch::remove_observer(&observer);
+  EXPECT_EQ(observer.ends, 0);
+  // mean's scope never opened, so an error inside a later op names that op, not mean.
+  expect_error([&] { (void)index_select(x, 0, from_vector(std::vector<int64_t>{5})); }, {"[index_select] index 5"});
+}
+
+// Attaching and detaching observers while another thread runs ops (a profiler started and stopped
+// during training, with the data loader's thread gathering batches) is safe, and once
+// remove_observer returns the observer is called no more.
+TEST(Dispatch, ObserversComeAndGoWhileAnotherThreadRunsOps) {
+  std::atomic<bool> stop{false};
+  std::atomic<int64_t> ops{0};
+  std::thread worker([&] {
+    const Tensor a = ones({4}), b = ones({4});
+    while (!stop.load()) {
+      (void)add(a, b);
+      ++ops;
+    }
+  });
+  for (int i = 0; i < 200; ++i) {
+    Counter first, second;
+    dispatch::add_observer(&first);
+    dispatch::add_observer(&second);
+    dispatch::remove_observer(&first);
+    dispatch::remove_observer(&second);
+    const size_t seen = second.names.size();
+    const int64_t until = ops.load() + 2;
+    while (ops.load() < until) std::this_thread::yield();
+    EXPECT_EQ(second.names.size(), seen);  // detached: no more calls
+  }
+  stop = true;
+  worker.join();
+}
+
 TEST(Dispatch, AutogradNodesCarryTheirOpAndAttributes) {
   const Tensor x = randn({1, 2, 6, 6}), w = randn({3, 2, 3, 3}).requires_grad_();
   const Tensor y = conv2d(x, w, std::nullopt, 2, 1);
@@ -143,6 +200,13 @@ TEST(Dispatch, AttributesCompareAndHashByValue) {
   // A NaN fill value equals itself (bits), so two such calls are the same call.
   const Attrs nan_fill = FillAttrs{std::nan("")};
   EXPECT_EQ(nan_fill, Attrs{FillAttrs{std::nan("")}});
+  // A double field compares by value: -0.0 == 0.0, so they must hash alike. A Scalar compares by
+  // its bits: -0.0 fills differently from 0.0.
+  const Attrs zero = SgdAttrs{0.1, 0.0}, minus_zero = SgdAttrs{0.1, -0.0};
+  EXPECT_EQ(zero, minus_zero);
+  EXPECT_EQ(hash_value(zero), hash_value(minus_zero));
+  EXPECT_NE(Attrs{FillAttrs{0.0}}, Attrs{FillAttrs{-0.0}});
+  EXPECT_NE(hash_value(FillAttrs{0.0}), hash_value(FillAttrs{-0.0}));
 }
 
 }  // namespace

@@ -95,6 +95,7 @@ TEST(Shape, ErrorsStartWithTheOpName) {
   EXPECT_ERROR_PREFIX("[flip]", ember::flip(x, {0, -2}));
   EXPECT_ERROR_PREFIX("[flip]", ember::flip(x, {2}));
   EXPECT_ERROR_PREFIX("[roll]", ember::roll(x, {1, 2}, {0}));
+  EXPECT_ERROR_PREFIX("[roll]", ember::roll(x, std::vector<int64_t>(9, 1), std::vector<int64_t>(9, 0)));
   EXPECT_ERROR_PREFIX("[pad]", ember::pad(x, {1}));
   EXPECT_ERROR_PREFIX("[pad]", ember::pad(x, {1, 1, 1, 1, 1, 1}));
   EXPECT_ERROR_PREFIX("[pad]", ember::pad(ember::ones({3}, ember::kUInt8), {1, 1}, -1));

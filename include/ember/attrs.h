@@ -303,7 +303,8 @@ constexpr size_t attrs_index_of() {
 }
 
 // A hash of the attributes (type and every field), for common-subexpression elimination: equal
-// Attrs hash equally; floating fields hash by their bits.
+// Attrs hash equally (double fields compare by value, so both zeros hash alike; a Scalar compares
+// and hashes by its bits).
 size_t hash_value(const Attrs& attrs);
 
 }  // namespace ember

@@ -2,8 +2,9 @@
 // OpKind, the name table, the trait table and the attribute type of each op all come from the
 // lists below, so adding an op is one line here (plus its front-end, kernel and test entry).
 //
-// Three sorts of entries (Note [ops and primitives]):
-//   primitives  do work through a kernel registered per device (kernels/cpu/registry.cpp); every
+// Note [ops and primitives]: three sorts of entries:
+//   primitives  do work through a kernel registered per device (at the bottom of each kernel
+//               family's file, collected by kernels/cpu/registry.cpp); every
 //               kernel runs through the dispatch seam (src/ops/dispatch.h), which hands it
 //               raw operands and the typed attributes;
 //   views       (kView) give a new geometry over the input's storage: no kernel, but they pass the
@@ -20,6 +21,8 @@
 
 namespace ember {
 
+// What an op is, as data for whoever reads the table: the front-ends' dtype checks, the coverage
+// tests, `ember info --ops`, and the passes to come (fusion, CSE, autocast) read the rest.
 enum OpTrait : uint32_t {
   kElementwise = 1u << 0,
   kReduction = 1u << 1,

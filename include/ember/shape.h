@@ -5,8 +5,10 @@
 #include <algorithm>
 #include <cstdint>
 #include <initializer_list>
+#include <optional>
 #include <ostream>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "ember/error.h"
@@ -99,6 +101,18 @@ inline std::ostream& operator<<(std::ostream& out, const Shape& shape) {
 
 // Contiguous (row-major) strides for `shape`, in elements.
 Strides contiguous_strides(const Shape& shape);
+
+// The strides that read (shape, strides) broadcast to `to` (numpy's rule, aligned at the right):
+// 0 for the dims `to` adds and for size-1 dims it expands.
+Strides broadcast_strides(const Shape& shape, const Strides& strides, const Shape& to);
+
+// The storage elements [first, end) a geometry touches (non-negative strides; empty for zero
+// elements).
+std::pair<int64_t, int64_t> storage_extent(const Shape& shape, const Strides& strides, int64_t offset);
+
+// The stride of dims [0, count) of (sizes, strides) merged into one dim, if they can be: each dim
+// must step exactly over the one inside it (size-1 dims don't count).
+std::optional<int64_t> merged_stride(const int64_t* sizes, const int64_t* strides, int count);
 
 // Whether (shape, strides) is row-major contiguous (size-1 dims may have any stride; an empty
 // shape is contiguous).

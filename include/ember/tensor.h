@@ -60,7 +60,8 @@ struct TensorImpl {
   int64_t offset = 0;  // in elements
   DType dtype = kFloat32;
   bool contiguous = true;  // is_contiguous_layout(shape, strides), kept in step by set_geometry()
-  // Sets shape, strides and offset (and with them `contiguous`): the one way to change them.
+  // Sets shape, strides and offset (and with them `contiguous`): the one way to change them once
+  // made (make_tensor gives a fresh tensor its contiguous layout directly).
   void set_geometry(const Shape& new_shape, const Strides& new_strides, int64_t new_offset) {
     shape = new_shape;
     strides = new_strides;

@@ -93,7 +93,7 @@ void execute(const std::vector<std::pair<std::shared_ptr<Node>, Tensor>>& roots,
         try {
           if (kind) {
             // The vjp as one observed range ("<name>_backward" in the profiler) around its ops.
-            const dispatch::Scope scope(*kind, {&grad}, dispatch::CallKind::kBackward);
+            const dispatch::Scope scope(*kind, {&grad}, node->attrs(), dispatch::CallKind::kBackward);
             outputs = node->apply(grad);
           } else {
             outputs = node->apply(grad);  // a leaf's sink: its add is observed as an op of its own

@@ -11,7 +11,8 @@ void mix(size_t& seed, size_t value) { seed ^= value + 0x9e3779b97f4a7c15ull + (
 size_t hash_one(int64_t v) { return std::hash<int64_t>{}(v); }
 size_t hash_one(uint64_t v) { return std::hash<uint64_t>{}(v); }
 size_t hash_one(bool v) { return v ? 1 : 0; }
-size_t hash_one(double v) { return std::hash<uint64_t>{}(std::bit_cast<uint64_t>(v)); }
+// A double field compares by value (-0.0 == 0.0), so both zeros hash alike.
+size_t hash_one(double v) { return std::hash<uint64_t>{}(std::bit_cast<uint64_t>(v == 0.0 ? 0.0 : v)); }
 size_t hash_one(Reduction v) { return static_cast<size_t>(v); }
 size_t hash_one(Activation v) { return static_cast<size_t>(v); }
 size_t hash_one(const Pair& p) {
@@ -31,7 +32,7 @@ size_t hash_one(const std::vector<int64_t>& values) {
 }
 size_t hash_one(const Scalar& s) {
   size_t seed = static_cast<size_t>(s.kind());
-  mix(seed, s.is_floating() ? hash_one(s.to_double()) : hash_one(s.to_int()));
+  mix(seed, s.is_floating() ? std::hash<uint64_t>{}(std::bit_cast<uint64_t>(s.to_double())) : hash_one(s.to_int()));
   return seed;
 }
 size_t hash_one(const std::optional<Scalar>& s) { return s ? hash_one(*s) + 1 : 0; }

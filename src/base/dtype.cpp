@@ -1,3 +1,4 @@
+// DType names, sizes and the promotion rule of ember/dtype.h.
 #include "ember/dtype.h"
 
 namespace ember {

@@ -1,3 +1,4 @@
+// Building ember::Error messages (ember/error.h).
 #include "ember/error.h"
 
 namespace ember::detail {

@@ -73,12 +73,6 @@ class DTypeSet {
     return s;
   }
   constexpr bool contains(DType d) const { return (bits_ & bit(d)) != 0; }
-  constexpr bool empty() const { return bits_ == 0; }
-  constexpr DTypeSet operator|(DTypeSet other) const {
-    DTypeSet s;
-    s.bits_ = bits_ | other.bits_;
-    return s;
-  }
   constexpr DTypeSet without(DType d) const {
     DTypeSet s;
     s.bits_ = bits_ & ~bit(d);
@@ -94,7 +88,9 @@ inline constexpr DTypeSet kFloatTypes{kFloat32, kFloat64, kFloat16, kBFloat16};
 inline constexpr DTypeSet kFloat32Or64{kFloat32, kFloat64};
 
 // A kernel and the dtypes of the results it can write (its first output's dtype); dispatch rejects
-// the others with a clear error. Kernels check their other operands' dtypes themselves.
+// the others with a clear error. The other operands' dtypes are the front-end's contract with the
+// kernel (the same dtype as the result, int64 indices, a bool condition), checked by the front-ends:
+// a caller of dispatch::run that builds calls itself must keep it.
 struct KernelEntry {
   KernelFn fn = nullptr;
   DTypeSet dtypes;

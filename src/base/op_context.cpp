@@ -1,3 +1,4 @@
+// The per-thread composite-op name errors carry (base/op_context.h).
 #include "base/op_context.h"
 
 namespace ember {

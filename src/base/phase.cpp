@@ -1,3 +1,4 @@
+// The per-thread phase (forward, backward, optimizer) of ember/phase.h.
 #include "ember/phase.h"
 
 namespace ember {

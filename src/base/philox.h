@@ -22,7 +22,7 @@ inline std::array<uint32_t, 4> philox4x32(std::array<uint32_t, 4> counter, std::
 }
 
 // A draw: the key (from the seed) and the first counter block it uses. Ops take their draws from
-// the global generator (src/ops/random.cpp) and hand them to kernels as attributes.
+// the global generator (reserve_random_blocks in src/ops/factory.cpp) and hand them to kernels as attributes.
 struct PhiloxDraw {
   std::array<uint32_t, 2> key;
   uint64_t first_block;

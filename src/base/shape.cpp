@@ -1,3 +1,4 @@
+// Shape, Strides and the layout helpers of ember/shape.h.
 #include "ember/shape.h"
 
 namespace ember {
@@ -31,6 +32,40 @@ Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op) {
     out[i] = da == 1 ? db : da;
   }
   return out;
+}
+
+Strides broadcast_strides(const Shape& shape, const Strides& strides, const Shape& to) {
+  const int nd = to.size(), od = shape.size();
+  Strides out(nd);
+  for (int i = 0; i < nd; ++i) {
+    const int j = od - nd + i;
+    out[i] = (j < 0 || shape[j] == 1) ? 0 : strides[j];
+  }
+  return out;
+}
+
+std::pair<int64_t, int64_t> storage_extent(const Shape& shape, const Strides& strides, int64_t offset) {
+  int64_t last = offset;
+  for (int d = 0; d < shape.size(); ++d) {
+    if (shape[d] == 0) return {offset, offset};
+    last += (shape[d] - 1) * strides[d];
+  }
+  return {offset, last + 1};
+}
+
+std::optional<int64_t> merged_stride(const int64_t* sizes, const int64_t* strides, int count) {
+  std::optional<int64_t> inner;
+  int64_t expected = 0;
+  for (int d = count - 1; d >= 0; --d) {
+    if (sizes[d] == 1) continue;
+    if (!inner) {
+      inner = strides[d];
+    } else if (strides[d] != expected) {
+      return std::nullopt;
+    }
+    expected = strides[d] * sizes[d];
+  }
+  return inner.value_or(1);
 }
 
 }  // namespace ember

@@ -23,7 +23,7 @@
 #include "autograd/function.h"
 #include "ember/autograd.h"
 #include "ops/dispatch.h"
-#include "profiler/op_scope.h"
+#include "profiler/range.h"
 
 namespace ember::nn {
 

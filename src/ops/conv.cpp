@@ -14,9 +14,9 @@
 //   grad weight  FLOPs 2 * N * C_out * P * K; bytes: grad_out + input + grad_weight + columns (rebuilt
 //                from the input: im2col is redone rather than kept, as it costs a copy, not a GEMM).
 //   grad bias    N * C_out * P additions (a sum over N, OH, OW).
-// Backward: the primitives Conv2dBackwardInput (the transposed GEMM and col2im) and
-// Conv2dBackwardWeight (grad_out @ columns^T summed over the batch in a fixed order), grad_bias by
-// sum; each computed only when its input needs it.
+// Backward: the primitives Conv2dInputGrad (the transposed GEMM and col2im) and Conv2dWeightGrad
+// (grad_out @ columns^T summed over the batch in a fixed order), grad_bias by sum; each computed
+// only when its input needs it.
 #include "autograd/function.h"
 #include "ember/ops.h"
 #include "ops/cost.h"
@@ -147,7 +147,7 @@ OpCost conv2d_cost(const KernelCall& c) {
 }
 
 // grad_input: one GEMM through a column buffer written and read once (col2im).
-OpCost conv2d_backward_input_cost(const KernelCall& c) {
+OpCost conv2d_input_grad_cost(const KernelCall& c) {
   const Operand &grad_out = c.inputs[0], &weight = c.inputs[1], &grad_input = c.outputs[0];
   const ConvSizes z = conv_sizes(grad_input, weight, grad_out, c.get<Conv2dAttrs>().groups);
   return {z.gemm_flops, cost::size_of(grad_input.dtype) * (z.output + z.weight + z.input + 2.0 * z.columns)};
@@ -155,7 +155,7 @@ OpCost conv2d_backward_input_cost(const KernelCall& c) {
 
 // grad_weight: one GEMM through the input's columns, rebuilt (im2col is redone rather than kept, as
 // it costs a copy, not a GEMM).
-OpCost conv2d_backward_weight_cost(const KernelCall& c) {
+OpCost conv2d_weight_grad_cost(const KernelCall& c) {
   const Operand &grad_out = c.inputs[0], &input = c.inputs[1], &grad_weight = c.outputs[0];
   const ConvSizes z = conv_sizes(input, grad_weight, grad_out, c.get<Conv2dAttrs>().groups);
   return {z.gemm_flops, cost::size_of(grad_weight.dtype) * (z.output + z.input + z.weight + 2.0 * z.columns)};
@@ -165,8 +165,8 @@ OpCost conv2d_backward_weight_cost(const KernelCall& c) {
 
 void define_conv_ops(OpRuleTable& table) {
   table.set_cost(OpKind::kConv2d, conv2d_cost);
-  table.set_cost(OpKind::kConv2dInputGrad, conv2d_backward_input_cost);
-  table.set_cost(OpKind::kConv2dWeightGrad, conv2d_backward_weight_cost);
+  table.set_cost(OpKind::kConv2dInputGrad, conv2d_input_grad_cost);
+  table.set_cost(OpKind::kConv2dWeightGrad, conv2d_weight_grad_cost);
 }
 
 }  // namespace ember

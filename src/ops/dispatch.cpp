@@ -5,6 +5,7 @@
 #include <exception>
 #include <memory>
 #include <mutex>
+#include <shared_mutex>
 #include <vector>
 
 #include "cuda/device_allocator.h"
@@ -17,7 +18,9 @@ std::atomic<int> g_num_observers{0};
 
 namespace {
 
-std::mutex g_observers_mutex;
+// Held shared while observers are called, exclusively while the list changes: detaching waits for
+// the calls in flight (glibc's rwlock prefers readers, so a nested op inside a callback is fine).
+std::shared_mutex g_observers_mutex;
 std::vector<Observer*>& observers() {
   static std::vector<Observer*> list;
   return list;
@@ -26,7 +29,7 @@ std::vector<Observer*>& observers() {
 }  // namespace
 
 void notify(const OpCall& call, bool begin) {
-  // Observers are attached and detached while no op runs (dispatch.h), so reading the list is safe.
+  const std::shared_lock<std::shared_mutex> lock(g_observers_mutex);
   for (Observer* o : observers()) {
     if (begin) {
       o->begin(call);
@@ -52,13 +55,13 @@ void run_observed(const OpCall& call, KernelFn kernel) {
 }  // namespace detail
 
 void add_observer(Observer* observer) {
-  const std::lock_guard<std::mutex> lock(detail::g_observers_mutex);
+  const std::lock_guard<std::shared_mutex> lock(detail::g_observers_mutex);
   detail::observers().push_back(observer);
   detail::g_num_observers.store(static_cast<int>(detail::observers().size()), std::memory_order_relaxed);
 }
 
 void remove_observer(Observer* observer) {
-  const std::lock_guard<std::mutex> lock(detail::g_observers_mutex);
+  const std::lock_guard<std::shared_mutex> lock(detail::g_observers_mutex);
   std::erase(detail::observers(), observer);
   detail::g_num_observers.store(static_cast<int>(detail::observers().size()), std::memory_order_relaxed);
 }
@@ -169,10 +172,18 @@ void Scope::begin(std::initializer_list<const Tensor*> inputs, const Attrs& attr
   detail::notify(call(), true);
 }
 
-void Scope::end() {
+void Scope::end() noexcept {
   OpCall c = call();
   c.failed = std::uncaught_exceptions() > exceptions_;
-  detail::notify(c, false);
+  try {
+    detail::notify(c, false);
+  } catch (...) {  // NOLINT(bugprone-empty-catch): an observer's failure cannot fail the op
+  }
+}
+
+void Scope::fail_attrs(OpKind kind, const Attrs& attrs) {
+  EMBER_FAIL("[", op_name(kind), "] internal error: a scope with the attributes of another op (alternative ",
+             attrs.index(), ")");
 }
 
 OpCall Scope::call() const {

@@ -49,7 +49,10 @@ struct OpCall {
 
 // Sees every op call on every thread while attached: begin() before the kernel runs (or the scope
 // opens), end() after (also when it throws: then `failed` is set). Calls from several threads may
-// overlap.
+// overlap, and an observer attached or detached while other threads run ops may see an end()
+// without its begin() or the reverse. Callbacks must not attach or detach observers. An exception
+// from begin() fails the op before it runs; one from a scope's end() is dropped (a destructor
+// cannot throw it).
 class Observer {
  public:
   virtual ~Observer() = default;
@@ -57,7 +60,8 @@ class Observer {
   virtual void end(const OpCall& call) = 0;
 };
 
-// Attaches / detaches an observer (not owned). Attach and detach while no op runs on other threads.
+// Attaches / detaches an observer (not owned), from any thread, while other threads run ops. Once
+// remove_observer returns, no thread is inside or will enter the observer's callbacks.
 void add_observer(Observer* observer);
 void remove_observer(Observer* observer);
 
@@ -101,23 +105,19 @@ inline void view(OpKind kind, const Attrs& attrs, const Tensor& input, const Ten
 // Observers see at most the first four inputs.
 class Scope {
  public:
-  Scope(OpKind kind, std::initializer_list<const Tensor*> inputs, CallKind call_kind = CallKind::kComposite)
+  // `attrs` must be of the type the primitive table gives `kind` (NoAttrs for most composites).
+  Scope(OpKind kind, std::initializer_list<const Tensor*> inputs, const Attrs& attrs = NoAttrs{},
+        CallKind call_kind = CallKind::kComposite)
       : kind_(kind), call_kind_(call_kind) {
+    if (attrs.index() != op_info(kind).attrs_index) [[unlikely]]
+      fail_attrs(kind, attrs);
+    // Observers first: if one throws, the scope never existed and the error context is untouched.
+    if (observed()) [[unlikely]]
+      begin(inputs, attrs);
     if (call_kind == CallKind::kComposite && op_context() == nullptr) {
       set_op_context(op_name(kind));
       owns_context_ = true;
     }
-    if (observed()) [[unlikely]]
-      begin(inputs, NoAttrs{});
-  }
-  // With the op's attributes, for observers that record them.
-  Scope(OpKind kind, std::initializer_list<const Tensor*> inputs, const Attrs& attrs) : kind_(kind) {
-    if (op_context() == nullptr) {
-      set_op_context(op_name(kind));
-      owns_context_ = true;
-    }
-    if (observed()) [[unlikely]]
-      begin(inputs, attrs);
   }
   ~Scope() {
     if (owns_context_) set_op_context(nullptr);
@@ -129,8 +129,9 @@ class Scope {
 
  private:
   void begin(std::initializer_list<const Tensor*> inputs, const Attrs& attrs);
-  void end();
+  void end() noexcept;
   OpCall call() const;
+  [[noreturn]] static void fail_attrs(OpKind kind, const Attrs& attrs);
 
   OpKind kind_;
   CallKind call_kind_ = CallKind::kComposite;

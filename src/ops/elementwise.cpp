@@ -41,8 +41,6 @@ const Tensor& in_dtype(TensorOrScalar operand, DType dtype, Tensor& holder) {
   return holder = scalar_tensor(*operand.scalar, dtype);
 }
 
-const char* name_of(OpKind op) { return op_name(op); }
-
 // Does writing `out` while reading `in` (expanded to `shape`) risk reading an already-written value?
 bool needs_temporary(const Tensor& out, const Tensor& in, const Shape& shape) {
   if (!out.shares_storage(in)) return false;
@@ -76,7 +74,7 @@ DType result_type(std::initializer_list<TensorOrScalar> operands) {
 }
 
 Tensor binary_op(OpKind op, TensorOrScalar a, TensorOrScalar b, Tensor* out) {
-  const char* name = name_of(op);
+  const char* name = op_name(op);
   const DType common = result_type({a, b});
   EMBER_CHECK(!(has_trait(op, kNoBool) && common == kBool), "[", name, "] is not supported for bool tensors",
               op == OpKind::kSub ? "; use logical_xor instead" : "");
@@ -120,7 +118,7 @@ Tensor binary_op(OpKind op, TensorOrScalar a, TensorOrScalar b, Tensor* out) {
 }
 
 Tensor unary_op(OpKind op, const Tensor& x, Tensor* out) {
-  const char* name = name_of(op);
+  const char* name = op_name(op);
   EMBER_CHECK(!(has_trait(op, kNoBool) && x.dtype() == kBool), "[", name, "] is not supported for bool tensors");
   EMBER_CHECK(!has_trait(op, kFloatOnly) || is_floating(x.dtype()), "[", name,
               "] expects a floating-point tensor, got ", x.dtype());
@@ -634,7 +632,7 @@ Grads clamp_tensor_backward(const Tensor& g, const Tensor& in, const Tensor& low
 
 Tensor clamp(const Tensor& x, const std::optional<Tensor>& min, const std::optional<Tensor>& max) {
   EMBER_CHECK(min || max, "[clamp] at least one of min and max must be given");
-  const dispatch::Scope scope(OpKind::kClamp, {&x, min ? &*min : nullptr, max ? &*max : nullptr});
+  const dispatch::Scope scope(OpKind::kClamp, {&x, min ? &*min : nullptr, max ? &*max : nullptr}, ClampAttrs{});
   Tensor result = x;
   if (min) result = binary_op(OpKind::kMaximum, {&result, nullptr}, {&*min, nullptr});
   if (max) result = binary_op(OpKind::kMinimum, {&result, nullptr}, {&*max, nullptr});

@@ -114,11 +114,10 @@ Tensor from_blob(void* data, const Shape& shape, DType dtype, std::optional<Stri
   EMBER_CHECK(data != nullptr || shape.numel() == 0, "[from_blob] data pointer is null");
   const Strides s = strides.value_or(contiguous_strides(shape));
   EMBER_CHECK(s.size() == shape.size(), "[from_blob] shape ", shape, " and strides ", s, " have different lengths");
-  int64_t extent = shape.numel() == 0 ? 0 : 1;
   for (int d = 0; d < shape.size(); ++d) {
     EMBER_CHECK(shape[d] >= 0 && s[d] >= 0, "[from_blob] negative size or stride: shape ", shape, ", strides ", s);
-    if (extent > 0) extent += (shape[d] - 1) * s[d];
   }
+  const int64_t extent = storage_extent(shape, s, 0).second;
   auto impl = detail::make_pooled<TensorImpl>();
   impl->storage = detail::make_pooled<StorageImpl>(data, extent * dtype_size(dtype), kCPU, &release_nothing, nullptr);
   impl->set_geometry(shape, s, 0);

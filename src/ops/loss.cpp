@@ -19,7 +19,7 @@
 //   mse / l1        forward 3 E FLOPs (difference, square or abs, sum); backward 2 E.
 //   bce_with_logits forward ~10 E FLOPs with an exp and a log1p per element; backward ~8 E.
 // Backward: cross_entropy's gradient is softmax minus the (smoothed) one-hot target, times the
-// upstream gradient, from the saved log-sum-exp (the CrossEntropyBackward primitive): no log_softmax
+// upstream gradient, from the saved log-sum-exp (the CrossEntropyGrad primitive): no log_softmax
 // graph is built. Every loss is a composite with one node of its own: the class-index losses around
 // their per-position primitives (CrossEntropyForward, NllLossForward) and the reduction, the
 // elementwise losses around ember ops.
@@ -306,11 +306,11 @@ Tensor cross_entropy(const Tensor& x, const Tensor& target, const ClassLossAttrs
 // E = scores, C classes, n = positions (E / C).
 //   cross_entropy_forward   log_softmax's FLOPs per score plus one per position; bytes: the scores,
 //                           the targets, the per-position loss and log-sum-exp.
-//   cross_entropy_backward  log_softmax's FLOPs plus 2 per score; bytes: scores, targets, log-sum-exps,
+//   cross_entropy_grad      log_softmax's FLOPs plus 2 per score; bytes: scores, targets, log-sum-exps,
 //                           scales and the gradient written.
 //   nll_loss_forward        one FLOP per position (a picked score); bytes: the picked scores, the
 //                           targets, the losses.
-//   nll_loss_backward       one per position into a zeroed (n, C) gradient; bytes: the gradient
+//   nll_loss_grad           one per position into a zeroed (n, C) gradient; bytes: the gradient
 //                           written, the targets and scales read.
 
 namespace {

@@ -10,8 +10,8 @@
 // Dtype rule: no promotion. The operands (and the bias) must share one dtype, which the result
 // keeps; every dtype but bool is supported (16-bit floats are computed in float32 and rounded
 // once, integers wrap around on overflow), as in PyTorch.
-// Cost: matmul_cost(batch, m, n, k, dtype) in ops/cost.h: 2 * batch * m * n * k FLOPs, bytes =
-// A + B + C once each.
+// Cost (matmul_cost below): 2 * batch * m * n * k FLOPs, plus one per output element for a bias
+// and one for beta; bytes: every operand read once and C written once.
 // Backward: dA = dC @ B^T and dB = A^T @ dC, as matmuls on transposed views (the GEMM's packing
 // absorbs the transposes, so nothing is copied), summed over broadcast batch dims; a shared 2-D
 // right operand gets its gradient from one GEMM over all rows; dbias = dC summed over rows. Only
@@ -116,23 +116,6 @@ void matmul_into(const Tensor& out, const MatmulShapes& s, const Tensor* bias, d
   detail::copy_into(out, temporary);
 }
 
-// The stride of dims [0, count) of (shape, strides) merged into one dim, if they can be: each dim
-// must step exactly over the one inside it (size-1 dims don't count).
-std::optional<int64_t> merged_stride(const Shape& shape, const Strides& strides, int count) {
-  std::optional<int64_t> inner;
-  int64_t expected = 0;
-  for (int d = count - 1; d >= 0; --d) {
-    if (shape[d] == 1) continue;
-    if (!inner) {
-      inner = strides[d];
-    } else if (strides[d] != expected) {
-      return std::nullopt;
-    }
-    expected = strides[d] * shape[d];
-  }
-  return inner.value_or(1);
-}
-
 // --- backward -----------------------------------------------------------------------------------
 
 using autograd::GradMask;
@@ -152,7 +135,7 @@ Tensor transposed(const Tensor& t) {
 std::optional<Tensor> rows_view(const Tensor& t) {
   if (t.dim() == 2) return t;
   const int lead = t.dim() - 1;
-  const std::optional<int64_t> row_stride = merged_stride(t.shape(), t.strides(), lead);
+  const std::optional<int64_t> row_stride = merged_stride(t.shape().data(), t.strides().data(), lead);
   if (!row_stride) return std::nullopt;
   int64_t rows = 1;  // every dim but the last (counted, not divided out: the last may be 0)
   for (int d = 0; d < lead; ++d) rows *= t.size(d);
@@ -309,17 +292,17 @@ Tensor linear_gelu(const Tensor& x, const Tensor& weight, const std::optional<Te
   check_linear_args("linear_gelu", x, weight);
   EMBER_CHECK(is_floating(x.dtype()), "[linear_gelu] needs a floating-point dtype, got ", x.dtype(), " (input shape ",
               x.shape(), ")");
+  const Activation activation = approximate == "tanh" ? Activation::kGeluTanh : Activation::kGeluErf;
+  const dispatch::Scope scope(OpKind::kLinearGelu, {&x, &weight, bias ? &*bias : nullptr},
+                              MatmulAttrs{1.0, 0.0, activation});
   const Tensor b = bias.value_or(Tensor());
   if (autograd::needs_grad(x, weight, b)) {
     // The backward needs the pre-activation h = linear(x, weight, bias). Keeping it costs one
     // tensor the size of the output; recomputing it would cost a second GEMM. So with autograd
     // this is its own decomposition: linear (bias fused in the GEMM) then gelu, each recording
-    // its backward (their own costs go to the profiler).
+    // its backward.
     return reference::linear_gelu(x, weight, bias, approximate);
   }
-  const Activation activation = approximate == "tanh" ? Activation::kGeluTanh : Activation::kGeluErf;
-  const dispatch::Scope scope(OpKind::kLinearGelu, {&x, &weight, bias ? &*bias : nullptr},
-                              MatmulAttrs{1.0, 0.0, activation});
   return linear_forward("linear_gelu", x, weight, bias, activation);
 }
 

@@ -12,15 +12,13 @@
 //   running = (1 - momentum) * running + momentum * batch statistic, with the unbiased variance;
 // in evaluation it uses the running statistics. Training needs more than one value per channel.
 // rms_norm's eps defaults to the machine epsilon of the input's dtype, as PyTorch.
-// Cost (E = input elements):
-//   batch_norm   forward, training: 3 passes over the input (mean, variance, normalize) ~ 5 E FLOPs;
-//                bytes 3 E + E written. Evaluation: 1 pass, 2 E FLOPs. Backward: 2 passes (the
-//                channel sums, then dx) ~ 8 E FLOPs, bytes 4 E + E written.
-//   layer_norm   forward ~ 6 E FLOPs in one pass over each row (the row stays in cache for its mean,
-//   rms_norm     variance and output); bytes E read + E written + 2 per row. Backward ~ 12 E FLOPs
-//                in one fused pass per row (dx and the weight/bias column sums together); bytes
-//                2 E read + E written.
-// Backward: the fused backward primitives (LayerNormBackward, RmsNormBackward, BatchNormBackward);
+// Cost (E = input elements; bytes: every operand read or written once):
+//   batch_norm   the statistics (mean and variance per channel) 4 E FLOPs; applying them 2 E; the
+//                gradient (the channel sums, then dx) 10 E.
+//   layer_norm   forward 6 E FLOPs in one pass over each row (3 E for rms_norm), plus E for the
+//   rms_norm     weight and E for the bias. Gradient 9 E for dx, plus 2 E for the weight's and E for
+//                the bias's, in one fused pass per row.
+// Backward: the fused gradient primitives (LayerNormGrad, RmsNormGrad, BatchNormGrad);
 // gradients for input, weight and bias as each needs. layer_norm and rms_norm are primitives;
 // batch_norm is a composite (statistics, the running-statistic update, the affine map) with one node.
 #include <cmath>

@@ -9,12 +9,14 @@
 // the output size itself. Dtype rule: floating inputs; the output keeps the dtype (float16/bfloat16 computed in
 // float32). Cost (M = N * C planes, per output element a window of kH * kW):
 //   max_pool2d      forward M * OH * OW * kH * kW comparisons; bytes: input + output + int64 indices.
-//                   backward M * OH * OW additions; bytes: grad_out + indices + grad_input.
+//                   gradient M * OH * OW additions; bytes: grad_out + indices + grad_input.
 //   avg_pool2d      forward M * OH * OW * kH * kW additions (+ one division per output); bytes: input +
-//                   output. Backward the same FLOPs; bytes: grad_out + grad_input.
-//   adaptive_avg    as avg_pool2d with windows of about (H / OH) x (W / OW).
-// Backward: the primitives MaxPool2dBackward (each output's gradient routed to the argmax saved by
-// the forward), AvgPool2dBackward and AdaptiveAvgPool2dBackward (spread evenly over the windows).
+//                   output. Gradient about one addition per input element; bytes: grad_out +
+//                   grad_input.
+//   adaptive_avg    about one addition per input element and one division per output; its gradient
+//                   as avg_pool2d's.
+// Backward: the primitives MaxPool2dGrad (each output's gradient routed to the argmax saved by the
+// forward), AvgPool2dGrad and AdaptiveAvgPool2dGrad (spread evenly over the windows).
 #include <cstdint>
 
 #include "autograd/function.h"

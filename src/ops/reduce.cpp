@@ -34,8 +34,6 @@
 namespace ember {
 namespace {
 
-const char* name_of(OpKind op) { return op_name(op); }
-
 void check_floating(const char* op, const Tensor& x) {
   EMBER_CHECK(is_floating(x.dtype()), "[", op, "] expects a floating-point input, got ", x.dtype(), " (shape ",
               x.shape(), ")");
@@ -103,24 +101,21 @@ Tensor run(OpKind op, const Tensor& x, const ReducePlan& r, DType out_dtype) {
 }
 
 DType sum_dtype(DType dtype) { return is_floating(dtype) ? dtype : kInt64; }
-bool is_half(DType dtype) { return dtype == kFloat16 || dtype == kBFloat16; }
-// The dtype composed float ops compute in.
-DType compute_dtype(DType dtype) { return is_half(dtype) ? kFloat32 : dtype; }
 
 Tensor sum_or_prod(OpKind op, const Tensor& x, const Axes& dims, bool keepdim) {
-  const char* name = name_of(op);
+  const char* name = op_name(op);
   return run(op, x, plan(name, x, dims, keepdim), sum_dtype(x.dtype()));
 }
 
 Tensor extreme(OpKind op, const Tensor& x, const Axes& dims, bool keepdim) {
-  const char* name = name_of(op);
+  const char* name = op_name(op);
   const ReducePlan r = plan(name, x, dims, keepdim);
   check_nonempty(name, x, r, "the operation has no identity");
   return run(op, x, r, x.dtype());
 }
 
 Tensor arg_extreme(OpKind op, const Tensor& x, std::optional<int64_t> dim, bool keepdim) {
-  const char* name = name_of(op);
+  const char* name = op_name(op);
   EMBER_CHECK(x.dtype() != kBool, "[", name, "] does not support bool input (shape ", x.shape(), ")");
   if (!dim) {
     // The index into the flattened tensor; keepdim keeps every dim as size 1.
@@ -136,7 +131,7 @@ Tensor arg_extreme(OpKind op, const Tensor& x, std::optional<int64_t> dim, bool 
 }
 
 Tensor truth(OpKind op, const Tensor& x, const Axes& dims, bool keepdim) {
-  const char* name = name_of(op);
+  const char* name = op_name(op);
   return run(op, x, plan(name, x, dims, keepdim), x.dtype() == kUInt8 ? kUInt8 : kBool);
 }
 
@@ -146,7 +141,7 @@ Tensor squeeze_reduced(const Tensor& t, const ReducePlan& r, bool keepdim) {
 }
 
 Tensor softmax_impl(OpKind op, const Tensor& x, int64_t dim) {
-  const char* name = name_of(op);
+  const char* name = op_name(op);
   check_floating(name, x);
   const int d = normalize_axis(dim, x.dim(), name);
   if (!dispatch::has_kernel(op, x.device())) {  // the decomposition, recorded as the op's node below
@@ -247,7 +242,7 @@ Tensor mean(const Tensor& x, const Axes& dims, bool keepdim) {
   const ReducePlan r = plan("mean", x, dims, keepdim);
   const dispatch::Scope scope(OpKind::kMean, {&x}, r.attrs(x.dim()));
   // float16/bfloat16: sum in float32, divide, round once (as PyTorch). An empty reduction is 0/0.
-  Tensor total = run(OpKind::kSum, x, r, compute_dtype(x.dtype()));
+  Tensor total = run(OpKind::kSum, x, r, detail::compute_dtype(x.dtype()));
   total.div_(static_cast<double>(r.reduce_size));
   Tensor out = total.to(x.dtype());
   if (autograd::needs_grad(x)) {
@@ -264,8 +259,8 @@ namespace {
 Tensor extreme_with_grad(OpKind op, const Tensor& x, const Axes& dims, bool keepdim) {
   Tensor out = extreme(op, x, dims, keepdim);
   if (autograd::needs_grad(x)) {
-    autograd::record(op, plan(name_of(op), x, dims, keepdim).attrs(x.dim()), out, {&x},
-                     [r = plan(name_of(op), x, dims, keepdim), sx = SavedTensor(x), so = SavedTensor(out)](
+    autograd::record(op, plan(op_name(op), x, dims, keepdim).attrs(x.dim()), out, {&x},
+                     [r = plan(op_name(op), x, dims, keepdim), sx = SavedTensor(x), so = SavedTensor(out)](
                          const Tensor& g, GradMask) -> Grads {
                        const Tensor in = sx.get();
                        return {share_among(g, eq(in, keep_reduced(so.get(), in.shape(), r)), in.shape(), r)};
@@ -298,7 +293,7 @@ namespace {
 
 Tensor var_forward(const Tensor& x, const ReducePlan& r, const ReducePlan& kept, int64_t correction) {
   // Two passes (mean, then squared deviations from it) stay accurate when |mean| >> std.
-  const Tensor input = x.to(compute_dtype(x.dtype()));
+  const Tensor input = x.to(detail::compute_dtype(x.dtype()));
   Tensor mean_kept = run(OpKind::kSum, input, kept, input.dtype());
   mean_kept.div_(static_cast<double>(r.reduce_size));
   Tensor squares = input - mean_kept;
@@ -347,7 +342,8 @@ Tensor std(const Tensor& x, const Axes& dims, int64_t correction, bool keepdim) 
   Tensor out;
   {
     autograd::NoGradGuard no_grad;
-    const Tensor variance = var_forward(x.to(compute_dtype(x.dtype())), r, plan("std", x, dims, true), correction);
+    const Tensor variance =
+        var_forward(x.to(detail::compute_dtype(x.dtype())), r, plan("std", x, dims, true), correction);
     out = sqrt(variance).to(x.dtype());
   }
   if (autograd::needs_grad(x)) {
@@ -374,7 +370,7 @@ Tensor logsumexp(const Tensor& x, const Axes& dims, bool keepdim) {
     out = full(r.out_shape, -std::numeric_limits<double>::infinity(), result_dtype);
   } else {
     autograd::NoGradGuard no_grad;
-    const Tensor input = x.to(compute_dtype(result_dtype));
+    const Tensor input = x.to(detail::compute_dtype(result_dtype));
     // log(sum(exp(x - m))) + m with m the max, replaced by 0 where it is infinite: a row of -inf
     // gives log(0) = -inf, a row holding +inf gives +inf, and nan propagates through m.
     const ReducePlan kept = plan("logsumexp", x, dims, true);
@@ -401,7 +397,7 @@ Tensor any(const Tensor& x, const Axes& dims, bool keepdim) { return truth(OpKin
 namespace {
 
 Tensor norm_forward(const Tensor& x, double p, const ReducePlan& r) {
-  const Tensor input = x.to(compute_dtype(x.dtype()));
+  const Tensor input = x.to(detail::compute_dtype(x.dtype()));
   const DType dtype = input.dtype();
   Tensor result;
   if (p == 2) {
@@ -469,7 +465,7 @@ namespace {
 // softmax: dx = y (g - sum(g y)); log_softmax: dx = g - exp(y) sum(g), both over dim. Over the last
 // dim of float32/float64 one fused kernel pass per row; otherwise the same formulas in ember ops.
 Tensor softmax_backward(OpKind op, const Tensor& g, const Tensor& y, int64_t dim) {
-  const int d = normalize_axis(dim, y.dim(), name_of(op));
+  const int d = normalize_axis(dim, y.dim(), op_name(op));
   const bool last_dim = y.dim() == 0 || d == y.dim() - 1;
   const bool kernel_dtype = y.dtype() == kFloat32 || y.dtype() == kFloat64;
   const OpKind fused = op == OpKind::kSoftmax ? OpKind::kSoftmaxGrad : OpKind::kLogSoftmaxGrad;

@@ -157,7 +157,6 @@ bool fits(const Scalar& value, DType dtype) {
 
 Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) {
   EMBER_CHECK(!tensors.empty(), "[cat] expected a non-empty list of tensors");
-  const dispatch::Scope scope(OpKind::kCat, {&tensors.front()});
   const Tensor* first = nullptr;  // the first tensor that is not skipped
   for (size_t i = 0; i < tensors.size(); ++i) {
     const Tensor& t = tensors[i];
@@ -168,6 +167,7 @@ Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) {
   const DType dtype = common_dtype(tensors);
   if (first == nullptr) return detail::make_empty({0}, dtype, tensors.front().device());
   const int d = normalize_axis(dim, first->dim(), "cat");
+  const dispatch::Scope scope(OpKind::kCat, {&tensors.front()}, DimAttrs{d});
   Shape shape = first->shape();
   shape[d] = 0;
   for (size_t i = 0; i < tensors.size(); ++i) {
@@ -213,7 +213,6 @@ Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) {
 
 Tensor stack(const std::vector<Tensor>& tensors, int64_t dim) {
   EMBER_CHECK(!tensors.empty(), "[stack] expected a non-empty list of tensors");
-  const dispatch::Scope scope(OpKind::kStack, {&tensors.front()});
   const Tensor& first = tensors.front();
   for (size_t i = 0; i < tensors.size(); ++i) {
     detail::check_same_device("stack", {&first, &tensors[i]});
@@ -221,6 +220,7 @@ Tensor stack(const std::vector<Tensor>& tensors, int64_t dim) {
                 first.shape(), " at entry 0 and ", tensors[i].shape(), " at entry ", i);
   }
   const int d = normalize_axis(dim, first.dim() + 1, "stack");
+  const dispatch::Scope scope(OpKind::kStack, {&tensors.front()}, DimAttrs{d});
   Shape shape = first.shape();
   shape.insert(d, static_cast<int64_t>(tensors.size()));
   Tensor out = detail::make_empty(shape, common_dtype(tensors), first.device());
@@ -342,14 +342,18 @@ Tensor tile(const Tensor& x, const Shape& reps) {
 }
 
 Tensor flip(const Tensor& x, const Axes& dims) {
-  const dispatch::Scope scope(OpKind::kFlip, {&x}, AxesAttrs{dims});
-  Strides strides = x.strides();
-  int64_t offset = x.offset();
+  Axes axes;  // normalized, so that flip(x, {-1}) and flip(x, {1}) of a 2-D x are the same call
   bool seen[kMaxDims] = {};
   for (int64_t dim : dims) {
     const int d = normalize_axis(dim, x.dim(), "flip");
     EMBER_CHECK(!seen[d], "[flip] dim ", d, " appears multiple times in the list of dims ", dims);
     seen[d] = true;
+    axes.push_back(d);
+  }
+  const dispatch::Scope scope(OpKind::kFlip, {&x}, AxesAttrs{axes});
+  Strides strides = x.strides();
+  int64_t offset = x.offset();
+  for (const int64_t d : axes) {
     if (x.dim() == 0 || x.shape()[d] == 0) continue;
     offset += (x.shape()[d] - 1) * strides[d];
     strides[d] = -strides[d];
@@ -358,8 +362,8 @@ Tensor flip(const Tensor& x, const Axes& dims) {
   // A view read backwards along the flipped dims; it never leaves this function.
   detail::copy_into(out, detail::make_view(x, x.shape(), strides, offset));
   if (needs_grad(x)) {
-    autograd::record(OpKind::kFlip, AxesAttrs{dims}, out, {&x},
-                     [dims](const Tensor& g, GradMask) -> Grads { return {flip(g, dims)}; });
+    autograd::record(OpKind::kFlip, AxesAttrs{axes}, out, {&x},
+                     [axes](const Tensor& g, GradMask) -> Grads { return {flip(g, axes)}; });
   }
   return out;
 }
@@ -398,6 +402,8 @@ Tensor roll_forward(const Tensor& x, const std::vector<int64_t>& shifts, const s
 }  // namespace
 
 Tensor roll(const Tensor& x, const std::vector<int64_t>& shifts, const std::vector<int64_t>& dims) {
+  EMBER_CHECK(shifts.size() <= kMaxDims && dims.size() <= kMaxDims, "[roll] at most ", kMaxDims,
+              " shifts and dims, got ", shifts.size(), " shifts and ", dims.size(), " dims");
   const RollAttrs attrs{Shape(shifts), Axes(dims)};
   const dispatch::Scope scope(OpKind::kRoll, {&x}, attrs);
   if (!needs_grad(x)) return roll_forward(x, shifts, dims);

@@ -1,3 +1,4 @@
+// What front-ends share (ops/tensor_util.h): output allocation, device checks, copies, broadcasting.
 #include "ops/tensor_util.h"
 
 #include <algorithm>
@@ -25,13 +26,7 @@ void check_same_device(const char* op, std::initializer_list<const Tensor*> tens
 void copy_into(const Tensor& dst, const Tensor& src) { dispatch::run(OpKind::kCopy, {}, {&src}, {&dst}); }
 
 Strides broadcast_strides(const Tensor& t, const Shape& shape) {
-  const int nd = shape.size(), td = t.dim();
-  Strides strides(nd);
-  for (int i = 0; i < nd; ++i) {
-    const int j = td - nd + i;
-    strides[i] = (j < 0 || t.shape()[j] == 1) ? 0 : t.strides()[j];
-  }
-  return strides;
+  return ember::broadcast_strides(t.shape(), t.strides(), shape);
 }
 
 Tensor broadcast_view(const Tensor& t, const Shape& shape) {

@@ -100,16 +100,6 @@ Tensor finish_view(OpKind kind, const Attrs& attrs, const Tensor& in, Tensor out
   return out;
 }
 
-// The storage elements [first, end) a geometry touches (empty for zero elements).
-std::pair<int64_t, int64_t> storage_extent(const Shape& shape, const Strides& strides, int64_t offset) {
-  int64_t last = offset;
-  for (int d = 0; d < shape.size(); ++d) {
-    if (shape[d] == 0) return {offset, offset};
-    last += (shape[d] - 1) * strides[d];
-  }
-  return {offset, last + 1};
-}
-
 struct Geometry {
   Shape shape;
   Strides strides;
@@ -347,16 +337,14 @@ Tensor Tensor::as_strided(const Shape& shape, const Strides& strides, std::optio
               " have different lengths");
   const int64_t start = offset.value_or(this->offset());
   EMBER_CHECK(start >= 0, "[as_strided] negative storage offset ", start);
-  int64_t last = start;
   for (int d = 0; d < shape.size(); ++d) {
     EMBER_CHECK(shape[d] >= 0, "[as_strided] negative size in shape ", shape);
     EMBER_CHECK(strides[d] >= 0, "[as_strided] negative stride in ", strides);
-    if (shape[d] == 0) last = -1;
-    if (last >= 0) last += (shape[d] - 1) * strides[d];
   }
+  const auto [first, end] = storage_extent(shape, strides, start);
   const int64_t capacity = impl().storage->nbytes() / element_size();
-  EMBER_CHECK(last < capacity, "[as_strided] shape ", shape, " with strides ", strides, " and offset ", start,
-              " reaches element ", last, " beyond the storage's ", capacity, " elements");
+  EMBER_CHECK(first == end || end <= capacity, "[as_strided] shape ", shape, " with strides ", strides, " and offset ",
+              start, " reaches element ", end - 1, " beyond the storage's ", capacity, " elements");
   return finish_view(
       OpKind::kAsStrided, AsStridedAttrs{shape, strides, start}, *this, make_view(*this, shape, strides, start),
       [in = Geometry{this->shape(), this->strides(), this->offset()},

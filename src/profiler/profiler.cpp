@@ -1,5 +1,6 @@
-// The profiler's recording: per-thread buffers of raw events, filled by the hooks in op_scope.h
-// while a session runs, and turned into the public Event list when it stops.
+// The profiler's recording: per-thread buffers of raw events, filled while a session runs by its
+// observer of the dispatch seam (OpRecorder, below), the CPU allocator's memory observer and the
+// ranges of range.h, and turned into the public Event list when it stops.
 //
 // Each thread records into its own buffer, registered with the running session the first time the
 // thread records. A buffer has its own mutex, taken by its thread for each record and by stop()
@@ -19,7 +20,7 @@
 #include "ember/tensor.h"
 #include "ops/cost.h"
 #include "ops/dispatch.h"
-#include "profiler/op_scope.h"
+#include "profiler/range.h"
 
 namespace ember::profiler {
 namespace detail {
@@ -142,8 +143,6 @@ void begin_op_named(ThreadBuffer& b, const char* name, std::span<const Tensor* c
   e.start_ns = b.now();  // read last: the bookkeeping is the profiler's time, not the op's
 }
 
-}  // namespace
-
 void begin_op(const char* name, std::span<const Tensor* const> inputs) {
   ThreadBuffer* b = thread_buffer();
   if (b == nullptr) return;
@@ -160,6 +159,8 @@ void begin_op(std::string_view name, std::string_view suffix, std::span<const Te
   begin_op_named(*b, b->intern(b->scratch), inputs);
 }
 
+}  // namespace
+
 void begin_range(std::string_view name, bool is_module) {
   ThreadBuffer* b = thread_buffer();
   if (b == nullptr) return;
@@ -167,6 +168,8 @@ void begin_range(std::string_view name, bool is_module) {
   RawEvent& e = b->push(b->intern(name), is_module ? EventKind::kModule : EventKind::kRange);
   e.start_ns = b->now();
 }
+
+namespace {
 
 void set_cost(const OpCost& cost) {
   ThreadBuffer* b = thread_buffer();
@@ -178,6 +181,8 @@ void set_cost(const OpCost& cost) {
   e.flops = cost.flops;
   e.bytes = cost.bytes;
 }
+
+}  // namespace
 
 void end_event() {
   ThreadBuffer* b = thread_buffer();
@@ -192,6 +197,8 @@ void end_event() {
   e.closed = true;
 }
 
+namespace {
+
 void record_memory(Device device, int64_t bytes_in_use, int64_t delta) {
   ThreadBuffer* b = thread_buffer();
   if (b == nullptr) return;
@@ -199,8 +206,6 @@ void record_memory(Device device, int64_t bytes_in_use, int64_t delta) {
   if (delta > 0) b->allocated += delta;
   b->memory.push_back({b->now(), device, bytes_in_use});
 }
-
-namespace {
 
 // The profiler's view of the dispatch seam: an event per primitive (with its cost rule's FLOPs and
 // bytes), per composite op and per backward node ("<op>_backward"); views are not recorded.
@@ -288,7 +293,7 @@ void collect(detail::Session& session, int64_t stop_ns, std::vector<Event>& even
     }
     for (const detail::RawMemory& m : b.memory) memory.push_back({m.time_ns, m.device, m.bytes_in_use});
   }
-  // Note [profiler cost counting] (src/profiler/op_scope.h): the outermost op with a cost counts.
+  // Note [profiler cost counting] (src/profiler/range.h): the outermost op with a cost counts.
   for (Event& e : events) {
     if (!e.has_cost || e.kind != EventKind::kOp) continue;
     bool owned = false;

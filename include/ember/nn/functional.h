@@ -17,14 +17,13 @@ using ember::Reduction;
 namespace functional {
 
 // --- layers ---------------------------------------------------------------------------------------
-using ember::linear;
-// gelu(linear(x, weight, bias), approximate) in one fused kernel (ember::linear_gelu).
 using ember::adaptive_avg_pool2d;
 using ember::avg_pool2d;
 using ember::batch_norm;
 using ember::conv2d;
 using ember::dropout;
 using ember::layer_norm;
+using ember::linear;
 using ember::linear_gelu;
 using ember::max_pool2d;
 using ember::rms_norm;

@@ -1054,23 +1054,6 @@ const char* gemm_micro_kernel_name() { return gemm_detail::micro_kernel_name(); 
 
 namespace {
 
-// The stride of dims [0, count) of (sizes, strides) merged into one dim, if they can be: each dim
-// must step exactly over the one inside it (size-1 dims don't count).
-std::optional<int64_t> merged_stride(const int64_t* sizes, const int64_t* strides, int count) {
-  std::optional<int64_t> inner;
-  int64_t expected = 0;
-  for (int d = count - 1; d >= 0; --d) {
-    if (sizes[d] == 1) continue;
-    if (!inner) {
-      inner = strides[d];
-    } else if (strides[d] != expected) {
-      return std::nullopt;
-    }
-    expected = strides[d] * sizes[d];
-  }
-  return inner.value_or(1);
-}
-
 // Matmul. inputs: a (batch..., m, k), b (batch..., k, n), bias (n), (1) or () or absent, residual
 // (batch..., m, n) or absent; outputs: c (batch..., m, n). a, b and the residual have c's batch dims,
 // stepping by 0 where they are broadcast; c must not overlap the inputs (the front-end sees to both).

@@ -57,15 +57,9 @@ Loop make_loop(std::initializer_list<const Operand*> operands) {
   }
   Strides strides[kMaxOperands];
   const Strides* pointers[kMaxOperands];
-  const int nd = shape.size();
   int k = 0;
   for (const Operand* o : operands) {
-    strides[k] = Strides(nd);
-    const int od = o->dim();
-    for (int i = 0; i < nd; ++i) {
-      const int j = od - nd + i;
-      strides[k][i] = (j < 0 || (*o->shape)[j] == 1) ? 0 : (*o->strides)[j];
-    }
+    strides[k] = broadcast_strides(*o->shape, *o->strides, shape);
     pointers[k] = &strides[k];
     ++k;
   }

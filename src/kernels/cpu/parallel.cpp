@@ -1,3 +1,4 @@
+// parallel_for on OpenMP and the thread count of ember/threads.h (kernels/cpu/parallel.h).
 #include "kernels/cpu/parallel.h"
 
 #include <atomic>

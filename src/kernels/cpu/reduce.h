@@ -1,6 +1,6 @@
 // The CPU reduction and softmax kernels' interface. Like every kernel they see raw pointers, sizes,
-// strides and dtypes, never a Tensor: the op layer (src/ops/reduce.cpp) builds a ReduceLayout and
-// allocates the output.
+// strides and dtypes, never a Tensor: the op layer (src/ops/reduce.cpp) allocates the output, and
+// the registry entry (kernels/cpu/reduce.cpp) builds the ReduceLayout from the operands.
 #pragma once
 
 #include <cstdint>

@@ -1,3 +1,4 @@
+// The CPU backend's kernel table: each family registers its kernels (kernels/cpu/registry.h).
 #include "kernels/cpu/registry.h"
 
 #include "kernels/cpu/gemm.h"

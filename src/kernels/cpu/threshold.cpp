@@ -67,7 +67,7 @@ void relu_backward(DType dtype, const void* grad, const void* out, void* result,
       HWY_DYNAMIC_DISPATCH(ReluBackwardF64)(g, y, r, begin, end);
     });
   } else {
-    EMBER_FAIL("[relu_backward] the CPU kernel takes float32 or float64, got ", dtype);
+    EMBER_FAIL("[threshold_backward] the CPU kernel takes float32 or float64, got ", dtype);
   }
 }
 

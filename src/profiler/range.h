@@ -1,7 +1,7 @@
-// The profiler's recording. While a Profiler runs it observes the dispatch seam (every primitive,
-// composite and backward node: src/ops/dispatch.h) and the CPU allocator; modules and user code
-// open named ranges with the hooks below. With no profiler running a range costs one relaxed
-// atomic load and a predictable branch.
+// The profiler's named ranges, and how it records. While a Profiler runs it observes the dispatch
+// seam (every primitive, composite and backward node: src/ops/dispatch.h) and the CPU allocator;
+// modules and user code open named ranges with the hooks below. With no profiler running a range
+// costs one relaxed atomic load and a predictable branch.
 //
 // Note [profiler cost counting]: an op event carries the cost of its own call (FLOPs and bytes).
 // Only primitives have cost rules (src/ops/cost.h); a composite such as mean, or a backward node,
