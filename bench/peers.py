@@ -77,6 +77,23 @@ def measure(fn: Callable[[], object], policy: TimingPolicy, warmup: Optional[Cal
     return Timing(median, per_call[0], per_call[-1], samples, iterations)
 
 
+def latency(fn: Callable[[], object], seconds: float,
+            warmup: Optional[Callable[[], object]] = None) -> tuple[float, float, float]:
+    """The same procedure as ember bench --latency: single calls, each timed on its own, for about
+    `seconds` (at least 5, at most 5000), after the warm-up. Returns (median, mean, p99)."""
+    (warmup or fn)()
+    calls = []
+    deadline = time.perf_counter() + seconds
+    while len(calls) < 5 or (len(calls) < 5000 and time.perf_counter() < deadline):
+        start = time.perf_counter()
+        fn()
+        calls.append(time.perf_counter() - start)
+    calls.sort()
+    n = len(calls)
+    median = calls[n // 2] if n % 2 else 0.5 * (calls[n // 2 - 1] + calls[n // 2])
+    return median, sum(calls) / n, calls[min(n - 1, math.ceil(0.99 * n) - 1)]
+
+
 def _compile(fn):
     # dynamic=False: every workload has fixed shapes; one specialized graph per shape.
     return torch.compile(fn, dynamic=False)

@@ -4,6 +4,7 @@ NumPy, interleaved, with the machine's own limits as the yardstick.
 
   bench/run.py [--filter REGEX] [--quick] [--threads T] [--rounds R] [--write-docs]
   bench/run.py --check bench/baseline.json [--from bench/results/latest.json]
+  bench/run.py --load [--filter REGEX] [--quick] [--rounds R] [--write-docs]
   bench/run.py --self-test
 
 For each workload: every peer is set up and warmed up once (torch.compile compiles here, untimed),
@@ -12,8 +13,10 @@ peer in-process, in an order that rotates from round to round; a round's number 
 its samples, and the reported time is the median over rounds. The machine's peaks (FMA and
 streaming bandwidth) are measured first by `ember bench --machine`. Same thread count everywhere.
 
-Writes bench/results/latest.json (the shape the issue fixes) and bench/results/latest_detail.json
-(every round, the spread, the peaks in full). See docs/performance.md.
+Writes bench/results/latest.json and bench/results/latest_detail.json (every round, the spread,
+the peaks in full). --load instead times single calls of ember and PyTorch eager, quiet and then
+beside a `yes` process that keeps one core busy, and writes bench/results/load.json with the
+medians and p99s. See docs/performance.md.
 """
 
 from __future__ import annotations
@@ -37,6 +40,11 @@ PEER_TITLES = {"torch": "torch", "torch_compile": "compile", "numpy": "numpy"}
 CHECK_TOLERANCE = 0.10  # --check flags a ratio that fell by more than this fraction
 DOCS_BEGIN = "<!-- bench-table:begin (bench/run.py --write-docs) -->"
 DOCS_END = "<!-- bench-table:end -->"
+LOAD_BEGIN = "<!-- load-table:begin (bench/run.py --load --write-docs) -->"
+LOAD_END = "<!-- load-table:end -->"
+# The goals of a loaded run (docs/performance.md, "Under load"): with one of the cores taken by
+# another process, a workload's median may grow at most this much, and no more than PyTorch's.
+LOAD_LIMIT = 2.5
 
 
 # --- ratios, shared by the table and --check ----------------------------------------------------------
@@ -233,14 +241,18 @@ def markdown_table(latest: dict, detail: dict | None = None) -> str:
     return "\n".join(out) + "\n"
 
 
-def write_docs(latest: dict, detail: dict | None) -> None:
+def write_section(begin: str, end: str, table: str) -> None:
     text = DOCS.read_text() if DOCS.exists() else ""
-    if DOCS_BEGIN not in text or DOCS_END not in text:
-        raise SystemExit(f"--write-docs: {DOCS} has no '{DOCS_BEGIN}' ... '{DOCS_END}' section to fill")
-    before, rest = text.split(DOCS_BEGIN, 1)
-    _, after = rest.split(DOCS_END, 1)
-    DOCS.write_text(before + DOCS_BEGIN + "\n" + markdown_table(latest, detail) + DOCS_END + after)
+    if begin not in text or end not in text:
+        raise SystemExit(f"--write-docs: {DOCS} has no '{begin}' ... '{end}' section to fill")
+    before, rest = text.split(begin, 1)
+    _, after = rest.split(end, 1)
+    DOCS.write_text(before + begin + "\n" + table + end + after)
     print(f"wrote the table into {DOCS.relative_to(ROOT)}")
+
+
+def write_docs(latest: dict, detail: dict | None) -> None:
+    write_section(DOCS_BEGIN, DOCS_END, markdown_table(latest, detail))
 
 
 # --- running ----------------------------------------------------------------------------------------
@@ -257,6 +269,108 @@ def measure_machine(ember: Path, threads: int) -> dict:
     runs = [ember_json(ember, ["--machine"], threads)[0] for _ in range(2)]
     best = {k: max(r[k] for r in runs) for k in ("fma_gflops_f32", "fma_gflops_f64", "dram_gbps", "l2_gbps")}
     return {"cpu": runs[0]["cpu"], "threads": runs[0]["threads"], **best}
+
+
+def load_rows(load: dict) -> tuple[list[str], list[list[str]]]:
+    """One row per workload: each side's quiet and loaded median, mean and p99, the loaded/quiet
+    ratios, and whether the goal held (ember's loaded/quiet median ratio <= LOAD_LIMIT and <=
+    PyTorch's; the mean ratio is shown beside it)."""
+    header = ["workload"]
+    for side in ("ember", "torch"):
+        header += [f"{side} quiet", "loaded", "p99 quiet", "p99 loaded", "x median", "x mean"]
+    header.append("goal")
+    rows = []
+    for r in load["results"]:
+        row, ratios = [r["name"]], {}
+        for side in ("ember", "torch"):
+            s = r.get(side)
+            if not s:
+                row += ["-"] * 6
+                continue
+            q, l = s["quiet"], s["loaded"]
+            ratios[side] = l["median_s"] / q["median_s"]
+            row += [format_seconds(q["median_s"]), format_seconds(l["median_s"]), format_seconds(q["p99_s"]),
+                    format_seconds(l["p99_s"]), f"{ratios[side]:.2f}", f"{l['mean_s'] / q['mean_s']:.2f}"]
+        met = ratios["ember"] <= LOAD_LIMIT and ratios["ember"] <= ratios.get("torch", math.inf)
+        row.append("met" if met else ("<= 2.5" if ratios["ember"] <= LOAD_LIMIT else "MISSED"))
+        rows.append(row)
+    return header, rows
+
+
+def load_markdown(load: dict) -> str:
+    header, rows = load_rows(load)
+    run = load["run"]
+    out = [f"Run: {run['date']}, {run['threads']} threads, torch {run['torch']}, {run['rounds']} round(s) of "
+           f"{run['seconds_per_side']} s of single calls per side; the load is one `yes > /dev/null`. x median, "
+           f"x mean: loaded / quiet. goal: met when ember's x median <= {LOAD_LIMIT} and <= PyTorch's; "
+           f"'<= 2.5' when only the first holds.", ""]
+    out.append("| " + " | ".join(header) + " |")
+    out.append("|" + "|".join(["---"] + ["---:"] * (len(header) - 2) + [":---:"]) + "|")
+    out += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(out) + "\n"
+
+
+def run_load(args, ember: Path, names: list[str], peer_setups: dict, torch_version: str) -> int:
+    """Quiet and loaded latency of ember and PyTorch eager, side by side: for each workload and
+    round, both sides quiet, then both again while one `yes` process keeps a core busy."""
+    import peers  # noqa: E402
+    seconds = 0.2 if args.quick else 0.6
+    started = time.time()
+    results = []
+    for name in names:
+        setup = peer_setups.get(name, {}).get("torch")
+        torch_fn = None
+        if setup is not None:
+            made = setup()
+            torch_fn = made if isinstance(made, tuple) else (made, None)
+        sides = ["ember"] + (["torch"] if torch_fn else [])
+        samples = {side: {"quiet": [], "loaded": []} for side in sides}
+        for r in range(args.rounds):
+            for condition in ("quiet", "loaded"):
+                load = subprocess.Popen(["yes"], stdout=subprocess.DEVNULL) if condition == "loaded" else None
+                try:
+                    if load:
+                        time.sleep(0.2)  # let the scheduler settle with the load running
+                    for side in sides[r % len(sides):] + sides[:r % len(sides)]:
+                        if side == "ember":
+                            rec = ember_json(ember, ["--filter", f"^{re.escape(name)}$", "--latency", str(seconds)],
+                                             args.threads)[0]
+                            samples[side][condition].append((rec["median_s"], rec["mean_s"], rec["p99_s"]))
+                        else:
+                            samples[side][condition].append(peers.latency(torch_fn[0], seconds, torch_fn[1]))
+                        time.sleep(0.02)
+                finally:
+                    if load:
+                        load.kill()
+                        load.wait()
+        result = {"name": name}
+        for side in sides:
+            result[side] = {c: {key: statistics.median(x[i] for x in v)
+                                for i, key in enumerate(("median_s", "mean_s", "p99_s"))}
+                            for c, v in samples[side].items()}
+        results.append(result)
+        header, rows = load_rows({"results": [result]})
+        print("  ".join(f"{h}={c}" for h, c in zip(header, rows[0])), flush=True)
+    load = {"run": {"date": time.strftime("%Y-%m-%d %H:%M"), "threads": args.threads, "rounds": args.rounds,
+                    "seconds_per_side": seconds, "torch": torch_version, "minutes": (time.time() - started) / 60},
+            "results": results}
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    path = RESULTS / "load.json"
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(load, indent=1) + "\n")
+    tmp.replace(path)
+    header, rows = load_rows(load)
+    widths = [max(len(h), *(len(row[i]) for row in rows)) if rows else len(h) for i, h in enumerate(header)]
+    print()
+    for cells in [header] + rows:
+        print("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths))))
+    missed = [row[0] for row in rows if row[-1] != "met"]
+    print(f"\nwrote bench/results/load.json ({(time.time() - started) / 60:.1f} minutes); "
+          f"{len(rows) - len(missed)} of {len(rows)} workloads met the goal"
+          f"{': not ' + ', '.join(missed) if missed else ''}")
+    if args.write_docs:
+        write_section(LOAD_BEGIN, LOAD_END, load_markdown(load))
+    return 0
 
 
 def spread(values: list[float]) -> float | None:
@@ -289,6 +403,9 @@ def run(args) -> int:
         wanted_peers = [p.strip() for p in args.peers.split(",") if p.strip()]
     else:
         wanted_peers = list(PEER_ORDER)
+
+    if args.load:
+        return run_load(args, ember, names, peer_setups, torch.__version__)
 
     peaks = measure_machine(ember, args.threads)
     machine = {"cpu": peaks["cpu"], "threads": args.threads, "fma_peak_gflops": peaks["fma_gflops_f32"],
@@ -376,6 +493,8 @@ def main() -> int:
     parser.add_argument("--check", metavar="BASELINE", help="flag ratios that fell more than 10%% against BASELINE")
     parser.add_argument("--from", dest="from_file", metavar="RESULTS", help="use these results instead of running")
     parser.add_argument("--write-docs", action="store_true", help="write the table into docs/performance.md")
+    parser.add_argument("--load", action="store_true",
+                        help="instead: ember and PyTorch quiet and beside a one-core load (yes), median and p99")
     parser.add_argument("--self-test", action="store_true", help="test the --check logic and exit")
     args = parser.parse_args()
     if args.self_test:
@@ -394,6 +513,8 @@ def main() -> int:
         status = 0
     else:
         status = run(args)
+        if args.load:
+            return status
         latest = json.loads((RESULTS / "latest.json").read_text())
     if args.check:
         status = max(status, run_check(latest, Path(args.check)))

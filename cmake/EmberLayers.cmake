@@ -65,7 +65,6 @@ function(ember_build_layers out)
     target_compile_definitions(ember_${name} PRIVATE EMBER_VERSION="${PROJECT_VERSION}"
                                                      EMBER_BUILD_TYPE="${CMAKE_BUILD_TYPE}")
     set_target_properties(ember_${name} PROPERTIES POSITION_INDEPENDENT_CODE ON)
-    target_link_libraries(ember_${name} PRIVATE OpenMP::OpenMP_CXX)
     list(APPEND objects $<TARGET_OBJECTS:ember_${name}>)
   endforeach()
   set(${out} ${objects} PARENT_SCOPE)

@@ -2,7 +2,7 @@
 # `ember info --json` prints one JSON object with every documented field.
 set -euo pipefail
 out=$("$1" info --json)
-for key in version compiler simd_target simd_compiled gemm_kernel num_threads openmp build_type options cuda blas devices \
+for key in version compiler simd_target simd_compiled gemm_kernel num_threads num_threads_source build_type options cuda blas devices \
     built runtime architectures status gpus; do
   grep -q "\"$key\"" <<<"$out" || { echo "missing $key in: $out"; exit 1; }
 done
@@ -12,6 +12,13 @@ target=$(EMBER_MAX_CPU_ISA=SSE4 "$1" info --json | python3 -c 'import json, sys;
 [ "$target" = "SSE4" ] || { echo "EMBER_MAX_CPU_ISA=SSE4 gave target $target"; exit 1; }
 EMBER_MAX_CPU_ISA=bogus "$1" info --json 2>&1 >/dev/null | grep -q "EMBER_MAX_CPU_ISA=bogus is not one of" ||
   { echo "a bad EMBER_MAX_CPU_ISA is not reported"; exit 1; }
+# The thread count comes from EMBER_NUM_THREADS before OMP_NUM_THREADS; a bad value is named.
+threads=$(EMBER_NUM_THREADS=3 OMP_NUM_THREADS=5 "$1" info --json | python3 -c 'import json, sys; j = json.load(sys.stdin); print(j["num_threads"], j["num_threads_source"])')
+[ "$threads" = "3 EMBER_NUM_THREADS" ] || { echo "EMBER_NUM_THREADS=3 gave $threads"; exit 1; }
+threads=$(env -u EMBER_NUM_THREADS OMP_NUM_THREADS=5,2 "$1" info --json | python3 -c 'import json, sys; j = json.load(sys.stdin); print(j["num_threads"], j["num_threads_source"])')
+[ "$threads" = "5 OMP_NUM_THREADS" ] || { echo "OMP_NUM_THREADS=5,2 gave $threads"; exit 1; }
+if message=$(EMBER_NUM_THREADS=two "$1" info --json 2>&1 >/dev/null); then echo "EMBER_NUM_THREADS=two must fail"; exit 1; fi
+grep -q "EMBER_NUM_THREADS=two is not a thread count" <<<"$message" || { echo "a bad EMBER_NUM_THREADS: $message"; exit 1; }
 if "$1" bogus 2>/dev/null; then echo "an unknown command must fail"; exit 1; fi
 # --help says only what exists: no graph compiler yet.
 if "$1" --help | grep -qi "graph compiler"; then echo "--help claims a graph compiler"; exit 1; fi

@@ -20,6 +20,7 @@
 #include "ember/optim.h"
 #include "golden.h"
 #include "optim_golden.h"
+#include "test_util.h"
 
 using ember::Tensor;
 using ember::optim::Optimizer;
@@ -29,6 +30,7 @@ using optim_golden::cases_of_kind;
 using optim_golden::get_or;
 using optim_golden::make_optimizer;
 using optim_golden::OptimizerRun;
+using test_util::bitwise_equal;
 
 namespace {
 
@@ -37,13 +39,6 @@ ember::StateDict snapshot(const ember::StateDict& dict) {
   ember::StateDict out;
   for (const auto& [key, value] : dict) out[key] = value.clone();
   return out;
-}
-
-bool bitwise_equal(const Tensor& a, const Tensor& b) {
-  if (a.dtype() != b.dtype() || !(a.shape() == b.shape())) return false;
-  const Tensor ca = a.contiguous();
-  const Tensor cb = b.contiguous();
-  return std::memcmp(ca.data_ptr(), cb.data_ptr(), static_cast<size_t>(ca.numel() * ca.element_size())) == 0;
 }
 
 template <class F>

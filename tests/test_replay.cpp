@@ -15,9 +15,12 @@
 #include "ember/ember.h"
 #include "ember/models/mnist.h"
 #include "ops/dispatch.h"
+#include "test_util.h"
 
 namespace ember {
 namespace {
+
+using test_util::bitwise_equal;
 
 // One operand of a recorded call: the storage it lives in (kept alive, so it is never reused for
 // something else while recording), and its geometry there.
@@ -113,12 +116,6 @@ class Replay {
 
   std::map<const StorageImpl*, Buffer> buffers_;
 };
-
-bool bitwise_equal(const Tensor& a, const Tensor& b) {
-  const Tensor x = a.contiguous(), y = b.contiguous();
-  return x.shape() == y.shape() && x.dtype() == y.dtype() &&
-         std::memcmp(x.data_ptr(), y.data_ptr(), static_cast<size_t>(x.numel() * x.element_size())) == 0;
-}
 
 struct StepCase {
   const char* model;

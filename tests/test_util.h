@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,13 @@ void expect_error(Fn&& fn, const std::vector<std::string>& parts) {
       EXPECT_NE(message.find(part), std::string::npos) << "message: " << message << "\nexpected to contain: " << part;
     }
   }
+}
+
+// Same dtype, shape and bytes (NaNs and -0.0 included).
+inline bool bitwise_equal(const ember::Tensor& a, const ember::Tensor& b) {
+  const ember::Tensor x = a.contiguous(), y = b.contiguous();
+  return x.shape() == y.shape() && x.dtype() == y.dtype() &&
+         std::memcmp(x.data_ptr(), y.data_ptr(), static_cast<size_t>(x.numel() * x.element_size())) == 0;
 }
 
 // Restores the thread count a test changes.

@@ -78,6 +78,39 @@ Timing measure(const Workload& w, const TimingPolicy& policy) {
   return t;
 }
 
+// Latency: single calls, each timed on its own, for about `seconds` (at least 5 calls, at most
+// 5000), after the warm-up. A call the OS delayed shows in the p99, where averaging samples would
+// hide it; the mean is the throughput (a few very slow calls move it, not the median).
+struct Latency {
+  double median_s = 0;
+  double mean_s = 0;
+  double p99_s = 0;
+  int64_t calls = 0;
+};
+
+Latency measure_latency(const Workload& w, double seconds) {
+  if (w.warmup) {
+    w.warmup();
+  } else {
+    w.run();
+  }
+  std::vector<double> calls;
+  const auto deadline = Clock::now() + std::chrono::duration<double>(seconds);
+  while (calls.size() < 5 || (calls.size() < 5000 && Clock::now() < deadline)) {
+    const auto start = Clock::now();
+    w.run();
+    calls.push_back(std::chrono::duration<double>(Clock::now() - start).count());
+  }
+  Latency l;
+  l.calls = static_cast<int64_t>(calls.size());
+  for (double c : calls) l.mean_s += c / static_cast<double>(calls.size());
+  std::sort(calls.begin(), calls.end());
+  l.median_s = median(calls);
+  l.p99_s =
+      calls[std::min(calls.size() - 1, static_cast<size_t>(std::ceil(0.99 * static_cast<double>(calls.size()))) - 1)];
+  return l;
+}
+
 std::string format_seconds(double s) {
   char text[32];
   if (s < 1e-6) {
@@ -150,6 +183,25 @@ int run_bench(const BenchOptions& options) {
                 policy.repeats, policy.sample_seconds * 1e3);
     std::printf("%-30s %12s %10s %10s %14s %8s\n", "workload", "time/call", "GFLOP/s", "GB/s", "samples x calls",
                 "spread");
+  }
+  EMBER_CHECK(options.latency >= 0, "[bench] --latency must be >= 0 seconds, got ", options.latency);
+  if (options.latency > 0) {
+    for (const WorkloadSpec& spec : selected) {
+      const Workload workload = spec.setup();
+      const Latency l = measure_latency(workload, options.latency);
+      if (options.json) {
+        std::cout << nlohmann::json{{"name", spec.name}, {"median_s", l.median_s}, {"mean_s", l.mean_s},
+                                    {"p99_s", l.p99_s},  {"calls", l.calls},       {"threads", get_num_threads()}}
+                         .dump()
+                  << std::endl;
+      } else {
+        std::printf("%-30s median %12s  mean %12s  p99 %12s  (%lld calls)\n", spec.name.c_str(),
+                    format_seconds(l.median_s).c_str(), format_seconds(l.mean_s).c_str(),
+                    format_seconds(l.p99_s).c_str(), static_cast<long long>(l.calls));
+        std::fflush(stdout);
+      }
+    }
+    return 0;
   }
   for (const WorkloadSpec& spec : selected) {
     const Workload workload = spec.setup();

@@ -16,6 +16,7 @@ struct BenchOptions {
   bool machine = false;                 // measure this machine's peaks (ember/peaks.h) instead
   int threads = 0;                      // 0: ember's default (all cores)
   int repeats = 5;                      // samples per workload (the median is reported)
+  double latency = 0;                   // > 0: time single calls for this many seconds instead (median, p99)
   std::string data_dir = "data/mnist";  // for train_mnist_epoch
 };
 

@@ -37,7 +37,7 @@ int run_info(bool as_json) {
         {"simd_compiled", info.simd_compiled},
         {"gemm_kernel", info.gemm_kernel},
         {"num_threads", info.num_threads},
-        {"openmp", info.openmp},
+        {"num_threads_source", info.num_threads_source},
         {"build_type", info.build_type},
         {"options", {{"cuda", info.cuda}, {"blas", info.blas}}},
         {"devices", devices},
@@ -56,7 +56,7 @@ int run_info(bool as_json) {
             << "  build type    " << info.build_type << "\n"
             << "  SIMD target   " << info.simd_target << " (compiled: " << info.simd_compiled << ")\n"
             << "  GEMM tile     " << info.gemm_kernel << "\n"
-            << "  threads       " << info.num_threads << (info.openmp ? " (OpenMP)" : " (no OpenMP)") << "\n"
+            << "  threads       " << info.num_threads << " (from " << info.num_threads_source << ")\n"
             << "  CUDA          "
             << (info.cuda ? "on (runtime " + ember::cuda::runtime_version() + ", " +
                                 ember::cuda::compiled_architectures() + "): " + ember::cuda::status()
@@ -196,6 +196,8 @@ int main(int argc, char** argv) {
   bench_cmd->add_option("--repeats", bench.repeats, "Samples per workload")
       ->check(kPositiveCount)
       ->capture_default_str();
+  bench_cmd->add_option("--latency", bench.latency,
+                        "Time single calls for this many seconds and report their median and p99 instead");
   bench_cmd->add_option("--data", bench.data_dir, "MNIST folder for train_mnist_epoch")->capture_default_str();
   ember::cli::RooflineOptions roofline;
   CLI::App* roofline_cmd =

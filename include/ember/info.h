@@ -15,7 +15,7 @@ struct BuildInfo {
   std::string simd_compiled;  // every target compiled into the binary
   std::string gemm_kernel;    // the GEMM's register tile on this CPU, e.g. "AVX-512 14x32"
   int num_threads = 1;
-  bool openmp = false;
+  std::string num_threads_source;  // see ember/threads.h
   bool cuda = false;
   std::string blas;  // "none": ember's own GEMM
   std::string build_type;

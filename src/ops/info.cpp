@@ -3,6 +3,7 @@
 #include "ember/info.h"
 
 #include "ember/primitives.h"
+#include "ember/threads.h"
 #include "kernels/cpu/registry.h"
 #include "ops/cost.h"
 #include "ops/dispatch.h"
@@ -31,9 +32,7 @@ BuildInfo build_info() {
   info.simd_compiled = cpu_backend.simd_compiled;
   info.gemm_kernel = cpu_backend.gemm_tile;
   info.num_threads = get_num_threads();
-#ifdef _OPENMP
-  info.openmp = true;
-#endif
+  info.num_threads_source = num_threads_source();
 #ifdef EMBER_WITH_CUDA
   info.cuda = true;
 #endif

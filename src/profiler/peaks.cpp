@@ -84,19 +84,21 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 
 #include <hwy/aligned_allocator.h>
-#include <omp.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <exception>
 #include <fstream>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
 #include "ember/error.h"
 #include "ember/info.h"
 #include "ember/peaks.h"
+#include "kernels/cpu/parallel.h"
 
 namespace ember::profiler {
 
@@ -115,23 +117,43 @@ constexpr int kRuns = 10;
 
 volatile double g_sink = 0;  // results of the loops, so the compiler keeps them
 
-// Runs body(thread_index, team_size) on `threads` threads and returns the seconds from when all
-// threads are ready to when the last one finishes (the fork itself is not timed).
+// A reusable barrier for the `count` threads of one team, spinning (a team is the only work).
+class SpinBarrier {
+ public:
+  explicit SpinBarrier(int count) : count_(count) {}
+  void arrive_and_wait() {
+    const int generation = generation_.load(std::memory_order_acquire);
+    if (arrived_.fetch_add(1, std::memory_order_acq_rel) + 1 == count_) {
+      arrived_.store(0, std::memory_order_relaxed);
+      generation_.fetch_add(1, std::memory_order_release);
+      return;
+    }
+    while (generation_.load(std::memory_order_acquire) == generation) std::this_thread::yield();
+  }
+
+ private:
+  const int count_;
+  std::atomic<int> arrived_{0};
+  std::atomic<int> generation_{0};
+};
+
+// Runs body(thread_index, team_size) on `threads` threads at once and returns the seconds from
+// when all threads are ready to when the last one finishes (starting the team is not timed).
 template <class Body>
 double timed_parallel(int threads, const Body& body) {
   Clock::time_point start;
   Clock::time_point end;
-#pragma omp parallel num_threads(threads)
-  {
-    const int thread = omp_get_thread_num();
-    const int team = omp_get_num_threads();
-#pragma omp barrier
+  SpinBarrier barrier(threads);
+  const auto member = [&](int64_t thread) {
+    barrier.arrive_and_wait();
     if (thread == 0) start = Clock::now();
-#pragma omp barrier
-    body(thread, team);
-#pragma omp barrier
+    barrier.arrive_and_wait();
+    body(static_cast<int>(thread), threads);
+    barrier.arrive_and_wait();
     if (thread == 0) end = Clock::now();
-  }
+  };
+  cpu::run_team(
+      threads, [](const void* context, int64_t t) noexcept { (*static_cast<decltype(member)*>(context))(t); }, &member);
   return std::chrono::duration<double>(end - start).count();
 }
 

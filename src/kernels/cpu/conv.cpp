@@ -19,8 +19,8 @@
 //
 // Threads go over the images: each image's im2col and GEMMs run on one thread with its own column
 // buffer (the GEMMs of a CNN's images are small, so this beats splitting each GEMM). A GEMM called
-// inside that parallel region gets a team of one thread (OpenMP nesting is off by default); a
-// single image runs on the calling thread and leaves the threads to the GEMM.
+// inside one of those tasks runs on that task's thread (parallel.h); a single image runs on the
+// calling thread and leaves the threads to the GEMM.
 #include "kernels/cpu/conv.h"
 
 #include <algorithm>
@@ -78,7 +78,7 @@ TapRange tap_range(int64_t out_size, int64_t in_size, int64_t stride, int64_t of
   return {first, last, offset};
 }
 
-// Grow-only buffers owned by the calling thread (OpenMP workers live as long as the process), so a
+// Grow-only buffers owned by the calling thread (the pool's threads live as long as the process), so a
 // training loop allocates its column buffers once.
 enum class Slot : int { kColumns, kPartials, kWeightT, kCount };
 

@@ -6,11 +6,10 @@
 //
 //   for jc in [0, n) step NC                          B panel, KC x NC: L3, shared by the threads
 //     for pc in [0, k) step KC (equal blocks of at most KC)
-//       pack B[pc:+KC, jc:+NC] into NR-wide micro-panels     (the threads split the packing)
-//       (threads that split n alone pack only their own micro-panels, with no barrier)
-//       for ic in this thread's rows, step MC         A block, MC x KC: L2, one per thread
+//       pack B[pc:+KC, jc:+NC] into NR-wide micro-panels     (tasks split the packing)
+//       for ic in [0, m) step MC (a task each)        A block, MC x KC: L2, one per thread
 //         pack A[ic:+MC, pc:+KC] into MR-high micro-panels
-//         for jr in this thread's micro-panels of B            B micro-panel, KC x NR: L1
+//         for jr in the panel's micro-panels                   B micro-panel, KC x NR: L1
 //           for ir in [0, MC) step MR
 //             micro-kernel: an MR x NR tile of C held in registers takes KC rank-1 updates
 //             (hn::MulAdd), then goes to C through the epilogue (below).
@@ -103,7 +102,7 @@ inline constexpr double kUnpackedWork = 64.0 * 64.0 * 64.0;
 inline constexpr int64_t kUnpackedMinK = 16;
 inline constexpr double kTinyWork = 16.0 * 16.0 * 16.0;
 // Problems with fewer multiply-adds than this run on one thread: about 20 us of work on one core,
-// against a few us to wake and join a team of OpenMP threads.
+// against a few us to hand tasks to the pool's threads and join them.
 inline constexpr double kParallelWork = 128.0 * 128.0 * 64.0;
 
 // gemm_force_wide_tile_for_testing (gemm.h).
@@ -112,18 +111,12 @@ inline std::atomic<bool> force_wide_tile{false};
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 inline int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
 
-// Part `part` of [0, count) cut into `parts` contiguous ranges whose sizes differ by at most one.
-inline std::pair<int64_t, int64_t> split_range(int64_t count, int64_t parts, int64_t part) {
-  const int64_t base = count / parts, extra = count % parts;
-  const int64_t begin = part * base + std::min(part, extra);
-  return {begin, begin + base + (part < extra ? 1 : 0)};
-}
-
-enum class Scratch : int { kPackedA, kPackedB, kBias, kConvertedA, kConvertedB, kResult, kCount };
+enum class Scratch : int { kPackedA, kPackedB, kOwnB, kBias, kConvertedA, kConvertedB, kResult, kCount };
 
 // Grow-only, 64-byte aligned memory owned by the calling thread, one buffer per use, so repeated
-// GEMMs never go back to the allocator. OpenMP's worker threads live as long as the process and
-// so do their buffers (at most one A block each, plus one B panel for a calling thread).
+// GEMMs never go back to the allocator. The pool's threads live as long as the process and so do
+// their buffers (at most one A block and one group of B micro-panels each, plus one B panel and
+// one packed A for a calling thread).
 inline void* scratch(Scratch slot, int64_t bytes) {
   constexpr int kSlots = static_cast<int>(Scratch::kCount);
   thread_local hwy::AlignedFreeUniquePtr<uint8_t[]> buffers[kSlots];
@@ -135,53 +128,6 @@ inline void* scratch(Scratch slot, int64_t bytes) {
     sizes[i] = bytes;
   }
   return buffers[i].get();
-}
-
-// Runs body(thread, count) on `threads` threads, or on the calling thread alone when threads is 1
-// (which is what the batch loop relies on to run single-threaded problems inside its own region).
-template <class F>
-void run_threads(int threads, const F& body) {
-  if (threads <= 1) {
-    body(0, 1);
-    return;
-  }
-#ifdef _OPENMP
-#pragma omp parallel num_threads(threads)
-  body(omp_get_thread_num(), omp_get_num_threads());
-#else
-  body(0, 1);
-#endif
-}
-
-// A barrier among the `count` threads of run_threads (nothing when there is one).
-inline void barrier(int count) {
-  if (count > 1) {
-#ifdef _OPENMP
-#pragma omp barrier
-#endif
-  }
-}
-
-// How the threads tile C: `rows` groups along m times `cols` groups along n. The factorization
-// of the thread count that leaves the busiest thread the fewest MR x NR tiles; ties go to
-// splitting m, whose threads share no A block.
-struct ThreadGrid {
-  int rows = 1;
-  int cols = 1;
-};
-inline ThreadGrid choose_grid(int threads, int64_t row_tiles, int64_t col_panels) {
-  ThreadGrid best{threads, 1};
-  int64_t best_load = std::numeric_limits<int64_t>::max();
-  for (int rows = threads; rows >= 1; --rows) {
-    if (threads % rows != 0) continue;
-    const int cols = threads / rows;
-    const int64_t load = ceil_div(row_tiles, rows) * ceil_div(col_panels, cols);
-    if (load < best_load) {
-      best_load = load;
-      best = {rows, cols};
-    }
-  }
-  return best;
 }
 
 // What happens to a finished sum on its way to C (Note [GEMM epilogue]); bias is contiguous (n)
@@ -253,8 +199,7 @@ void integer_gemm(const GemmArgs& g, const T* a, const T* b, T* c, const T* resi
   const uint64_t alpha = static_cast<uint64_t>(static_cast<int64_t>(g.alpha));
   const uint64_t beta = static_cast<uint64_t>(static_cast<int64_t>(g.beta));
   const T* bias = static_cast<const T*>(g.bias);
-  run_threads(static_cast<int>(std::min<int64_t>(threads, g.m)), [&](int thread, int count) {
-    const auto [row_begin, row_end] = split_range(g.m, count, thread);
+  parallel_for_threads(threads, 0, g.m, 1, [&](int64_t row_begin, int64_t row_end) {
     std::vector<uint64_t> sums(static_cast<size_t>(g.n));
     for (int64_t i = row_begin; i < row_end; ++i) {
       std::fill(sums.begin(), sums.end(), 0);
@@ -620,66 +565,104 @@ void pack_a(const T* a, int64_t row_stride, int64_t col_stride, int64_t mc, int6
   }
 }
 
+// Runs the micro-kernel over rows [0, mc) of a packed A block (at a_packed, row ic of C) against
+// packed B micro-panels [0, panels) (at b_packed, column j0 of C), for the k block at pc.
+template <int64_t MR, class D, class T = hn::TFromD<D>>
+HWY_INLINE void block_times_panels(D d, const Problem<T>& p, int64_t ic, int64_t mc, int64_t j0, int64_t panels,
+                                   int64_t pc, int64_t kc, const T* a_packed, const T* b_packed) {
+  const int64_t nr = kNrVectors * static_cast<int64_t>(hn::Lanes(d));
+  for (int64_t q = 0; q < panels; ++q) {
+    const int64_t j = j0 + q * nr;
+    for (int64_t r0 = 0; r0 < mc; r0 += MR) {
+      const Tile<T> tile{p.c + (ic + r0) * p.c_row_stride + j * p.c_col_stride,
+                         p.c_row_stride,
+                         p.c_col_stride,
+                         ic + r0,
+                         j,
+                         std::min(MR, mc - r0),
+                         std::min(nr, p.n - j),
+                         pc == 0,
+                         pc + kc == p.k,
+                         &p.epilogue};
+      micro_kernel<MR>(d, kc, a_packed + r0 * kc, b_packed + q * nr * kc, tile);
+    }
+  }
+}
+
 // The packed path (see the top of the file) with an MR-row tile, on up to `threads` threads.
+//
+// Note [GEMM tasks]: the threads share the work as tasks they claim one at a time (Note [thread
+// pool]), never as fixed shares, so a thread that loses its core holds up one task, not half
+// the product. Two shapes:
+// - A fits one A block (m <= MC, the MLP's and attention's shapes): A is packed once, every k
+//   block of it, by tasks over the k blocks; then each task takes a group of B micro-panels,
+//   packs them into its own buffer and multiplies all of A by them. B is packed once in all,
+//   and nobody waits between k blocks.
+// - Otherwise, per KC x NC panel of B: tasks pack its micro-panels into a buffer all threads
+//   read, then tasks over blocks of rows (times groups of micro-panels, when there are too few
+//   row blocks to go round) pack their A block and multiply it by the panel.
+// About kTasksPerThread tasks per thread each time; the k blocks, and with them the summation
+// order, never depend on the tasks.
 template <int64_t MR, class T>
 void packed_gemm(const Problem<T>& p, int threads) {
   const hn::ScalableTag<T> d;
   const int64_t nr = kNrVectors * static_cast<int64_t>(hn::Lanes(d));
+  constexpr int64_t kBytes = static_cast<int64_t>(sizeof(T));
   // k in equal blocks of at most KC (784 = 4 x 196, not 3 x 256 + 16): no thin last block. The
   // split depends on k alone, so the summation order still never depends on the threads.
-  const int64_t kc_block = ceil_div(p.k, ceil_div(p.k, kKc));
-  const int64_t mc_max = std::max<int64_t>(MR, kBlockABytes / (kKc * static_cast<int64_t>(sizeof(T))) / MR * MR);
-  const int64_t nc_max = std::max<int64_t>(nr, kPanelBBytes / (kKc * static_cast<int64_t>(sizeof(T))) / nr * nr);
+  const int64_t kc_block = ceil_div(p.k, ceil_div(p.k, kKc)), k_blocks = ceil_div(p.k, kc_block);
+  const int64_t mc_max = std::max<int64_t>(MR, kBlockABytes / (kKc * kBytes) / MR * MR);
+  const int64_t nc_max = std::max<int64_t>(nr, kPanelBBytes / (kKc * kBytes) / nr * nr);
   const int64_t nc_block = std::min(nc_max, round_up(p.n, nr));
-  T* b_packed = static_cast<T*>(scratch(Scratch::kPackedB, kc_block * nc_block * static_cast<int64_t>(sizeof(T))));
-  const int64_t row_tiles = ceil_div(p.m, MR);
+  const int64_t tasks_wanted = threads > 1 ? threads * kTasksPerThread : 1;
+  const auto block_kc = [&](int64_t block) { return std::min(kc_block, p.k - block * kc_block); };
 
-  run_threads(threads, [&](int thread, int count) HWY_ATTR {
-    const ThreadGrid grid = choose_grid(count, row_tiles, nc_block / nr);
-    const auto [tile_begin, tile_end] = split_range(row_tiles, grid.rows, thread / grid.cols);
-    const int64_t row_begin = tile_begin * MR, row_end = std::min(p.m, tile_end * MR);
-    const int64_t mc_block = std::min(mc_max, round_up(std::max<int64_t>(row_end - row_begin, 1), MR));
-    T* a_packed = static_cast<T*>(
-        scratch(Scratch::kPackedA, (mc_block * kc_block + kPackSlack) * static_cast<int64_t>(sizeof(T))));
-
-    for (int64_t jc = 0; jc < p.n; jc += nc_block) {
-      const int64_t nc = std::min(nc_block, p.n - jc), panels = ceil_div(nc, nr);
-      const auto [panel_begin, panel_end] = split_range(panels, grid.cols, thread % grid.cols);
-      // When the threads split n only, each one packs just the micro-panels it uses and nobody
-      // waits; otherwise they share the packing of the whole panel and meet at barriers.
-      const bool private_panels = grid.rows == 1;
-      const auto [pack_begin, pack_end] =
-          private_panels ? std::pair{panel_begin, panel_end} : split_range(panels, count, thread);
-      const int sync = private_panels ? 1 : count;
-      for (int64_t pc = 0; pc < p.k; pc += kc_block) {
-        const int64_t kc = std::min(kc_block, p.k - pc);
-        pack_b(d, p.b + pc * p.b_row_stride + jc * p.b_col_stride, p.b_row_stride, p.b_col_stride, kc, nc, pack_begin,
-               pack_end, b_packed);
-        barrier(sync);  // the whole panel is packed
-        for (int64_t ic = row_begin; ic < row_end && panel_begin < panel_end; ic += mc_block) {
-          const int64_t mc = std::min(mc_block, row_end - ic);
-          pack_a<MR>(p.a + ic * p.a_row_stride + pc * p.a_col_stride, p.a_row_stride, p.a_col_stride, mc, kc, a_packed);
-          for (int64_t q = panel_begin; q < panel_end; ++q) {
-            const int64_t j = jc + q * nr;
-            for (int64_t r0 = 0; r0 < mc; r0 += MR) {
-              const Tile<T> tile{p.c + (ic + r0) * p.c_row_stride + j * p.c_col_stride,
-                                 p.c_row_stride,
-                                 p.c_col_stride,
-                                 ic + r0,
-                                 j,
-                                 std::min(MR, mc - r0),
-                                 std::min(nr, p.n - j),
-                                 pc == 0,
-                                 pc + kc == p.k,
-                                 &p.epilogue};
-              micro_kernel<MR>(d, kc, a_packed + r0 * kc, b_packed + q * nr * kc, tile);
-            }
-          }
-        }
-        barrier(sync);  // everyone is done with the panel before it is packed again
+  if (p.m <= mc_max) {
+    const int64_t mc = round_up(p.m, MR), a_stride = mc * kc_block + kPackSlack;
+    T* a_all = static_cast<T*>(scratch(Scratch::kPackedA, k_blocks * a_stride * kBytes));
+    parallel_tasks(k_blocks, threads, [&](int64_t block) HWY_ATTR {
+      pack_a<MR>(p.a + block * kc_block * p.a_col_stride, p.a_row_stride, p.a_col_stride, p.m, block_kc(block),
+                 a_all + block * a_stride);
+    });
+    const int64_t panels = ceil_div(p.n, nr);
+    const int64_t groups = std::min(panels, tasks_wanted), per_group = ceil_div(panels, groups);
+    parallel_tasks(ceil_div(panels, per_group), threads, [&](int64_t group) HWY_ATTR {
+      const int64_t q0 = group * per_group, count = std::min(per_group, panels - q0), j0 = q0 * nr;
+      T* b_own = static_cast<T*>(scratch(Scratch::kOwnB, count * nr * kc_block * kBytes));
+      for (int64_t block = 0; block < k_blocks; ++block) {
+        const int64_t pc = block * kc_block, kc = block_kc(block);
+        pack_b(d, p.b + pc * p.b_row_stride + j0 * p.b_col_stride, p.b_row_stride, p.b_col_stride, kc,
+               std::min(p.n - j0, count * nr), 0, count, b_own);
+        block_times_panels<MR>(d, p, 0, p.m, j0, count, pc, kc, a_all + block * a_stride, b_own);
       }
+    });
+    return;
+  }
+
+  T* b_packed = static_cast<T*>(scratch(Scratch::kPackedB, kc_block * nc_block * kBytes));
+  const int64_t row_tiles = ceil_div(p.m, MR);
+  const int64_t tiles_per_block = std::clamp<int64_t>(ceil_div(row_tiles, tasks_wanted), 1, mc_max / MR);
+  const int64_t row_blocks = ceil_div(row_tiles, tiles_per_block);
+  for (int64_t jc = 0; jc < p.n; jc += nc_block) {
+    const int64_t nc = std::min(nc_block, p.n - jc), panels = ceil_div(nc, nr);
+    const int64_t groups = std::clamp<int64_t>(ceil_div(tasks_wanted, row_blocks), 1, panels);
+    const int64_t per_group = ceil_div(panels, groups), col_groups = ceil_div(panels, per_group);
+    const int64_t pack_per_task = ceil_div(panels, std::min(panels, tasks_wanted));
+    for (int64_t block = 0; block < k_blocks; ++block) {
+      const int64_t pc = block * kc_block, kc = block_kc(block);
+      parallel_tasks(ceil_div(panels, pack_per_task), threads, [&](int64_t t) HWY_ATTR {
+        pack_b(d, p.b + pc * p.b_row_stride + jc * p.b_col_stride, p.b_row_stride, p.b_col_stride, kc, nc,
+               t * pack_per_task, std::min(panels, (t + 1) * pack_per_task), b_packed);
+      });
+      parallel_tasks(row_blocks * col_groups, threads, [&](int64_t t) HWY_ATTR {
+        const int64_t ic = (t / col_groups) * tiles_per_block * MR, mc = std::min(tiles_per_block * MR, p.m - ic);
+        const int64_t q0 = (t % col_groups) * per_group, count = std::min(per_group, panels - q0);
+        T* a_packed = static_cast<T*>(scratch(Scratch::kPackedA, (mc_max * kc_block + kPackSlack) * kBytes));
+        pack_a<MR>(p.a + ic * p.a_row_stride + pc * p.a_col_stride, p.a_row_stride, p.a_col_stride, mc, kc, a_packed);
+        block_times_panels<MR>(d, p, ic, mc, jc + q0 * nr, count, pc, kc, a_packed, b_packed + q0 * nr * kc);
+      });
     }
-  });
+  }
 }
 
 // Writes `count` (<= lanes) finished sums of row i of C, starting at column j, from one vector.
@@ -850,21 +833,20 @@ template <class T>
 void unpacked_gemm(Unpacked form, const Problem<T>& p, int threads) {
   const hn::ScalableTag<T> d;
   const int64_t column_unit = form == Unpacked::kRows ? 2 * static_cast<int64_t>(hn::Lanes(d)) : 4;
-  run_threads(threads, [&](int thread, int count) HWY_ATTR {
-    int64_t row_begin = 0, row_end = p.m, col_begin = 0, col_end = p.n;
-    if (p.m >= count) {
-      std::tie(row_begin, row_end) = split_range(p.m, count, thread);
-    } else {
-      const auto [unit_begin, unit_end] = split_range(ceil_div(p.n, column_unit), count, thread);
-      col_begin = std::min(p.n, unit_begin * column_unit);
-      col_end = std::min(p.n, unit_end * column_unit);
-    }
+  const auto run = [&](int64_t row_begin, int64_t row_end, int64_t col_begin, int64_t col_end) HWY_ATTR {
     if (form == Unpacked::kRows) {
       unpacked_rows(d, p, row_begin, row_end, col_begin, col_end);
     } else {
       unpacked_dots(d, p, row_begin, row_end, col_begin, col_end);
     }
-  });
+  };
+  if (p.m >= threads) {
+    parallel_for_threads(threads, 0, p.m, 1, [&](int64_t begin, int64_t end) { run(begin, end, 0, p.n); });
+  } else {
+    parallel_for_threads(threads, 0, ceil_div(p.n, column_unit), 1, [&](int64_t begin, int64_t end) {
+      run(0, p.m, std::min(p.n, begin * column_unit), std::min(p.n, end * column_unit));
+    });
+  }
 }
 
 // C^T = B^T A^T: the same problem seen from its transpose (valid without a bias, which is per
@@ -1026,7 +1008,7 @@ void gemm_batched(const GemmArgs& g, int64_t batch, const int64_t* a_offsets, co
                      used);
       };
       if constexpr (!std::is_floating_point_v<T> && !std::is_same_v<T, Half> && !std::is_same_v<T, BFloat16>) {
-        // Checked here, before any thread starts: an exception must not leave an OpenMP region.
+        // Checked here, before any thread starts: an exception must not leave a task.
         EMBER_CHECK(g.activation == Activation::kNone, "[gemm] a fused activation needs a floating-point dtype, got ",
                     g.dtype);
       }
@@ -1035,8 +1017,7 @@ void gemm_batched(const GemmArgs& g, int64_t batch, const int64_t* a_offsets, co
       const bool over_batch = batch > 1 && threads > 1 && work * static_cast<double>(batch) >= kParallelWork &&
                               (work < kParallelWork || batch >= 4 * threads);
       if (over_batch) {
-        run_threads(static_cast<int>(std::min<int64_t>(threads, batch)), [&](int thread, int count) {
-          const auto [begin, end] = split_range(batch, count, thread);
+        parallel_for_threads(threads, 0, batch, 1, [&](int64_t begin, int64_t end) {
           for (int64_t i = begin; i < end; ++i) solve_at(i, 1);
         });
         return;
