@@ -326,6 +326,23 @@ TEST(SpeedPaths, TransposedCopyMatchesIndexing) {
   EXPECT_TRUE(ok) << "sliced";
 }
 
+TEST(SpeedPaths, StreamingTransposedCopyMatchesIndexing) {
+  // Copies of at least 16 MiB take the streaming form (Note [streaming transpose]): whole
+  // 1024 x 16 blocks, a last block of rows that is not a multiple of 8 (2100 = 2 x 1024 + 52), a
+  // batched permute, and a destination whose rows are not 64-byte aligned (they fall back).
+  struct Case {
+    std::vector<int64_t> shape, order;
+  };
+  for (const Case& c : {Case{{2064, 2100}, {1, 0}}, Case{{3, 1200, 1200}, {0, 2, 1}}, Case{{2100, 2058}, {1, 0}}}) {
+    const int64_t n = c.shape[0] * c.shape[1] * (c.shape.size() == 3 ? c.shape[2] : 1);
+    const Tensor x = ember::arange(n).reshape(c.shape).to(ember::kFloat32);
+    const Tensor y = x.permute(c.order).contiguous();
+    ASSERT_TRUE(y.is_contiguous());
+    const Tensor expected = x.permute(c.order).to(ember::kFloat64).contiguous().to(ember::kFloat32);
+    EXPECT_TRUE(test_util::bitwise_equal(y, expected)) << y.shape();
+  }
+}
+
 TEST(SpeedPaths, ElementwiseAroundTheGrain) {
   for (int64_t n : {1, 7, 8, 9, 31, 33, 32767, 32768, 32769, 65537}) {
     const Tensor a = ember::arange(n).to(ember::kFloat32), b = ember::full({n}, 0.5);

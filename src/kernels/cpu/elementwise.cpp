@@ -171,7 +171,18 @@ namespace {
 // pair of dims, each block read and written in register tiles (transpose_block_32, for 4-byte
 // elements) or a plain loop, so every cache line is used whole while it is in L1. Threads split the
 // blocks.
+//
+// Note [streaming transpose]: a copy too large for the caches (kStreamBytes) is bound by memory
+// traffic, and two things waste it. (1) Source rows a power of two apart (16 KiB for 4096 floats)
+// all map to the same few L1 sets (4 KiB aliasing): a 64 x 64 block's 64 rows cannot stay in an
+// 8-way L1 while its tiles are read, so each line comes from L2 again and again. The block is
+// therefore copied row by row into a contiguous buffer first, each source line read once. (2) An
+// ordinary store first reads the line it writes (read-for-ownership): a third of the traffic.
+// Non-temporal stores of whole 64-byte lines skip that read and do not evict the source from the
+// caches; the destination is not wanted in cache anyway, as it is too large to stay there.
 constexpr int64_t kTransposeBlock = 64;
+constexpr int64_t kStreamBytes = int64_t{16} << 20;
+constexpr int64_t kStreamRows = 1024, kStreamCols = 16;
 
 // The source's unit-stride dim when the copy is a transposed one (see above), else -1.
 int transposed_dim(DType dst_dtype, DType src_dtype, const Loop& loop) {
@@ -183,9 +194,10 @@ int transposed_dim(DType dst_dtype, DType src_dtype, const Loop& loop) {
 }
 
 template <class T>
-void transpose_block(T* dst, int64_t dst_stride, const T* src, int64_t src_stride, int64_t rows, int64_t cols) {
+void transpose_block(T* dst, int64_t dst_stride, const T* src, int64_t src_stride, int64_t rows, int64_t cols,
+                     bool stream) {
   if constexpr (sizeof(T) == 4) {
-    if (simd::transpose_block_32(dst, dst_stride, src, src_stride, rows, cols)) return;
+    if (simd::transpose_block_32(dst, dst_stride, src, src_stride, rows, cols, stream)) return;
   }
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t c = 0; c < cols; ++c) dst[r * dst_stride + c] = src[c * src_stride + r];
@@ -210,10 +222,12 @@ void transposed_copy(T* dst, const T* src, const Loop& loop, int dim) {
     batch_src[batch_ndim++] = loop.strides[1][d];
     batches *= loop.sizes[d];
   }
-  const int64_t row_blocks = (rows + kTransposeBlock - 1) / kTransposeBlock;
-  const int64_t col_blocks = (cols + kTransposeBlock - 1) / kTransposeBlock;
+  const bool stream = batches * rows * cols * static_cast<int64_t>(sizeof(T)) >= kStreamBytes;
+  const int64_t row_block = stream ? kStreamRows : kTransposeBlock, col_block = stream ? kStreamCols : kTransposeBlock;
+  const int64_t row_blocks = (rows + row_block - 1) / row_block;
+  const int64_t col_blocks = (cols + col_block - 1) / col_block;
   const int64_t blocks = batches * row_blocks * col_blocks;
-  const int64_t grain = std::max<int64_t>(1, kElementwiseGrain / (kTransposeBlock * kTransposeBlock));
+  const int64_t grain = std::max<int64_t>(1, kElementwiseGrain / (row_block * col_block));
   parallel_for(0, blocks, grain, [&](int64_t begin, int64_t end) {
     for (int64_t block = begin; block < end; ++block) {
       const int64_t cb = block % col_blocks, rb = (block / col_blocks) % row_blocks;
@@ -224,10 +238,10 @@ void transposed_copy(T* dst, const T* src, const Loop& loop, int dim) {
         dst_offset += index * batch_dst[d];
         src_offset += index * batch_src[d];
       }
-      const int64_t r = rb * kTransposeBlock, c = cb * kTransposeBlock;
+      const int64_t r = rb * row_block, c = cb * col_block;
       transpose_block(dst + dst_offset + r * dst_row_stride + c, dst_row_stride,
-                      src + src_offset + c * src_col_stride + r, src_col_stride, std::min(kTransposeBlock, rows - r),
-                      std::min(kTransposeBlock, cols - c));
+                      src + src_offset + c * src_col_stride + r, src_col_stride, std::min(row_block, rows - r),
+                      std::min(col_block, cols - c), stream);
     }
   });
 }

@@ -5,6 +5,7 @@
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/cpu/elementwise_simd.cpp"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include <hwy/cache_control.h>
 #include <hwy/contrib/math/math-inl.h>
 #include <hwy/highway.h>
 // clang-format on
@@ -145,12 +146,45 @@ HWY_INLINE void transpose_registers(D d, V* v) {
 }
 #endif
 
+#if HWY_TARGET != HWY_SCALAR && !HWY_HAVE_SCALABLE
+// The streaming form (Note [streaming transpose]): each 8 x 16 piece of dst (two 8 x 8 tiles) is
+// written with non-temporal stores, a row's two halves one after the other so that they fill one
+// 64-byte line. Needs 8 lanes, 64-byte aligned dst rows, rows a multiple of 8 and cols of 16.
+template <class D>
+bool stream_block(D d, uint32_t* dst, int64_t dst_stride, const uint32_t* src, int64_t src_stride, int64_t rows,
+                  int64_t cols) {
+  using V = hn::Vec<D>;
+  if (hn::Lanes(d) != 8 || rows % 8 != 0 || cols % 16 != 0 || dst_stride % 16 != 0 ||
+      reinterpret_cast<uintptr_t>(dst) % 64 != 0) {
+    return false;
+  }
+  for (int64_t c = 0; c < cols; c += 16) {
+    for (int64_t r = 0; r < rows; r += 8) {
+      V lo[8], hi[8];
+      for (int64_t j = 0; j < 8; ++j) {
+        lo[j] = hn::LoadU(d, src + (c + j) * src_stride + r);
+        hi[j] = hn::LoadU(d, src + (c + 8 + j) * src_stride + r);
+      }
+      transpose_8x8(d, lo[0], lo[1], lo[2], lo[3], lo[4], lo[5], lo[6], lo[7]);
+      transpose_8x8(d, hi[0], hi[1], hi[2], hi[3], hi[4], hi[5], hi[6], hi[7]);
+      for (int64_t j = 0; j < 8; ++j) {
+        uint32_t* line = dst + (r + j) * dst_stride + c;
+        hn::Stream(lo[j], d, line);
+        hn::Stream(hi[j], d, line + 8);
+      }
+    }
+  }
+  hwy::FlushStream();
+  return true;
+}
+#endif
+
 // dst[r * dst_stride + c] = src[c * src_stride + r] for r < rows, c < cols (4-byte elements), in
 // k x k register tiles; returns false when this target has no tile (k not 4 or 8).
 bool TransposeBlock32(void* dst_ptr, int64_t dst_stride, const void* src_ptr, int64_t src_stride, int64_t rows,
-                      int64_t cols) {
+                      int64_t cols, bool stream) {
 #if HWY_TARGET == HWY_SCALAR || HWY_HAVE_SCALABLE
-  (void)dst_ptr, (void)dst_stride, (void)src_ptr, (void)src_stride, (void)rows, (void)cols;
+  (void)dst_ptr, (void)dst_stride, (void)src_ptr, (void)src_stride, (void)rows, (void)cols, (void)stream;
   return false;
 #else
   const hn::CappedTag<uint32_t, 8> d;
@@ -159,6 +193,7 @@ bool TransposeBlock32(void* dst_ptr, int64_t dst_stride, const void* src_ptr, in
   if (k != 4 && k != 8) return false;
   uint32_t* dst = static_cast<uint32_t*>(dst_ptr);
   const uint32_t* src = static_cast<const uint32_t*>(src_ptr);
+  if (stream && stream_block(d, dst, dst_stride, src, src_stride, rows, cols)) return true;
   const int64_t full_rows = rows / k * k, full_cols = cols / k * k;
   for (int64_t r = 0; r < full_rows; r += k) {
     for (int64_t c = 0; c < full_cols; c += k) {
@@ -204,9 +239,9 @@ int64_t binary_row(OpKind op, DType dtype, void* out, const void* a, bool a_scal
                    int64_t n) {
   return HWY_DYNAMIC_DISPATCH(BinaryRow)(op, dtype, out, a, a_scalar, b, b_scalar, n);
 }
-bool transpose_block_32(void* dst, int64_t dst_stride, const void* src, int64_t src_stride, int64_t rows,
-                        int64_t cols) {
-  return HWY_DYNAMIC_DISPATCH(TransposeBlock32)(dst, dst_stride, src, src_stride, rows, cols);
+bool transpose_block_32(void* dst, int64_t dst_stride, const void* src, int64_t src_stride, int64_t rows, int64_t cols,
+                        bool stream) {
+  return HWY_DYNAMIC_DISPATCH(TransposeBlock32)(dst, dst_stride, src, src_stride, rows, cols, stream);
 }
 }  // namespace simd
 

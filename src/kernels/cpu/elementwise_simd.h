@@ -17,7 +17,9 @@ int64_t binary_row(OpKind op, DType dtype, void* out, const void* a, bool a_scal
                    int64_t n);
 // dst[r * dst_stride + c] = src[c * src_stride + r] for r < rows, c < cols, elements of 4 bytes (a
 // block of a transposed copy, strides in elements); false, copying nothing, when the target has no
-// register tile for them.
-bool transpose_block_32(void* dst, int64_t dst_stride, const void* src, int64_t src_stride, int64_t rows, int64_t cols);
+// register tile for them. `stream`: write dst with non-temporal stores where the block allows
+// (Note [streaming transpose] in elementwise.cpp); the stores are fenced before it returns.
+bool transpose_block_32(void* dst, int64_t dst_stride, const void* src, int64_t src_stride, int64_t rows, int64_t cols,
+                        bool stream);
 
 }  // namespace ember::cpu::simd

@@ -95,23 +95,44 @@ struct VectorRows {
     return cascade.result(R::template identity<T>());
   }
 
+  // Columns in registers: a strip of up to four vectors of acc stays in registers while all
+  // `count` rows pass, four at a time (acc + ((x0 + x1) + (x2 + x3))), the last few one by one.
   static int64_t accumulate(C* acc, const T* const* rows, int count, int64_t n) {
     const hn::ScalableTag<C> d;
     using V = hn::Vec<decltype(d)>;
     const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+    const int whole = count / 4 * 4;
+    const auto quad = [&](const T* const* r, int64_t j) HWY_ATTR {
+      const V x01 = F::vcombine(d, load_vector(d, r[0] + j), load_vector(d, r[1] + j));
+      const V x23 = F::vcombine(d, load_vector(d, r[2] + j), load_vector(d, r[3] + j));
+      return F::vcombine(d, x01, x23);
+    };
     int64_t j = 0;
-    if (count == 4) {
-      for (; j + lanes <= n; j += lanes) {
-        const V x01 = F::vcombine(d, load_vector(d, rows[0] + j), load_vector(d, rows[1] + j));
-        const V x23 = F::vcombine(d, load_vector(d, rows[2] + j), load_vector(d, rows[3] + j));
-        hn::StoreU(F::vcombine(d, hn::LoadU(d, acc + j), F::vcombine(d, x01, x23)), d, acc + j);
+    for (; j + 4 * lanes <= n; j += 4 * lanes) {
+      V a0 = hn::LoadU(d, acc + j), a1 = hn::LoadU(d, acc + j + lanes), a2 = hn::LoadU(d, acc + j + 2 * lanes),
+        a3 = hn::LoadU(d, acc + j + 3 * lanes);
+      for (int g = 0; g < whole; g += 4) {
+        a0 = F::vcombine(d, a0, quad(rows + g, j));
+        a1 = F::vcombine(d, a1, quad(rows + g, j + lanes));
+        a2 = F::vcombine(d, a2, quad(rows + g, j + 2 * lanes));
+        a3 = F::vcombine(d, a3, quad(rows + g, j + 3 * lanes));
       }
-    } else {
-      for (; j + lanes <= n; j += lanes) {
-        V a = hn::LoadU(d, acc + j);
-        for (int g = 0; g < count; ++g) a = F::vcombine(d, a, load_vector(d, rows[g] + j));
-        hn::StoreU(a, d, acc + j);
+      for (int g = whole; g < count; ++g) {
+        a0 = F::vcombine(d, a0, load_vector(d, rows[g] + j));
+        a1 = F::vcombine(d, a1, load_vector(d, rows[g] + j + lanes));
+        a2 = F::vcombine(d, a2, load_vector(d, rows[g] + j + 2 * lanes));
+        a3 = F::vcombine(d, a3, load_vector(d, rows[g] + j + 3 * lanes));
       }
+      hn::StoreU(a0, d, acc + j);
+      hn::StoreU(a1, d, acc + j + lanes);
+      hn::StoreU(a2, d, acc + j + 2 * lanes);
+      hn::StoreU(a3, d, acc + j + 3 * lanes);
+    }
+    for (; j + lanes <= n; j += lanes) {
+      V a = hn::LoadU(d, acc + j);
+      for (int g = 0; g < whole; g += 4) a = F::vcombine(d, a, quad(rows + g, j));
+      for (int g = whole; g < count; ++g) a = F::vcombine(d, a, load_vector(d, rows[g] + j));
+      hn::StoreU(a, d, acc + j);
     }
     return j;
   }

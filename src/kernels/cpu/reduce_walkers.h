@@ -49,8 +49,11 @@ inline constexpr int64_t kScalarBlock = 32;
 // Rows a vertical float-sum tile accumulates before joining the cascade, and the tile's width.
 inline constexpr int64_t kRowBlock = 32;
 inline constexpr int64_t kTile = 2048;
+// Path (b)'s narrowest tile (four AVX-512 vectors of float) and the tiles it aims for.
+inline constexpr int64_t kMinTile = 64;
+inline constexpr int64_t kTilesWanted = 16;
 // Path (b) splits the rows of few, tall tiles until it has this many tasks.
-inline constexpr int64_t kMinTasks = 64;
+inline constexpr int64_t kMinTasks = 16;
 // Reductions this short per output run as one plain loop.
 inline constexpr int64_t kSmallReduce = 16;
 
@@ -414,8 +417,12 @@ void reduce_outer(const ReduceLayout& layout, Out* out, const T* in) {
   const int64_t width = layout.kept_sizes[outer_ndim];  // adjacent outputs, unit stride in the input
   const int64_t outer = layout.num_outputs / width;
   const int64_t rows = layout.reduce_size;
-  const int64_t tiles = ceil_div(width, kTile);
-  const int64_t tile_width = std::min(width, kTile);
+  // Tiles of whole vector strips (kMinTile columns, or a multiple), narrow enough that there are
+  // kTilesWanted of them when the rows are wide: tasks over columns need no partial results.
+  // Which columns a tile holds does not change any column's summation order.
+  const int64_t tile_width =
+      std::min(width, std::clamp(ceil_div(width, kTilesWanted * kMinTile) * kMinTile, kMinTile, kTile));
+  const int64_t tiles = ceil_div(width, tile_width);
   // Few tall tiles: split their rows into chunks so that there are enough tasks (sizes decide).
   int64_t row_chunks = 1;
   if (outer * tiles < kMinTasks && rows * tile_width > 2 * kChunk) {
@@ -442,8 +449,8 @@ void reduce_outer(const ReduceLayout& layout, Out* out, const T* in) {
       const int64_t chunk = task % row_chunks;
       const int64_t tile = (task / row_chunks) % tiles;
       const int64_t k = task / (row_chunks * tiles);
-      const int64_t column = tile * kTile;
-      const int64_t n = std::min(kTile, width - column);
+      const int64_t column = tile * tile_width;
+      const int64_t n = std::min(tile_width, width - column);
       kept.seek(k);
       const T* base = in + kept.offset() + column;
       const int64_t row_end = std::min(rows, (chunk + 1) * rows_per_chunk);
@@ -452,10 +459,10 @@ void reduce_outer(const ReduceLayout& layout, Out* out, const T* in) {
         std::fill(block, block + n, identity);
         row_walker.seek(r0);
         const int64_t r1 = std::min(row_end, r0 + row_block);
-        for (int64_t r = r0; r < r1;) {
-          const T* group[4];
+        for (int64_t r = r0; r < r1;) {  // row_block rows at a time (kRowBlock, or fewer)
+          const T* group[kRowBlock];
           int group_size = 0;
-          for (; group_size < 4 && r + group_size < r1; ++group_size, row_walker.next()) {
+          for (; group_size < kRowBlock && r + group_size < r1; ++group_size, row_walker.next()) {
             group[group_size] = base + row_walker.offset();
           }
           const int64_t done = Rows<R, T>::accumulate(block, group, group_size, n);
