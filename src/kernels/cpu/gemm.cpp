@@ -105,6 +105,17 @@ inline constexpr double kTinyWork = 16.0 * 16.0 * 16.0;
 // against a few us to hand tasks to the pool's threads and join them.
 inline constexpr double kParallelWork = 128.0 * 128.0 * 64.0;
 
+// A number no other GEMM call shares (the packed path's threads recognize their call by it).
+inline uint64_t next_call_id() {
+  static std::atomic<uint64_t> calls{0};
+  return calls.fetch_add(1, std::memory_order_relaxed) + 1;
+}
+
+// Tasks per thread the packed path aims for when A has several blocks, and the fewest B
+// micro-panels a task takes, since each task packs its A block again (Note [GEMM tasks]).
+inline constexpr int64_t kGemmTasksPerThread = 8;
+inline constexpr int64_t kGemmMinPanelsPerTask = 4;
+
 // gemm_force_wide_tile_for_testing (gemm.h).
 inline std::atomic<bool> force_wide_tile{false};
 
@@ -594,13 +605,18 @@ HWY_INLINE void block_times_panels(D d, const Problem<T>& p, int64_t ic, int64_t
 // Note [GEMM tasks]: the threads share the work as tasks they claim one at a time (Note [thread
 // pool]), never as fixed shares, so a thread that loses its core holds up one task, not half
 // the product. Two shapes:
-// - A fits one A block (m <= MC, the MLP's and attention's shapes): A is packed once, every k
-//   block of it, by tasks over the k blocks; then each task takes a group of B micro-panels,
-//   packs them into its own buffer and multiplies all of A by them. B is packed once in all,
-//   and nobody waits between k blocks.
+// - A fits one A block (m <= MC, the MLP's and attention's shapes): each task takes a group of B
+//   micro-panels, packs them into its own buffer and multiplies all of A by them, every k block.
+//   Each thread packs all of A once, at its first task, into its own buffer, where it stays in
+//   that core's L2 (A packed once and shared was slower: half of it came from the other core).
+//   B is packed once in all, and nobody waits between k blocks.
 // - Otherwise, per KC x NC panel of B: tasks pack its micro-panels into a buffer all threads
 //   read, then tasks over blocks of rows (times groups of micro-panels, when there are too few
-//   row blocks to go round) pack their A block and multiply it by the panel.
+//   row blocks to go round) pack their A block and multiply it by the panel. Row blocks are as
+//   tall as MC allows and differ by at most one tile; the tasks come from splitting the panel's
+//   columns, about kGemmTasksPerThread per thread, so the last task leaves little imbalance
+//   (with 4 tasks per thread, 1024^3 took 4-5% longer than fixed halves did), but never fewer
+//   than kGemmMinPanelsPerTask micro-panels per task, as each task packs its A block again.
 // About kTasksPerThread tasks per thread each time; the k blocks, and with them the summation
 // order, never depend on the tasks.
 template <int64_t MR, class T>
@@ -619,14 +635,21 @@ void packed_gemm(const Problem<T>& p, int threads) {
 
   if (p.m <= mc_max) {
     const int64_t mc = round_up(p.m, MR), a_stride = mc * kc_block + kPackSlack;
-    T* a_all = static_cast<T*>(scratch(Scratch::kPackedA, k_blocks * a_stride * kBytes));
-    parallel_tasks(k_blocks, threads, [&](int64_t block) HWY_ATTR {
-      pack_a<MR>(p.a + block * kc_block * p.a_col_stride, p.a_row_stride, p.a_col_stride, p.m, block_kc(block),
-                 a_all + block * a_stride);
-    });
+    const uint64_t call = next_call_id();
     const int64_t panels = ceil_div(p.n, nr);
     const int64_t groups = std::min(panels, tasks_wanted), per_group = ceil_div(panels, groups);
     parallel_tasks(ceil_div(panels, per_group), threads, [&](int64_t group) HWY_ATTR {
+      // Each thread packs all of A once, at its first task of this call, into its own buffer
+      // (A then sits in this core's L2 for all its tasks).
+      T* a_all = static_cast<T*>(scratch(Scratch::kPackedA, k_blocks * a_stride * kBytes));
+      thread_local uint64_t packed_for = 0;
+      if (packed_for != call) {
+        for (int64_t block = 0; block < k_blocks; ++block) {
+          pack_a<MR>(p.a + block * kc_block * p.a_col_stride, p.a_row_stride, p.a_col_stride, p.m, block_kc(block),
+                     a_all + block * a_stride);
+        }
+        packed_for = call;
+      }
       const int64_t q0 = group * per_group, count = std::min(per_group, panels - q0), j0 = q0 * nr;
       T* b_own = static_cast<T*>(scratch(Scratch::kOwnB, count * nr * kc_block * kBytes));
       for (int64_t block = 0; block < k_blocks; ++block) {
@@ -640,12 +663,17 @@ void packed_gemm(const Problem<T>& p, int threads) {
   }
 
   T* b_packed = static_cast<T*>(scratch(Scratch::kPackedB, kc_block * nc_block * kBytes));
+  // Row blocks as even as whole tiles allow (a short last block would leave one thread idle).
   const int64_t row_tiles = ceil_div(p.m, MR);
-  const int64_t tiles_per_block = std::clamp<int64_t>(ceil_div(row_tiles, tasks_wanted), 1, mc_max / MR);
-  const int64_t row_blocks = ceil_div(row_tiles, tiles_per_block);
+  const int64_t row_blocks = ceil_div(row_tiles, mc_max / MR);
+  const auto block_rows = [&](int64_t b) {
+    const int64_t begin = b * row_tiles / row_blocks * MR, end = (b + 1) * row_tiles / row_blocks * MR;
+    return std::pair{begin, std::min(p.m, end) - begin};
+  };
   for (int64_t jc = 0; jc < p.n; jc += nc_block) {
     const int64_t nc = std::min(nc_block, p.n - jc), panels = ceil_div(nc, nr);
-    const int64_t groups = std::clamp<int64_t>(ceil_div(tasks_wanted, row_blocks), 1, panels);
+    const int64_t groups = std::clamp<int64_t>(ceil_div(kGemmTasksPerThread * threads, row_blocks), 1,
+                                               std::max<int64_t>(1, panels / kGemmMinPanelsPerTask));
     const int64_t per_group = ceil_div(panels, groups), col_groups = ceil_div(panels, per_group);
     const int64_t pack_per_task = ceil_div(panels, std::min(panels, tasks_wanted));
     for (int64_t block = 0; block < k_blocks; ++block) {
@@ -655,7 +683,7 @@ void packed_gemm(const Problem<T>& p, int threads) {
                t * pack_per_task, std::min(panels, (t + 1) * pack_per_task), b_packed);
       });
       parallel_tasks(row_blocks * col_groups, threads, [&](int64_t t) HWY_ATTR {
-        const int64_t ic = (t / col_groups) * tiles_per_block * MR, mc = std::min(tiles_per_block * MR, p.m - ic);
+        const auto [ic, mc] = block_rows(t / col_groups);
         const int64_t q0 = (t % col_groups) * per_group, count = std::min(per_group, panels - q0);
         T* a_packed = static_cast<T*>(scratch(Scratch::kPackedA, (mc_max * kc_block + kPackSlack) * kBytes));
         pack_a<MR>(p.a + ic * p.a_row_stride + pc * p.a_col_stride, p.a_row_stride, p.a_col_stride, mc, kc, a_packed);

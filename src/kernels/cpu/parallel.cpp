@@ -17,12 +17,12 @@
 //   burn a core that another process wants.
 //
 // The job word. `state` packs the job's epoch (high 32 bits) with the next unclaimed index (low
-// 32 bits). The job's fields (fn, context, count, how many workers may join) are written before
-// the epoch is published; a worker reads them and then claims an index with a compare-exchange
-// that expects the word it read. The compare-exchange succeeds only if no index was claimed in
-// between, so the job cannot have finished (its caller is still waiting for that index) and the
-// fields read were this job's. A worker that wakes up late sees a finished job (next >= count)
-// or a later epoch, and claims nothing.
+// 32 bits). A worker reads the word, then the job's fields (fn, context, count, how many workers
+// may join), then claims an index with a compare-exchange that expects the word it read. Before
+// the caller of the next job rewrites the fields, it closes the word (index all ones); after, it
+// publishes the new epoch. So a compare-exchange succeeds only on the word of a job that is open
+// and whose fields were the ones read. A worker that wakes up late sees a finished job (next >=
+// count), a closed word or a later epoch, and claims nothing; it never touches `done`.
 #include "kernels/cpu/parallel.h"
 
 #include <atomic>
@@ -172,10 +172,14 @@ class Pool {
     if (!lock.owns_lock()) return false;
     ensure_workers(threads - 1);
 
-    fn_.store(fn, std::memory_order_relaxed);
-    context_.store(context, std::memory_order_relaxed);
-    count_.store(count, std::memory_order_relaxed);
-    joiners_.store(threads - 1, std::memory_order_relaxed);
+    // Close the last job's word before its fields change: a worker that still holds that word
+    // (from a compare-exchange that failed after the job's last claim) could otherwise claim an
+    // index with it, reading the new job's fields before the new job is out.
+    state_.store((uint64_t{epoch_} << kIndexBits) | kIndexMask, std::memory_order_seq_cst);
+    fn_.store(fn, std::memory_order_release);
+    context_.store(context, std::memory_order_release);
+    count_.store(count, std::memory_order_release);
+    joiners_.store(threads - 1, std::memory_order_release);
     done_.store(0, std::memory_order_relaxed);
     const uint32_t epoch = ++epoch_;
     state_.store(uint64_t{epoch} << kIndexBits, std::memory_order_seq_cst);  // publishes the fields
@@ -222,10 +226,12 @@ class Pool {
 
   // Tries to claim and run one task of the job whose word was `seen`; false if there is none.
   bool try_one(uint64_t& seen, int id) {
-    const TaskFn fn = fn_.load(std::memory_order_relaxed);
-    const void* context = context_.load(std::memory_order_relaxed);
-    const int64_t count = count_.load(std::memory_order_relaxed);
-    const int joiners = joiners_.load(std::memory_order_relaxed);
+    // Acquire: a field already rewritten for a later job orders its closing store before the
+    // compare-exchange below, which then fails.
+    const TaskFn fn = fn_.load(std::memory_order_acquire);
+    const void* context = context_.load(std::memory_order_acquire);
+    const int64_t count = count_.load(std::memory_order_acquire);
+    const int joiners = joiners_.load(std::memory_order_acquire);
     if (id >= joiners || index_of(seen) >= count) return false;
     if (!state_.compare_exchange_weak(seen, seen + 1, std::memory_order_acq_rel, std::memory_order_acquire)) {
       return true;  // `seen` now holds the current word: read the fields again and retry
