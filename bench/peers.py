@@ -270,6 +270,31 @@ def conv2d(batch, in_channels, size, out_channels, kernel, padding, bias) -> dic
     return {"torch": torch_setup}
 
 
+def resnet_block() -> dict[str, Setup]:
+    """apps/ember/bench_workloads.cpp's resnet_block: forward and backward of a ResNet basic block."""
+    nn = torch.nn
+
+    def make(compiled: bool):
+        torch.manual_seed(0)
+        block = nn.Sequential(nn.Conv2d(64, 64, 3, 1, 1, bias=False), nn.BatchNorm2d(64), nn.ReLU(),
+                              nn.Conv2d(64, 64, 3, 1, 1, bias=False), nn.BatchNorm2d(64))
+        x = torch.randn(16, 64, 28, 28, requires_grad=True)
+
+        def loss_of(x_):
+            return torch.relu(block(x_) + x_).sum()
+
+        loss_fn = _compile(loss_of) if compiled else loss_of
+
+        def step():
+            block.zero_grad(set_to_none=True)
+            x.grad = None
+            loss_fn(x).backward()
+
+        return step
+
+    return {"torch": lambda: make(False), "torch_compile": lambda: make(True)}
+
+
 def maxpool2d() -> dict[str, Setup]:
     def torch_setup():
         x = torch.randn(32, 16, 24, 24)
@@ -492,6 +517,8 @@ def workloads(data_dir: str = "data/mnist") -> dict[str, dict[str, Setup]]:
     w["cross_entropy_f32_4096x1000"] = cross_entropy(4096, 1000)
     w["conv2d_f32_lenet1"] = conv2d(32, 1, 28, 16, 5, 0, True)
     w["conv2d_f32_resnet"] = conv2d(32, 64, 56, 64, 3, 1, False)
+    w["conv2d_f32_cnn2"] = conv2d(64, 16, 12, 32, 5, 0, True)
+    w["resnet_block_f32"] = resnet_block()
     w["maxpool2d_f32"] = maxpool2d()
     w["linear_gelu_f32"] = linear_gelu(8192, 768, 3072)
     w["adam_step_f32_10M"] = adam_step(10_000_000)

@@ -127,6 +127,27 @@ WorkloadSpec conv2d(const std::string& name, ConvCase c, bool slow = false) {
           }};
 }
 
+// A ResNet basic block, forward and backward: relu(bn(conv(relu(bn(conv(x))))) + x) on
+// 16 x 64 x 28 x 28, 3 x 3 convolutions without bias, batch norm in training mode, the input
+// requiring its gradient as inside a network; the gradients are reset (to none) every call. FLOPs:
+// the two convolutions' forward, input gradient and weight gradient.
+WorkloadSpec resnet_block(const std::string& name) {
+  return {name, false, [=] {
+            manual_seed(0);
+            auto block = std::make_shared<nn::Sequential>(
+                std::make_shared<nn::Conv2d>(64, 64, 3, 1, 1, 1, 1, false), std::make_shared<nn::BatchNorm2d>(64),
+                std::make_shared<nn::ReLU>(), std::make_shared<nn::Conv2d>(64, 64, 3, 1, 1, 1, 1, false),
+                std::make_shared<nn::BatchNorm2d>(64));
+            const Tensor x = randn({16, 64, 28, 28}).requires_grad_();
+            const double conv_flops = 2.0 * 16 * 64 * 28 * 28 * 64 * 9;
+            return Workload{.flops = 2 * 3 * conv_flops, .bytes = kFloatBytes * as_double(x.numel()) * 12, .run = [=] {
+                              block->zero_grad();
+                              x.set_grad(Tensor());
+                              relu((*block)(x) + x).sum().backward();
+                            }};
+          }};
+}
+
 WorkloadSpec maxpool2d(const std::string& name) {
   return {name, false, [=] {
             const Tensor x = randn({32, 16, 24, 24});
@@ -317,6 +338,8 @@ std::vector<WorkloadSpec> bench_workloads(const BenchOptions& options) {
   w.push_back(cross_entropy("cross_entropy_f32_4096x1000", 4096, 1000));
   w.push_back(conv2d("conv2d_f32_lenet1", {32, 1, 28, 28, 16, 5, 0, true}));
   w.push_back(conv2d("conv2d_f32_resnet", {32, 64, 56, 56, 64, 3, 1, false}));
+  w.push_back(conv2d("conv2d_f32_cnn2", {64, 16, 12, 12, 32, 5, 0, true}));
+  w.push_back(resnet_block("resnet_block_f32"));
   w.push_back(maxpool2d("maxpool2d_f32"));
   w.push_back(linear_gelu("linear_gelu_f32", 8192, 768, 3072));
   w.push_back(adam_step("adam_step_f32_10M", 10'000'000));

@@ -1,0 +1,268 @@
+// Direct 2-D convolution for stride 1, dilation 1, one group, small kernels over few input
+// channels (Note [direct convolution] in conv.cpp says when): the forward, and the weight
+// gradient, computed from the image in place, with no column matrix. The input gradient is the
+// forward of the padded output gradient with the weight flipped and transposed (conv.cpp).
+//
+// Forward: a strip of an output row (two vectors) of a block of CB output channels is held in
+// registers while every tap (ci, ky, kx) adds weight * the input row shifted by kx: per tap two
+// loads of input, CB broadcasts of a weight and 2 x CB multiply-adds. Weight gradient: for a block of CB
+// output channels, one input channel and one kernel row ky, CB x kernel_w vector accumulators sum
+// grad_out row * input row shifted by kx over an image's rows and columns; their lanes are added
+// and the images' sums summed in double. The last, partial vector of a row is a masked load (or goes through
+// a small buffer), so nothing past a row's end is read.
+// clang-format off
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "kernels/cpu/conv_direct.cpp"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+
+#include <hwy/highway.h>
+// clang-format on
+
+#include "kernels/cpu/conv_direct.h"
+
+#include <algorithm>
+#include <cstdint>
+
+HWY_BEFORE_NAMESPACE();
+namespace ember::cpu {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+// Vectors of at most 8 lanes: rows as narrow as 8 or 24 (MNIST's maps) then split into whole
+// vectors, and a 256-bit multiply-add costs no more per lane than a 512-bit one on the CPUs that
+// split the latter in two (Zen 4).
+template <class T>
+using Tag = hn::CappedTag<T, 8>;
+
+// The loops over a register block's channels, columns and kernel columns (compile-time bounds)
+// must be unrolled, or the accumulators live in memory.
+#ifndef EMBER_UNROLL
+#define EMBER_UNROLL _Pragma("GCC unroll 16")
+#endif
+
+// The `count` (<= lanes) values at p, zeros after them; reads nothing past p + count (a masked
+// load where the target has one that cannot fault, else through a small buffer).
+template <class D, class T = hn::TFromD<D>>
+HWY_INLINE hn::Vec<D> load_part(D d, const T* p, int64_t count) {
+  if (count == static_cast<int64_t>(hn::Lanes(d))) return hn::LoadU(d, p);
+#if !HWY_MEM_OPS_MIGHT_FAULT
+  return hn::MaskedLoad(hn::FirstN(d, static_cast<size_t>(count)), d, p);
+#endif
+  HWY_ALIGN T lanes[hn::MaxLanes(d)] = {};
+  for (int64_t i = 0; i < count; ++i) lanes[i] = p[i];
+  return hn::Load(d, lanes);
+}
+
+template <class D, class T = hn::TFromD<D>>
+HWY_INLINE void store_part(D d, hn::Vec<D> v, T* p, int64_t count) {
+  if (count == static_cast<int64_t>(hn::Lanes(d))) return hn::StoreU(v, d, p);
+#if !HWY_MEM_OPS_MIGHT_FAULT
+  return hn::BlendedStore(v, hn::FirstN(d, static_cast<size_t>(count)), d, p);
+#endif
+  HWY_ALIGN T lanes[hn::MaxLanes(d)];
+  hn::Store(v, d, lanes);
+  for (int64_t i = 0; i < count; ++i) p[i] = lanes[i];
+}
+
+// Output row y's columns [x, x + NV vectors) (the last vector holding `last` values) of channels
+// [co, co + CB): the accumulators stay in registers over every tap.
+template <int CB, int NV, class T>
+HWY_INLINE void forward_strip(const DirectConv<T>& c, int64_t co, int64_t y, int64_t x, int64_t last) {
+  const Tag<T> d;
+  using V = hn::Vec<decltype(d)>;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+  const int64_t in_plane = c.in_height * c.in_width, out_plane = c.out_height * c.out_width;
+  const int64_t taps = c.kernel_h * c.kernel_w, patch = c.in_channels * taps;
+  V acc[CB][NV];
+  EMBER_UNROLL
+  for (int b = 0; b < CB; ++b) {
+    EMBER_UNROLL
+    for (int v = 0; v < NV; ++v) acc[b][v] = hn::Zero(d);
+  }
+  for (int64_t ci = 0; ci < c.in_channels; ++ci) {
+    for (int64_t ky = 0; ky < c.kernel_h; ++ky) {
+      const T* row = c.input + ci * in_plane + (y + ky) * c.in_width + x;
+      const T* w = c.weight + co * patch + ci * taps + ky * c.kernel_w;
+      for (int64_t kx = 0; kx < c.kernel_w; ++kx) {
+        V in[NV];
+        EMBER_UNROLL
+        for (int v = 0; v < NV; ++v) in[v] = load_part(d, row + kx + v * lanes, v == NV - 1 ? last : lanes);
+        EMBER_UNROLL
+        for (int b = 0; b < CB; ++b) {
+          const V wv = hn::Set(d, w[b * patch + kx]);
+          EMBER_UNROLL
+          for (int v = 0; v < NV; ++v) acc[b][v] = hn::MulAdd(wv, in[v], acc[b][v]);
+        }
+      }
+    }
+  }
+  EMBER_UNROLL
+  for (int b = 0; b < CB; ++b) {
+    // The bias joins the finished sum (as in PyTorch, and the im2col path), not the first tap.
+    if (c.bias != nullptr) {
+      EMBER_UNROLL
+      for (int v = 0; v < NV; ++v) acc[b][v] = hn::Add(acc[b][v], hn::Set(d, c.bias[co + b]));
+    }
+    T* out = c.out + (co + b) * out_plane + y * c.out_width + x;
+    EMBER_UNROLL
+    for (int v = 0; v < NV; ++v) store_part(d, acc[b][v], out + v * lanes, v == NV - 1 ? last : lanes);
+  }
+}
+
+// Output rows [y_begin, y_end) of channels [co, co + CB): strips of two whole vectors, then one,
+// then the partial last vector.
+template <int CB, class T>
+void forward_rows(const DirectConv<T>& c, int64_t co, int64_t y_begin, int64_t y_end) {
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(Tag<T>()));
+  for (int64_t y = y_begin; y < y_end; ++y) {
+    int64_t x = 0;
+    for (; x + 2 * lanes <= c.out_width; x += 2 * lanes) forward_strip<CB, 2>(c, co, y, x, lanes);
+    for (; x + lanes <= c.out_width; x += lanes) forward_strip<CB, 1>(c, co, y, x, lanes);
+    if (x < c.out_width) forward_strip<CB, 1>(c, co, y, x, c.out_width - x);
+  }
+}
+
+// Blocks of output channels as wide as the registers allow (2 x CB accumulators).
+template <class T>
+void DirectForwardRows(const DirectConv<T>& c, int64_t co, int64_t channels, int64_t y_begin, int64_t y_end) {
+  constexpr int kWide = HWY_TARGET <= HWY_AVX3 ? 8 : 4;
+  int64_t o = co;
+  for (; o + kWide <= co + channels; o += kWide) forward_rows<kWide>(c, o, y_begin, y_end);
+  for (; o < co + channels; ++o) forward_rows<1>(c, o, y_begin, y_end);
+}
+
+void DirectForwardRowsF32(const DirectConv<float>& c, int64_t co, int64_t channels, int64_t y_begin, int64_t y_end) {
+  DirectForwardRows(c, co, channels, y_begin, y_end);
+}
+void DirectForwardRowsF64(const DirectConv<double>& c, int64_t co, int64_t channels, int64_t y_begin,
+                          int64_t y_end) {
+  DirectForwardRows(c, co, channels, y_begin, y_end);
+}
+
+// grad_weight[co + b, ci, ky, :] for b < CB, summed over images [0, batch) in order: `grad_out`
+// is (batch, out_channels, out_height, out_width) and c.input the (padded) images, c.out unused.
+template <int CB, int KW, class T>
+void weight_row(const DirectConv<T>& c, const T* grad_out, int64_t batch, int64_t co, int64_t ci, int64_t ky,
+                T* grad_weight) {
+  const Tag<T> d;
+  using V = hn::Vec<decltype(d)>;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+  const int64_t in_plane = c.in_height * c.in_width, out_plane = c.out_height * c.out_width;
+  V acc[CB][KW];
+  double total[CB][KW] = {};
+  for (int64_t n = 0; n < batch; ++n) {
+    EMBER_UNROLL
+    for (int b = 0; b < CB; ++b) {
+      EMBER_UNROLL
+      for (int kx = 0; kx < KW; ++kx) acc[b][kx] = hn::Zero(d);
+    }
+    const T* image = c.input + (n * c.in_channels + ci) * in_plane;
+    const T* grads = grad_out + (n * c.out_channels + co) * out_plane;
+    for (int64_t y = 0; y < c.out_height; ++y) {
+      const T* row = image + (y + ky) * c.in_width;
+      for (int64_t x = 0; x < c.out_width; x += lanes) {
+        const int64_t count = std::min(lanes, c.out_width - x);
+        V g[CB];
+        EMBER_UNROLL
+        for (int b = 0; b < CB; ++b) {
+          const T* gp = grads + b * out_plane + y * c.out_width + x;
+          g[b] = load_part(d, gp, count);
+        }
+        EMBER_UNROLL
+        for (int kx = 0; kx < KW; ++kx) {
+          const V in = load_part(d, row + x + kx, count);
+          EMBER_UNROLL
+          for (int b = 0; b < CB; ++b) acc[b][kx] = hn::MulAdd(g[b], in, acc[b][kx]);
+        }
+      }
+    }
+    // Each image's sums join the total in double: the batch's sum, tens of thousands of
+    // products, then rounds once instead of along one long float chain per lane.
+    EMBER_UNROLL
+    for (int b = 0; b < CB; ++b) {
+      EMBER_UNROLL
+      for (int kx = 0; kx < KW; ++kx) total[b][kx] += static_cast<double>(hn::GetLane(hn::SumOfLanes(d, acc[b][kx])));
+    }
+  }
+  const int64_t patch = c.in_channels * c.kernel_h * KW;
+  for (int b = 0; b < CB; ++b) {
+    for (int kx = 0; kx < KW; ++kx) {
+      grad_weight[(co + b) * patch + (ci * c.kernel_h + ky) * KW + kx] = static_cast<T>(total[b][kx]);
+    }
+  }
+}
+
+// The widest block of output channels whose accumulators fit in the registers with room to spare.
+template <int KW, class T>
+void weight_rows_kw(const DirectConv<T>& c, const T* grad_out, int64_t batch, int64_t co, int64_t channels,
+                    int64_t ci, int64_t ky, T* grad_weight) {
+  constexpr int kRegisters = HWY_TARGET <= HWY_AVX3 ? 32 : 16;
+  constexpr int kWide = (kRegisters - 2) / (KW + 1) >= 4 ? 4 : (kRegisters - 2) / (KW + 1) >= 2 ? 2 : 1;
+  int64_t o = co;
+  for (; o + kWide <= co + channels; o += kWide) weight_row<kWide, KW>(c, grad_out, batch, o, ci, ky, grad_weight);
+  for (; o < co + channels; ++o) weight_row<1, KW>(c, grad_out, batch, o, ci, ky, grad_weight);
+}
+
+template <class T>
+void DirectWeightRows(const DirectConv<T>& c, const T* grad_out, int64_t batch, int64_t co, int64_t channels,
+                      int64_t ci, int64_t ky, T* grad_weight) {
+  switch (c.kernel_w) {
+    case 1:
+      return weight_rows_kw<1>(c, grad_out, batch, co, channels, ci, ky, grad_weight);
+    case 2:
+      return weight_rows_kw<2>(c, grad_out, batch, co, channels, ci, ky, grad_weight);
+    case 3:
+      return weight_rows_kw<3>(c, grad_out, batch, co, channels, ci, ky, grad_weight);
+    case 4:
+      return weight_rows_kw<4>(c, grad_out, batch, co, channels, ci, ky, grad_weight);
+    case 5:
+      return weight_rows_kw<5>(c, grad_out, batch, co, channels, ci, ky, grad_weight);
+    case 6:
+      return weight_rows_kw<6>(c, grad_out, batch, co, channels, ci, ky, grad_weight);
+    default:
+      return weight_rows_kw<7>(c, grad_out, batch, co, channels, ci, ky, grad_weight);
+  }
+}
+
+void DirectWeightRowsF32(const DirectConv<float>& c, const float* grad_out, int64_t batch, int64_t co,
+                         int64_t channels, int64_t ci, int64_t ky, float* grad_weight) {
+  DirectWeightRows(c, grad_out, batch, co, channels, ci, ky, grad_weight);
+}
+void DirectWeightRowsF64(const DirectConv<double>& c, const double* grad_out, int64_t batch, int64_t co,
+                         int64_t channels, int64_t ci, int64_t ky, double* grad_weight) {
+  DirectWeightRows(c, grad_out, batch, co, channels, ci, ky, grad_weight);
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace ember::cpu
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace ember::cpu {
+
+HWY_EXPORT(DirectForwardRowsF32);
+HWY_EXPORT(DirectForwardRowsF64);
+HWY_EXPORT(DirectWeightRowsF32);
+HWY_EXPORT(DirectWeightRowsF64);
+
+template <>
+void direct_forward_rows(const DirectConv<float>& c, int64_t co, int64_t channels, int64_t y_begin, int64_t y_end) {
+  HWY_DYNAMIC_DISPATCH(DirectForwardRowsF32)(c, co, channels, y_begin, y_end);
+}
+template <>
+void direct_forward_rows(const DirectConv<double>& c, int64_t co, int64_t channels, int64_t y_begin, int64_t y_end) {
+  HWY_DYNAMIC_DISPATCH(DirectForwardRowsF64)(c, co, channels, y_begin, y_end);
+}
+template <>
+void direct_weight_rows(const DirectConv<float>& c, const float* grad_out, int64_t batch, int64_t co, int64_t channels,
+                        int64_t ci, int64_t ky, float* grad_weight) {
+  HWY_DYNAMIC_DISPATCH(DirectWeightRowsF32)(c, grad_out, batch, co, channels, ci, ky, grad_weight);
+}
+template <>
+void direct_weight_rows(const DirectConv<double>& c, const double* grad_out, int64_t batch, int64_t co,
+                        int64_t channels, int64_t ci, int64_t ky, double* grad_weight) {
+  HWY_DYNAMIC_DISPATCH(DirectWeightRowsF64)(c, grad_out, batch, co, channels, ci, ky, grad_weight);
+}
+
+}  // namespace ember::cpu
+#endif  // HWY_ONCE

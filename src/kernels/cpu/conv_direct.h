@@ -1,0 +1,35 @@
+// Direct convolution kernels for stride 1, dilation 1 and one group (conv_direct.cpp): conv.cpp
+// chooses them for small kernels over few channels (Note [direct convolution] in conv.cpp) and
+// does the padding and the splitting into tasks.
+#pragma once
+
+#include <cstdint>
+
+namespace ember::cpu {
+
+// One image (or, for the weight gradient, the whole batch) already padded: input (in_channels,
+// in_height, in_width) per image, weight (out_channels, in_channels, kernel_h, kernel_w), the
+// output (out_channels, out_height, out_width) with out_height = in_height - kernel_h + 1 and the
+// same for the width. kernel_w is at most 7.
+template <class T>
+struct DirectConv {
+  const T* input = nullptr;
+  const T* weight = nullptr;
+  const T* bias = nullptr;  // (out_channels) or null
+  T* out = nullptr;
+  int64_t in_channels = 0, in_height = 0, in_width = 0;
+  int64_t out_channels = 0, out_height = 0, out_width = 0;
+  int64_t kernel_h = 0, kernel_w = 0;
+};
+
+// out rows [y_begin, y_end) of output channels [co, co + channels).
+template <class T>
+void direct_forward_rows(const DirectConv<T>& c, int64_t co, int64_t channels, int64_t y_begin, int64_t y_end);
+
+// grad_weight[o, ci, ky, :] for o in [co, co + channels), summed over images [0, batch) in order
+// (c.input: the batch's padded images; grad_out: (batch, out_channels, out_height, out_width)).
+template <class T>
+void direct_weight_rows(const DirectConv<T>& c, const T* grad_out, int64_t batch, int64_t co, int64_t channels,
+                        int64_t ci, int64_t ky, T* grad_weight);
+
+}  // namespace ember::cpu
