@@ -45,6 +45,13 @@
 //   on Zen 3, 1-2 MiB on recent Intel) while every B micro-panel of the panel sweeps over it.
 // - NC: the B panel is about 2 MiB (2048 floats, 1024 doubles wide): a share of L3 that holds
 //   the panel while every thread runs all of its A blocks against it.
+// What limits it (Zen 4, 2 threads, AVX-512 tile): on a quiet machine, interleaved with the
+// previous build, 1024^3 takes 10.35-10.42 ms and 2048^3 83.8-84.1 ms: 0.87-0.89 of the measured
+// FMA peak (232-235 GFLOP/s), level with NumPy's OpenBLAS, short of 0.90. This VM exposes no
+// hardware counters (`perf stat -e cycles` is not supported), so the last tenth cannot be split
+// between the micro-kernel's issue rate and the packing; a profile by sampling puts the packing
+// of A and B at about a tenth of the cycles for small sizes (64^3). A full benchmark run on a busy
+// machine reads 0.76-0.81.
 //
 // Problems too small to pay for packing, and matrix-vector shapes, take an unpacked path that
 // reads A and B in place (the same epilogue, on vectors); float16/bfloat16 are converted to
