@@ -134,8 +134,7 @@ void DirectForwardRows(const DirectConv<T>& c, int64_t co, int64_t channels, int
 void DirectForwardRowsF32(const DirectConv<float>& c, int64_t co, int64_t channels, int64_t y_begin, int64_t y_end) {
   DirectForwardRows(c, co, channels, y_begin, y_end);
 }
-void DirectForwardRowsF64(const DirectConv<double>& c, int64_t co, int64_t channels, int64_t y_begin,
-                          int64_t y_end) {
+void DirectForwardRowsF64(const DirectConv<double>& c, int64_t co, int64_t channels, int64_t y_begin, int64_t y_end) {
   DirectForwardRows(c, co, channels, y_begin, y_end);
 }
 
@@ -194,8 +193,8 @@ void weight_row(const DirectConv<T>& c, const T* grad_out, int64_t batch, int64_
 
 // The widest block of output channels whose accumulators fit in the registers with room to spare.
 template <int KW, class T>
-void weight_rows_kw(const DirectConv<T>& c, const T* grad_out, int64_t batch, int64_t co, int64_t channels,
-                    int64_t ci, int64_t ky, T* grad_weight) {
+void weight_rows_kw(const DirectConv<T>& c, const T* grad_out, int64_t batch, int64_t co, int64_t channels, int64_t ci,
+                    int64_t ky, T* grad_weight) {
   constexpr int kRegisters = HWY_TARGET <= HWY_AVX3 ? 32 : 16;
   constexpr int kWide = (kRegisters - 2) / (KW + 1) >= 4 ? 4 : (kRegisters - 2) / (KW + 1) >= 2 ? 2 : 1;
   int64_t o = co;
@@ -224,8 +223,8 @@ void DirectWeightRows(const DirectConv<T>& c, const T* grad_out, int64_t batch, 
   }
 }
 
-void DirectWeightRowsF32(const DirectConv<float>& c, const float* grad_out, int64_t batch, int64_t co,
-                         int64_t channels, int64_t ci, int64_t ky, float* grad_weight) {
+void DirectWeightRowsF32(const DirectConv<float>& c, const float* grad_out, int64_t batch, int64_t co, int64_t channels,
+                         int64_t ci, int64_t ky, float* grad_weight) {
   DirectWeightRows(c, grad_out, batch, co, channels, ci, ky, grad_weight);
 }
 void DirectWeightRowsF64(const DirectConv<double>& c, const double* grad_out, int64_t batch, int64_t co,
