@@ -360,8 +360,50 @@ std::vector<Entry> loss_and_dropout_entries() {
   };
 }
 
-[[maybe_unused]] const bool kRegistered =
-    add(conv_and_pool_entries()) && add(norm_entries()) && add(loss_and_dropout_entries());
+// scaled_dot_product_attention: the flash kernel forward and backward against PyTorch (masks,
+// causal, grouped-query, odd lengths across tiles, one query, a row with no key, 3-D and 5-D
+// inputs) and float64 gradchecks; tests/test_attention.cpp compares it with the composite.
+std::vector<Entry> attention_entries() {
+  auto sdpa = [](const Case& c, const std::vector<Tensor>& x) {
+    const golden::json& scale = c.attrs.at("scale");
+    return F::scaled_dot_product_attention(
+        x[0], x[1], x[2], optional_tensor(x, 3), 0.0, c.attrs.at("is_causal").get<bool>(),
+        scale.is_null() ? std::nullopt : std::optional<double>(scale.get<double>()),
+        c.attrs.at("enable_gqa").get<bool>());
+  };
+  // (q, k, v) -> attention, with the options of each gradcheck. The masks are made when the check
+  // runs: a float one (2, 1, 5, 6) of values in [-1, 1], a bool one over the 6 keys.
+  enum MaskKind { kNoMask, kFloatMask, kBoolMask };
+  auto attention = [](bool causal, bool gqa, MaskKind mask_kind = kNoMask, double dropout = 0.0) {
+    return [=](const std::vector<Tensor>& x) {
+      std::optional<Tensor> mask;
+      if (mask_kind == kFloatMask) mask = ember::sin(ember::arange(60, ember::kFloat64)).reshape({2, 1, 5, 6});
+      if (mask_kind == kBoolMask) mask = ember::tensor<bool>({true, false, true, true, false, true}, Shape{6});
+      if (dropout > 0) ember::manual_seed(7);  // every evaluation draws the same keep mask
+      return F::scaled_dot_product_attention(x[0], x[1], x[2], mask, dropout, causal, std::nullopt, gqa);
+    };
+  };
+  return {Entry{
+      .name = "scaled_dot_product_attention",
+      .ops = {OpKind::kScaledDotProductAttention, OpKind::kAttentionGrad},
+      .golden = {nn_golden("scaled_dot_product_attention", sdpa)},
+      .gradchecks = {
+          both_layouts_gradcheck("sdpa", {2, 2, 5, 3}, {in({2, 2, 6, 3}, kUnit), in({2, 2, 6, 4}, kUnit)},
+                                 attention(false, false)),
+          both_layouts_gradcheck("sdpa_causal", {1, 2, 6, 3}, {in({1, 2, 6, 3}, kUnit), in({1, 2, 6, 2}, kUnit)},
+                                 attention(true, false)),
+          both_layouts_gradcheck("sdpa_gqa", {1, 4, 3, 3}, {in({1, 2, 5, 3}, kUnit), in({1, 2, 5, 3}, kUnit)},
+                                 attention(false, true)),
+          both_layouts_gradcheck("sdpa_float_mask", {2, 2, 5, 3}, {in({2, 2, 6, 3}, kUnit), in({2, 2, 6, 3}, kUnit)},
+                                 attention(false, false, kFloatMask)),
+          both_layouts_gradcheck("sdpa_bool_mask", {1, 2, 5, 3}, {in({1, 2, 6, 3}, kUnit), in({1, 2, 6, 3}, kUnit)},
+                                 attention(false, false, kBoolMask)),
+          both_layouts_gradcheck("sdpa_dropout", {1, 2, 5, 3}, {in({1, 2, 6, 3}, kUnit), in({1, 2, 6, 3}, kUnit)},
+                                 attention(false, false, kNoMask, 0.3))}}};
+}
+
+[[maybe_unused]] const bool kRegistered = add(conv_and_pool_entries()) && add(norm_entries()) &&
+                                          add(loss_and_dropout_entries()) && add(attention_entries());
 
 }  // namespace
 }  // namespace op_registry

@@ -206,6 +206,59 @@ struct LossAttrs {
   auto fields() const { return std::tie(reduction); }
 };
 
+// scaled_dot_product_attention and its gradient. The scale is resolved by the front-end (1/sqrt(E)
+// when the caller gives none); dropout draws its keep mask from Philox (seed, first_block) at the
+// position of each (batch*head, query, key) element, so the backward recomputes the same mask.
+struct AttentionAttrs {
+  double scale = 1.0;
+  bool is_causal = false;
+  double dropout_p = 0.0;
+  uint64_t seed = 0;
+  uint64_t first_block = 0;
+  bool operator==(const AttentionAttrs&) const = default;
+  auto fields() const { return std::tie(scale, is_causal, dropout_p, seed, first_block); }
+};
+
+// tril and triu: keep the elements of the last two dims on and below (tril) or on and above (triu)
+// the diagonal `diagonal` (0 the main one, > 0 above it, < 0 below it); zero the others.
+struct TriangleAttrs {
+  int64_t diagonal = 0;
+  bool operator==(const TriangleAttrs&) const = default;
+  auto fields() const { return std::tie(diagonal); }
+};
+
+// sort and argsort along dim (normalized). ember's sorts are always stable (equal values keep their
+// order, which stable=false allows); `stable` is kept so a recorded call says what the caller asked.
+struct SortAttrs {
+  int64_t dim = 0;
+  bool descending = false;
+  bool stable = false;
+  bool operator==(const SortAttrs&) const = default;
+  auto fields() const { return std::tie(dim, descending, stable); }
+};
+
+// topk: the k largest (or smallest) elements along dim (normalized), best first when `sorted`.
+struct TopKAttrs {
+  int64_t k = 0;
+  int64_t dim = 0;
+  bool largest = true;
+  bool sorted = true;
+  bool operator==(const TopKAttrs&) const = default;
+  auto fields() const { return std::tie(k, dim, largest, sorted); }
+};
+
+// multinomial: num_samples category indices per row of weights, with or without replacement, drawn
+// from the Philox key `seed`; row r uses the counter blocks from first_block + r * (blocks per row),
+// so the draw does not depend on the thread count (kernels/cpu/sort.cpp).
+struct MultinomialAttrs {
+  int64_t num_samples = 1;
+  bool replacement = false;
+  uint64_t seed = 0;
+  uint64_t first_block = 0;
+  bool operator==(const MultinomialAttrs&) const = default;
+  auto fields() const { return std::tie(num_samples, replacement, seed, first_block); }
+};
+
 struct ClampAttrs {
   std::optional<Scalar> min;
   std::optional<Scalar> max;
@@ -289,7 +342,8 @@ struct RmspropAttrs {
 using Attrs = std::variant<NoAttrs, FillAttrs, RangeAttrs, RandomAttrs, DropoutAttrs, ShapeAttrs, AxesAttrs, SliceAttrs,
                            SelectAttrs, AsStridedAttrs, ReduceAttrs, VarAttrs, NormAttrs, DimAttrs, MatmulAttrs,
                            Conv2dAttrs, Pool2dAttrs, BatchNormAttrs, LayerNormAttrs, ClassLossAttrs, LossAttrs,
-                           ClampAttrs, RollAttrs, PadAttrs, SgdAttrs, AdamAttrs, AdagradAttrs, RmspropAttrs>;
+                           AttentionAttrs, ClampAttrs, RollAttrs, PadAttrs, SgdAttrs, AdamAttrs, AdagradAttrs,
+                           RmspropAttrs, TriangleAttrs, SortAttrs, TopKAttrs, MultinomialAttrs>;
 
 // The index of attribute type T in Attrs (a compile error if T is not one of them).
 template <class T, size_t I = 0>

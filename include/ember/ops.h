@@ -180,6 +180,35 @@ Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tens
 Tensor one_hot(const Tensor& index, int64_t num_classes = -1);
 Tensor embedding(const Tensor& weight, const Tensor& indices);
 
+// --- triangles, scans, sorting and sampling -----------------------------------------------------
+// The lower (tril) or upper (triu) triangle of the last two dims (batched over the others): the
+// elements on and below / above `diagonal` (0 the main one, > 0 above it, < 0 below it), zeros
+// elsewhere. Any dtype; the input needs at least 2 dims.
+Tensor tril(const Tensor& x, int64_t diagonal = 0);
+Tensor triu(const Tensor& x, int64_t diagonal = 0);
+// Running sums along dim. Integer and bool inputs give int64 (as PyTorch) unless `dtype` is given,
+// in which case the input is converted to it first.
+Tensor cumsum(const Tensor& x, int64_t dim, std::optional<DType> dtype = std::nullopt);
+
+// Sorts along dim, ascending unless `descending`; returns the values and their int64 indices
+// (ValuesAndIndices, ember/tensor.h). NaN sorts above every number (last ascending, first
+// descending). Always stable (equal values keep their order, as PyTorch's stable=true; its
+// stable=false may order ties otherwise), so `stable` changes nothing. Every dtype.
+ValuesAndIndices sort(const Tensor& x, int64_t dim = -1, bool descending = false, bool stable = false);
+// The indices sort would return.
+Tensor argsort(const Tensor& x, int64_t dim = -1, bool descending = false, bool stable = false);
+// The k largest (or smallest) elements along dim, 0 <= k <= size(dim). NaN counts as larger than
+// every number. Ties: equal values are taken in index order (the lower index first). sorted: best
+// first; otherwise in an unspecified order. Every dtype but bool (as PyTorch).
+ValuesAndIndices topk(const Tensor& x, int64_t k, int64_t dim = -1, bool largest = true, bool sorted = true);
+// Category indices (int64) drawn from the rows of `weights` (1-D (C) -> (num_samples), 2-D (R, C)
+// -> (R, num_samples)): non-negative, finite floats, each row with a positive sum (they need not
+// sum to 1). Without replacement no index repeats in a row; once a row's positive-weight categories
+// are used up, its zero-weight ones follow in index order (as PyTorch, which also allows it).
+// Draws come from the global Philox generator (manual_seed), independent of the thread count;
+// they do not reproduce PyTorch's stream.
+Tensor multinomial(const Tensor& weights, int64_t num_samples, bool replacement = false);
+
 // --- neural-network ops (also in ember::nn::functional) ---------------------------------------------
 // Images are NCHW; class scores are (N, C) or (N, C, d...).
 
@@ -206,6 +235,22 @@ Tensor rms_norm(const Tensor& input, const Shape& normalized_shape, const std::o
                 std::optional<double> eps = std::nullopt);
 // Zeroes elements with probability p and scales the rest by 1/(1-p); the identity when !training.
 Tensor dropout(const Tensor& input, double p = 0.5, bool training = true);
+
+// torch.nn.functional.scaled_dot_product_attention: softmax(q k^T * scale + mask) v.
+//   query (..., Hq, L, E), key (..., Hk, S, E), value (..., Hk, S, Ev) -> (..., Hq, L, Ev); the
+//   leading dims of the three must be equal (any number of them, none included).
+//   attn_mask broadcastable to (..., Hq, L, S): bool (true = take part) or a float added to the
+//   scores; is_causal masks key j > query i (the top-left aligned mask PyTorch uses) and
+//   excludes attn_mask. scale defaults to 1/sqrt(E). enable_gqa lets Hk divide Hq (grouped-query
+//   attention: query head h reads key/value head h / (Hq / Hk)); otherwise Hq must equal Hk.
+//   dropout_p > 0 drops attention weights with Philox draws from the global generator. A query
+//   row whose every key is masked out gives zeros, not NaN (PyTorch's math path gives NaN there).
+// On the CPU it runs as flash attention (Note [flash attention]): no (L, S) matrix is materialized,
+// forward or backward.
+Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, const Tensor& value,
+                                    const std::optional<Tensor>& attn_mask = std::nullopt, double dropout_p = 0.0,
+                                    bool is_causal = false, std::optional<double> scale = std::nullopt,
+                                    bool enable_gqa = false);
 
 // input: scores (N, C) or (N, C, d...) or (C); target: int64 class indices (N) / (N, d...) / ().
 // Mean reduction averages over the targets that are not ignore_index.

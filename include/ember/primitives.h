@@ -133,6 +133,9 @@ inline constexpr uint32_t kComparison = kElementwise | kBoolResult;
   X(Matmul, "matmul", kDifferentiable, MatmulAttrs, 2)                                             \
   X(Linear, "linear", kComposite | kDifferentiable, NoAttrs, 0)                                    \
   X(LinearGelu, "linear_gelu", kComposite | kDifferentiable, MatmulAttrs, 0)                       \
+  /* attention */                                                                                   \
+  X(ScaledDotProductAttention, "scaled_dot_product_attention", kDifferentiable, AttentionAttrs, 0)  \
+  X(AttentionGrad, "scaled_dot_product_attention_grad", 0, AttentionAttrs, 0)                      \
   /* convolution and pooling */                                                                    \
   X(Conv2d, "conv2d", kDifferentiable, Conv2dAttrs, 0)                                             \
   X(Conv2dInputGrad, "conv2d_input_grad", 0, Conv2dAttrs, 0)                                       \
@@ -168,6 +171,13 @@ inline constexpr uint32_t kComparison = kElementwise | kBoolResult;
   X(ScatterAdd, "scatter_add", kDifferentiable | kUpdate, DimAttrs, 1)                             \
   X(OneHot, "one_hot", 0, NoAttrs, 0)                                                              \
   X(Embedding, "embedding", kComposite | kDifferentiable, NoAttrs, 0)                              \
+  /* triangles, scans, sorting and sampling */                                                     \
+  X(Tril, "tril", kDifferentiable, TriangleAttrs, 0)                                               \
+  X(Triu, "triu", kDifferentiable, TriangleAttrs, 0)                                               \
+  X(Cumsum, "cumsum", kDifferentiable, DimAttrs, 1)                                                \
+  X(Sort, "sort", kDifferentiable, SortAttrs, 0)                                                   \
+  X(TopK, "topk", kDifferentiable, TopKAttrs, 0)                                                   \
+  X(Multinomial, "multinomial", kRandom, MultinomialAttrs, 0)                                      \
   /* shape ops (copies through views) */                                                           \
   X(Cat, "cat", kComposite | kDifferentiable, DimAttrs, 0)                                         \
   X(Stack, "stack", kComposite | kDifferentiable, DimAttrs, 0)                                     \

@@ -25,6 +25,8 @@ namespace autograd {
 class Node;
 }
 
+struct ValuesAndIndices;  // sort and topk's result (below Tensor)
+
 // One allocation of device memory. Views share it; the version counter lives here so that every
 // view of the same memory sees in-place writes.
 class StorageImpl {
@@ -293,8 +295,21 @@ class Tensor {
   Tensor index_select(int64_t dim, const Tensor& index) const;
   Tensor gather(int64_t dim, const Tensor& index) const;
 
+  Tensor tril(int64_t diagonal = 0) const;
+  Tensor triu(int64_t diagonal = 0) const;
+  Tensor cumsum(int64_t dim, std::optional<DType> dtype = std::nullopt) const;
+  ValuesAndIndices sort(int64_t dim = -1, bool descending = false, bool stable = false) const;
+  Tensor argsort(int64_t dim = -1, bool descending = false, bool stable = false) const;
+  ValuesAndIndices topk(int64_t k, int64_t dim = -1, bool largest = true, bool sorted = true) const;
+
  private:
   std::shared_ptr<TensorImpl> impl_;
+};
+
+// What sort and topk return: the values and their int64 indices along the sorted dim.
+struct ValuesAndIndices {
+  Tensor values;
+  Tensor indices;
 };
 
 // Operators, as in PyTorch: arithmetic and comparisons return tensors.

@@ -44,9 +44,14 @@ void define_matmul_ops(OpRuleTable& table);
 void define_conv_ops(OpRuleTable& table);
 void define_pool_ops(OpRuleTable& table);
 void define_norm_ops(OpRuleTable& table);
+void define_attention_ops(OpRuleTable& table);
 void define_loss_ops(OpRuleTable& table);
 void define_indexing_ops(OpRuleTable& table);
 void define_optimizer_ops(OpRuleTable& table);
+void define_triangle_ops(OpRuleTable& table);
+void define_cumsum_ops(OpRuleTable& table);
+void define_sort_ops(OpRuleTable& table);
+void define_multinomial_ops(OpRuleTable& table);
 
 namespace cost {
 

@@ -80,7 +80,7 @@ const KernelTable& kernel_table() {
 
 namespace {
 
-constexpr int kMaxOperands = 8;
+constexpr int kMaxOperands = 10;  // the attention gradient: 7 inputs, 3 outputs
 
 // The operand a kernel sees of tensor `t` (absent: null or undefined).
 inline Operand operand_of(const Tensor* t) {

@@ -14,9 +14,14 @@ const OpRuleTable& op_rules() {
     define_conv_ops(t);
     define_pool_ops(t);
     define_norm_ops(t);
+    define_attention_ops(t);
     define_loss_ops(t);
     define_indexing_ops(t);
     define_optimizer_ops(t);
+    define_triangle_ops(t);
+    define_cumsum_ops(t);
+    define_sort_ops(t);
+    define_multinomial_ops(t);
     return t;
   }();
   return table;

@@ -26,6 +26,13 @@ Tensor rms_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& we
 // ignore_index, then reduced (mean over the counted targets).
 Tensor cross_entropy(const Tensor& x, const Tensor& target, const ClassLossAttrs& attrs);
 
+// softmax(q k^T * scale + mask) v by matmul, masked softmax, dropout (the kernel's Philox mask)
+// and matmul, for query/key/value of any rank (..., H, N, F) with key/value heads repeated for
+// grouped-query attention. A bool mask keeps its true pairs; any other mask is added to the scores;
+// a row with every key masked gives zeros.
+Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, const Tensor& value, const Tensor& mask,
+                                    const AttentionAttrs& attrs);
+
 // gelu(linear(x, weight, bias), approximate).
 Tensor linear_gelu(const Tensor& x, const Tensor& weight, const std::optional<Tensor>& bias,
                    std::string_view approximate);

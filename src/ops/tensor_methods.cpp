@@ -197,6 +197,18 @@ Tensor Tensor::repeat(const Shape& repeats) const { return ember::repeat(*this, 
 Tensor Tensor::flip(const Axes& dims) const { return ember::flip(*this, dims); }
 Tensor Tensor::index_select(int64_t dim, const Tensor& index) const { return ember::index_select(*this, dim, index); }
 Tensor Tensor::gather(int64_t dim, const Tensor& index) const { return ember::gather(*this, dim, index); }
+Tensor Tensor::tril(int64_t diagonal) const { return ember::tril(*this, diagonal); }
+Tensor Tensor::triu(int64_t diagonal) const { return ember::triu(*this, diagonal); }
+Tensor Tensor::cumsum(int64_t dim, std::optional<DType> dtype) const { return ember::cumsum(*this, dim, dtype); }
+ValuesAndIndices Tensor::sort(int64_t dim, bool descending, bool stable) const {
+  return ember::sort(*this, dim, descending, stable);
+}
+Tensor Tensor::argsort(int64_t dim, bool descending, bool stable) const {
+  return ember::argsort(*this, dim, descending, stable);
+}
+ValuesAndIndices Tensor::topk(int64_t k, int64_t dim, bool largest, bool sorted) const {
+  return ember::topk(*this, k, dim, largest, sorted);
+}
 
 // --- operators ------------------------------------------------------------------------------------
 

@@ -107,6 +107,11 @@ def f_bce(x, t, w, pw, reduction):
     return F.binary_cross_entropy_with_logits(x, t, w, reduction=reduction, pos_weight=pw)
 
 
+def f_sdpa(q, k, v, mask, is_causal, scale, enable_gqa):
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal, scale=scale,
+                                          enable_gqa=enable_gqa)
+
+
 def t_layout(shape, dtype, rng, **kw):
     """A non-contiguous input of `shape`: the last two dims stored transposed."""
     base = make(list(shape[:-2]) + [shape[-1], shape[-2]], dtype, rng, **kw)
@@ -318,4 +323,56 @@ def build():
         if dt == "float32":
             record(r, rng, "binary_cross_entropy_with_logits", "error_shape", f_bce, [T([4, 3], dt), probs([3]), None, None],
                    {"reduction": "mean"}, [0], dt)
+    # --- scaled_dot_product_attention: (q, k, v, mask, cot); attrs is_causal, scale, enable_gqa ---------------
+    # Lengths cross the kernel's 64-row tiles (67, 131); masks broadcast; a bool mask leaves one query
+    # row with no key (PyTorch gives zeros there).
+    for dt in FLOATS:
+        def qkv(b, hq, hk, length, keys, e, ev):
+            return T([b, hq, length, e], dt), T([b, hk, keys, e], dt), T([b, hk, keys, ev], dt)
+
+        def bool_mask(shape):
+            return Tensor(torch.from_numpy(rng.random(shape) < 0.7))
+
+        masked_row = torch.from_numpy(rng.random([1, 1, 5, 9]) < 0.7)
+        masked_row[0, 0, 2, :] = False
+        attention = [
+            # name, (q, k, v), mask, is_causal, scale, enable_gqa
+            ("basic", qkv(2, 3, 3, 5, 7, 4, 4), None, False, None, False),
+            ("value_features", qkv(1, 2, 2, 6, 6, 8, 3), None, False, 0.3, False),
+            ("causal", qkv(2, 2, 2, 9, 9, 4, 4), None, True, None, False),
+            ("causal_more_keys", qkv(1, 2, 2, 4, 11, 4, 5), None, True, None, False),
+            ("causal_more_queries", qkv(1, 1, 1, 11, 4, 4, 4), None, True, None, False),
+            ("long", qkv(1, 1, 1, 67, 131, 4, 4), None, False, None, False),
+            ("long_causal", qkv(1, 1, 1, 131, 131, 4, 4), None, True, None, False),
+            ("single_query", qkv(2, 1, 1, 1, 70, 4, 4), None, False, None, False),
+            ("gqa", qkv(1, 4, 2, 5, 6, 4, 4), None, False, None, True),
+            ("gqa_causal", qkv(2, 6, 2, 7, 7, 4, 4), None, True, None, True),
+            ("bool_mask", qkv(2, 2, 2, 5, 9, 4, 4), bool_mask([2, 2, 5, 9]), False, None, False),
+            ("bool_mask_broadcast", qkv(2, 3, 3, 5, 9, 4, 4), bool_mask([5, 9]), False, None, False),
+            ("key_padding_mask", qkv(2, 2, 2, 5, 9, 4, 4), bool_mask([2, 1, 1, 9]), False, None, False),
+            ("float_mask", qkv(2, 2, 2, 5, 9, 4, 4), T([2, 1, 5, 9], dt), False, None, False),
+            ("masked_row", qkv(1, 1, 1, 5, 9, 4, 4), Tensor(masked_row), False, None, False),
+            ("no_heads_3d", (T([2, 5, 4], dt), T([2, 6, 4], dt), T([2, 6, 3], dt)), None, False, None, False),
+            ("transposed_query", (t_layout([1, 2, 6, 4], dt, rng), T([1, 2, 6, 4], dt), T([1, 2, 6, 4], dt)), None,
+             False, None, False),
+            ("five_dims", (T([2, 1, 2, 3, 4], dt), T([2, 1, 2, 5, 4], dt), T([2, 1, 2, 5, 4], dt)), None, True,
+             None, False),
+        ]
+        for name, (q, k, v), mask, is_causal, scale, gqa in attention:
+            attrs = {"is_causal": is_causal, "scale": scale, "enable_gqa": gqa}
+            record(r, rng, "scaled_dot_product_attention", f"{name}_{dt}", f_sdpa, [q, k, v, mask], attrs, [0, 1, 2],
+                   dt)
+        if dt == "float32":
+            bad = [
+                ("heads_differ", qkv(1, 4, 2, 3, 3, 4, 4), None, False, False),
+                ("gqa_not_dividing", qkv(1, 3, 2, 3, 3, 4, 4), None, False, True),
+                ("feature_mismatch", (T([1, 1, 3, 4], dt), T([1, 1, 3, 5], dt), T([1, 1, 3, 4], dt)), None, False,
+                 False),
+                ("mask_shape", qkv(1, 1, 1, 3, 4, 4, 4), bool_mask([3, 5]), False, False),
+                ("mask_and_causal", qkv(1, 1, 1, 3, 3, 4, 4), bool_mask([3, 3]), True, False),
+            ]
+            for name, (q, k, v), mask, is_causal, gqa in bad:
+                attrs = {"is_causal": is_causal, "scale": None, "enable_gqa": gqa}
+                record(r, rng, "scaled_dot_product_attention", f"error_{name}", f_sdpa, [q, k, v, mask], attrs,
+                       [0, 1, 2], dt)
     return r

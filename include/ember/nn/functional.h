@@ -27,6 +27,7 @@ using ember::linear;
 using ember::linear_gelu;
 using ember::max_pool2d;
 using ember::rms_norm;
+using ember::scaled_dot_product_attention;
 // PyTorch's argument order: indices first.
 inline Tensor embedding(const Tensor& indices, const Tensor& weight) { return ember::embedding(weight, indices); }
 

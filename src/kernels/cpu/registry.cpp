@@ -16,9 +16,13 @@ void register_kernels(KernelTable& table) {
   register_conv_kernels(table);
   register_pool_kernels(table);
   register_norm_kernels(table);
+  register_attention_kernels(table);
   register_loss_kernels(table);
   register_indexing_kernels(table);
   register_optim_kernels(table);
+  register_triangle_kernels(table);
+  register_cumsum_kernels(table);
+  register_sort_kernels(table);
 }
 
 BackendInfo backend_info() { return {simd_target_name(), simd_compiled_targets(), gemm_micro_kernel_name()}; }

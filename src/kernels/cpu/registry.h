@@ -28,8 +28,12 @@ void register_gemm_kernels(KernelTable& table);         // gemm.cpp
 void register_conv_kernels(KernelTable& table);         // conv.cpp
 void register_pool_kernels(KernelTable& table);         // pool.cpp
 void register_norm_kernels(KernelTable& table);         // norm.cpp
+void register_attention_kernels(KernelTable& table);    // attention.cpp
 void register_loss_kernels(KernelTable& table);         // loss.cpp
 void register_indexing_kernels(KernelTable& table);     // indexing.cpp
 void register_optim_kernels(KernelTable& table);        // optim.cpp
+void register_triangle_kernels(KernelTable& table);     // triangle.cpp
+void register_cumsum_kernels(KernelTable& table);       // cumsum.cpp
+void register_sort_kernels(KernelTable& table);         // sort.cpp
 
 }  // namespace ember::cpu

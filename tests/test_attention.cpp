@@ -1,0 +1,201 @@
+// scaled_dot_product_attention's flash kernel against its composite (ops/reference.h): forward and
+// gradients on shapes that cross the kernel's tiles, with every kind of mask, dropout (the same
+// Philox mask), the split-KV path of a single query, 16-bit inputs and empty dims; and its memory:
+// no (L, S) matrix forward or backward. The golden cases against PyTorch and the float64
+// gradchecks are in the op registry (tests/ops_nn.cpp).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <optional>
+#include <vector>
+
+#include "ember/ember.h"
+#include "golden.h"
+#include "ops/factory.h"
+#include "ops/reference.h"
+#include "test_util.h"
+
+namespace {
+
+using ember::AttentionAttrs;
+using ember::Shape;
+using ember::Tensor;
+
+struct Case {
+  Shape q, k, v;
+  bool causal = false;
+  bool gqa = false;
+  std::optional<Tensor> mask = std::nullopt;
+  double dropout = 0.0;
+};
+
+// Output and gradients of q, k, v under one fixed output gradient.
+std::vector<Tensor> run(const Case& c, bool flash, uint64_t seed) {
+  ember::manual_seed(seed);
+  const Tensor q = ember::randn(c.q).requires_grad_(), k = ember::randn(c.k).requires_grad_(),
+               v = ember::randn(c.v).requires_grad_();
+  Tensor out;
+  if (flash) {
+    ember::manual_seed(seed + 1);
+    out = ember::scaled_dot_product_attention(q, k, v, c.mask, c.dropout, c.causal, std::nullopt, c.gqa);
+  } else {
+    // The draw the front-end reserves: the same seed, the generator's next blocks.
+    ember::manual_seed(seed + 1);
+    Shape scores = c.q;
+    scores[scores.size() - 1] = c.k[c.k.size() - 2];
+    AttentionAttrs attrs{1.0 / std::sqrt(static_cast<double>(c.q[c.q.size() - 1])), c.causal, c.dropout, 0, 0};
+    if (c.dropout > 0) {
+      const ember::detail::RandomDraw draw = ember::detail::reserve_random_blocks((scores.numel() + 1) / 2);
+      attrs.seed = draw.seed;
+      attrs.first_block = draw.first_block;
+    }
+    out = ember::reference::scaled_dot_product_attention(q, k, v, c.mask.value_or(Tensor()), attrs);
+  }
+  ember::manual_seed(seed + 2);
+  const Tensor grad = ember::randn(out.shape());
+  out.backward(grad);
+  return {out.detach(), q.grad(), k.grad(), v.grad()};
+}
+
+void expect_flash_matches_composite(const Case& c) {
+  const std::vector<Tensor> flash = run(c, true, 3), composite = run(c, false, 3);
+  const char* names[] = {"out", "grad q", "grad k", "grad v"};
+  for (size_t i = 0; i < flash.size(); ++i) {
+    EXPECT_TRUE(golden::all_close(flash[i], composite[i], {2e-5, 2e-5}))
+        << names[i] << " q " << c.q << " k " << c.k << " causal " << c.causal << " dropout " << c.dropout;
+  }
+}
+
+TEST(Attention, FlashMatchesCompositeAcrossTiles) {
+  expect_flash_matches_composite({.q = {2, 3, 150, 40}, .k = {2, 3, 170, 40}, .v = {2, 3, 170, 24}});
+  expect_flash_matches_composite({.q = {1, 2, 200, 32}, .k = {1, 2, 200, 32}, .v = {1, 2, 200, 32}, .causal = true});
+  expect_flash_matches_composite({.q = {1, 2, 70, 16}, .k = {1, 2, 130, 16}, .v = {1, 2, 130, 16}, .causal = true});
+  expect_flash_matches_composite(
+      {.q = {2, 4, 65, 8}, .k = {2, 2, 129, 8}, .v = {2, 2, 129, 8}, .causal = true, .gqa = true});
+}
+
+TEST(Attention, FlashMatchesCompositeWithMasks) {
+  ember::manual_seed(5);
+  const Tensor keep = ember::lt(ember::rand({2, 1, 1, 100}), 0.8);
+  expect_flash_matches_composite(
+      {.q = {2, 2, 90, 16}, .k = {2, 2, 100, 16}, .v = {2, 2, 100, 16}, .causal = false, .gqa = false, .mask = keep});
+  const Tensor additive = ember::randn({90, 100});
+  expect_flash_matches_composite({.q = {2, 2, 90, 16},
+                                  .k = {2, 2, 100, 16},
+                                  .v = {2, 2, 100, 16},
+                                  .causal = false,
+                                  .gqa = false,
+                                  .mask = additive});
+  // A row with no key: zeros out and zero gradients.
+  Tensor none = ember::ones({1, 1, 3, 70}, ember::kBool);
+  none.select(2, 1).fill_(false);
+  expect_flash_matches_composite(
+      {.q = {1, 1, 3, 8}, .k = {1, 1, 70, 8}, .v = {1, 1, 70, 8}, .causal = false, .gqa = false, .mask = none});
+}
+
+TEST(Attention, DropoutDrawsTheCompositesMask) {
+  expect_flash_matches_composite({.q = {1, 2, 80, 16},
+                                  .k = {1, 2, 90, 16},
+                                  .v = {1, 2, 90, 16},
+                                  .causal = false,
+                                  .gqa = false,
+                                  .mask = std::nullopt,
+                                  .dropout = 0.25});
+  expect_flash_matches_composite({.q = {1, 1, 70, 8},
+                                  .k = {1, 1, 70, 8},
+                                  .v = {1, 1, 70, 8},
+                                  .causal = true,
+                                  .gqa = false,
+                                  .mask = std::nullopt,
+                                  .dropout = 0.5});
+  // Two calls draw different masks; the same seed draws the same one.
+  ember::manual_seed(1);
+  const Tensor q = ember::randn({1, 1, 8, 4}), k = ember::randn({1, 1, 8, 4});
+  ember::manual_seed(9);
+  const Tensor a = ember::scaled_dot_product_attention(q, k, k, std::nullopt, 0.5);
+  const Tensor b = ember::scaled_dot_product_attention(q, k, k, std::nullopt, 0.5);
+  ember::manual_seed(9);
+  const Tensor c = ember::scaled_dot_product_attention(q, k, k, std::nullopt, 0.5);
+  EXPECT_FALSE(golden::all_close(a, b, {1e-6, 1e-6}));
+  EXPECT_TRUE(golden::all_close(a, c, {0, 0}));
+}
+
+TEST(Attention, SingleQueryOverLongCacheSplitsKeys) {
+  // One query against 1000 keys on two threads: the split-KV path and its merge.
+  const test_util::ThreadCountGuard guard;
+  ember::set_num_threads(2);
+  expect_flash_matches_composite({.q = {1, 1, 1, 64}, .k = {1, 1, 1000, 64}, .v = {1, 1, 1000, 64}});
+  ember::manual_seed(2);
+  Tensor keep = ember::ones({1, 1, 1, 1000}, ember::kBool);
+  keep.narrow(3, 0, 500).fill_(false);  // whole chunks without a key
+  expect_flash_matches_composite(
+      {.q = {1, 1, 1, 64}, .k = {1, 1, 1000, 64}, .v = {1, 1, 1000, 64}, .causal = false, .gqa = false, .mask = keep});
+}
+
+TEST(Attention, HalfInputsComputeInFloat) {
+  ember::manual_seed(4);
+  const Tensor q = ember::randn({1, 2, 20, 8}), k = ember::randn({1, 2, 30, 8}), v = ember::randn({1, 2, 30, 8});
+  const Tensor full = ember::scaled_dot_product_attention(q, k, v, std::nullopt, 0.0, true);
+  for (ember::DType dtype : {ember::kBFloat16, ember::kFloat16}) {
+    const Tensor half =
+        ember::scaled_dot_product_attention(q.to(dtype), k.to(dtype), v.to(dtype), std::nullopt, 0.0, true);
+    EXPECT_EQ(half.dtype(), dtype);
+    EXPECT_TRUE(golden::all_close(half.to(ember::kFloat32), full, {3e-2, 3e-2})) << dtype;
+  }
+}
+
+TEST(Attention, EmptyDims) {
+  // No queries: an empty output, zero key and value gradients.
+  const Tensor q = ember::randn({2, 1, 0, 4}).requires_grad_(), k = ember::randn({2, 1, 5, 4}).requires_grad_();
+  Tensor out = ember::scaled_dot_product_attention(q, k, k);
+  EXPECT_EQ(out.shape(), (Shape{2, 1, 0, 4}));
+  out.sum().backward();
+  EXPECT_TRUE(golden::all_close(k.grad(), ember::zeros({2, 1, 5, 4}), {0, 0}));
+  // No keys: every row is empty, so zeros (PyTorch's matmul over 0 keys gives zeros too).
+  const Tensor q2 = ember::randn({1, 2, 3, 4});
+  const Tensor none = ember::zeros({1, 2, 0, 4});
+  EXPECT_TRUE(
+      golden::all_close(ember::scaled_dot_product_attention(q2, none, none), ember::zeros({1, 2, 3, 4}), {0, 0}));
+  // No batch.
+  const Tensor z = ember::zeros({0, 2, 3, 4});
+  EXPECT_EQ(ember::scaled_dot_product_attention(z, z, z).shape(), (Shape{0, 2, 3, 4}));
+}
+
+TEST(Attention, Errors) {
+  const Tensor q = ember::randn({1, 2, 3, 4});
+  const Tensor mask = ember::randn({3, 3}).requires_grad_();
+  test_util::expect_error([&] { ember::scaled_dot_product_attention(q, q, q, mask); },
+                          {"[scaled_dot_product_attention]", "no gradient for attn_mask"});
+  test_util::expect_error([&] { ember::scaled_dot_product_attention(q, q, q, std::nullopt, 1.0); },
+                          {"[scaled_dot_product_attention]", "dropout_p must be in [0, 1)"});
+  test_util::expect_error([&] { ember::scaled_dot_product_attention(q, q.to(ember::kFloat64), q); },
+                          {"[scaled_dot_product_attention]", "of one dtype"});
+  test_util::expect_error(
+      [&] {
+        ember::scaled_dot_product_attention(q, q, q, ember::ones({3, 3}, ember::kInt64));
+      },
+      {"[scaled_dot_product_attention]", "bool attn_mask"});
+  test_util::expect_error(
+      [&] { ember::scaled_dot_product_attention(q.to(ember::kInt64), q.to(ember::kInt64), q.to(ember::kInt64)); },
+      {"[scaled_dot_product_attention]", "floating-point"});
+  test_util::expect_error(
+      [&] { ember::scaled_dot_product_attention(ember::randn({4}), ember::randn({4}), ember::randn({4})); },
+      {"[scaled_dot_product_attention]", "rank of at least 2"});
+}
+
+TEST(Attention, MemoryDoesNotGrowWithTheSquareOfTheLength) {
+  // L = S = 2048: a score matrix would be 16 MiB; forward and backward together must stay far below.
+  const int64_t length = 2048;
+  ember::manual_seed(6);
+  const Tensor q = ember::randn({1, 1, length, 32}).requires_grad_();
+  const Tensor k = ember::randn({1, 1, length, 32}).requires_grad_();
+  const Tensor v = ember::randn({1, 1, length, 32}).requires_grad_();
+  ember::reset_peak_memory_stats(ember::kCPU);
+  const int64_t before = ember::memory_stats(ember::kCPU).bytes_in_use;
+  Tensor out = ember::scaled_dot_product_attention(q, k, v, std::nullopt, 0.0, true);
+  out.sum().backward();
+  const int64_t peak = ember::memory_stats(ember::kCPU).peak_bytes_in_use - before;
+  EXPECT_LT(peak, 4 * length * length / 4) << "peak " << peak << " bytes";  // a quarter of one score matrix
+}
+
+}  // namespace
