@@ -295,6 +295,30 @@ def resnet_block() -> dict[str, Setup]:
     return {"torch": lambda: make(False), "torch_compile": lambda: make(True)}
 
 
+def sdpa(batch: int, heads: int, length: int, features: int, causal: bool, backward: bool) -> dict[str, Setup]:
+    """apps/ember/bench_workloads.cpp's sdpa: F.scaled_dot_product_attention (PyTorch's CPU flash kernel)."""
+
+    def make(compiled: bool):
+        torch.manual_seed(0)
+        q, k, v = (torch.randn(batch, heads, length, features, requires_grad=backward) for _ in range(3))
+
+        def op(q_, k_, v_):
+            return F.scaled_dot_product_attention(q_, k_, v_, is_causal=causal)
+
+        fn = _compile(op) if compiled else op
+        if not backward:
+            return lambda: fn(q, k, v)
+
+        def step():
+            for t in (q, k, v):
+                t.grad = None
+            fn(q, k, v).sum().backward()
+
+        return step
+
+    return {"torch": lambda: make(False), "torch_compile": lambda: make(True)}
+
+
 def maxpool2d() -> dict[str, Setup]:
     def torch_setup():
         x = torch.randn(32, 16, 24, 24)
@@ -522,6 +546,10 @@ def workloads(data_dir: str = "data/mnist") -> dict[str, dict[str, Setup]]:
     w["maxpool2d_f32"] = maxpool2d()
     w["linear_gelu_f32"] = linear_gelu(8192, 768, 3072)
     w["adam_step_f32_10M"] = adam_step(10_000_000)
+    for causal in (False, True):
+        suffix = "_causal" if causal else ""
+        w["sdpa_f32_b4h8l1024d64" + suffix] = sdpa(4, 8, 1024, 64, causal, False)
+        w["sdpa_fwdbwd_f32_b4h8l1024d64" + suffix] = sdpa(4, 8, 1024, 64, causal, True)
     w["dispatch_add_f32_4x4"] = dispatch_add()
     w["train_step_mlp"] = train_step_mlp()
     w["train_step_cnn"] = train_step_cnn()

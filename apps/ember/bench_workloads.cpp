@@ -225,6 +225,27 @@ Workload train_step(const std::shared_ptr<nn::Module>& model, const std::shared_
                   }};
 }
 
+// scaled_dot_product_attention on (batch, heads, length, features) float32, forward (with
+// backward: the sum of the output as the loss). FLOPs as the cost rule counts them: 4 L S E for the
+// two products of the forward (a causal mask halves them), 10 L S E more for the backward.
+WorkloadSpec sdpa(const std::string& name, int64_t batch, int64_t heads, int64_t length, int64_t features, bool causal,
+                  bool backward) {
+  return {name, false, [=] {
+            manual_seed(0);
+            const Tensor q = randn({batch, heads, length, features}).requires_grad_(backward);
+            const Tensor k = randn({batch, heads, length, features}).requires_grad_(backward);
+            const Tensor v = randn({batch, heads, length, features}).requires_grad_(backward);
+            const double scores = as_double(batch * heads * length * length) * (causal ? 0.5 : 1.0);
+            const double elements = as_double(batch * heads * length * features);
+            return Workload{.flops = scores * as_double(features) * (backward ? 14.0 : 4.0),
+                            .bytes = kFloatBytes * elements * (backward ? 8.0 : 4.0),
+                            .run = [=] {
+                              const Tensor out = scaled_dot_product_attention(q, k, v, std::nullopt, 0.0, causal);
+                              if (backward) out.sum().backward();
+                            }};
+          }};
+}
+
 WorkloadSpec train_step_mlp(const std::string& name) {
   return {name, false, [=] {
             manual_seed(0);
@@ -343,6 +364,11 @@ std::vector<WorkloadSpec> bench_workloads(const BenchOptions& options) {
   w.push_back(maxpool2d("maxpool2d_f32"));
   w.push_back(linear_gelu("linear_gelu_f32", 8192, 768, 3072));
   w.push_back(adam_step("adam_step_f32_10M", 10'000'000));
+  for (const bool causal : {false, true}) {
+    const std::string suffix = causal ? "_causal" : "";
+    w.push_back(sdpa("sdpa_f32_b4h8l1024d64" + suffix, 4, 8, 1024, 64, causal, false));
+    w.push_back(sdpa("sdpa_fwdbwd_f32_b4h8l1024d64" + suffix, 4, 8, 1024, 64, causal, true));
+  }
   w.push_back(dispatch_add("dispatch_add_f32_4x4"));
   w.push_back(train_step_mlp("train_step_mlp"));
   w.push_back(train_step_cnn("train_step_cnn"));

@@ -199,6 +199,47 @@ struct Attention {
     }
   }
 
+  // qt (E x padded, ld kBlockQ) = scale * q rows [i0, i0 + rows) of (b, h), transposed; the
+  // columns from rows to padded are zeros.
+  void load_queries_transposed(int64_t b, int64_t h, int64_t i0, int64_t rows, int64_t padded, T* qt) const {
+    const int64_t e = p.features;
+    const T scale = static_cast<T>(p.scale);
+    for (int64_t r = 0; r < rows; ++r) {
+      const T* src = q_row(b, h, i0 + r);
+      for (int64_t c = 0; c < e; ++c) qt[c * kBlockQ + r] = scale * src[c];
+    }
+    for (int64_t c = 0; c < e; ++c) std::fill(qt + c * kBlockQ + rows, qt + c * kBlockQ + padded, T(0));
+  }
+
+  // mask_scores for transposed scores st (cols keys x rows queries, ld).
+  void mask_scores_transposed(int64_t b, int64_t h, int64_t i0, int64_t rows, int64_t j0, int64_t cols, T* st,
+                              int64_t ld) const {
+    constexpr T kNegInf = -std::numeric_limits<T>::infinity();
+    if (p.causal) {
+      for (int64_t c = 0; c < cols; ++c) {  // key j0 + c is masked for queries i < j0 + c
+        const int64_t first_kept = std::min<int64_t>(std::max<int64_t>(j0 + c - i0, 0), rows);
+        std::fill(st + c * ld, st + c * ld + first_kept, kNegInf);
+      }
+      return;
+    }
+    if (p.mask == nullptr) return;
+    const int64_t* ms = p.mask_strides;
+    const int64_t base = b * ms[0] + h * ms[1] + i0 * ms[2] + j0 * ms[3];
+    for (int64_t c = 0; c < cols; ++c) {
+      const int64_t column = base + c * ms[3];
+      T* sc = st + c * ld;
+      if (p.mask_dtype == kBool) {
+        const bool* mk = static_cast<const bool*>(p.mask) + column;
+        for (int64_t r = 0; r < rows; ++r) {
+          if (!mk[r * ms[2]]) sc[r] = kNegInf;
+        }
+      } else {
+        const T* mk = static_cast<const T*>(p.mask) + column;
+        for (int64_t r = 0; r < rows; ++r) sc[r] += mk[r * ms[2]];
+      }
+    }
+  }
+
   // Applies the mask (or the causal rule) to the score tile s (rows x cols, ld) of queries from i0
   // and keys from j0: masked scores become -inf, a float mask is added.
   void mask_scores(int64_t b, int64_t h, int64_t i0, int64_t rows, int64_t j0, int64_t cols, T* s, int64_t ld) const {
@@ -244,21 +285,6 @@ struct Attention {
   }
 };
 
-template <class T>
-T row_max(const T* x, int64_t n) {
-  const hn::ScalableTag<T> d;
-  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
-  T m = -std::numeric_limits<T>::infinity();
-  int64_t j = 0;
-  if (n >= lanes) {
-    auto vm = hn::LoadU(d, x);
-    for (j = lanes; j + lanes <= n; j += lanes) vm = hn::Max(vm, hn::LoadU(d, x + j));
-    m = hn::GetLane(hn::MaxOfLanes(d, vm));
-  }
-  for (; j < n; ++j) m = std::max(m, x[j]);
-  return m;
-}
-
 // x[j] = exp(x[j] - shift) (0 where x is -inf); returns the sum.
 template <class T>
 T exp_shifted(T* x, int64_t n, T shift) {
@@ -288,6 +314,44 @@ void scale_row(T* x, int64_t n, T factor) {
   int64_t j = 0;
   for (; j + lanes <= n; j += lanes) hn::StoreU(hn::Mul(hn::LoadU(d, x + j), vf), d, x + j);
   for (; j < n; ++j) x[j] *= factor;
+}
+
+template <class T>
+int64_t round_up_to_lanes(int64_t n) {
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(hn::ScalableTag<T>()));
+  return (n + lanes - 1) / lanes * lanes;
+}
+
+// One key tile of the online softmax over transposed scores st (cols keys x `padded` queries, ld),
+// a query per lane: folds the tile's max into m, replaces the scores by exp(s - m_new), updates the
+// sums l and writes each query's rescale factor exp(m_old - m_new) to alpha. A query with no key
+// so far (m = -inf) keeps weights 0 and factor 1... as exp(-inf - 0) = 0 against a safe max of 0.
+// Returns whether any factor differs from 1.
+template <class T>
+bool online_softmax_columns(T* st, int64_t ld, int64_t cols, int64_t padded, T* m, T* l, T* alpha) {
+  const hn::ScalableTag<T> d;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+  const auto neg_inf = hn::Set(d, -std::numeric_limits<T>::infinity());
+  const auto one = hn::Set(d, T(1));
+  bool rescale = false;
+  for (int64_t r = 0; r < padded; r += lanes) {
+    const auto m_old = hn::LoadU(d, m + r);
+    auto m_new = m_old;
+    for (int64_t c = 0; c < cols; ++c) m_new = hn::Max(m_new, hn::LoadU(d, st + c * ld + r));
+    const auto safe = hn::IfThenZeroElse(hn::Eq(m_new, neg_inf), m_new);
+    const auto a = hn::Exp(d, hn::Sub(m_old, safe));
+    auto sum = hn::Mul(hn::LoadU(d, l + r), a);
+    for (int64_t c = 0; c < cols; ++c) {
+      const auto e = hn::Exp(d, hn::Sub(hn::LoadU(d, st + c * ld + r), safe));
+      hn::StoreU(e, d, st + c * ld + r);
+      sum = hn::Add(sum, e);
+    }
+    hn::StoreU(m_new, d, m + r);
+    hn::StoreU(sum, d, l + r);
+    hn::StoreU(a, d, alpha + r);
+    rescale = rescale || !hn::AllTrue(d, hn::Eq(a, one));
+  }
+  return rescale;
 }
 
 // Per-thread buffers, grown as needed and kept between calls.
@@ -337,46 +401,44 @@ void forward_typed(const AttentionProblem& p, T* out, T* lse) {
     const int64_t bh = task / (plan.chunks * plan.query_tiles);
     const int64_t b = bh / p.heads, h = bh % p.heads, hk = h / at.group;
     const int64_t i0 = tile * kBlockQ, rows = std::min(kBlockQ, length - i0);
-    T* qs = scratch(qs_buf, kBlockQ * e);
-    T* s = scratch(s_buf, kBlockQ * kBlockK);
-    T* kt = scratch(kt_buf, e * kBlockK);
+    // The scores are kept transposed, keys by queries (St, ld kBlockQ), so that K is read in place
+    // and the softmax runs down columns with a query per lane: no horizontal reductions.
+    T* qt = scratch(qs_buf, e * kBlockQ);
+    T* st = scratch(s_buf, kBlockK * kBlockQ);
     T* acc = scratch(acc_buf, kBlockQ * ev);
-    T* ml = scratch(ml_buf, 2 * kBlockQ);  // m then l per row
+    T* state = scratch(ml_buf, 3 * kBlockQ);  // m, l and the rescale factor per query
     T* factor = p.dropout_p > 0 ? scratch(drop_buf, kBlockK) : nullptr;
-    T* m = ml;
-    T* l = ml + kBlockQ;
-    std::fill(m, m + rows, -std::numeric_limits<T>::infinity());
-    std::fill(l, l + rows, T(0));
+    T* m = state;
+    T* l = state + kBlockQ;
+    T* alpha = state + 2 * kBlockQ;
+    std::fill(m, m + kBlockQ, -std::numeric_limits<T>::infinity());
+    std::fill(l, l + kBlockQ, T(0));
     std::fill(acc, acc + rows * ev, T(0));
-    at.load_scaled_queries(b, h, i0, rows, qs);
+    const int64_t padded = round_up_to_lanes<T>(rows);  // whole vectors of queries
+    at.load_queries_transposed(b, h, i0, rows, padded, qt);
 
     int64_t j_begin = chunk * plan.tiles_per_chunk * kBlockK;
     int64_t j_end = std::min(p.keys, (chunk + 1) * plan.tiles_per_chunk * kBlockK);
     if (p.causal) j_end = std::min(j_end, i0 + rows);  // keys past the tile's last query are masked
     for (int64_t j0 = j_begin; j0 < j_end; j0 += kBlockK) {
       const int64_t cols = std::min(kBlockK, j_end - j0);
-      pack_transposed(at.k_row(b, hk, j0), p.k_strides[2], cols, e, kt, kBlockK);
-      tile_gemm<false>(rows, cols, e, qs, e, 1, kt, kBlockK, s, kBlockK);
-      at.mask_scores(b, h, i0, rows, j0, cols, s, kBlockK);
-      for (int64_t r = 0; r < rows; ++r) {
-        T* sr = s + r * kBlockK;
-        const T m_new = std::max(m[r], row_max(sr, cols));
-        if (m_new == -std::numeric_limits<T>::infinity()) {  // nothing unmasked yet
-          std::fill(sr, sr + cols, T(0));
-          continue;
-        }
-        const T alpha = std::exp(m[r] - m_new);
-        const T sum = exp_shifted(sr, cols, m_new);
-        l[r] = l[r] * alpha + sum;
-        if (alpha != T(1)) scale_row(acc + r * ev, ev, alpha);
-        m[r] = m_new;
-        if (factor != nullptr) {
-          at.dropout_row(bh, i0 + r, j0, cols, factor);
-          for (int64_t c = 0; c < cols; ++c) sr[c] *= factor[c];
+      // St = K (scale Q)^T
+      tile_gemm<false>(cols, padded, e, at.k_row(b, hk, j0), p.k_strides[2], 1, qt, kBlockQ, st, kBlockQ);
+      at.mask_scores_transposed(b, h, i0, rows, j0, cols, st, kBlockQ);
+      const bool rescale = online_softmax_columns(st, kBlockQ, cols, padded, m, l, alpha);
+      if (rescale) {
+        for (int64_t r = 0; r < rows; ++r) {
+          if (alpha[r] != T(1)) scale_row(acc + r * ev, ev, alpha[r]);
         }
       }
-      // acc += P V
-      tile_gemm<true>(rows, ev, cols, s, kBlockK, 1, at.v_row(b, hk, j0), p.v_strides[2], acc, ev);
+      if (factor != nullptr) {
+        for (int64_t r = 0; r < rows; ++r) {
+          at.dropout_row(bh, i0 + r, j0, cols, factor);
+          for (int64_t c = 0; c < cols; ++c) st[c * kBlockQ + r] *= factor[c];
+        }
+      }
+      // acc += P V, P read through St
+      tile_gemm<true>(rows, ev, cols, st, 1, kBlockQ, at.v_row(b, hk, j0), p.v_strides[2], acc, ev);
     }
 
     if (!split) {
@@ -457,7 +519,7 @@ void backward_typed(const AttentionProblem& p, const T* out, const T* lse, const
   if (key_tiles > 0) chunks = (key_tiles + tiles_per_chunk - 1) / tiles_per_chunk;
   const int64_t q_elements = rows_total * e;
   std::vector<T> dq_parts;
-  if (chunks > 1) dq_parts.assign(static_cast<size_t>(chunks * q_elements), T(0));
+  if (chunks > 1) dq_parts.assign(static_cast<size_t>((chunks - 1) * q_elements), T(0));  // chunks 1...
   std::fill(grad_q, grad_q + q_elements, T(0));
   std::fill(grad_k, grad_k + p.batch * p.kv_heads * keys * e, T(0));
   std::fill(grad_v, grad_v + p.batch * p.kv_heads * keys * ev, T(0));
@@ -475,8 +537,7 @@ void backward_typed(const AttentionProblem& p, const T* out, const T* lse, const
     T* factor = p.dropout_p > 0 ? scratch(drop_buf, kBlockK) : nullptr;
     T* dk = scratch(dk_buf, kBlockK * e);
     T* dv = scratch(dv_buf, kBlockK * ev);
-    T* dq_base = chunks > 1 ? dq_parts.data() + chunk * q_elements : grad_q;
-    const T scale = static_cast<T>(p.scale);
+    T* dq_base = chunk == 0 ? grad_q : dq_parts.data() + (chunk - 1) * q_elements;  // chunk 0: grad_q
     const int64_t j_begin = chunk * tiles_per_chunk * kBlockK;
     const int64_t j_end = std::min(keys, (chunk + 1) * tiles_per_chunk * kBlockK);
     for (int64_t j0 = j_begin; j0 < j_end; j0 += kBlockK) {
@@ -521,8 +582,7 @@ void backward_typed(const AttentionProblem& p, const T* out, const T* lse, const
           }
           // dK += dS^T (scale Q)
           tile_gemm<true>(cols, e, rows, dp, 1, kBlockK, qs, e, dk, e);
-          // dQ += scale dS K
-          for (int64_t r = 0; r < rows; ++r) scale_row(dp + r * kBlockK, cols, scale);
+          // dQ += dS K (times scale once at the end)
           tile_gemm<true>(rows, e, cols, dp, kBlockK, 1, at.k_row(b, hk, j0), p.k_strides[2], dq_base + row0 * e, e);
         }
       }
@@ -531,14 +591,14 @@ void backward_typed(const AttentionProblem& p, const T* out, const T* lse, const
       std::copy(dv, dv + cols * ev, grad_v + kv_row * ev);
     }
   });
-  if (chunks > 1) {
-    parallel_for_threads(p.threads, 0, q_elements, 1 << 14, [&](int64_t x0, int64_t x1) {
-      for (int64_t c = 0; c < chunks; ++c) {
-        const T* part = dq_parts.data() + c * q_elements;
-        for (int64_t x = x0; x < x1; ++x) grad_q[x] += part[x];
-      }
-    });
-  }
+  const T scale = static_cast<T>(p.scale);
+  parallel_for_threads(p.threads, 0, q_elements, 1 << 14, [&](int64_t x0, int64_t x1) {
+    for (int64_t c = 1; c < chunks; ++c) {
+      const T* part = dq_parts.data() + (c - 1) * q_elements;
+      for (int64_t x = x0; x < x1; ++x) grad_q[x] += part[x];
+    }
+    scale_row(grad_q + x0, x1 - x0, scale);
+  });
 }
 
 }  // namespace
