@@ -513,6 +513,32 @@ def train_mnist_epoch(data_path: str) -> dict[str, Setup]:
     return {"torch": lambda: make(False), "torch_compile": lambda: make(True)}
 
 
+MINILM_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "data", "minilm")
+
+
+def minilm_embed(batch: int, length: int) -> dict[str, Setup]:
+    """apps/ember/bench_workloads.cpp's minilm_embed: transformers' BertModel with all-MiniLM-L6-v2's
+    weights (data/minilm), mean pooling and L2 normalization (sentence-transformers' recipe), under
+    inference_mode."""
+    def torch_setup():
+        from transformers import AutoModel  # scripts/setup --dev installs it
+
+        model = AutoModel.from_pretrained(MINILM_DIR).eval()
+        torch.manual_seed(0)
+        ids = torch.randint(1000, 29000, (batch, length))
+        mask = torch.ones(batch, length, dtype=torch.int64)
+
+        def run():
+            with torch.inference_mode():
+                hidden = model(input_ids=ids, attention_mask=mask).last_hidden_state
+                weights = mask.unsqueeze(-1).to(hidden.dtype)
+                return F.normalize((hidden * weights).sum(1) / weights.sum(1).clamp(min=1e-9), dim=1)
+
+        return run
+
+    return {"torch": torch_setup}
+
+
 def workloads(data_dir: str = "data/mnist") -> dict[str, dict[str, Setup]]:
     """name -> {peer: setup}, with the names of `ember bench --list`."""
     w: dict[str, dict[str, Setup]] = {}
@@ -554,4 +580,6 @@ def workloads(data_dir: str = "data/mnist") -> dict[str, dict[str, Setup]]:
     w["train_step_mlp"] = train_step_mlp()
     w["train_step_cnn"] = train_step_cnn()
     w["train_mnist_epoch"] = train_mnist_epoch(os.path.join(data_dir, "mnist_5k.csv.gz"))
+    w["minilm_b1_s128"] = minilm_embed(1, 128)
+    w["minilm_b32_s128"] = minilm_embed(32, 128)
     return w

@@ -12,6 +12,7 @@
 #include "bench.h"
 #include "ember/data.h"
 #include "ember/ember.h"
+#include "ember/models/bert.h"
 #include "ember/models/mnist.h"
 #include "ember/optim.h"
 
@@ -325,6 +326,36 @@ WorkloadSpec train_mnist_epoch(const std::string& name, const std::string& data_
           }};
 }
 
+// all-MiniLM-L6-v2 (data/minilm, which scripts/setup fetches) embedding `batch` texts of `length`
+// tokens as `ember embed` does, without gradients: BERT's forward (6 layers, hidden 384), mean
+// pooling, L2 normalization. FLOPs: the layers' GEMMs, attention's two products per head and the
+// pooler; bytes: the layers' weights once, the ids and mask, the hidden states in and out.
+WorkloadSpec minilm_embed(const std::string& name, int64_t batch, int64_t length, bool slow) {
+  return {
+      name, slow, [=] {
+        auto encoder = std::make_shared<models::SentenceEncoder>(models::SentenceEncoder::from_folder("data/minilm"));
+        const models::BertConfig& c = encoder->model().config;
+        manual_seed(0);
+        const Tensor ids = randint(1000, 29000, {batch, length});
+        const Tensor mask = ones({batch, length}, DType::kInt64);
+        const double tokens = as_double(batch * length);
+        const double hidden = as_double(c.hidden_size), inner = as_double(c.intermediate_size);
+        const double layer_weights = 4 * hidden * hidden + 2 * hidden * inner;
+        const double per_token_layer = 2 * layer_weights + 4 * as_double(length) * hidden;
+        return Workload{
+            .flops = tokens * as_double(c.num_hidden_layers) * per_token_layer + 2 * as_double(batch) * hidden * hidden,
+            .bytes = kFloatBytes * (as_double(c.num_hidden_layers) * layer_weights + 2 * tokens * hidden) +
+                     kIndexBytes * 2 * tokens,
+            .run =
+                [=] {
+                  autograd::NoGradGuard no_grad;
+                  models::l2_normalize(
+                      models::mean_pooling(encoder->model().forward(ids, mask).last_hidden_state, mask));
+                },
+        };
+      }};
+}
+
 }  // namespace
 
 std::vector<WorkloadSpec> bench_workloads(const BenchOptions& options) {
@@ -373,6 +404,8 @@ std::vector<WorkloadSpec> bench_workloads(const BenchOptions& options) {
   w.push_back(train_step_mlp("train_step_mlp"));
   w.push_back(train_step_cnn("train_step_cnn"));
   w.push_back(train_mnist_epoch("train_mnist_epoch", options.data_dir));
+  w.push_back(minilm_embed("minilm_b1_s128", 1, 128, /*slow=*/false));
+  w.push_back(minilm_embed("minilm_b32_s128", 32, 128, /*slow=*/true));
   return w;
 }
 

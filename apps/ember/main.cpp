@@ -1,7 +1,7 @@
 // The ember command-line tool: `ember info` reports the build and this machine's SIMD target;
 // `ember train mnist` trains a model on MNIST (the main job); `ember bench` times the benchmark's
 // workloads (scripts/bench compares them with PyTorch and NumPy); `ember roofline` places ops and
-// workloads under this machine's measured peaks.
+// workloads under this machine's measured peaks; `ember embed` prints sentence similarities.
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <iostream>
@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "bench.h"
+#include "embed.h"
 #include "ember/ember.h"
 #include "roofline.h"
 #include "train.h"
@@ -199,6 +200,14 @@ int main(int argc, char** argv) {
   bench_cmd->add_option("--latency", bench.latency,
                         "Time single calls for this many seconds and report their median and p99 instead");
   bench_cmd->add_option("--data", bench.data_dir, "MNIST folder for train_mnist_epoch")->capture_default_str();
+  ember::cli::EmbedOptions embed;
+  CLI::App* embed_cmd =
+      app.add_subcommand("embed", "Sentence embeddings with a pretrained MiniLM: cosine similarities of the texts");
+  embed_cmd->add_option("texts", embed.texts, "Texts to embed")->required();
+  embed_cmd->add_option("--model", embed.model_dir, "A sentence-transformers folder (scripts/setup fetches data/minilm)")
+      ->capture_default_str();
+  embed_cmd->add_flag("--json", embed.json, "Print one JSON object with the vectors instead");
+  embed_cmd->add_option("--threads", embed.threads, "Threads (default: all cores)")->check(kThreadCount);
   ember::cli::RooflineOptions roofline;
   CLI::App* roofline_cmd =
       app.add_subcommand("roofline", "This machine's roofline (measured peaks), with ops from a profile or benchmark");
@@ -219,6 +228,7 @@ int main(int argc, char** argv) {
     if (mnist->parsed()) return ember::cli::run_train_mnist(train);
     if (bench_cmd->parsed()) return ember::cli::run_bench(bench);
     if (roofline_cmd->parsed()) return ember::cli::run_roofline(roofline);
+    if (embed_cmd->parsed()) return ember::cli::run_embed(embed);
   } catch (const ember::Error& e) {
     std::cerr << "error: " << e.what() << "\n";
     return 1;

@@ -22,3 +22,4 @@
 #include "ember/shape.h"
 #include "ember/tensor.h"
 #include "ember/threads.h"
+#include "ember/tokenizer.h"
