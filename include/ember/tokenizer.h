@@ -29,6 +29,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "ember/tensor.h"
@@ -100,5 +101,44 @@ class WordPieceTokenizer {
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
+
+/// A character-level tokenizer: the vocabulary is a sorted list of distinct bytes (Shakespeare's
+/// text has 84), and each byte is its index. For `ember train gpt` and `ember generate`.
+class CharTokenizer {
+ public:
+  /// The sorted distinct bytes of `text` (an ember::Error when it is empty).
+  static CharTokenizer from_text(std::string_view text);
+  /// The given vocabulary, in its order (distinct bytes; from a checkpoint).
+  explicit CharTokenizer(std::string vocabulary);
+  /// An ember::Error names the first character outside the vocabulary and its offset.
+  std::vector<int64_t> encode(std::string_view text) const;
+  std::string decode(const std::vector<int64_t>& ids) const;
+  int64_t vocab_size() const { return static_cast<int64_t>(vocabulary_.size()); }
+  const std::string& vocabulary() const { return vocabulary_; }
+
+ private:
+  std::string vocabulary_;
+  std::vector<int16_t> id_of_byte_;  // 256 entries, -1 for bytes outside the vocabulary
+};
+
+/// A text as one long sequence of token ids with nanoGPT's split (the first 90% of tokens train,
+/// the last 10% validate) and its batches: random windows of context + 1 tokens, the first context
+/// as inputs and the last context as next-token targets.
+class TextSplit {
+ public:
+  TextSplit(std::vector<int64_t> tokens, double train_fraction = 0.9);
+  /// `batch` windows of `split` ("train" or "val") starting at offsets drawn with the seeded
+  /// generator `state` (splitmix64, advanced): {inputs, targets}, each (batch, context) int64.
+  std::pair<Tensor, Tensor> batch(std::string_view split, int64_t batch, int64_t context, uint64_t& state) const;
+  int64_t train_size() const { return train_end_; }
+  int64_t val_size() const { return static_cast<int64_t>(tokens_.size()) - train_end_; }
+
+ private:
+  std::vector<int64_t> tokens_;
+  int64_t train_end_;
+};
+
+/// Reads a whole file (an ember::Error naming the path when it cannot be read).
+std::string read_text_file(const std::string& path);
 
 }  // namespace ember::data

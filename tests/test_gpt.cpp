@@ -1,0 +1,173 @@
+// The GPT (include/ember/models/gpt.h): 50 training steps against PyTorch from the same initial
+// weights over the same batches (tests/golden/make_gpt_parity.py: dropout 0, AdamW with nanoGPT's
+// decay groups, clipping, warmup + cosine); generation with and without the KV cache; sampling;
+// the character tokenizer and the text split.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "ember/ember.h"
+#include "ember/io.h"
+#include "ember/models/gpt.h"
+#include "ember/optim.h"
+#include "golden.h"
+#include "test_util.h"
+
+namespace {
+
+using ember::Tensor;
+using ember::models::GPT;
+using ember::models::GPTConfig;
+
+const std::string kParity = std::string(EMBER_GOLDEN_DIR) + "/gpt_parity.safetensors";
+
+ember::StateDict with_prefix_removed(const ember::StateDict& all, const std::string& prefix) {
+  ember::StateDict out;
+  for (const auto& [key, value] : all) {
+    if (key.rfind(prefix, 0) == 0) out.emplace(key.substr(prefix.size()), value);
+  }
+  return out;
+}
+
+TEST(GptParity, FiftyStepsMatchPyTorch) {
+  const ember::StateDict golden = ember::load(kParity);
+  const std::map<std::string, std::string> meta = ember::load_metadata(kParity);
+  const GPTConfig config{.vocab_size = std::stoll(meta.at("vocab_size")),
+                         .block_size = std::stoll(meta.at("block_size")),
+                         .n_layer = std::stoll(meta.at("n_layer")),
+                         .n_head = std::stoll(meta.at("n_head")),
+                         .n_embd = std::stoll(meta.at("n_embd"))};
+  GPT model(config);
+  model.load_state_dict(with_prefix_removed(golden, "init."));
+  ember::optim::AdamWOptions options{.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.99, .weight_decay = 0.0};
+  ember::optim::AdamW optimizer({{model.decayed_parameters(), {{"weight_decay", std::stod(meta.at("weight_decay"))}}},
+                                 {model.undecayed_parameters(), {{"weight_decay", 0.0}}}},
+                                options);
+  const Tensor inputs = golden.at("inputs"), targets = golden.at("targets");
+  const Tensor losses = golden.at("losses"), lrs = golden.at("lrs");
+  const int64_t steps = inputs.size(0);
+  for (int64_t step = 0; step < steps; ++step) {
+    for (ember::optim::ParamGroup& group : optimizer.param_groups()) group.set_lr(lrs.select(0, step).item<double>());
+    const Tensor loss = model.loss(inputs.select(0, step), targets.select(0, step));
+    optimizer.zero_grad();
+    loss.backward();
+    ember::optim::clip_grad_norm_(model.parameters(), std::stod(meta.at("clip")));
+    optimizer.step();
+    const double expected = losses.select(0, step).item<double>();
+    EXPECT_NEAR(loss.item<double>(), expected, 1e-4 * std::abs(expected)) << "step " << step;
+  }
+  const ember::StateDict final_weights = with_prefix_removed(golden, "final.");
+  const ember::StateDict trained = model.state_dict();
+  ASSERT_EQ(trained.size(), final_weights.size());
+  for (const auto& [name, expected] : final_weights) {
+    EXPECT_TRUE(golden::all_close(trained.at(name), expected, {1e-4, 1e-4})) << name;
+  }
+}
+
+GPTConfig tiny() { return {.vocab_size = 11, .block_size = 12, .n_layer = 2, .n_head = 2, .n_embd = 16}; }
+
+TEST(Gpt, GreedyDecodingWithAndWithoutTheCacheAgrees) {
+  ember::manual_seed(3);
+  GPT model(tiny());
+  const std::vector<int64_t> prompt = {1, 5, 2, 7};
+  // Past the context of 12: the cache restarts from the window, as the recomputation crops it.
+  const std::vector<int64_t> cached = ember::models::generate(model, prompt, 20, {.temperature = 0.0}, true);
+  const std::vector<int64_t> recomputed = ember::models::generate(model, prompt, 20, {.temperature = 0.0}, false);
+  EXPECT_EQ(cached, recomputed);
+  // The cached logits equal the full forward's at every position.
+  ember::autograd::NoGradGuard no_grad;
+  model.eval();
+  const Tensor idx = ember::from_vector(std::vector<int64_t>{1, 5, 2, 7, 3, 3, 9}).view({1, -1});
+  const Tensor full = model.forward(idx);
+  ember::models::KVCache cache = model.make_cache(1);
+  const Tensor first = model.forward_cached(idx.narrow(1, 0, 3), cache);
+  const Tensor middle = model.forward_cached(idx.narrow(1, 3, 1), cache);
+  const Tensor rest = model.forward_cached(idx.narrow(1, 4, 3), cache);  // a chunk after the prefill
+  EXPECT_TRUE(golden::all_close(ember::cat({first, middle, rest}, 1), full, {1e-5, 1e-5}));
+}
+
+TEST(Gpt, DecodingAllocatesNothingPerTokenAfterTheFirst) {
+  ember::manual_seed(4);
+  GPT model({.vocab_size = 11, .block_size = 64, .n_layer = 2, .n_head = 2, .n_embd = 16});
+  ember::models::KVCache cache = model.make_cache(1);
+  ember::autograd::NoGradGuard no_grad;
+  model.eval();
+  model.forward_cached(ember::from_vector(std::vector<int64_t>{1, 2, 3}).view({1, -1}), cache);
+  const Tensor next = ember::from_vector(std::vector<int64_t>{4}).view({1, 1});
+  model.forward_cached(next, cache);
+  const int64_t before = ember::memory_stats().system_allocations;
+  for (int i = 0; i < 20; ++i) model.forward_cached(next, cache);
+  EXPECT_EQ(ember::memory_stats().system_allocations, before);
+}
+
+TEST(Gpt, SamplingOptions) {
+  const Tensor logits = ember::from_vector(std::vector<float>{0.0f, 3.0f, 1.0f, 2.9f});
+  EXPECT_EQ(ember::models::Sampler({.temperature = 0.0}).sample(logits), 1);
+  // top_k = 1 is greedy whatever the seed; top_k = 2 only ever draws the two best.
+  for (uint64_t seed = 0; seed < 20; ++seed) {
+    EXPECT_EQ(ember::models::Sampler({.top_k = 1, .seed = seed}).sample(logits), 1);
+    const int64_t id = ember::models::Sampler({.top_k = 2, .seed = seed}).sample(logits);
+    EXPECT_TRUE(id == 1 || id == 3) << id;
+    // top_p = 0.5: token 1 alone holds ~47%, tokens 1 and 3 reach 0.5.
+    const int64_t nucleus = ember::models::Sampler({.top_p = 0.5, .seed = seed}).sample(logits);
+    EXPECT_TRUE(nucleus == 1 || nucleus == 3) << nucleus;
+  }
+  // Frequencies at temperature 1 follow the softmax (token 0: e^0 / sum ~ 2.3%).
+  ember::models::Sampler sampler({.seed = 11});
+  std::vector<int> counts(4);
+  for (int i = 0; i < 20000; ++i) ++counts[static_cast<size_t>(sampler.sample(logits))];
+  const double total = 1 + std::exp(3.0) + std::exp(1.0) + std::exp(2.9);
+  EXPECT_NEAR(counts[1] / 20000.0, std::exp(3.0) / total, 0.015);
+  EXPECT_NEAR(counts[0] / 20000.0, 1 / total, 0.005);
+  // The same seed draws the same tokens.
+  ember::models::Sampler a({.seed = 5}), b({.seed = 5});
+  for (int i = 0; i < 10; ++i) EXPECT_EQ(a.sample(logits), b.sample(logits));
+  test_util::expect_error([] { ember::models::Sampler({.temperature = -1}); }, {"[generate]", "temperature"});
+  test_util::expect_error([] { ember::models::Sampler({.top_p = 0}); }, {"[generate]", "top_p"});
+}
+
+TEST(Gpt, Errors) {
+  test_util::expect_error([] { GPT({.n_head = 3, .n_embd = 16}); }, {"[GPT]", "not divisible"});
+  GPT model(tiny());
+  test_util::expect_error(
+      [&] {
+        model.forward(ember::zeros({1, 13}, ember::kInt64));
+      },
+      {"[GPT]", "longer than the context of 12"});
+  test_util::expect_error([&] { ember::models::generate(model, {1, 99}, 3, {}); }, {"[generate]", "99"});
+  test_util::expect_error([&] { ember::models::generate(model, {}, 3, {}); }, {"[generate]", "at least one"});
+}
+
+TEST(CharTokenizer, RoundTripAndErrors) {
+  const auto tokenizer = ember::data::CharTokenizer::from_text("hello, world\n");
+  EXPECT_EQ(tokenizer.vocabulary(), "\n ,dehlorw");
+  EXPECT_EQ(tokenizer.encode("low"), (std::vector<int64_t>{6, 7, 9}));
+  EXPECT_EQ(tokenizer.decode(tokenizer.encode("hello world")), "hello world");
+  test_util::expect_error([&] { tokenizer.encode("hex"); }, {"[CharTokenizer]", "'x' at offset 2"});
+  test_util::expect_error([&] { tokenizer.decode({10}); }, {"[CharTokenizer]", "id 10"});
+  test_util::expect_error([] { ember::data::CharTokenizer("aa"); }, {"[CharTokenizer]", "twice"});
+  test_util::expect_error([] { ember::data::CharTokenizer::from_text(""); }, {"[CharTokenizer]", "empty"});
+}
+
+TEST(TextSplit, WindowsAreNextTokenPairsInTheirSplit) {
+  std::vector<int64_t> tokens(100);
+  for (int64_t i = 0; i < 100; ++i) tokens[static_cast<size_t>(i)] = i;
+  const ember::data::TextSplit split(tokens);
+  EXPECT_EQ(split.train_size(), 90);
+  EXPECT_EQ(split.val_size(), 10);
+  uint64_t state = 1;
+  for (int repeat = 0; repeat < 20; ++repeat) {
+    const auto [x, y] = split.batch("val", 3, 4, state);
+    EXPECT_TRUE(golden::all_close(y, x + 1, {0, 0}));
+    EXPECT_GE(x.min().item<int64_t>(), 90);
+    EXPECT_LE(y.max().item<int64_t>(), 99);
+    const auto [tx, ty] = split.batch("train", 3, 4, state);
+    EXPECT_LE(ty.max().item<int64_t>(), 89);
+  }
+  test_util::expect_error([&] { split.batch("val", 1, 10, state); }, {"[TextSplit]", "too few"});
+  test_util::expect_error([&] { split.batch("test", 1, 2, state); }, {"[TextSplit]", "split must be"});
+}
+
+}  // namespace
