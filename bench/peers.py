@@ -519,24 +519,70 @@ MINILM_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir,
 def minilm_embed(batch: int, length: int) -> dict[str, Setup]:
     """apps/ember/bench_workloads.cpp's minilm_embed: transformers' BertModel with all-MiniLM-L6-v2's
     weights (data/minilm), mean pooling and L2 normalization (sentence-transformers' recipe), under
-    inference_mode."""
-    def torch_setup():
+    inference_mode; compiled with torch.compile; and exported with torch.onnx (the dynamo exporter,
+    for this shape) to run in onnxruntime with the benchmark's thread count."""
+
+    def inputs():
+        torch.manual_seed(0)
+        return torch.randint(1000, 29000, (batch, length)), torch.ones(batch, length, dtype=torch.int64)
+
+    def load():
         from transformers import AutoModel  # scripts/setup --dev installs it
 
-        model = AutoModel.from_pretrained(MINILM_DIR).eval()
-        torch.manual_seed(0)
-        ids = torch.randint(1000, 29000, (batch, length))
-        mask = torch.ones(batch, length, dtype=torch.int64)
+        return AutoModel.from_pretrained(MINILM_DIR).eval()
+
+    def pool(hidden, mask):
+        weights = mask.unsqueeze(-1).to(hidden.dtype)
+        return F.normalize((hidden * weights).sum(1) / weights.sum(1).clamp(min=1e-9), dim=1)
+
+    def make(compiled: bool):
+        model = load()
+        ids, mask = inputs()
+
+        def embed(ids_, mask_):
+            return pool(model(input_ids=ids_, attention_mask=mask_).last_hidden_state, mask_)
+
+        fn = _compile(embed) if compiled else embed
 
         def run():
             with torch.inference_mode():
-                hidden = model(input_ids=ids, attention_mask=mask).last_hidden_state
-                weights = mask.unsqueeze(-1).to(hidden.dtype)
-                return F.normalize((hidden * weights).sum(1) / weights.sum(1).clamp(min=1e-9), dim=1)
+                return fn(ids, mask)
 
         return run
 
-    return {"torch": torch_setup}
+    def onnxruntime_setup():
+        import tempfile
+
+        import onnxruntime  # scripts/setup --dev installs it
+
+        model = load()
+        ids, mask = inputs()
+
+        class Hidden(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.bert = model
+
+            def forward(self, ids_, mask_):
+                return self.bert(input_ids=ids_, attention_mask=mask_).last_hidden_state
+
+        path = os.path.join(tempfile.mkdtemp(), "minilm.onnx")
+        torch.onnx.export(Hidden(), (ids, mask), path, input_names=["ids", "mask"], output_names=["hidden"],
+                          dynamo=True, verbose=False)
+        options = onnxruntime.SessionOptions()
+        options.intra_op_num_threads = torch.get_num_threads()
+        session = onnxruntime.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+        feeds = {"ids": ids.numpy(), "mask": mask.numpy()}
+        mask_f = mask.numpy()[..., None].astype(np.float32)
+
+        def run():
+            hidden = session.run(None, feeds)[0]
+            pooled = (hidden * mask_f).sum(1) / np.maximum(mask_f.sum(1), 1e-9)
+            return pooled / np.maximum(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12)
+
+        return run
+
+    return {"torch": lambda: make(False), "torch_compile": lambda: make(True), "onnxruntime": onnxruntime_setup}
 
 
 def workloads(data_dir: str = "data/mnist") -> dict[str, dict[str, Setup]]:

@@ -35,8 +35,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
 DOCS = ROOT / "docs" / "performance.md"
-PEER_ORDER = ("torch", "torch_compile", "numpy")
-PEER_TITLES = {"torch": "torch", "torch_compile": "compile", "numpy": "numpy"}
+PEER_ORDER = ("torch", "torch_compile", "numpy", "onnxruntime")
+PEER_TITLES = {"torch": "torch", "torch_compile": "compile", "numpy": "numpy", "onnxruntime": "ort"}
 CHECK_TOLERANCE = 0.10  # --check flags a ratio that fell by more than this fraction
 DOCS_BEGIN = "<!-- bench-table:begin (bench/run.py --write-docs) -->"
 DOCS_END = "<!-- bench-table:end -->"
@@ -488,7 +488,7 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="threads for everyone (default: all cores)")
     parser.add_argument("--rounds", type=int, default=None, help="interleaved rounds per workload (default 3, --quick 1)")
     parser.add_argument("--repeats", type=int, default=5, help="samples per side and round")
-    parser.add_argument("--peers", default="", help="comma-separated subset of torch,torch_compile,numpy")
+    parser.add_argument("--peers", default="", help="comma-separated subset of torch,torch_compile,numpy,onnxruntime")
     parser.add_argument("--ember", default="build/ember", help="the ember binary")
     parser.add_argument("--check", metavar="BASELINE", help="flag ratios that fell more than 10%% against BASELINE")
     parser.add_argument("--from", dest="from_file", metavar="RESULTS", help="use these results instead of running")
