@@ -1,7 +1,8 @@
 // The ember command-line tool: `ember info` reports the build and this machine's SIMD target;
 // `ember train mnist` trains a model on MNIST (the main job); `ember bench` times the benchmark's
 // workloads (scripts/bench compares them with PyTorch and NumPy); `ember roofline` places ops and
-// workloads under this machine's measured peaks; `ember embed` prints sentence similarities.
+// workloads under this machine's measured peaks; `ember train gpt` trains a character GPT on
+// Shakespeare and `ember generate` writes with it; `ember embed` prints sentence similarities.
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <iostream>
@@ -14,6 +15,7 @@
 #include "ember/ember.h"
 #include "roofline.h"
 #include "train.h"
+#include "train_gpt.h"
 
 namespace {
 
@@ -186,6 +188,63 @@ int main(int argc, char** argv) {
       "--profile", train.profile_path,
       "Profile the training steps: write a Chrome trace (open in ui.perfetto.dev) and print the top-15 ops");
 
+  ember::cli::TrainGptOptions gpt;
+  CLI::App* gpt_cmd = train_cmd->add_subcommand("gpt", "Train a character-level GPT (nanoGPT) on Shakespeare");
+  gpt_cmd->add_option("--layers", gpt.layers, "Transformer blocks")->check(kPositiveCount)->capture_default_str();
+  gpt_cmd->add_option("--heads", gpt.heads, "Attention heads per block")->check(kPositiveCount)->capture_default_str();
+  gpt_cmd->add_option("--dim", gpt.dim, "Embedding width")->check(kPositiveCount)->capture_default_str();
+  gpt_cmd->add_option("--context", gpt.context, "Context length in characters")
+      ->check(kPositiveCount)
+      ->capture_default_str();
+  gpt_cmd->add_option("--batch-size", gpt.batch_size, "Sequences per step")
+      ->check(kPositiveCount)
+      ->capture_default_str();
+  gpt_cmd->add_option("--steps", gpt.steps, "Training steps")->check(kPositiveCount)->capture_default_str();
+  gpt_cmd->add_option("--lr", gpt.lr, "Peak learning rate (cosine decay to a tenth of it)")->capture_default_str();
+  gpt_cmd->add_option("--warmup", gpt.warmup, "Steps of linear warmup")->check(kThreadCount)->capture_default_str();
+  gpt_cmd->add_option("--dropout", gpt.dropout, "Dropout probability")
+      ->check(CLI::Range(0.0, 0.99))
+      ->capture_default_str();
+  gpt_cmd->add_option("--seed", gpt.seed, "Seed for initialization and batches")->capture_default_str();
+  gpt_cmd->add_option("--threads", gpt.threads, "Threads (default: all cores)")->check(kThreadCount);
+  gpt_cmd->add_option("--data", gpt.data_path, "A text file (scripts/setup fetches Shakespeare)")
+      ->capture_default_str();
+  gpt_cmd->add_option("--eval-every", gpt.eval_every, "Steps between evaluations of both splits")
+      ->check(kPositiveCount)
+      ->capture_default_str();
+  gpt_cmd->add_option("--eval-batches", gpt.eval_batches, "Batches per split in an evaluation")
+      ->check(kPositiveCount)
+      ->capture_default_str();
+  gpt_cmd->add_option("--save", gpt.save_path, "Write a checkpoint (safetensors) at every evaluation");
+  gpt_cmd->add_option("--stop-after", gpt.stop_after, "Train only this many steps now (continue later with --resume)")
+      ->check(kPositiveCount);
+  gpt_cmd->add_option("--resume", gpt.resume_path, "Continue from a checkpoint written by --save");
+  gpt_cmd->add_option("--sample", gpt.sample_tokens, "Characters to generate at the end")
+      ->check(kThreadCount)
+      ->capture_default_str();
+  gpt_cmd->add_flag("--json", gpt.json, "End with one JSON line of results");
+  gpt_cmd->add_option("--profile", gpt.profile_path,
+                      "Profile the training steps: write a Chrome trace and print the top-15 ops");
+
+  ember::cli::GenerateOptions generate;
+  CLI::App* generate_cmd = app.add_subcommand("generate", "Stream text from a checkpoint of `ember train gpt`");
+  generate_cmd->add_option("--checkpoint", generate.checkpoint, "A checkpoint written by `ember train gpt --save`")
+      ->required();
+  generate_cmd->add_option("--prompt", generate.prompt, "Text to continue (default: a newline)");
+  generate_cmd->add_option("--tokens", generate.tokens, "Characters to generate")
+      ->check(kThreadCount)
+      ->capture_default_str();
+  generate_cmd->add_option("--temperature", generate.temperature, "Sampling temperature (0: greedy)")
+      ->capture_default_str();
+  generate_cmd->add_option("--top-k", generate.top_k, "Sample among the k most likely (0: all)")
+      ->check(kThreadCount)
+      ->capture_default_str();
+  generate_cmd->add_option("--top-p", generate.top_p, "Nucleus sampling: the most likely tokens summing to p")
+      ->capture_default_str();
+  generate_cmd->add_option("--seed", generate.seed, "Seed of the sampler")->capture_default_str();
+  generate_cmd->add_option("--threads", generate.threads, "Threads (default: all cores)")->check(kThreadCount);
+  generate_cmd->add_flag("--no-cache", generate.no_cache, "Recompute the whole window for every token");
+
   ember::cli::BenchOptions bench;
   CLI::App* bench_cmd = app.add_subcommand("bench", "Time ember on the benchmark's workloads (scripts/bench compares)");
   bench_cmd->add_option("--filter", bench.filter, "Only workloads whose name matches this regular expression");
@@ -204,7 +263,8 @@ int main(int argc, char** argv) {
   CLI::App* embed_cmd =
       app.add_subcommand("embed", "Sentence embeddings with a pretrained MiniLM: cosine similarities of the texts");
   embed_cmd->add_option("texts", embed.texts, "Texts to embed")->required();
-  embed_cmd->add_option("--model", embed.model_dir, "A sentence-transformers folder (scripts/setup fetches data/minilm)")
+  embed_cmd
+      ->add_option("--model", embed.model_dir, "A sentence-transformers folder (scripts/setup fetches data/minilm)")
       ->capture_default_str();
   embed_cmd->add_flag("--json", embed.json, "Print one JSON object with the vectors instead");
   embed_cmd->add_option("--threads", embed.threads, "Threads (default: all cores)")->check(kThreadCount);
@@ -226,6 +286,8 @@ int main(int argc, char** argv) {
   try {
     if (info->parsed()) return list_ops ? run_ops(as_json) : run_info(as_json);
     if (mnist->parsed()) return ember::cli::run_train_mnist(train);
+    if (gpt_cmd->parsed()) return ember::cli::run_train_gpt(gpt);
+    if (generate_cmd->parsed()) return ember::cli::run_generate(generate);
     if (bench_cmd->parsed()) return ember::cli::run_bench(bench);
     if (roofline_cmd->parsed()) return ember::cli::run_roofline(roofline);
     if (embed_cmd->parsed()) return ember::cli::run_embed(embed);

@@ -10,6 +10,7 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "cli_util.h"
 #include "ember/data.h"
 #include "ember/ember.h"
 #include "ember/io.h"
@@ -19,10 +20,6 @@
 
 namespace ember::cli {
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
 double default_lr(const std::string& optimizer) {
   if (optimizer == "sgd" || optimizer == "momentum" || optimizer == "adagrad") return 0.01;
@@ -48,20 +45,6 @@ constexpr const char* kOptimizerPrefix = "optimizer.";
 constexpr const char* kSchedulePrefix = "schedule.";
 // Keys the augmentation's random stream apart from the shuffling's (which uses the seed itself).
 constexpr uint64_t kShiftSeedOffset = 0x9E3779B97F4A7C15ULL;
-
-StateDict with_prefix(const StateDict& dict, const std::string& prefix) {
-  StateDict out;
-  for (const auto& [key, value] : dict) out.emplace(prefix + key, value);
-  return out;
-}
-
-StateDict strip_prefix(const StateDict& dict, const std::string& prefix) {
-  StateDict out;
-  for (const auto& [key, value] : dict) {
-    if (key.rfind(prefix, 0) == 0) out.emplace(key.substr(prefix.size()), value);
-  }
-  return out;
-}
 
 std::map<std::string, std::string> run_settings(const TrainOptions& o, double lr) {
   char lr_text[32];
@@ -125,19 +108,6 @@ double evaluate(nn::Module& model, const Tensor& images, const Tensor& labels) {
   }
   model.train();
   return images.size(0) > 0 ? static_cast<double>(correct) / static_cast<double>(images.size(0)) : 0.0;
-}
-
-// --profile: the run's totals, then the 15 ops that took the most time with their share of this
-// machine's roofline, on stderr when stdout carries the JSON result.
-void print_profile(const profiler::Profiler& profile, const TrainOptions& options) {
-  std::ostream& out = options.json ? std::cerr : std::cout;
-  // "% roof" needs this machine's peaks: measured once (about two seconds), then cached.
-  const profiler::Roof roof = profiler::cached_roof();
-  out << "\n"
-      << profile.summary().to_string() << "\n"
-      << profile.table(profiler::SortBy::kTotalTime, 15, &roof) << "\n"
-      << "trace written to " << options.profile_path << " (open it in https://ui.perfetto.dev); plot the ops with\n"
-      << "  ember roofline --from-trace " << options.profile_path << " --svg roofline.svg\n";
 }
 
 }  // namespace
@@ -287,7 +257,7 @@ int run_train_mnist(const TrainOptions& options) {
     std::printf("test accuracy %.2f%% on %lld images  |  %.1fs wall, %.0f samples/s\n", 100 * accuracy,
                 static_cast<long long>(test_set.size()), total_seconds, rate);
   }
-  if (profile) print_profile(*profile, options);
+  if (profile) print_profile(*profile, options.profile_path, options.json ? std::cerr : std::cout);
   return 0;
 }
 

@@ -1,0 +1,301 @@
+// `ember train gpt`: nanoGPT's character model on Shakespeare (AdamW with decay on the 2-D weights,
+// betas (0.9, 0.99), gradient clipping at 1, linear warmup then cosine decay to lr / 10), with
+// evaluations of both splits, checkpoints that record the architecture and the vocabulary, and a
+// sample at the end. `ember generate` rebuilds the model from such a checkpoint and streams text.
+#include "train_gpt.h"
+
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "cli_util.h"
+#include "ember/ember.h"
+#include "ember/io.h"
+#include "ember/models/gpt.h"
+#include "ember/optim.h"
+#include "ember/profiler.h"
+
+namespace ember::cli {
+namespace {
+
+constexpr const char* kModelPrefix = "model.";
+constexpr const char* kOptimizerPrefix = "optimizer.";
+
+// The vocabulary as hex, so any byte survives the checkpoint's JSON header.
+std::string to_hex(const std::string& bytes) {
+  static const char* kDigits = "0123456789abcdef";
+  std::string out;
+  for (const char c : bytes) {
+    const auto b = static_cast<unsigned char>(c);
+    out += kDigits[b >> 4];
+    out += kDigits[b & 15];
+  }
+  return out;
+}
+
+std::string from_hex(const std::string& hex, const std::string& path) {
+  auto digit = [&](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    EMBER_FAIL("[generate] checkpoint ", path, " has a corrupt vocabulary");
+  };
+  EMBER_CHECK(hex.size() % 2 == 0 && !hex.empty(), "[generate] checkpoint ", path, " has a corrupt vocabulary");
+  std::string out;
+  for (size_t i = 0; i < hex.size(); i += 2) out += static_cast<char>(digit(hex[i]) * 16 + digit(hex[i + 1]));
+  return out;
+}
+
+// The settings a checkpoint records: the architecture (needed to rebuild the model) and the run's
+// schedule (a resumed run must keep them).
+std::map<std::string, std::string> run_settings(const TrainGptOptions& o, const std::string& vocabulary) {
+  auto number = [](double v) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%.17g", v);
+    return std::string(text);
+  };
+  return {{"task", "gpt"},
+          {"layers", std::to_string(o.layers)},
+          {"heads", std::to_string(o.heads)},
+          {"dim", std::to_string(o.dim)},
+          {"context", std::to_string(o.context)},
+          {"dropout", number(o.dropout)},
+          {"vocabulary", to_hex(vocabulary)},
+          {"lr", number(o.lr)},
+          {"warmup", std::to_string(o.warmup)},
+          {"steps", std::to_string(o.steps)},
+          {"batch_size", std::to_string(o.batch_size)},
+          {"seed", std::to_string(o.seed)}};
+}
+
+// Architecture keys: a checkpoint that differs in one of them is another model.
+constexpr const char* kArchitectureKeys[] = {"layers", "heads", "dim", "context", "vocabulary"};
+
+int64_t whole_number(const std::map<std::string, std::string>& meta, const std::string& key, const std::string& path) {
+  const auto it = meta.find(key);
+  const bool ok = it != meta.end() && !it->second.empty() && it->second.size() < 12 &&
+                  it->second.find_first_not_of("0123456789") == std::string::npos;
+  EMBER_CHECK(ok, "[generate] checkpoint ", path, " has no valid ", key, " entry");
+  return std::stoll(it->second);
+}
+
+// nanoGPT's get_lr: linear warmup to lr, then cosine decay to lr / 10 at the last step.
+double lr_at(int64_t step, const TrainGptOptions& o) {
+  const double min_lr = o.lr / 10;
+  if (step < o.warmup) return o.lr * static_cast<double>(step + 1) / static_cast<double>(o.warmup + 1);
+  const double span = static_cast<double>(std::max<int64_t>(o.steps - o.warmup, 1));
+  const double ratio = std::min(1.0, static_cast<double>(step - o.warmup) / span);
+  return min_lr + 0.5 * (1.0 + std::cos(M_PI * ratio)) * (o.lr - min_lr);
+}
+
+// The mean loss over `batches` batches of a split, without gradients (nanoGPT's estimate_loss).
+double estimate_loss(models::GPT& model, const data::TextSplit& split, std::string_view name, int64_t batches,
+                     int64_t batch_size, int64_t context, uint64_t seed) {
+  autograd::NoGradGuard no_grad;
+  model.eval();
+  uint64_t state = seed;  // the same batches at every evaluation, so the curve compares like with like
+  double total = 0;
+  for (int64_t i = 0; i < batches; ++i) {
+    const auto [x, y] = split.batch(name, batch_size, context, state);
+    total += model.loss(x, y).item<double>();
+  }
+  model.train();
+  return total / static_cast<double>(batches);
+}
+
+std::string sample_text(models::GPT& model, const data::CharTokenizer& tokenizer, int64_t tokens, uint64_t seed) {
+  const std::vector<int64_t> prompt = tokenizer.encode("\n");
+  return tokenizer.decode(models::generate(model, prompt, tokens, {.temperature = 0.8, .top_k = 40, .seed = seed}));
+}
+
+}  // namespace
+
+int run_train_gpt(const TrainGptOptions& o) {
+  EMBER_CHECK(o.steps >= 1 && o.batch_size >= 1 && o.context >= 1 && o.eval_every >= 1 && o.eval_batches >= 1,
+              "[train gpt] --steps, --batch-size, --context, --eval-every and --eval-batches must be at least 1");
+  EMBER_CHECK(o.warmup >= 0 && o.warmup < o.steps, "[train gpt] --warmup must be in [0, --steps), got ", o.warmup);
+  EMBER_CHECK(o.lr > 0 && std::isfinite(o.lr), "[train gpt] --lr must be a positive number, got ", o.lr);
+  if (o.threads > 0) set_num_threads(o.threads);
+  std::string text;
+  try {
+    text = data::read_text_file(o.data_path);
+  } catch (const Error&) {
+    EMBER_FAIL("[train gpt] cannot read ", o.data_path, ": run scripts/setup, which downloads Shakespeare there");
+  }
+  const data::CharTokenizer tokenizer = data::CharTokenizer::from_text(text);
+  const data::TextSplit split(tokenizer.encode(text));
+  const std::map<std::string, std::string> settings = run_settings(o, tokenizer.vocabulary());
+
+  manual_seed(o.seed);
+  models::GPT model({.vocab_size = tokenizer.vocab_size(),
+                     .block_size = o.context,
+                     .n_layer = o.layers,
+                     .n_head = o.heads,
+                     .n_embd = o.dim,
+                     .dropout = o.dropout});
+  optim::AdamW optimizer(
+      {{model.decayed_parameters(), {{"weight_decay", 0.1}}}, {model.undecayed_parameters(), {{"weight_decay", 0.0}}}},
+      {.lr = o.lr, .beta1 = 0.9, .beta2 = 0.99});
+  uint64_t batch_state = o.seed;
+  int64_t first_step = 0;
+  if (!o.resume_path.empty()) {
+    const StateDict checkpoint = load(o.resume_path);
+    std::map<std::string, std::string> meta = load_metadata(o.resume_path);
+    EMBER_CHECK(meta["task"] == "gpt", "[train gpt] checkpoint ", o.resume_path, " is not a GPT checkpoint (task \"",
+                meta["task"], "\")");
+    for (const auto& [key, value] : settings) {
+      EMBER_CHECK(meta[key] == value, "[train gpt] checkpoint ", o.resume_path, " was written with ", key, "=",
+                  key == "vocabulary" ? "another vocabulary" : meta[key], " but this run uses ", key, "=",
+                  key == "vocabulary" ? "this text's" : value);
+    }
+    model.load_state_dict(strip_prefix(checkpoint, kModelPrefix));
+    optimizer.load_state_dict(strip_prefix(checkpoint, kOptimizerPrefix));
+    first_step = whole_number(meta, "steps_done", o.resume_path);
+    batch_state = std::stoull(meta["batch_state"]);
+    EMBER_CHECK(first_step <= o.steps, "[train gpt] checkpoint ", o.resume_path, " already has ", first_step,
+                " steps, more than --steps ", o.steps);
+  }
+  auto save_checkpoint = [&](int64_t steps_done) {
+    if (o.save_path.empty()) return;
+    StateDict checkpoint = with_prefix(model.state_dict(), kModelPrefix);
+    checkpoint.merge(with_prefix(optimizer.state_dict(), kOptimizerPrefix));
+    std::map<std::string, std::string> meta = settings;
+    meta["steps_done"] = std::to_string(steps_done);
+    meta["batch_state"] = std::to_string(batch_state);
+    save(checkpoint, o.save_path, meta);
+  };
+
+  const bool live = ::isatty(::fileno(stdout)) != 0 && !o.json;
+  const int64_t tokens_per_step = o.batch_size * o.context;
+  if (!o.json) {
+    std::printf(
+        "ember train gpt: %lld layers, %lld heads, %lld dims, context %lld (%.2fM parameters), batch %lld, %lld "
+        "steps, AdamW lr %g (warmup %lld, cosine to %g), dropout %g, %lld train / %lld val characters, %d threads\n",
+        static_cast<long long>(o.layers), static_cast<long long>(o.heads), static_cast<long long>(o.dim),
+        static_cast<long long>(o.context), static_cast<double>(model.num_parameters()) / 1e6,
+        static_cast<long long>(o.batch_size), static_cast<long long>(o.steps), o.lr, static_cast<long long>(o.warmup),
+        o.lr / 10, o.dropout, static_cast<long long>(split.train_size()), static_cast<long long>(split.val_size()),
+        get_num_threads());
+  }
+  std::unique_ptr<profiler::Profiler> profile;
+  if (!o.profile_path.empty()) profile = std::make_unique<profiler::Profiler>();
+  const int64_t last_step = o.stop_after > 0 ? std::min(o.steps, first_step + o.stop_after) : o.steps;
+  const auto start = Clock::now();
+  double train_seconds = 0, train_loss = NAN, val_loss = NAN, last_loss = NAN;
+  nlohmann::json evals = nlohmann::json::array();
+  model.train();
+  auto evaluate = [&](int64_t step) {
+    const profiler::Range eval_range("evaluation");
+    train_loss = estimate_loss(model, split, "train", o.eval_batches, o.batch_size, o.context, o.seed + 1);
+    val_loss = estimate_loss(model, split, "val", o.eval_batches, o.batch_size, o.context, o.seed + 2);
+    const double rate =
+        train_seconds > 0 ? static_cast<double>((step - first_step) * tokens_per_step) / train_seconds : 0.0;
+    evals.push_back({{"step", step}, {"train_loss", train_loss}, {"val_loss", val_loss}, {"tokens_per_second", rate}});
+    if (!o.json) {
+      std::printf("%sstep %5lld/%lld  train loss %.4f  val loss %.4f  %7.0f tokens/s  %6.1fs\n", live ? "\r" : "",
+                  static_cast<long long>(step), static_cast<long long>(o.steps), train_loss, val_loss, rate,
+                  seconds_since(start));
+      std::fflush(stdout);
+    }
+  };
+  auto last_draw = Clock::now();
+  for (int64_t step = first_step; step < last_step; ++step) {
+    const auto step_start = Clock::now();
+    {
+      const profiler::Range step_range("train step");
+      for (optim::ParamGroup& group : optimizer.param_groups()) group.set_lr(lr_at(step, o));
+      const auto [x, y] = split.batch("train", o.batch_size, o.context, batch_state);
+      const Tensor loss = model.loss(x, y);
+      optimizer.zero_grad();
+      loss.backward();
+      optim::clip_grad_norm_(model.parameters(), 1.0);
+      optimizer.step();
+      last_loss = loss.item<double>();
+    }
+    train_seconds += seconds_since(step_start);
+    const int64_t done = step + 1;
+    if (live && seconds_since(last_draw) > 0.1) {
+      last_draw = Clock::now();
+      constexpr int kWidth = 24;
+      const int filled = static_cast<int>(kWidth * done / o.steps);
+      std::string bar(static_cast<size_t>(filled), '#');
+      bar.append(static_cast<size_t>(kWidth - filled), '.');
+      const double rate = static_cast<double>((done - first_step) * tokens_per_step) / train_seconds;
+      std::printf("\rstep %5lld/%lld [%s] loss %.4f  %7.0f tokens/s ", static_cast<long long>(done),
+                  static_cast<long long>(o.steps), bar.c_str(), last_loss, rate);
+      std::fflush(stdout);
+    }
+    if (done % o.eval_every == 0 || done == o.steps) {
+      evaluate(done);
+      save_checkpoint(done);
+    }
+  }
+  if (last_step < o.steps || evals.empty()) save_checkpoint(last_step);
+  if (profile) {
+    profile->stop();
+    profile->export_chrome_trace(o.profile_path);
+  }
+  const std::string sample = sample_text(model, tokenizer, o.sample_tokens, o.seed);
+  const double rate =
+      train_seconds > 0 ? static_cast<double>((last_step - first_step) * tokens_per_step) / train_seconds : 0.0;
+  if (o.json) {
+    const nlohmann::json result = {
+        {"task", "gpt"},
+        {"steps", last_step},
+        {"parameters", model.num_parameters()},
+        {"train_loss", std::isnan(train_loss) ? nlohmann::json() : nlohmann::json(train_loss)},
+        {"val_loss", std::isnan(val_loss) ? nlohmann::json() : nlohmann::json(val_loss)},
+        {"final_loss", std::isnan(last_loss) ? nlohmann::json() : nlohmann::json(last_loss)},
+        {"train_seconds", train_seconds},
+        {"seconds", seconds_since(start)},
+        {"tokens_per_second", rate},
+        {"evals", evals},
+        {"sample", sample}};
+    std::cout << result.dump() << std::endl;
+  } else {
+    std::printf("trained %lld steps in %.1fs (%.0f tokens/s)\n--- sample (temperature 0.8, top-k 40) ---\n%s\n",
+                static_cast<long long>(last_step - first_step), train_seconds, rate, sample.c_str());
+  }
+  if (profile) print_profile(*profile, o.profile_path, o.json ? std::cerr : std::cout);
+  return 0;
+}
+
+int run_generate(const GenerateOptions& o) {
+  EMBER_CHECK(!o.checkpoint.empty(), "[generate] --checkpoint is required");
+  if (o.threads > 0) set_num_threads(o.threads);
+  std::map<std::string, std::string> meta = load_metadata(o.checkpoint);
+  EMBER_CHECK(meta["task"] == "gpt", "[generate] checkpoint ", o.checkpoint,
+              " is not a GPT checkpoint from `ember train gpt` (task \"", meta["task"], "\")");
+  for (const char* key : kArchitectureKeys) {
+    EMBER_CHECK(meta.count(key) != 0, "[generate] checkpoint ", o.checkpoint, " has no ", key, " entry");
+  }
+  const data::CharTokenizer tokenizer(from_hex(meta["vocabulary"], o.checkpoint));
+  models::GPT model({.vocab_size = tokenizer.vocab_size(),
+                     .block_size = whole_number(meta, "context", o.checkpoint),
+                     .n_layer = whole_number(meta, "layers", o.checkpoint),
+                     .n_head = whole_number(meta, "heads", o.checkpoint),
+                     .n_embd = whole_number(meta, "dim", o.checkpoint)});
+  model.load_state_dict(strip_prefix(load(o.checkpoint), kModelPrefix));
+  const std::vector<int64_t> prompt = tokenizer.encode(o.prompt);
+  EMBER_CHECK(!prompt.empty(), "[generate] --prompt must not be empty");
+  EMBER_CHECK(static_cast<int64_t>(prompt.size()) <= model.config.block_size, "[generate] the prompt has ",
+              prompt.size(), " characters, more than the model's context of ", model.config.block_size);
+  std::fwrite(o.prompt.data(), 1, o.prompt.size(), stdout);
+  const auto start = Clock::now();
+  const std::vector<int64_t> out = models::generate(
+      model, prompt, o.tokens, {.temperature = o.temperature, .top_k = o.top_k, .top_p = o.top_p, .seed = o.seed},
+      !o.no_cache, [&](int64_t id) {
+        std::fputc(tokenizer.vocabulary()[static_cast<size_t>(id)], stdout);
+        std::fflush(stdout);
+      });
+  const double seconds = seconds_since(start);
+  std::printf("\n");
+  std::fprintf(stderr, "%zu tokens in %.2fs: %.0f tokens/s (%s)\n", out.size(), seconds,
+               seconds > 0 ? static_cast<double>(out.size()) / seconds : 0.0, o.no_cache ? "no cache" : "KV cache");
+  return 0;
+}
+
+}  // namespace ember::cli

@@ -1,0 +1,48 @@
+// `ember train gpt` and `ember generate`: a character-level GPT on Shakespeare, and text from it.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace ember::cli {
+
+struct TrainGptOptions {
+  int64_t layers = 4;
+  int64_t heads = 4;
+  int64_t dim = 128;
+  int64_t context = 64;
+  int64_t batch_size = 12;
+  int64_t steps = 2000;
+  double lr = 1e-3;  // peak; cosine decay to lr / 10 at the last step (nanoGPT's recipe)
+  int64_t warmup = 100;
+  double dropout = 0.0;
+  uint64_t seed = 1337;
+  int threads = 0;  // 0: all cores
+  std::string data_path = "data/shakespeare/input.txt";
+  int64_t eval_every = 250;
+  int64_t eval_batches = 50;  // batches per split in each evaluation
+  int64_t stop_after = 0;     // > 0: train only this many steps now (with --save, continue with --resume)
+  int64_t sample_tokens = 300;
+  std::string save_path;
+  std::string resume_path;
+  std::string profile_path;
+  bool json = false;
+};
+
+int run_train_gpt(const TrainGptOptions& options);
+
+struct GenerateOptions {
+  std::string checkpoint;
+  std::string prompt = "\n";
+  int64_t tokens = 500;
+  double temperature = 0.8;
+  int64_t top_k = 0;
+  double top_p = 1.0;
+  uint64_t seed = 0;
+  int threads = 0;
+  bool no_cache = false;
+};
+
+int run_generate(const GenerateOptions& options);
+
+}  // namespace ember::cli
