@@ -158,13 +158,26 @@ std::vector<Entry> unary_entries() {
                                "relu_inplace", [](Tensor& y) { y.relu_(); }, kAwayFromZero)},
             .pinned = {pinned_unary("relu", ember::relu)}},
       Entry{.name = "gelu",
-            .ops = {OpKind::kGeluErf, OpKind::kGeluTanh},
+            .ops = {OpKind::kGeluErf, OpKind::kGeluTanh, OpKind::kGeluGrad},
             .golden = {elementwise("gelu",
                                    [](const Case& c) -> std::vector<Tensor> { return {ember::gelu(c.tensor(0))}; }),
                        elementwise(
                            "gelu_tanh",
                            [](const Case& c) -> std::vector<Tensor> { return {ember::gelu(c.tensor(0), "tanh")}; },
                            "gelu_tanh")},
+            // The fused float32 gradient (vectorized erf and tanh) against float64's over [-10, 10]: within
+            // a few float32 ulps of 1 (the tanh form cancels in 1 + tanh near x = -5).
+            .checks =
+                {{"gelu_grad_float32",
+                  [] {
+                    const Tensor x = ember::linspace(-10.0, 10.0, 40001);
+                    for (const char* form : {"none", "tanh"}) {
+                      const Tensor x32 = x.clone().requires_grad_(), x64 = x.to(ember::kFloat64).requires_grad_();
+                      ember::gelu(x32, form).sum().backward();
+                      ember::gelu(x64, form).sum().backward();
+                      EXPECT_TRUE(golden::all_close(x32.grad(), x64.grad().to(ember::kFloat32), {2e-6, 3e-6})) << form;
+                    }
+                  }}},
             .gradchecks = {unary_gradcheck("gelu", [](const Tensor& x) { return ember::gelu(x); }),
                            unary_gradcheck("gelu_tanh", [](const Tensor& x) { return ember::gelu(x, "tanh"); }),
                            unary_gradcheck(

@@ -259,6 +259,13 @@ struct MultinomialAttrs {
   auto fields() const { return std::tie(num_samples, replacement, seed, first_block); }
 };
 
+// gelu_grad: the form of the GELU (kGeluErf or kGeluTanh).
+struct ActivationAttrs {
+  Activation activation = Activation::kGeluErf;
+  bool operator==(const ActivationAttrs&) const = default;
+  auto fields() const { return std::tie(activation); }
+};
+
 struct ClampAttrs {
   std::optional<Scalar> min;
   std::optional<Scalar> max;
@@ -342,8 +349,8 @@ struct RmspropAttrs {
 using Attrs = std::variant<NoAttrs, FillAttrs, RangeAttrs, RandomAttrs, DropoutAttrs, ShapeAttrs, AxesAttrs, SliceAttrs,
                            SelectAttrs, AsStridedAttrs, ReduceAttrs, VarAttrs, NormAttrs, DimAttrs, MatmulAttrs,
                            Conv2dAttrs, Pool2dAttrs, BatchNormAttrs, LayerNormAttrs, ClassLossAttrs, LossAttrs,
-                           AttentionAttrs, ClampAttrs, RollAttrs, PadAttrs, SgdAttrs, AdamAttrs, AdagradAttrs,
-                           RmspropAttrs, TriangleAttrs, SortAttrs, TopKAttrs, MultinomialAttrs>;
+                           AttentionAttrs, ActivationAttrs, ClampAttrs, RollAttrs, PadAttrs, SgdAttrs, AdamAttrs,
+                           AdagradAttrs, RmspropAttrs, TriangleAttrs, SortAttrs, TopKAttrs, MultinomialAttrs>;
 
 // The index of attribute type T in Attrs (a compile error if T is not one of them).
 template <class T, size_t I = 0>

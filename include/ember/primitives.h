@@ -92,6 +92,7 @@ inline constexpr uint32_t kComparison = kElementwise | kBoolResult;
   /* elementwise */                                                                                \
   X(Where, "where", kElementwise | kDifferentiable, NoAttrs, 1)                                    \
   X(ThresholdBackward, "threshold_backward", kElementwise, NoAttrs, 1)                             \
+  X(GeluGrad, "gelu_grad", kElementwise, ActivationAttrs, 24)                                      \
   X(Clamp, "clamp", kComposite | kDifferentiable, ClampAttrs, 0)                                   \
   X(MaskedFill, "masked_fill", kComposite | kDifferentiable, FillAttrs, 0)                         \
   /* copies and creation */                                                                        \
@@ -133,8 +134,8 @@ inline constexpr uint32_t kComparison = kElementwise | kBoolResult;
   X(Matmul, "matmul", kDifferentiable, MatmulAttrs, 2)                                             \
   X(Linear, "linear", kComposite | kDifferentiable, NoAttrs, 0)                                    \
   X(LinearGelu, "linear_gelu", kComposite | kDifferentiable, MatmulAttrs, 0)                       \
-  /* attention */                                                                                   \
-  X(ScaledDotProductAttention, "scaled_dot_product_attention", kDifferentiable, AttentionAttrs, 0)  \
+  /* attention */                                                                                  \
+  X(ScaledDotProductAttention, "scaled_dot_product_attention", kDifferentiable, AttentionAttrs, 0) \
   X(AttentionGrad, "scaled_dot_product_attention_grad", 0, AttentionAttrs, 0)                      \
   /* convolution and pooling */                                                                    \
   X(Conv2d, "conv2d", kDifferentiable, Conv2dAttrs, 0)                                             \

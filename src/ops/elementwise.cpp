@@ -482,6 +482,24 @@ Tensor silu(const Tensor& x) {  // d/dx [x s(x)] = s (1 + x (1 - s))
   });
 }
 
+namespace {
+
+// GELU's gradient g * gelu'(x) in one pass (the GeluGrad primitive) when this backward is not
+// itself differentiated and the layout, dtype and device suit the kernel; otherwise nothing (the
+// caller's decomposition, which is also the reference).
+Tensor fused_gelu_grad(const Tensor& g, const Tensor& x, Activation form) {
+  const bool fused_dtype = g.dtype() == x.dtype() && (g.dtype() == kFloat32 || g.dtype() == kFloat64);
+  if (needs_grad(g) || needs_grad(x) || !fused_dtype || !dispatch::has_kernel(OpKind::kGeluGrad, g.device()) ||
+      g.shape() != x.shape() || !g.is_contiguous() || !x.is_contiguous()) {
+    return Tensor();
+  }
+  Tensor result = detail::make_empty(x.shape(), x.dtype(), x.device());
+  dispatch::run(OpKind::kGeluGrad, ActivationAttrs{form}, {&g, &x}, {&result});
+  return result;
+}
+
+}  // namespace
+
 Tensor gelu(const Tensor& x, std::string_view approximate) {
   EMBER_CHECK(approximate == "none" || approximate == "tanh", "[gelu] approximate must be \"none\" or \"tanh\", got \"",
               approximate, "\"");
@@ -489,6 +507,7 @@ Tensor gelu(const Tensor& x, std::string_view approximate) {
     // y = x/2 (1 + t), t = tanh(u), u = sqrt(2/pi) (x + c x^3):
     // dy/dx = (1 + t)/2 + x/2 (1 - t^2) sqrt(2/pi) (1 + 3 c x^2).
     return unary_saving_input(OpKind::kGeluTanh, x, [](const Tensor& g, const Tensor& in) {
+      if (Tensor fused = fused_gelu_grad(g, in, Activation::kGeluTanh); fused.defined()) return fused;
       const Tensor in2 = square(in);
       const Tensor t = tanh(mul(mul(in, add(mul(in2, kGeluTanhCoefficient), 1)), kSqrt2OverPi));
       const Tensor du = mul(add(mul(in2, 3 * kGeluTanhCoefficient), 1), kSqrt2OverPi);
@@ -496,13 +515,14 @@ Tensor gelu(const Tensor& x, std::string_view approximate) {
       return mul(g, slope);
     });
   }
-  // y = x Phi(x): dy/dx = Phi(x) + x phi(x). ember has no erf op, so Phi comes from the saved
-  // output as y / x (exact to the kernel's accuracy), with Phi(0) = 1/2.
+  // y = x Phi(x): dy/dx = Phi(x) + x phi(x). ember has no erf op, so the decomposition takes Phi
+  // from the saved output as y / x (exact to the kernel's accuracy), with Phi(0) = 1/2.
   Tensor out = unary_op(OpKind::kGeluErf, x);
   if (needs_grad(x)) {
     autograd::record(OpKind::kGeluErf, {}, out, {&x},
                      [sx = SavedTensor(x), so = SavedTensor(out)](const Tensor& g, GradMask) -> Grads {
                        const Tensor in = sx.get();
+                       if (Tensor fused = fused_gelu_grad(g, in, Activation::kGeluErf); fused.defined()) return {fused};
                        const Tensor cdf = where(eq(in, 0), 0.5, div(so.get(), in));
                        const Tensor pdf = mul(exp(mul(square(in), -0.5)), kInvSqrt2Pi);
                        return {mul(g, add(cdf, mul(in, pdf)))};
@@ -674,6 +694,8 @@ void define_elementwise_ops(OpRuleTable& table) {
   // threshold_backward: one compare-select per element; the gradient and the output read, the
   // input gradient written.
   table.set_cost(OpKind::kThresholdBackward, cost::elementwise);
+  // gelu_grad: erf (or tanh), exp and a few multiply-adds per element (24 FLOPs in the table).
+  table.set_cost(OpKind::kGeluGrad, cost::elementwise);
 }
 
 }  // namespace ember
