@@ -585,6 +585,81 @@ def minilm_embed(batch: int, length: int) -> dict[str, Setup]:
     return {"torch": lambda: make(False), "torch_compile": lambda: make(True), "onnxruntime": onnxruntime_setup}
 
 
+def _gpt(config: dict):
+    """tests/golden/make_gpt_parity.py's nanoGPT (the model of `ember train gpt`)."""
+    import sys
+
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "tests", "golden"))
+    from make_gpt_parity import GPT  # noqa: E402
+
+    torch.manual_seed(0)
+    return GPT(config)
+
+
+def train_gpt(config: dict, batch: int, steps: int) -> dict[str, Setup]:
+    """apps/ember/bench_workloads.cpp's train_gpt: `steps` steps of AdamW (nanoGPT's groups), clipping."""
+
+    def make(compiled: bool):
+        model = _gpt(config)
+        params = dict(model.named_parameters())
+        opt = torch.optim.AdamW([{"params": [p for p in params.values() if p.dim() >= 2], "weight_decay": 0.1},
+                                 {"params": [p for p in params.values() if p.dim() < 2], "weight_decay": 0.0}],
+                                lr=1e-3, betas=(0.9, 0.99))
+        x = torch.randint(0, config["vocab_size"], (batch, config["block_size"]))
+        y = torch.randint(0, config["vocab_size"], (batch, config["block_size"]))
+        loss_fn = _compile(model) if compiled else model
+
+        def run():
+            for _ in range(steps):
+                loss = loss_fn(x, y)
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+                opt.step()
+                loss.item()
+
+        return run
+
+    setups = {"torch": lambda: make(False)}
+    if steps == 1:
+        setups["torch_compile"] = lambda: make(True)
+    return setups
+
+
+def generate_gpt(config: dict, tokens: int) -> dict[str, Setup]:
+    """apps/ember/bench_workloads.cpp's generate_gpt: greedy tokens at batch 1, an eager loop over the
+    model's modules with a preallocated KV cache per layer (the prompt is one token)."""
+
+    def torch_setup():
+        model = _gpt(config).eval()
+        t, h = model.transformer, config["n_head"]
+        c = config["n_embd"]
+        shape = (1, h, config["block_size"], c // h)
+        caches = [(torch.zeros(shape), torch.zeros(shape)) for _ in t.h]
+
+        def step(token: int, pos: int) -> torch.Tensor:
+            x = t.wte.weight[token].view(1, 1, c) + t.wpe.weight[pos].view(1, 1, c)
+            for block, (ck, cv) in zip(t.h, caches):
+                q, k, v = block.attn.c_attn(block.ln_1(x)).split(c, dim=2)
+                q, k, v = (z.view(1, 1, h, c // h).transpose(1, 2) for z in (q, k, v))
+                ck[:, :, pos:pos + 1] = k
+                cv[:, :, pos:pos + 1] = v
+                y = F.scaled_dot_product_attention(q, ck[:, :, :pos + 1], cv[:, :, :pos + 1])
+                x = x + block.attn.c_proj(y.transpose(1, 2).reshape(1, 1, c))
+                x = x + block.mlp(block.ln_2(x))
+            return model.lm_head(t.ln_f(x))[0, -1]
+
+        def run():
+            with torch.inference_mode():
+                token = 0
+                for pos in range(tokens):
+                    token = int(step(token, pos).argmax())
+
+        return run
+
+    return {"torch": torch_setup}
+
+
 def workloads(data_dir: str = "data/mnist") -> dict[str, dict[str, Setup]]:
     """name -> {peer: setup}, with the names of `ember bench --list`."""
     w: dict[str, dict[str, Setup]] = {}
@@ -626,6 +701,11 @@ def workloads(data_dir: str = "data/mnist") -> dict[str, dict[str, Setup]]:
     w["train_step_mlp"] = train_step_mlp()
     w["train_step_cnn"] = train_step_cnn()
     w["train_mnist_epoch"] = train_mnist_epoch(os.path.join(data_dir, "mnist_5k.csv.gz"))
+    gpt = dict(vocab_size=84, block_size=128, n_layer=4, n_head=4, n_embd=192)
+    baby = dict(vocab_size=84, block_size=64, n_layer=4, n_head=4, n_embd=128)
+    w["train_step_gpt"] = train_gpt(gpt, 16, 1)
+    w["generate_gpt"] = generate_gpt(gpt, 128)
+    w["train_gpt_baby"] = train_gpt(baby, 12, 2000)
     w["minilm_b1_s128"] = minilm_embed(1, 128)
     w["minilm_b32_s128"] = minilm_embed(32, 128)
     return w

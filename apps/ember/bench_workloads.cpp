@@ -13,6 +13,7 @@
 #include "ember/data.h"
 #include "ember/ember.h"
 #include "ember/models/bert.h"
+#include "ember/models/gpt.h"
 #include "ember/models/mnist.h"
 #include "ember/optim.h"
 
@@ -276,6 +277,56 @@ WorkloadSpec train_step_cnn(const std::string& name) {
 // cosine schedule over 10 epochs, batch 64, random shifts of up to 2 pixels) on the 4,000 training
 // images of the offline subset: the same loop as apps/ember/train.cpp's, step for step, including
 // its per-batch loss and accuracy bookkeeping. Loading the data and evaluating are not timed.
+// The GPT of `ember train gpt` (bench/peers.py: the same model in PyTorch). FLOPs: 6 per parameter
+// per token for a training step (forward 2, backward 4) plus attention's products; 2 per parameter
+// per generated token.
+double gpt_parameters(const models::GPTConfig& c) {
+  const double d = as_double(c.n_embd);
+  return as_double(c.n_layer) * 12 * d * d + as_double(c.vocab_size + c.block_size) * d;
+}
+
+// `steps` training steps of `ember train gpt` on random tokens: the loss, backward, clipping and
+// AdamW with nanoGPT's decay groups.
+WorkloadSpec train_gpt(const std::string& name, const models::GPTConfig& config, int64_t batch, int64_t steps,
+                       bool slow) {
+  return {name, slow, [=] {
+            manual_seed(0);
+            auto model = std::make_shared<models::GPT>(config);
+            auto optimizer = std::make_shared<optim::AdamW>(
+                std::vector<optim::ParamGroup>{{model->decayed_parameters(), {{"weight_decay", 0.1}}},
+                                               {model->undecayed_parameters(), {{"weight_decay", 0.0}}}},
+                optim::AdamWOptions{.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.99});
+            const Tensor x = randint(0, config.vocab_size, {batch, config.block_size});
+            const Tensor y = randint(0, config.vocab_size, {batch, config.block_size});
+            const double tokens = as_double(batch * config.block_size);
+            const double attention = 6.0 * as_double(config.n_layer) * as_double(config.block_size) *
+                                     as_double(config.n_embd) * tokens;  // causal: half of 12 L T C
+            return Workload{.flops = as_double(steps) * (6.0 * gpt_parameters(config) * tokens + attention),
+                            .bytes = as_double(steps) * kFloatBytes * 4 * gpt_parameters(config),
+                            .run = [=] {
+                              for (int64_t step = 0; step < steps; ++step) {
+                                const Tensor loss = model->loss(x, y);
+                                optimizer->zero_grad();
+                                loss.backward();
+                                optim::clip_grad_norm_(model->parameters(), 1.0);
+                                optimizer->step();
+                                loss.item<double>();
+                              }
+                            }};
+          }};
+}
+
+// `tokens` greedy tokens at batch 1 from a one-token prompt, with the KV cache.
+WorkloadSpec generate_gpt(const std::string& name, const models::GPTConfig& config, int64_t tokens) {
+  return {name, false, [=] {
+            manual_seed(0);
+            auto model = std::make_shared<models::GPT>(config);
+            return Workload{.flops = as_double(tokens) * 2.0 * gpt_parameters(config),
+                            .bytes = as_double(tokens) * kFloatBytes * gpt_parameters(config),
+                            .run = [=] { models::generate(*model, {0}, tokens, {.temperature = 0.0}); }};
+          }};
+}
+
 WorkloadSpec train_mnist_epoch(const std::string& name, const std::string& data_dir) {
   return {name, true, [=] {
             auto train_set = std::make_shared<data::MNIST>(data_dir, data::Split::kTrain);
@@ -404,6 +455,12 @@ std::vector<WorkloadSpec> bench_workloads(const BenchOptions& options) {
   w.push_back(train_step_mlp("train_step_mlp"));
   w.push_back(train_step_cnn("train_step_cnn"));
   w.push_back(train_mnist_epoch("train_mnist_epoch", options.data_dir));
+  // `ember train gpt`'s defaults, and nanoGPT's small character model (2,000 steps, slow).
+  const models::GPTConfig gpt{.vocab_size = 84, .block_size = 128, .n_layer = 4, .n_head = 4, .n_embd = 192};
+  const models::GPTConfig baby{.vocab_size = 84, .block_size = 64, .n_layer = 4, .n_head = 4, .n_embd = 128};
+  w.push_back(train_gpt("train_step_gpt", gpt, 16, 1, /*slow=*/false));
+  w.push_back(generate_gpt("generate_gpt", gpt, 128));
+  w.push_back(train_gpt("train_gpt_baby", baby, 12, 2000, /*slow=*/true));
   w.push_back(minilm_embed("minilm_b1_s128", 1, 128, /*slow=*/false));
   w.push_back(minilm_embed("minilm_b32_s128", 32, 128, /*slow=*/true));
   return w;
