@@ -20,23 +20,16 @@
 #include "ember/ember.h"
 #include "ember/io.h"
 #include "ember/models/bert.h"
+#include "minilm_golden.h"
 
 namespace ember::models {
 namespace {
 
 namespace fs = std::filesystem;
+using minilm_golden::expect_error;
+using minilm_golden::golden;
+using minilm_golden::kMiniLM;
 using nlohmann::json;
-
-const std::string kMiniLM = std::string(EMBER_DATA_DIR) + "/minilm";
-
-const json& golden() {
-  static const json data = [] {
-    std::ifstream in(std::string(EMBER_GOLDEN_DIR) + "/minilm.json");
-    EXPECT_TRUE(in.good()) << "tests/golden/minilm.json is missing (tests/golden/make_minilm.py writes it)";
-    return json::parse(in);
-  }();
-  return data;
-}
 
 // The MiniLM, loaded once; a clear failure when scripts/setup has not fetched it.
 const SentenceEncoder& minilm() {
@@ -47,16 +40,6 @@ const SentenceEncoder& minilm() {
     return SentenceEncoder::from_folder(kMiniLM);
   }();
   return encoder;
-}
-
-std::string expect_error(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected an ember::Error";
-  return "";
 }
 
 // Nested JSON lists of numbers as a float32 tensor of `shape`.

@@ -16,23 +16,16 @@
 
 #include "ember/ember.h"
 #include "ember/tokenizer.h"
+#include "minilm_golden.h"
 
 namespace ember::data {
 namespace {
 
 namespace fs = std::filesystem;
+using minilm_golden::expect_error;
+using minilm_golden::golden;
+using minilm_golden::kMiniLM;
 using nlohmann::json;
-
-const std::string kMiniLM = std::string(EMBER_DATA_DIR) + "/minilm";
-
-const json& golden() {
-  static const json data = [] {
-    std::ifstream in(std::string(EMBER_GOLDEN_DIR) + "/minilm.json");
-    EXPECT_TRUE(in.good()) << "tests/golden/minilm.json is missing (tests/golden/make_minilm.py writes it)";
-    return json::parse(in);
-  }();
-  return data;
-}
 
 // The MiniLM tokenizer, read once; a clear failure when scripts/setup has not fetched it.
 const WordPieceTokenizer& minilm() {
@@ -43,16 +36,6 @@ const WordPieceTokenizer& minilm() {
     return WordPieceTokenizer::from_folder(kMiniLM);
   }();
   return tokenizer;
-}
-
-std::string expect_error(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected an ember::Error";
-  return "";
 }
 
 std::vector<int64_t> row(const Tensor& t, int64_t i) {
