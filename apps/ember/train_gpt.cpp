@@ -1,7 +1,8 @@
 // `ember train gpt`: nanoGPT's character model on Shakespeare (AdamW with decay on the 2-D weights,
 // betas (0.9, 0.99), gradient clipping at 1, linear warmup then cosine decay to lr / 10), with
 // evaluations of both splits, checkpoints that record the architecture and the vocabulary, and a
-// sample at the end. `ember generate` rebuilds the model from such a checkpoint and streams text.
+// sample at the end. load_gpt_checkpoint rebuilds the model from such a checkpoint for
+// `ember generate` (generate.cpp).
 #include "train_gpt.h"
 
 #include <unistd.h>
@@ -146,10 +147,17 @@ int run_train_gpt(const TrainGptOptions& o) {
     std::map<std::string, std::string> meta = load_metadata(o.resume_path);
     EMBER_CHECK(meta["task"] == "gpt", "[train gpt] checkpoint ", o.resume_path, " is not a GPT checkpoint (task \"",
                 meta["task"], "\")");
+    // The architecture first (a different model, whatever the schedule), then the schedule.
+    EMBER_CHECK(meta["vocabulary"] == settings.at("vocabulary"), "[train gpt] checkpoint ", o.resume_path,
+                " was trained on a text with another vocabulary than ", o.data_path);
+    for (const char* key : kArchitectureKeys) {
+      EMBER_CHECK(meta[key] == settings.at(key), "[train gpt] checkpoint ", o.resume_path,
+                  " holds a model of another architecture: --", key, " ", meta[key], " there, ", settings.at(key),
+                  " in this run");
+    }
     for (const auto& [key, value] : settings) {
       EMBER_CHECK(meta[key] == value, "[train gpt] checkpoint ", o.resume_path, " was written with ", key, "=",
-                  key == "vocabulary" ? "another vocabulary" : meta[key], " but this run uses ", key, "=",
-                  key == "vocabulary" ? "this text's" : value);
+                  meta[key], " but this run uses ", key, "=", value);
     }
     model.load_state_dict(strip_prefix(checkpoint, kModelPrefix));
     optimizer.load_state_dict(strip_prefix(checkpoint, kOptimizerPrefix));
@@ -263,39 +271,21 @@ int run_train_gpt(const TrainGptOptions& o) {
   return 0;
 }
 
-int run_generate(const GenerateOptions& o) {
-  EMBER_CHECK(!o.checkpoint.empty(), "[generate] --checkpoint is required");
-  if (o.threads > 0) set_num_threads(o.threads);
-  std::map<std::string, std::string> meta = load_metadata(o.checkpoint);
-  EMBER_CHECK(meta["task"] == "gpt", "[generate] checkpoint ", o.checkpoint,
+GptCheckpoint load_gpt_checkpoint(const std::string& path) {
+  std::map<std::string, std::string> meta = load_metadata(path);
+  EMBER_CHECK(meta["task"] == "gpt", "[generate] checkpoint ", path,
               " is not a GPT checkpoint from `ember train gpt` (task \"", meta["task"], "\")");
   for (const char* key : kArchitectureKeys) {
-    EMBER_CHECK(meta.count(key) != 0, "[generate] checkpoint ", o.checkpoint, " has no ", key, " entry");
+    EMBER_CHECK(meta.count(key) != 0, "[generate] checkpoint ", path, " has no ", key, " entry");
   }
-  const data::CharTokenizer tokenizer(from_hex(meta["vocabulary"], o.checkpoint));
-  models::GPT model({.vocab_size = tokenizer.vocab_size(),
-                     .block_size = whole_number(meta, "context", o.checkpoint),
-                     .n_layer = whole_number(meta, "layers", o.checkpoint),
-                     .n_head = whole_number(meta, "heads", o.checkpoint),
-                     .n_embd = whole_number(meta, "dim", o.checkpoint)});
-  model.load_state_dict(strip_prefix(load(o.checkpoint), kModelPrefix));
-  const std::vector<int64_t> prompt = tokenizer.encode(o.prompt);
-  EMBER_CHECK(!prompt.empty(), "[generate] --prompt must not be empty");
-  EMBER_CHECK(static_cast<int64_t>(prompt.size()) <= model.config.block_size, "[generate] the prompt has ",
-              prompt.size(), " characters, more than the model's context of ", model.config.block_size);
-  std::fwrite(o.prompt.data(), 1, o.prompt.size(), stdout);
-  const auto start = Clock::now();
-  const std::vector<int64_t> out = models::generate(
-      model, prompt, o.tokens, {.temperature = o.temperature, .top_k = o.top_k, .top_p = o.top_p, .seed = o.seed},
-      !o.no_cache, [&](int64_t id) {
-        std::fputc(tokenizer.vocabulary()[static_cast<size_t>(id)], stdout);
-        std::fflush(stdout);
-      });
-  const double seconds = seconds_since(start);
-  std::printf("\n");
-  std::fprintf(stderr, "%zu tokens in %.2fs: %.0f tokens/s (%s)\n", out.size(), seconds,
-               seconds > 0 ? static_cast<double>(out.size()) / seconds : 0.0, o.no_cache ? "no cache" : "KV cache");
-  return 0;
+  GptCheckpoint checkpoint{.model = nullptr, .tokenizer = data::CharTokenizer(from_hex(meta["vocabulary"], path))};
+  checkpoint.model = std::make_unique<models::GPT>(models::GPTConfig{.vocab_size = checkpoint.tokenizer.vocab_size(),
+                                                                     .block_size = whole_number(meta, "context", path),
+                                                                     .n_layer = whole_number(meta, "layers", path),
+                                                                     .n_head = whole_number(meta, "heads", path),
+                                                                     .n_embd = whole_number(meta, "dim", path)});
+  checkpoint.model->load_state_dict(strip_prefix(load(path), kModelPrefix));
+  return checkpoint;
 }
 
 }  // namespace ember::cli

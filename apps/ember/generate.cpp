@@ -1,0 +1,46 @@
+// `ember generate`: rebuilds a GPT from a checkpoint of `ember train gpt --save` (architecture and
+// vocabulary from its metadata) and streams a continuation of the prompt to stdout, a character at
+// a time, with the KV cache (or, with --no-cache, recomputing the window per character); the rate
+// goes to stderr so stdout holds only the text.
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "cli_util.h"
+#include "ember/ember.h"
+#include "ember/models/gpt.h"
+#include "train_gpt.h"
+
+namespace ember::cli {
+
+int run_generate(const GenerateOptions& o) {
+  EMBER_CHECK(!o.checkpoint.empty(), "[generate] --checkpoint is required");
+  if (o.threads > 0) set_num_threads(o.threads);
+  const GptCheckpoint checkpoint = load_gpt_checkpoint(o.checkpoint);
+  models::GPT& model = *checkpoint.model;
+  const data::CharTokenizer& tokenizer = checkpoint.tokenizer;
+  std::vector<int64_t> prompt;
+  try {
+    prompt = tokenizer.encode(o.prompt);
+  } catch (const Error& e) {
+    EMBER_FAIL("[generate] --prompt cannot be encoded with the checkpoint's vocabulary: ", e.what());
+  }
+  EMBER_CHECK(!prompt.empty(), "[generate] --prompt must not be empty");
+  EMBER_CHECK(static_cast<int64_t>(prompt.size()) <= model.config.block_size, "[generate] the prompt has ",
+              prompt.size(), " characters, more than the model's context of ", model.config.block_size);
+  std::fwrite(o.prompt.data(), 1, o.prompt.size(), stdout);
+  const auto start = Clock::now();
+  const std::vector<int64_t> out = models::generate(
+      model, prompt, o.tokens, {.temperature = o.temperature, .top_k = o.top_k, .top_p = o.top_p, .seed = o.seed},
+      !o.no_cache, [&](int64_t id) {
+        std::fputc(tokenizer.vocabulary()[static_cast<size_t>(id)], stdout);
+        std::fflush(stdout);
+      });
+  const double seconds = seconds_since(start);
+  std::printf("\n");
+  std::fprintf(stderr, "%zu tokens in %.2fs: %.0f tokens/s (%s)\n", out.size(), seconds,
+               seconds > 0 ? static_cast<double>(out.size()) / seconds : 0.0, o.no_cache ? "no cache" : "KV cache");
+  return 0;
+}
+
+}  // namespace ember::cli
