@@ -366,10 +366,10 @@ std::vector<Entry> loss_and_dropout_entries() {
 std::vector<Entry> attention_entries() {
   auto sdpa = [](const Case& c, const std::vector<Tensor>& x) {
     const golden::json& scale = c.attrs.at("scale");
-    return F::scaled_dot_product_attention(
-        x[0], x[1], x[2], optional_tensor(x, 3), 0.0, c.attrs.at("is_causal").get<bool>(),
-        scale.is_null() ? std::nullopt : std::optional<double>(scale.get<double>()),
-        c.attrs.at("enable_gqa").get<bool>());
+    return F::scaled_dot_product_attention(x[0], x[1], x[2], optional_tensor(x, 3), 0.0,
+                                           c.attrs.at("is_causal").get<bool>(),
+                                           scale.is_null() ? std::nullopt : std::optional<double>(scale.get<double>()),
+                                           c.attrs.at("enable_gqa").get<bool>());
   };
   // (q, k, v) -> attention, with the options of each gradcheck. The masks are made when the check
   // runs: a float one (2, 1, 5, 6) of values in [-1, 1], a bool one over the 6 keys.
@@ -402,8 +402,8 @@ std::vector<Entry> attention_entries() {
                                  attention(false, false, kNoMask, 0.3))}}};
 }
 
-[[maybe_unused]] const bool kRegistered = add(conv_and_pool_entries()) && add(norm_entries()) &&
-                                          add(loss_and_dropout_entries()) && add(attention_entries());
+[[maybe_unused]] const bool kRegistered =
+    add(conv_and_pool_entries()) && add(norm_entries()) && add(loss_and_dropout_entries()) && add(attention_entries());
 
 }  // namespace
 }  // namespace op_registry
