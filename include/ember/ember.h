@@ -3,6 +3,7 @@
 
 #include "ember/attrs.h"
 #include "ember/autograd.h"
+#include "ember/compile.h"
 #include "ember/cuda.h"
 #include "ember/data.h"
 #include "ember/device.h"

@@ -353,8 +353,17 @@ Tensor& operator/=(Tensor& a, const Scalar& b);
 // Prints like PyTorch: values, then shape/dtype details where PyTorch would show them.
 std::ostream& operator<<(std::ostream& out, const Tensor& t);
 
+namespace detail {
+// Host code reading a tensor's values (item, at, to_vector): a tracer (ember::compile) rejects it,
+// as the value would be baked into the compiled graph.
+using HostReadHook = void (*)(const char* what);
+void set_host_read_hook(HostReadHook hook);
+void note_host_read(const char* what);
+}  // namespace detail
+
 template <class T>
 std::vector<T> Tensor::to_vector() const {
+  detail::note_host_read("to_vector");
   const Tensor c = to(dtype_of<T>()).contiguous();
   const T* p = static_cast<const T*>(c.data_ptr());
   return std::vector<T>(p, p + c.numel());

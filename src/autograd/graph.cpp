@@ -5,6 +5,7 @@
 #include "autograd/engine.h"
 #include "autograd/function.h"
 #include "ember/ops.h"
+#include "ops/dispatch.h"
 
 namespace ember::autograd {
 namespace {
@@ -122,9 +123,13 @@ void accumulate_into(std::shared_ptr<TensorImpl>& slot, const Tensor& grad, cons
                            grad.is_contiguous() && !grad.impl().is_view;
     Tensor stored = exclusive ? grad : grad.clone();
     if (stored.dtype() != owner.dtype()) stored = stored.to(owner.dtype());
+    if (dispatch::observed()) [[unlikely]]
+      dispatch::notify_grad_slot(owner, stored, false);
     slot = stored.impl_ptr();
   } else {
     Tensor existing(slot);
+    if (dispatch::observed()) [[unlikely]]
+      dispatch::notify_grad_slot(owner, existing, true);
     existing.add_(grad);
   }
 }

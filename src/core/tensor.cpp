@@ -1,5 +1,7 @@
 // Tensor metadata and element access. Views, copies and every other op are in src/ops/; the
 // autograd surface of Tensor (backward, hooks, grad) is in src/autograd/graph.cpp.
+#include <atomic>
+
 #include "core/block_pool.h"
 #include "core/tensor_impl.h"
 
@@ -29,7 +31,18 @@ Tensor& Tensor::requires_grad_(bool value) {
   return *this;
 }
 
+namespace detail {
+namespace {
+std::atomic<HostReadHook> g_host_read_hook{nullptr};
+}  // namespace
+void set_host_read_hook(HostReadHook hook) { g_host_read_hook.store(hook, std::memory_order_relaxed); }
+void note_host_read(const char* what) {
+  if (HostReadHook hook = g_host_read_hook.load(std::memory_order_relaxed)) hook(what);
+}
+}  // namespace detail
+
 Scalar Tensor::item() const {
+  detail::note_host_read("item");
   EMBER_CHECK(device().is_cpu(), "[item] not implemented on ", device(), ": copy the tensor to the CPU first");
   EMBER_CHECK(numel() == 1, "[item] a tensor with ", numel(), " elements (shape ", shape(),
               ") cannot be converted to a scalar");
@@ -40,6 +53,7 @@ Scalar Tensor::item() const {
 }
 
 Scalar Tensor::at(const Shape& index) const {
+  detail::note_host_read("at");
   EMBER_CHECK(device().is_cpu(), "[at] not implemented on ", device(), ": copy the tensor to the CPU first");
   EMBER_CHECK(index.size() == dim(), "[at] index has ", index.size(), " entries, tensor of shape ", shape(), " has ",
               dim(), " dimensions");

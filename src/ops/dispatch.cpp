@@ -55,6 +55,7 @@ void run_observed(const OpCall& call, KernelFn kernel) {
 }  // namespace detail
 
 void add_observer(Observer* observer) {
+  ember::detail::set_host_read_hook(&notify_host_read);
   const std::lock_guard<std::shared_mutex> lock(detail::g_observers_mutex);
   detail::observers().push_back(observer);
   detail::g_num_observers.store(static_cast<int>(detail::observers().size()), std::memory_order_relaxed);
@@ -64,6 +65,36 @@ void remove_observer(Observer* observer) {
   const std::lock_guard<std::shared_mutex> lock(detail::g_observers_mutex);
   std::erase(detail::observers(), observer);
   detail::g_num_observers.store(static_cast<int>(detail::observers().size()), std::memory_order_relaxed);
+}
+
+namespace {
+template <class Fn>
+void for_each_observer(Fn fn) {
+  if (!observed()) return;
+  const std::shared_lock<std::shared_mutex> lock(detail::g_observers_mutex);
+  for (Observer* o : detail::observers()) fn(*o);
+}
+}  // namespace
+
+void notify_random_draw(uint64_t seed, uint64_t first_block, int64_t blocks) {
+  for_each_observer([&](Observer& o) { o.random_draw(seed, first_block, blocks); });
+}
+void notify_host_read(const char* what) {
+  for_each_observer([&](Observer& o) { o.host_read(what); });
+}
+void notify_grad_slot(const Tensor& leaf, const Tensor& grad, bool accumulate) {
+  for_each_observer([&](Observer& o) { o.grad_slot(leaf, grad, accumulate); });
+}
+
+void HostRegion::begin(const char* name, const std::function<void()>& replay) {
+  for_each_observer([&](Observer& o) { o.begin_host(name, replay); });
+  active_ = true;
+}
+void HostRegion::end() noexcept {
+  try {
+    for_each_observer([](Observer& o) { o.end_host(); });
+  } catch (...) {  // NOLINT(bugprone-empty-catch): an observer's failure cannot fail the region
+  }
 }
 
 void ensure_backends() { kernel_table(); }

@@ -16,6 +16,7 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <initializer_list>
 #include <optional>
 #include <span>
@@ -58,6 +59,19 @@ class Observer {
   virtual ~Observer() = default;
   virtual void begin(const OpCall& call) = 0;
   virtual void end(const OpCall& call) = 0;
+
+  // What happens besides op calls, for a tracer (graph/): the default ignores it.
+  // A random op reserved `blocks` counter blocks of the Philox generator, starting at (seed, first_block).
+  virtual void random_draw(uint64_t seed, uint64_t first_block, int64_t blocks) {}
+  // Host code is about to read a tensor's values (item(), to_vector()): `what` names the call.
+  virtual void host_read(const char* what) {}
+  // A leaf's .grad slot is about to change: set to `grad` (undefined: to none) or, with
+  // `accumulate`, added to in place (its current value read).
+  virtual void grad_slot(const Tensor& leaf, const Tensor& grad, bool accumulate) {}
+  // Host code that changes state outside tensors (an optimizer step, a scheduler step) runs between
+  // begin_host and end_host; `replay` repeats it (HostRegion).
+  virtual void begin_host(const char* name, const std::function<void()>& replay) {}
+  virtual void end_host() {}
 };
 
 // Attaches / detaches an observer (not owned), from any thread, while other threads run ops. Once
@@ -140,6 +154,34 @@ class Scope {
   const Tensor* inputs_[4] = {};
   int exceptions_ = 0;          // in flight when the scope began (an end with more: it threw)
   std::optional<Attrs> attrs_;  // set while observed
+};
+
+// The host-side events of Observer, sent to every observer (no-ops when none is attached).
+void notify_random_draw(uint64_t seed, uint64_t first_block, int64_t blocks);
+void notify_host_read(const char* what);
+void notify_grad_slot(const Tensor& leaf, const Tensor& grad, bool accumulate);
+
+// Marks host code that changes state a traced graph cannot see in its ops (an optimizer's step
+// counters and learning rate, a scheduler's epoch): a tracer records `replay` as one step of the
+// graph and replays it instead of the ops run inside the region, which it only notes as reads and
+// writes. Without observers, constructing one costs a load and a branch.
+class HostRegion {
+ public:
+  HostRegion(const char* name, const std::function<void()>& replay) {
+    if (observed()) [[unlikely]]
+      begin(name, replay);
+  }
+  ~HostRegion() {
+    if (active_) [[unlikely]]
+      end();
+  }
+  HostRegion(const HostRegion&) = delete;
+  HostRegion& operator=(const HostRegion&) = delete;
+
+ private:
+  void begin(const char* name, const std::function<void()>& replay);
+  void end() noexcept;
+  bool active_ = false;
 };
 
 }  // namespace ember::dispatch

@@ -142,10 +142,28 @@ GlobalGenerator& generator() {
 
 RandomDraw reserve_random_blocks(int64_t blocks) {
   GlobalGenerator& g = generator();
-  std::lock_guard<std::mutex> lock(g.mutex);
-  const RandomDraw draw{g.seed, g.next_block};
-  g.next_block += static_cast<uint64_t>(blocks);
+  RandomDraw draw;
+  {
+    const std::lock_guard<std::mutex> lock(g.mutex);
+    draw = {g.seed, g.next_block};
+    g.next_block += static_cast<uint64_t>(blocks);
+  }
+  if (dispatch::observed()) [[unlikely]]
+    dispatch::notify_random_draw(draw.seed, draw.first_block, blocks);
   return draw;
+}
+
+RandomDraw generator_state() {
+  GlobalGenerator& g = generator();
+  const std::lock_guard<std::mutex> lock(g.mutex);
+  return {g.seed, g.next_block};
+}
+
+void set_generator_state(const RandomDraw& state) {
+  GlobalGenerator& g = generator();
+  const std::lock_guard<std::mutex> lock(g.mutex);
+  g.seed = state.seed;
+  g.next_block = state.first_block;
 }
 }  // namespace detail
 

@@ -13,5 +13,8 @@ struct RandomDraw {
 
 // Reserves `blocks` Philox blocks (four 32-bit words each) of the global generator.
 RandomDraw reserve_random_blocks(int64_t blocks);
+// The global generator's key and next counter block (saved and restored by compile's check mode).
+RandomDraw generator_state();
+void set_generator_state(const RandomDraw& state);
 
 }  // namespace ember::detail

@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "ember/ops.h"
+#include "ops/dispatch.h"
 
 namespace ember::optim {
 
@@ -29,6 +30,7 @@ void LRScheduler::initial_step() {
 }
 
 void LRScheduler::step() {
+  const dispatch::HostRegion host(name_.c_str(), [this] { step(); });
   ++last_epoch_;
   const std::vector<double> lrs = get_lr();
   std::vector<ParamGroup>& groups = optimizer_.param_groups();

@@ -10,6 +10,7 @@
 #include "ember/autograd.h"
 #include "ember/ops.h"
 #include "ember/phase.h"
+#include "ops/dispatch.h"
 
 namespace ember::optim {
 
@@ -66,6 +67,8 @@ const ParamState* Optimizer::state(const Tensor& param) const {
 ParamState& Optimizer::state_for(const Tensor& param) { return state_[param.impl_ptr().get()]; }
 
 void Optimizer::step() {
+  // A compiled training step replays this whole call: its step counters and options live on the host.
+  const dispatch::HostRegion host(name_.c_str(), [this] { step(); });
   autograd::NoGradGuard no_grad;
   const PhaseGuard phase(Phase::kOptimizer);
   for (ParamGroup& group : groups_) {
@@ -81,8 +84,12 @@ void Optimizer::zero_grad(bool set_to_none) {
       Tensor grad = param.grad();
       if (!grad.defined()) continue;
       if (set_to_none) {
+        if (dispatch::observed()) [[unlikely]]
+          dispatch::notify_grad_slot(param, Tensor(), false);
         param.set_grad(Tensor());
       } else {
+        if (dispatch::observed()) [[unlikely]]
+          dispatch::notify_grad_slot(param, grad, true);
         if (!grad.is_leaf()) param.set_grad(grad = grad.detach());  // keep no history in .grad
         grad.zero_();
       }

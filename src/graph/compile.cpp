@@ -1,0 +1,346 @@
+// ember::compile (ember/compile.h): signatures, the cache of plans, the passes in order, and the
+// eager and checking modes.
+#include "ember/compile.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <iostream>
+#include <sstream>
+
+#include "graph/executor.h"
+#include "graph/passes.h"
+#include "graph/trace.h"
+#include "ops/factory.h"
+
+namespace ember::detail {
+namespace {
+
+// One argument as a plan was traced with.
+struct ArgKey {
+  bool tensor = false;
+  DType dtype = kFloat32;
+  Device device;
+  Shape shape;
+  Strides strides;
+  bool requires_grad = false;
+  int alias = -1;  // the earlier argument sharing its storage
+  Scalar value;
+
+  bool operator==(const ArgKey&) const = default;
+};
+
+ArgKey key_of(std::span<const CompileArg> args, size_t i) {
+  ArgKey k;
+  if (const Tensor* t = std::get_if<Tensor>(&args[i])) {
+    EMBER_CHECK(t->defined(), "[compile] argument ", i, " is an undefined tensor");
+    k.tensor = true;
+    k.dtype = t->dtype();
+    k.device = t->device();
+    k.shape = t->shape();
+    k.strides = t->strides();
+    k.requires_grad = t->requires_grad();
+    for (size_t j = 0; j < i; ++j) {
+      const Tensor* u = std::get_if<Tensor>(&args[j]);
+      if (u != nullptr && u->impl().storage == t->impl().storage) {
+        k.alias = static_cast<int>(j);
+        break;
+      }
+    }
+  } else {
+    k.value = std::get<Scalar>(args[i]);
+  }
+  return k;
+}
+
+std::string describe(const ArgKey& k) {
+  std::ostringstream out;
+  if (k.tensor) {
+    out << k.dtype << k.shape << " on " << k.device;
+    if (!is_contiguous_layout(k.shape, k.strides)) out << " strides " << k.strides;
+    if (k.alias >= 0) out << " sharing memory with argument " << k.alias;
+  } else {
+    if (k.value.is_floating()) {
+      out << k.value.to_double();
+    } else {
+      out << k.value.to_int();
+    }
+  }
+  return out.str();
+}
+
+CompileOptions::Mode mode_from_env() {
+  const char* env = std::getenv("EMBER_COMPILE");
+  if (env == nullptr || std::strcmp(env, "1") == 0 || *env == '\0') return CompileOptions::Mode::kCompiled;
+  if (std::strcmp(env, "0") == 0) return CompileOptions::Mode::kEager;
+  if (std::strcmp(env, "check") == 0) return CompileOptions::Mode::kCheck;
+  EMBER_FAIL("[compile] EMBER_COMPILE must be 0, 1 or check, got '", env, "'");
+}
+
+std::string kib(int64_t bytes) {
+  std::ostringstream out;
+  out.precision(1);
+  out << std::fixed << static_cast<double>(bytes) / 1024.0 << " KiB";
+  return out.str();
+}
+
+}  // namespace
+
+struct CompiledCore::Impl {
+  struct Entry {
+    std::vector<ArgKey> signature;
+    std::unique_ptr<graph::Executable> executable;
+    std::string reason;
+  };
+  CompileOptions options;
+  CompileOptions::Mode mode;
+  std::vector<Entry> entries;
+  int last = -1;
+  CompileStats stats;
+  std::vector<std::pair<std::string, std::string>> stages;
+  std::vector<std::string> history;  // why each compile happened
+  bool warned = false;
+
+  bool matches(const Entry& e, std::span<const CompileArg> args) const {
+    if (e.signature.size() != args.size()) return false;
+    for (size_t i = 0; i < args.size(); ++i) {
+      if (!(e.signature[i] == key_of(args, i))) return false;
+    }
+    return true;
+  }
+
+  static std::vector<Tensor> tensors_of(std::span<const CompileArg> args) {
+    std::vector<Tensor> tensors(args.size());
+    for (size_t i = 0; i < args.size(); ++i) {
+      if (const Tensor* t = std::get_if<Tensor>(&args[i])) tensors[i] = *t;
+    }
+    return tensors;
+  }
+
+  std::string new_signature_reason(std::span<const CompileArg> args) const {
+    if (entries.empty()) return "first call";
+    const std::vector<ArgKey>& old = entries[last >= 0 ? last : 0].signature;
+    if (old.size() != args.size()) return "a different number of arguments";
+    for (size_t i = 0; i < args.size(); ++i) {
+      const ArgKey k = key_of(args, i);
+      if (!(k == old[i])) return "argument " + std::to_string(i) + " is " + describe(k) + ", was " + describe(old[i]);
+    }
+    return "new signature";
+  }
+
+  // Traces a call and builds its plan; returns the eager results of the traced call.
+  std::vector<Tensor> compile(std::span<const CompileArg> args, BodyRef body, int slot, std::string reason) {
+    graph::Trace t = graph::trace(tensors_of(args), [&] { return body(); });
+    graph::Graph& g = t.graph;
+    stages.clear();
+    auto stage = [&](const char* name) {
+      if (options.keep_pass_dumps) stages.emplace_back(name, g.dump());
+    };
+    stats.traced_kernels = 0;
+    for (const graph::Node& n : g.nodes) stats.traced_kernels += n.kind == graph::NodeKind::kKernel ? 1 : 0;
+    stage("trace");
+    graph::PassStats ps;
+    if (options.optimize) {
+      graph::fold_constants(g, ps);
+      stage("fold_constants");
+      graph::simplify(g, ps);
+      stage("simplify");
+      graph::cse(g, ps);
+      stage("cse");
+      graph::dce(g, ps);
+      stage("dce");
+    }
+    if (options.fuse) {
+      graph::fuse_epilogues(g, ps);
+      stage("fuse_epilogues");
+      graph::fuse_elementwise(g, ps);
+      stage("fuse_elementwise");
+    }
+    graph::MemoryPlan plan;
+    if (options.plan_memory) {
+      if (options.optimize) graph::reuse_in_place(g, ps);
+      plan = graph::plan_memory(g);
+    } else {
+      // Each temporary keeps its own block: state, in effect.
+      for (graph::Buffer& b : g.buffers) {
+        if (b.kind == graph::BufferKind::kTemp) b.kind = graph::BufferKind::kState;
+      }
+    }
+    stage("plan_memory");
+    stats.folded = ps.folded;
+    stats.simplified = ps.simplified;
+    stats.cse = ps.cse;
+    stats.dead = ps.dead;
+    stats.epilogues = ps.epilogues;
+    stats.fused_groups = ps.fused_groups;
+    stats.fused_kernels = ps.fused_nodes;
+    stats.in_place = ps.in_place;
+    stats.arena_bytes = plan.arena_bytes;
+    stats.temp_bytes = plan.temp_bytes;
+    stats.state_bytes = 0;
+    for (const graph::Buffer& b : g.buffers) {
+      if (b.kind == graph::BufferKind::kState || b.kind == graph::BufferKind::kConstant) stats.state_bytes += b.nbytes;
+    }
+    Entry e;
+    e.signature.reserve(args.size());
+    for (size_t i = 0; i < args.size(); ++i) e.signature.push_back(key_of(args, i));
+    e.executable = std::make_unique<graph::Executable>(std::move(g), plan);
+    e.reason = reason;
+    stats.steps = e.executable->num_steps();
+    ++stats.compiles;
+    history.push_back(std::move(reason));
+    if (slot >= 0) {
+      entries[slot] = std::move(e);
+      last = slot;
+    } else {
+      entries.push_back(std::move(e));
+      last = static_cast<int>(entries.size()) - 1;
+    }
+    if (stats.compiles > options.warn_after && !warned) {
+      warned = true;
+      std::cerr << "ember: warning: a compiled function has been traced " << stats.compiles
+                << " times; the last because " << history.back()
+                << ". Keep argument shapes fixed (pad the last batch), or pass fixed_signature to make it an error\n";
+    }
+    return std::move(t.results);
+  }
+
+  std::vector<Tensor> check(std::span<const CompileArg> args, BodyRef body, graph::Executable& exe);
+};
+
+namespace {
+
+// Copies of the state a graph writes, to restore it.
+struct Snapshot {
+  std::vector<std::pair<std::shared_ptr<StorageImpl>, std::vector<char>>> blocks;
+  RandomDraw generator;
+};
+
+Snapshot snapshot(const graph::Graph& g) {
+  Snapshot s;
+  std::vector<bool> written(g.buffers.size(), false);
+  for (const graph::Node& n : g.nodes)
+    graph::for_each_write(n, [&](const graph::View& v) { written[v.buffer] = true; });
+  for (size_t b = 0; b < g.buffers.size(); ++b) {
+    const graph::Buffer& buf = g.buffers[b];
+    if (!written[b] || buf.kind != graph::BufferKind::kState) continue;
+    const char* data = static_cast<const char*>(buf.storage->data());
+    s.blocks.emplace_back(buf.storage, std::vector<char>(data, data + buf.nbytes));
+  }
+  s.generator = generator_state();
+  return s;
+}
+
+double max_difference(const Tensor& a, const Tensor& b, double rtol, double atol) {
+  const Tensor x = a.to(kFloat64).contiguous(), y = b.to(kFloat64).contiguous();
+  const double* p = static_cast<const double*>(x.data_ptr());
+  const double* q = static_cast<const double*>(y.data_ptr());
+  double worst = 0;
+  for (int64_t i = 0; i < x.numel(); ++i) {
+    const double excess = std::abs(p[i] - q[i]) - (atol + rtol * std::abs(q[i]));
+    if (std::isnan(p[i]) != std::isnan(q[i])) return INFINITY;
+    worst = std::max(worst, excess);
+  }
+  return worst;
+}
+
+}  // namespace
+
+std::vector<Tensor> CompiledCore::Impl::check(std::span<const CompileArg> args, BodyRef body, graph::Executable& exe) {
+  const graph::Graph& g = exe.graph();
+  for (const graph::Node& n : g.nodes) {
+    EMBER_CHECK(n.kind != graph::NodeKind::kHost, "[compile] check mode cannot compare a function that runs ", n.label,
+                "'s step: its host-side state (step counts, learning rates) cannot be rolled back; check ",
+                "the function without the step, or compare losses over steps with EMBER_COMPILE=0");
+  }
+  const Snapshot before = snapshot(g);
+  std::vector<Tensor> compiled = exe.run(tensors_of(args));
+  std::vector<std::vector<char>> compiled_state;
+  for (const auto& [storage, bytes] : before.blocks) {
+    const char* data = static_cast<const char*>(storage->data());
+    compiled_state.emplace_back(data, data + bytes.size());
+    std::memcpy(storage->data(), bytes.data(), bytes.size());
+  }
+  set_generator_state(before.generator);
+  std::vector<Tensor> eager = body();
+  EMBER_CHECK(eager.size() == compiled.size(), "[compile] check: eager returned ", eager.size(), " results, compiled ",
+              compiled.size());
+  for (size_t i = 0; i < eager.size(); ++i) {
+    EMBER_CHECK(eager[i].shape() == compiled[i].shape() && eager[i].dtype() == compiled[i].dtype(),
+                "[compile] check: result ", i, " is ", compiled[i].dtype(), compiled[i].shape(), " compiled and ",
+                eager[i].dtype(), eager[i].shape(), " eager");
+    const double d = max_difference(compiled[i], eager[i], options.check_rtol, options.check_atol);
+    EMBER_CHECK(d <= 0, "[compile] check: result ", i, " differs from eager beyond rtol ", options.check_rtol,
+                " and atol ", options.check_atol, " (by ", d, ")");
+  }
+  return eager;
+}
+
+CompiledCore::CompiledCore(CompileOptions options) : impl_(std::make_unique<Impl>()) {
+  impl_->options = options;
+  impl_->mode = options.mode == CompileOptions::Mode::kDefault ? mode_from_env() : options.mode;
+}
+
+CompiledCore::~CompiledCore() = default;
+
+std::vector<Tensor> CompiledCore::call(std::span<const CompileArg> args, BodyRef body) {
+  Impl& m = *impl_;
+  ++m.stats.calls;
+  if (m.mode == CompileOptions::Mode::kEager) return body();
+  int found = -1;
+  for (size_t e = 0; e < m.entries.size() && found < 0; ++e) {
+    if (m.matches(m.entries[e], args)) found = static_cast<int>(e);
+  }
+  if (found < 0) {
+    std::string reason = m.new_signature_reason(args);
+    EMBER_CHECK(!m.options.fixed_signature || m.entries.empty(), "[compile] the function was compiled with a fixed ",
+                "signature and is called with a new one: ", reason);
+    return m.compile(args, body, -1, std::move(reason));
+  }
+  graph::Executable& exe = *m.entries[found].executable;
+  if (std::string why = exe.stale(); !why.empty()) return m.compile(args, body, found, std::move(why));
+  m.last = found;
+  ++m.stats.replays;
+  if (m.mode == CompileOptions::Mode::kCheck) return m.check(args, body, exe);
+  return exe.run(Impl::tensors_of(args));
+}
+
+std::string CompiledCore::explain() const {
+  const Impl& m = *impl_;
+  std::ostringstream out;
+  const CompileStats& s = m.stats;
+  out << "compiled function: " << s.calls << " calls, " << s.compiles << " traces, " << s.replays << " replays\n";
+  for (size_t i = 0; i < m.history.size(); ++i) out << "  trace " << i + 1 << ": " << m.history[i] << "\n";
+  if (m.last < 0) return out.str();
+  const graph::Graph& g = m.entries[m.last].executable->graph();
+  int hosts = 0, slots = 0;
+  for (const graph::Node& n : g.nodes) {
+    hosts += n.kind == graph::NodeKind::kHost ? 1 : 0;
+    slots += n.kind == graph::NodeKind::kGradSlot ? 1 : 0;
+  }
+  out << "last trace: " << s.traced_kernels << " kernels -> " << s.steps << " steps\n"
+      << "  constant folding: " << s.folded << " kernels\n"
+      << "  simplification: " << s.simplified << " kernels\n"
+      << "  common subexpressions: " << s.cse << " kernels\n"
+      << "  dead code: " << s.dead << " kernels\n"
+      << "  GEMM epilogues: " << s.epilogues << " kernels folded into matmuls\n"
+      << "  elementwise fusion: " << s.fused_kernels << " kernels in " << s.fused_groups << " groups\n"
+      << "  in-place reuse: " << s.in_place << " results\n"
+      << "  host calls replayed (optimizer/scheduler steps): " << hosts << ", .grad assignments: " << slots << "\n"
+      << "memory: arena " << kib(s.arena_bytes) << " for " << kib(s.temp_bytes) << " of temporaries; state "
+      << kib(s.state_bytes) << "\n";
+  return out.str();
+}
+
+GraphText CompiledCore::graph() const {
+  const Impl& m = *impl_;
+  if (m.last < 0) return {};
+  const graph::Graph& g = m.entries[m.last].executable->graph();
+  return {g.dump(), g.dot()};
+}
+
+std::vector<std::pair<std::string, std::string>> CompiledCore::stages() const { return impl_->stages; }
+
+const CompileStats& CompiledCore::stats() const { return impl_->stats; }
+
+}  // namespace ember::detail

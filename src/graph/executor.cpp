@@ -1,0 +1,200 @@
+// The executor (Note [executor] in graph/executor.h).
+#include "graph/executor.h"
+
+#include "core/allocator.h"
+#include "core/tensor_impl.h"
+#include "ops/dispatch.h"
+#include "ops/factory.h"
+
+namespace ember::graph {
+namespace {
+
+// Sets the Philox key of a random op's attributes.
+void set_key(Attrs& attrs, uint64_t seed, uint64_t first_block) {
+  std::visit(
+      [&](auto& a) {
+        if constexpr (requires {
+                        a.seed;
+                        a.first_block;
+                      }) {
+          a.seed = seed;
+          a.first_block = first_block;
+        }
+      },
+      attrs);
+}
+
+}  // namespace
+
+Executable::Executable(Graph graph, const MemoryPlan& plan) : graph_(std::move(graph)), plan_(plan) {
+  Graph& g = graph_;
+  base_.assign(g.buffers.size(), nullptr);
+  Device arena_device = kCPU;
+  for (const Buffer& b : g.buffers) {
+    if (b.kind == BufferKind::kTemp && b.arena_offset >= 0) arena_device = b.device;
+  }
+  if (plan_.arena_bytes > 0) arena_ = allocate_storage(plan_.arena_bytes, arena_device);
+  for (size_t b = 0; b < g.buffers.size(); ++b) {
+    Buffer& buf = g.buffers[b];
+    switch (buf.kind) {
+      case BufferKind::kState:
+      case BufferKind::kConstant:
+        base_[b] = static_cast<char*>(buf.storage->data());
+        break;
+      case BufferKind::kTemp:
+        if (buf.arena_offset >= 0) base_[b] = static_cast<char*>(arena_->data()) + buf.arena_offset;
+        buf.storage.reset();  // the traced block goes back to the caching allocator
+        break;
+      case BufferKind::kOutput:
+        output_buffers_.push_back(static_cast<int>(b));
+        buf.storage.reset();
+        break;
+      case BufferKind::kScratch:
+        buf.storage.reset();
+        break;
+      case BufferKind::kArgument:
+        break;
+    }
+  }
+  output_storage_.resize(g.buffers.size());
+
+  size_t num_operands = 0, num_calls = 0;
+  for (const Node& n : g.nodes) {
+    if (n.kind == NodeKind::kKernel) {
+      num_operands += n.inputs.size() + n.outputs.size();
+      ++num_calls;
+    }
+  }
+  operands_.reserve(num_operands);
+  sources_.reserve(num_operands);
+  calls_.reserve(num_calls);
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const Node& n = g.nodes[i];
+    Step step;
+    step.kind = n.kind;
+    step.node = static_cast<int>(i);
+    if (n.kind == NodeKind::kKernel) {
+      step.first_operand = static_cast<int>(operands_.size());
+      Device device = kCPU;
+      auto add = [&](const View& v) {
+        Operand o;
+        if (v.defined()) {
+          o.dtype = v.dtype;
+          o.device = g.buffers[v.buffer].device;
+          device = o.device;
+          o.shape = &v.shape;
+          o.strides = &v.strides;
+          o.contiguous = v.contiguous();
+          sources_.emplace_back(v.buffer, v.offset);
+        } else {
+          sources_.emplace_back(-1, 0);
+        }
+        operands_.push_back(o);
+      };
+      for (const View& v : n.inputs) add(v);
+      for (const View& v : n.outputs) add(v);
+      step.num_operands = static_cast<int>(n.inputs.size() + n.outputs.size());
+      step.fn = dispatch::kernel_table().at(n.op, device.type).fn;
+      EMBER_CHECK(step.fn != nullptr, "[compile] ", op_name(n.op), " is not implemented on ", device);
+      step.call = static_cast<int>(calls_.size());
+      calls_.emplace_back(KernelCall{
+          n.op, n.attrs, std::span<const Operand>(operands_.data() + step.first_operand, n.inputs.size()),
+          std::span<const Operand>(operands_.data() + step.first_operand + n.inputs.size(), n.outputs.size())});
+    } else if (n.kind == NodeKind::kFused) {
+      step.fused = static_cast<int>(fused_.size());
+      fused_.push_back(std::make_unique<FusedGroup>(g, n));
+    }
+    steps_.push_back(step);
+  }
+}
+
+std::string Executable::stale() const {
+  for (const GradGuard& guard : graph_.grad_guards) {
+    if (guard.leaf->grad.get() != guard.grad)
+      return "a parameter's .grad was replaced or reset since the function was compiled";
+  }
+  for (const Buffer& b : graph_.buffers) {
+    if (b.guard_version && b.storage->version() != b.version)
+      return "a captured tensor the compiled graph folded into a constant was written since";
+  }
+  return "";
+}
+
+void Executable::bind(const std::vector<Tensor>& arguments) {
+  for (size_t b = 0; b < graph_.buffers.size(); ++b) {
+    const Buffer& buf = graph_.buffers[b];
+    if (buf.kind == BufferKind::kArgument) {
+      base_[b] = static_cast<char*>(arguments[buf.argument].data_ptr()) - buf.argument_offset;
+    }
+  }
+  for (int b : output_buffers_) {
+    const Buffer& buf = graph_.buffers[b];
+    output_storage_[b] = allocate_storage(buf.nbytes, buf.device);
+    base_[b] = static_cast<char*>(output_storage_[b]->data());
+  }
+  for (size_t k = 0; k < operands_.size(); ++k) {
+    const auto& [buffer, offset] = sources_[k];
+    if (buffer >= 0) operands_[k].data = base_[buffer] + offset;
+  }
+}
+
+void Executable::draw() {
+  if (graph_.draws.empty()) return;
+  for (size_t d = 0; d < graph_.draws.size(); ++d) {
+    const ember::detail::RandomDraw key = ember::detail::reserve_random_blocks(graph_.draws[d].blocks);
+    for (Node& n : graph_.nodes) {
+      if (n.draw == static_cast<int>(d)) set_key(n.attrs, key.seed, key.first_block);
+    }
+  }
+}
+
+std::vector<Tensor> Executable::run(const std::vector<Tensor>& arguments) {
+  bind(arguments);
+  draw();
+  for (const Step& step : steps_) {
+    switch (step.kind) {
+      case NodeKind::kKernel:
+        step.fn(calls_[step.call]);
+        break;
+      case NodeKind::kFused:
+        fused_[step.fused]->run(base_);
+        break;
+      case NodeKind::kHost:
+        graph_.hosts[graph_.nodes[step.node].index].replay();
+        break;
+      case NodeKind::kGradSlot: {
+        const GradSlot& slot = graph_.grad_slots[graph_.nodes[step.node].index];
+        slot.leaf->grad = slot.grad;
+        break;
+      }
+    }
+  }
+  std::vector<Tensor> results;
+  results.reserve(graph_.outputs.size());
+  for (const View& v : graph_.outputs) {
+    const Buffer& buf = graph_.buffers[v.buffer];
+    std::shared_ptr<StorageImpl> storage;
+    if (buf.kind == BufferKind::kOutput) {
+      storage = output_storage_[v.buffer];
+    } else if (buf.kind == BufferKind::kArgument) {
+      storage = arguments[buf.argument].impl().storage;
+    } else {
+      storage = buf.storage;
+    }
+    EMBER_CHECK(storage != nullptr, "[compile] internal error: a result has no storage");
+    auto impl = ember::detail::make_pooled<TensorImpl>();
+    impl->storage = std::move(storage);
+    const int64_t esize = dtype_size(v.dtype);
+    const int64_t arg_shift =
+        buf.kind == BufferKind::kArgument
+            ? arguments[buf.argument].offset() * arguments[buf.argument].element_size() - buf.argument_offset
+            : 0;
+    impl->set_geometry(v.shape, v.strides, (v.offset + arg_shift) / esize);
+    impl->dtype = v.dtype;
+    results.emplace_back(std::move(impl));
+  }
+  for (int b : output_buffers_) output_storage_[b].reset();
+  return results;
+}
+
+}  // namespace ember::graph

@@ -1,0 +1,67 @@
+// The executor: a graph after its passes, turned into a plan that runs without hashing or
+// allocating. Note [executor]:
+//
+// Every operand's kernel view (an Operand: pointer, dtype, shape and strides) is built once; a call
+// only writes the base address of each buffer into a flat array (arguments: the caller's tensors;
+// outputs: a fresh block from the caching allocator; temporaries: the arena; state and constants:
+// where they were traced) and refreshes the operand pointers from it. Steps then run in order:
+// kernels through their registered function, fused groups tile by tile (graph/fused.cpp), host
+// regions by calling them, gradient slots by setting .grad. Random ops draw new keys from the global
+// generator in the order the traced call drew them, so a compiled call consumes the generator
+// exactly as an eager one.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "base/kernel.h"
+#include "graph/fused.h"
+#include "graph/ir.h"
+#include "graph/passes.h"
+
+namespace ember::graph {
+
+class Executable {
+ public:
+  Executable(Graph graph, const MemoryPlan& plan);
+  Executable(const Executable&) = delete;
+  Executable& operator=(const Executable&) = delete;
+
+  // Runs the plan with `arguments` (undefined for non-tensor arguments); returns the results.
+  std::vector<Tensor> run(const std::vector<Tensor>& arguments);
+  // Do the graph's assumptions still hold: gradients it accumulates into are the traced ones, and
+  // captured tensors it folded into constants were not written since? Returns what changed ("" if none).
+  std::string stale() const;
+
+  const Graph& graph() const { return graph_; }
+  const MemoryPlan& memory() const { return plan_; }
+  int num_steps() const { return static_cast<int>(steps_.size()); }
+
+ private:
+  struct Step {
+    NodeKind kind;
+    KernelFn fn = nullptr;
+    int node = 0;
+    int first_operand = 0;
+    int num_operands = 0;
+    int call = -1;   // kKernel: calls_
+    int fused = -1;  // kFused: fused_
+  };
+  void bind(const std::vector<Tensor>& arguments);
+  void draw();
+  void profile_step(const Step& step, int64_t start_ns, int64_t end_ns) const;
+
+  Graph graph_;
+  MemoryPlan plan_;
+  std::shared_ptr<StorageImpl> arena_;
+  std::vector<char*> base_;  // per buffer
+  std::vector<Step> steps_;
+  std::vector<Operand> operands_;
+  std::vector<std::pair<int, int64_t>> sources_;  // per operand: buffer, byte offset
+  std::vector<KernelCall> calls_;
+  std::vector<std::unique_ptr<FusedGroup>> fused_;
+  std::vector<int> output_buffers_;
+  std::vector<std::shared_ptr<StorageImpl>> output_storage_;
+};
+
+}  // namespace ember::graph

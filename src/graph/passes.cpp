@@ -1,0 +1,583 @@
+// The graph passes (graph/passes.h).
+#include "graph/passes.h"
+
+#include <algorithm>
+#include <map>
+#include <unordered_map>
+#include <unordered_set>
+
+namespace ember::graph {
+namespace {
+
+// Writes per buffer over the whole graph (fused bodies count through their group's outputs).
+std::vector<int> count_writers(const Graph& g) {
+  std::vector<int> writers(g.buffers.size(), 0);
+  for (const Node& n : g.nodes) for_each_write(n, [&](const View& v) { ++writers[v.buffer]; });
+  return writers;
+}
+
+// Every view of the graph at or after node `from` (node operands, fused members, the results,
+// gradient slots), for renaming.
+template <class Fn>
+void for_each_view_from(Graph& g, size_t from, Fn fn) {
+  auto visit = [&](auto& self, Node& n) -> void {
+    for (View& v : n.inputs) fn(v);
+    for (View& v : n.outputs) fn(v);
+    for (Node& m : n.body) self(self, m);
+  };
+  for (size_t i = from; i < g.nodes.size(); ++i) visit(visit, g.nodes[i]);
+  for (View& v : g.outputs) fn(v);
+}
+
+// From node `from` on, reads of buffer `old` (a contiguous layout from its start) read `with` (a
+// contiguous view of the same elements) instead.
+void rename(Graph& g, size_t from, int old, const View& with) {
+  for_each_view_from(g, from, [&](View& v) {
+    if (v.buffer != old) return;
+    v.buffer = with.buffer;
+    v.offset += with.offset;
+  });
+  for (GradSlot& s : g.grad_slots) {
+    if (s.buffer == old) s.buffer = with.buffer;
+  }
+}
+
+bool is_kernel(const Node& n) { return n.kind == NodeKind::kKernel; }
+
+// A node with deterministic results from its inputs alone (no draw, no update of its outputs).
+bool pure(const Node& n) {
+  return is_kernel(n) && !has_trait(n.op, kRandom) && !has_trait(n.op, kUpdate) && is_primitive(n.op);
+}
+
+// Are all of n's outputs temporaries it alone writes, each covering its buffer?
+bool fresh_outputs(const Graph& g, const Node& n, const std::vector<int>& writers) {
+  for (const View& v : n.outputs) {
+    if (!v.defined()) continue;
+    if (g.buffers[v.buffer].kind != BufferKind::kTemp || writers[v.buffer] != 1 || !covers(g, v)) return false;
+  }
+  return true;
+}
+
+// The index of the last node that writes each buffer.
+std::vector<int> last_writes(const Graph& g) {
+  std::vector<int> last(g.buffers.size(), -1);
+  for (size_t i = 0; i < g.nodes.size(); ++i)
+    for_each_write(g.nodes[i], [&](const View& v) { last[v.buffer] = static_cast<int>(i); });
+  return last;
+}
+
+void erase_marked(Graph& g, const std::vector<bool>& drop) {
+  std::vector<Node> kept;
+  kept.reserve(g.nodes.size());
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    if (!drop[i]) kept.push_back(std::move(g.nodes[i]));
+  }
+  g.nodes = std::move(kept);
+}
+
+// Is every element of constant `v` equal to `value`? (Small constants only.)
+bool constant_equals(const Graph& g, const View& v, double value) {
+  const Buffer& b = g.buffers[v.buffer];
+  if (b.kind != BufferKind::kConstant || b.storage == nullptr || v.shape.numel() > 4096) return false;
+  const char* base = static_cast<const char*>(b.storage->data()) + v.offset;
+  bool all = true;
+  const int64_t numel = v.shape.numel();
+  Shape index(std::vector<int64_t>(v.shape.size(), 0));
+  for (int64_t i = 0; i < numel && all; ++i) {
+    int64_t off = 0;
+    for (int d = 0; d < v.shape.size(); ++d) off += index[d] * v.strides[d];
+    dispatch_dtype(v.dtype, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      if constexpr (std::is_arithmetic_v<T>) {
+        all = static_cast<double>(reinterpret_cast<const T*>(base)[off]) == value;
+      } else {
+        all = static_cast<double>(static_cast<float>(reinterpret_cast<const T*>(base)[off])) == value;
+      }
+    });
+    for (int d = v.shape.size() - 1; d >= 0; --d) {
+      if (++index[d] < v.shape[d]) break;
+      index[d] = 0;
+    }
+  }
+  return all;
+}
+
+}  // namespace
+
+// --- constant folding ------------------------------------------------------------------------------
+
+void fold_constants(Graph& g, PassStats& stats) {
+  const std::vector<int> writers = count_writers(g);
+  std::vector<bool> constant(g.buffers.size(), false), drop(g.nodes.size(), false);
+  for (size_t b = 0; b < g.buffers.size(); ++b) {
+    constant[b] = g.buffers[b].kind == BufferKind::kConstant ||
+                  (g.buffers[b].kind == BufferKind::kState && writers[b] == 0 && g.buffers[b].storage != nullptr);
+  }
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const Node& n = g.nodes[i];
+    if (!pure(n) || !fresh_outputs(g, n, writers)) continue;
+    bool all_constant = true;
+    for (const View& v : n.inputs) all_constant = all_constant && (!v.defined() || constant[v.buffer]);
+    if (!all_constant) continue;
+    // The traced storage already holds the result (it was computed while tracing and never written
+    // again): keep it, and check the captured tensors it came from before each call.
+    for (const View& v : n.inputs) {
+      if (!v.defined()) continue;
+      Buffer& in = g.buffers[v.buffer];
+      if (in.kind == BufferKind::kState) {
+        in.guard_version = true;
+        in.version = in.storage->version();
+      }
+    }
+    for (const View& v : n.outputs) {
+      if (!v.defined()) continue;
+      g.buffers[v.buffer].kind = BufferKind::kConstant;
+      constant[v.buffer] = true;
+    }
+    drop[i] = true;
+    ++stats.folded;
+  }
+  erase_marked(g, drop);
+}
+
+// --- algebraic simplification ----------------------------------------------------------------------
+
+void simplify(Graph& g, PassStats& stats) {
+  const std::vector<int> writers = count_writers(g);
+  const std::vector<int> last_write = last_writes(g);
+  std::vector<bool> drop(g.nodes.size(), false);
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const Node& n = g.nodes[i];
+    if (!pure(n) || !fresh_outputs(g, n, writers)) continue;
+    const View& out = n.outputs[0];
+    // The input the node's result equals, if it does.
+    const View* same = nullptr;
+    auto identity = [&](int keep, int other, double neutral) {
+      const View& x = n.inputs[keep];
+      if (x.shape == out.shape && x.dtype == out.dtype && constant_equals(g, n.inputs[other], neutral)) same = &x;
+    };
+    switch (n.op) {
+      case OpKind::kMul:
+        identity(0, 1, 1.0);
+        if (same == nullptr) identity(1, 0, 1.0);
+        break;
+      case OpKind::kAdd:
+        identity(0, 1, 0.0);
+        if (same == nullptr) identity(1, 0, 0.0);
+        break;
+      case OpKind::kDiv:
+        identity(0, 1, 1.0);
+        break;
+      case OpKind::kSub:
+        identity(0, 1, 0.0);
+        break;
+      case OpKind::kCopy:
+        if (n.inputs[0].dtype == out.dtype && n.inputs[0].shape == out.shape) same = &n.inputs[0];
+        break;
+      default:
+        break;
+    }
+    // Reading x instead of the result is right while x keeps its value: x is a contiguous view
+    // that nothing writes after this node.
+    if (same == nullptr || !same->contiguous() || last_write[same->buffer] > static_cast<int>(i)) continue;
+    if (g.buffers[same->buffer].kind == BufferKind::kArgument && n.op == OpKind::kCopy) {
+      // A clone of an argument may be returned or kept; reading the argument is still exact.
+    }
+    const View with = *same;
+    rename(g, i + 1, out.buffer, with);
+    drop[i] = true;
+    ++stats.simplified;
+  }
+  erase_marked(g, drop);
+}
+
+// --- common-subexpression elimination --------------------------------------------------------------
+
+void cse(Graph& g, PassStats& stats) {
+  const std::vector<int> writers = count_writers(g);
+  std::vector<int> epoch(g.buffers.size(), 0);  // writes so far per buffer
+  struct Seen {
+    size_t node;
+    std::vector<int> epochs;
+  };
+  std::unordered_multimap<size_t, Seen> table;
+  std::vector<bool> drop(g.nodes.size(), false);
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    Node& n = g.nodes[i];
+    if (pure(n) && fresh_outputs(g, n, writers)) {
+      size_t h = hash_value(n.attrs) * 31 + static_cast<size_t>(n.op);
+      std::vector<int> epochs;
+      for (const View& v : n.inputs) {
+        h = h * 1000003 + static_cast<size_t>(v.buffer + 1) * 17 + static_cast<size_t>(v.offset);
+        epochs.push_back(v.defined() ? epoch[v.buffer] : 0);
+      }
+      bool replaced = false;
+      auto [lo, hi] = table.equal_range(h);
+      for (auto it = lo; it != hi && !replaced; ++it) {
+        const Node& m = g.nodes[it->second.node];
+        if (m.op != n.op || !(m.attrs == n.attrs) || m.inputs != n.inputs || it->second.epochs != epochs ||
+            m.outputs.size() != n.outputs.size())
+          continue;
+        bool same_outputs = true;
+        for (size_t k = 0; k < n.outputs.size(); ++k) {
+          same_outputs =
+              same_outputs && n.outputs[k].shape == m.outputs[k].shape && n.outputs[k].dtype == m.outputs[k].dtype;
+        }
+        if (!same_outputs) continue;
+        for (size_t k = 0; k < n.outputs.size(); ++k) {
+          if (n.outputs[k].defined()) rename(g, i + 1, n.outputs[k].buffer, m.outputs[k]);
+        }
+        drop[i] = true;
+        replaced = true;
+        ++stats.cse;
+      }
+      if (!replaced) table.emplace(h, Seen{i, std::move(epochs)});
+    }
+    for_each_write(n, [&](const View& v) { ++epoch[v.buffer]; });
+  }
+  erase_marked(g, drop);
+}
+
+// --- dead-code elimination -------------------------------------------------------------------------
+
+void dce(Graph& g, PassStats& stats) {
+  std::vector<bool> needed(g.buffers.size(), false), drop(g.nodes.size(), false);
+  for (size_t b = 0; b < g.buffers.size(); ++b) {
+    const BufferKind k = g.buffers[b].kind;
+    needed[b] = k == BufferKind::kArgument || k == BufferKind::kState || k == BufferKind::kOutput;
+  }
+  for (const View& v : g.outputs) needed[v.buffer] = true;
+  for (size_t i = g.nodes.size(); i-- > 0;) {
+    const Node& n = g.nodes[i];
+    bool live = !is_kernel(n) && n.kind != NodeKind::kFused;
+    for_each_write(n, [&](const View& v) { live = live || needed[v.buffer]; });
+    if (!live) {
+      drop[i] = true;
+      ++stats.dead;
+      continue;
+    }
+    for_each_read(n, [&](const View& v) { needed[v.buffer] = true; });
+  }
+  erase_marked(g, drop);
+}
+
+// --- GEMM epilogues --------------------------------------------------------------------------------
+
+namespace {
+
+// Reads of each buffer: (node index, operand) pairs.
+std::vector<std::vector<size_t>> readers_of(const Graph& g) {
+  std::vector<std::vector<size_t>> readers(g.buffers.size());
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    for_each_read(g.nodes[i], [&](const View& v) {
+      auto& r = readers[v.buffer];
+      if (r.empty() || r.back() != i) r.push_back(i);
+    });
+  }
+  for (const View& v : g.outputs) readers[v.buffer].push_back(g.nodes.size());
+  return readers;
+}
+
+Activation activation_of(OpKind op) {
+  switch (op) {
+    case OpKind::kRelu:
+      return Activation::kRelu;
+    case OpKind::kGeluErf:
+      return Activation::kGeluErf;
+    case OpKind::kGeluTanh:
+      return Activation::kGeluTanh;
+    case OpKind::kSilu:
+      return Activation::kSilu;
+    default:
+      return Activation::kNone;
+  }
+}
+
+}  // namespace
+
+void fuse_epilogues(Graph& g, PassStats& stats) {
+  bool changed = true;
+  while (changed) {
+    changed = false;
+    const std::vector<int> writers = count_writers(g);
+    const auto readers = readers_of(g);
+    std::vector<bool> drop(g.nodes.size(), false);
+    for (size_t i = 0; i < g.nodes.size(); ++i) {
+      Node& mm = g.nodes[i];
+      if (!is_kernel(mm) || mm.op != OpKind::kMatmul || drop[i]) continue;
+      auto& attrs = std::get<MatmulAttrs>(mm.attrs);
+      const View& c = mm.outputs[0];
+      if (attrs.beta != 0.0 || mm.inputs[3].defined() || !fresh_outputs(g, mm, writers)) continue;
+      const auto& users = readers[c.buffer];
+      if (users.size() != 1 || users[0] >= g.nodes.size()) continue;
+      const size_t j = users[0];
+      Node& next = g.nodes[j];
+      if (!is_kernel(next) || !fresh_outputs(g, next, writers) || next.outputs[0].shape != c.shape ||
+          next.outputs[0].dtype != c.dtype)
+        continue;
+      // Nothing between may write what the fused matmul would now read late, or read what it writes.
+      bool clear = true;
+      for (size_t k = i + 1; k < j && clear; ++k) {
+        for_each_write(g.nodes[k], [&](const View& v) {
+          for (const View& in : next.inputs) clear = clear && !(in.defined() && in.buffer == v.buffer);
+        });
+      }
+      if (!clear) continue;
+      const bool c_first = next.inputs.size() >= 1 && next.inputs[0] == c;
+      const Activation act = activation_of(next.op);
+      bool fused = false;
+      if (act != Activation::kNone && attrs.activation == Activation::kNone && c_first) {
+        attrs.activation = act;
+        fused = true;
+      } else if (next.op == OpKind::kAdd && next.inputs.size() == 2) {
+        const View& other = c_first ? next.inputs[1] : next.inputs[0];
+        if (!(c_first || next.inputs[1] == c) || other.buffer == c.buffer) continue;
+        const bool bias_like =
+            other.shape.size() == 1 && other.shape[0] == c.shape[c.shape.size() - 1] && other.strides[0] == 1;
+        if (bias_like && !mm.inputs[2].defined() && attrs.activation == Activation::kNone) {
+          mm.inputs[2] = other;
+          fused = true;
+        } else if (other.shape == c.shape && other.dtype == c.dtype) {
+          mm.inputs[3] = other;
+          fused = true;
+        }
+      }
+      if (!fused) continue;
+      // The matmul now writes the consumer's result, at the consumer's place.
+      const View result = next.outputs[0];
+      mm.outputs[0] = result;
+      next = std::move(mm);
+      drop[i] = true;
+      g.buffers[c.buffer].kind = BufferKind::kTemp;
+      ++stats.epilogues;
+      changed = true;
+    }
+    erase_marked(g, drop);
+  }
+}
+
+// --- elementwise fusion ----------------------------------------------------------------------------
+
+bool fusible(const Node& n) {
+  return is_kernel(n) && has_trait(n.op, kElementwise) && is_primitive(n.op) && !has_trait(n.op, kRandom) &&
+         !has_trait(n.op, kUpdate) && n.outputs.size() == 1 && n.outputs[0].defined() && n.outputs[0].shape.numel() > 0;
+}
+
+namespace {
+
+// The view seen over iteration shape `shape` (broadcast dims get stride 0).
+View expand_to(const View& v, const Shape& shape) {
+  View e = v;
+  const int lead = shape.size() - v.shape.size();
+  std::vector<int64_t> sizes(shape.size()), strides(shape.size(), 0);
+  for (int d = 0; d < shape.size(); ++d) {
+    sizes[d] = shape[d];
+    if (d >= lead && v.shape[d - lead] == shape[d]) strides[d] = v.strides[d - lead];
+  }
+  e.shape = Shape(sizes);
+  e.strides = Strides(strides);
+  return e;
+}
+
+struct OpenGroup {
+  std::vector<size_t> members;
+  Shape shape;
+  Device device;
+  std::unordered_map<int, View> written;  // buffer -> the one view members write it through
+  std::unordered_set<int> read;
+
+  bool empty() const { return members.empty(); }
+  bool interacts(const Node& n) const {
+    bool hit = false;
+    for_each_read(n, [&](const View& v) { hit = hit || written.count(v.buffer) != 0; });
+    for_each_write(n, [&](const View& v) { hit = hit || written.count(v.buffer) != 0 || read.count(v.buffer) != 0; });
+    return hit;
+  }
+  // Can n join? Its result has the group's shape and every buffer the group writes is seen through
+  // one view (so a tile of one is the same elements in the other).
+  bool accepts(const Graph& g, const Node& n) const {
+    if (n.outputs[0].shape != shape || g.buffers[n.outputs[0].buffer].device != device) return false;
+    bool ok = true;
+    auto check = [&](const View& v) {
+      if (auto it = written.find(v.buffer); it != written.end()) ok = ok && it->second == v;
+    };
+    for (const View& v : n.inputs) {
+      if (v.defined()) check(v);
+      if (v.defined() && broadcast_shapes(v.shape, shape, "fuse") != shape) ok = false;
+    }
+    check(n.outputs[0]);
+    // A member writing a buffer others read through another view would change what they read.
+    if (read.count(n.outputs[0].buffer) != 0 && written.count(n.outputs[0].buffer) == 0) ok = false;
+    return ok;
+  }
+  void add(const Node& n, size_t index) {
+    members.push_back(index);
+    for (const View& v : n.inputs) {
+      if (v.defined()) read.insert(v.buffer);
+    }
+    written.emplace(n.outputs[0].buffer, n.outputs[0]);
+  }
+};
+
+}  // namespace
+
+void fuse_elementwise(Graph& g, PassStats& stats) {
+  const std::vector<int> writers = count_writers(g);
+  const auto readers = readers_of(g);
+  std::vector<Node> out;
+  out.reserve(g.nodes.size());
+  std::vector<bool> taken(g.nodes.size(), false);
+  // Where each closed group goes: at its last member.
+  std::map<size_t, Node> groups;
+  OpenGroup open;
+
+  auto close = [&]() {
+    if (open.members.size() >= 2) {
+      std::unordered_set<size_t> in_group(open.members.begin(), open.members.end());
+      Node f;
+      f.kind = NodeKind::kFused;
+      f.op = g.nodes[open.members[0]].op;
+      std::string label = "fused(";
+      std::unordered_set<int> scratch;
+      for (size_t idx : open.members) {
+        const View& o = g.nodes[idx].outputs[0];
+        bool only_here = g.buffers[o.buffer].kind == BufferKind::kTemp && writers[o.buffer] == 1 && covers(g, o);
+        for (size_t r : readers[o.buffer]) only_here = only_here && in_group.count(r) != 0;
+        if (only_here) scratch.insert(o.buffer);
+      }
+      std::unordered_set<int> seen_in, seen_out;
+      for (size_t k = 0; k < open.members.size(); ++k) {
+        Node m = std::move(g.nodes[open.members[k]]);
+        taken[open.members[k]] = true;
+        label += (k ? ", " : "") + std::string(op_name(m.op));
+        for (View& v : m.inputs) {
+          if (!v.defined()) continue;
+          v = expand_to(v, open.shape);
+          if (scratch.count(v.buffer) == 0 && seen_in.insert(v.buffer).second) f.inputs.push_back(v);
+        }
+        if (scratch.count(m.outputs[0].buffer) == 0 && seen_out.insert(m.outputs[0].buffer).second)
+          f.outputs.push_back(m.outputs[0]);
+        f.body.push_back(std::move(m));
+      }
+      for (int b : scratch) g.buffers[b].kind = BufferKind::kScratch;
+      f.label = label + ")";
+      ++stats.fused_groups;
+      stats.fused_nodes += static_cast<int>(open.members.size());
+      groups.emplace(open.members.back(), std::move(f));
+    }
+    open = OpenGroup{};
+  };
+
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const Node& n = g.nodes[i];
+    if (fusible(n) && !open.empty() && open.accepts(g, n)) {
+      open.add(n, i);
+      continue;
+    }
+    if (!open.empty() && (fusible(n) || open.interacts(n))) close();
+    if (fusible(n)) {
+      open.shape = n.outputs[0].shape;
+      open.device = g.buffers[n.outputs[0].buffer].device;
+      if (open.accepts(g, n)) open.add(n, i);
+    }
+  }
+  close();
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    if (auto it = groups.find(i); it != groups.end()) {
+      out.push_back(std::move(it->second));
+    } else if (!taken[i]) {
+      out.push_back(std::move(g.nodes[i]));
+    }
+  }
+  g.nodes = std::move(out);
+}
+
+// --- in-place reuse --------------------------------------------------------------------------------
+
+void reuse_in_place(Graph& g, PassStats& stats) {
+  std::vector<int> last_use(g.buffers.size(), -1);
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    for_each_read(g.nodes[i], [&](const View& v) { last_use[v.buffer] = static_cast<int>(i); });
+    for_each_write(g.nodes[i], [&](const View& v) { last_use[v.buffer] = static_cast<int>(i); });
+  }
+  for (const View& v : g.outputs) last_use[v.buffer] = static_cast<int>(g.nodes.size());
+  const std::vector<int> writers = count_writers(g);
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    Node& n = g.nodes[i];
+    if (!is_kernel(n) || !has_trait(n.op, kElementwise) || !has_trait(n.op, kInPlace) || n.outputs.size() != 1)
+      continue;
+    const View& out = n.outputs[0];
+    if (!fresh_outputs(g, n, writers)) continue;
+    for (const View& in : n.inputs) {
+      if (!in.defined() || in.buffer == out.buffer || g.buffers[in.buffer].kind != BufferKind::kTemp) continue;
+      if (!covers(g, in) || in.shape != out.shape || in.dtype != out.dtype ||
+          last_use[in.buffer] != static_cast<int>(i))
+        continue;
+      bool other_views = false;
+      for (const View& o : n.inputs) other_views = other_views || (o.buffer == in.buffer && !(o == in));
+      if (other_views) continue;
+      const int old = out.buffer;
+      const View with = in;
+      for_each_view_from(g, i, [&](View& v) {
+        if (v.buffer == old) v.buffer = with.buffer;
+      });
+      last_use[with.buffer] = last_use[old];
+      ++stats.in_place;
+      break;
+    }
+  }
+}
+
+// --- memory planning -------------------------------------------------------------------------------
+
+MemoryPlan plan_memory(Graph& g) {
+  constexpr int64_t kAlign = 64;
+  const int num = static_cast<int>(g.buffers.size());
+  std::vector<int> first(num, -1), last(num, -1);
+  auto touch = [&](int b, int i) {
+    if (first[b] < 0) first[b] = i;
+    last[b] = i;
+  };
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    for_each_read(g.nodes[i], [&](const View& v) { touch(v.buffer, static_cast<int>(i)); });
+    for_each_write(g.nodes[i], [&](const View& v) { touch(v.buffer, static_cast<int>(i)); });
+  }
+  std::vector<int> temps;
+  MemoryPlan plan;
+  for (int b = 0; b < num; ++b) {
+    if (g.buffers[b].kind != BufferKind::kTemp) continue;
+    if (first[b] < 0) continue;  // never used after the passes
+    temps.push_back(b);
+    plan.temp_bytes += g.buffers[b].nbytes;
+    plan.largest_temp_bytes = std::max(plan.largest_temp_bytes, g.buffers[b].nbytes);
+  }
+  // Largest first; each takes the smallest gap that fits among the placed buffers alive with it.
+  std::stable_sort(temps.begin(), temps.end(), [&](int a, int b) { return g.buffers[a].nbytes > g.buffers[b].nbytes; });
+  std::vector<int> placed;
+  for (int b : temps) {
+    const int64_t size = (g.buffers[b].nbytes + kAlign - 1) / kAlign * kAlign;
+    std::vector<std::pair<int64_t, int64_t>> busy;
+    for (int p : placed) {
+      if (first[p] <= last[b] && first[b] <= last[p]) {
+        const int64_t psize = (g.buffers[p].nbytes + kAlign - 1) / kAlign * kAlign;
+        busy.emplace_back(g.buffers[p].arena_offset, g.buffers[p].arena_offset + psize);
+      }
+    }
+    std::sort(busy.begin(), busy.end());
+    int64_t best = -1, best_gap = INT64_MAX, cursor = 0;
+    for (const auto& [lo, hi] : busy) {
+      if (lo - cursor >= size && lo - cursor < best_gap) {
+        best = cursor;
+        best_gap = lo - cursor;
+      }
+      cursor = std::max(cursor, hi);
+    }
+    if (best < 0) best = cursor;
+    g.buffers[b].arena_offset = best;
+    plan.arena_bytes = std::max(plan.arena_bytes, best + size);
+    placed.push_back(b);
+  }
+  return plan;
+}
+
+}  // namespace ember::graph

@@ -1,0 +1,55 @@
+// The passes over a traced graph (Note [graph IR] in graph/ir.h), in the order compile runs them:
+//
+//   fold_constants   kernels whose inputs are all constant (creation ops, captured tensors the graph
+//                    never writes) run once, at compile time: their results become kConstant buffers,
+//                    and the captured tensors they read are checked for writes before each call;
+//   simplify         x*1, x/1, x+0, x-0 and copies to the same dtype read their input instead;
+//   cse              a kernel repeating an earlier one (same op, attributes and operands, none
+//                    written in between) reuses its result;
+//   dce              kernels whose results nothing reads are dropped;
+//   fuse_epilogues   matmul followed by a bias add, an activation and a residual add becomes one
+//                    matmul with that epilogue (the packed GEMM applies it in registers);
+//   fuse_elementwise chains and DAGs of elementwise kernels over one shape become one kFused node run
+//                    tile by tile; values only the group uses become kScratch;
+//   reuse_in_place   an elementwise kernel writes over an input whose last use it is;
+//   plan_memory      temporaries get offsets in one arena from their live intervals (best fit).
+//
+// Each pass keeps the graph's meaning: the same buffers of kind kArgument, kState and kOutput end
+// up with the same contents as running the traced calls in order.
+#pragma once
+
+#include "graph/ir.h"
+
+namespace ember::graph {
+
+struct PassStats {
+  int folded = 0;
+  int simplified = 0;
+  int cse = 0;
+  int dead = 0;
+  int epilogues = 0;
+  int fused_groups = 0;
+  int fused_nodes = 0;
+  int in_place = 0;
+};
+
+void fold_constants(Graph& g, PassStats& stats);
+void simplify(Graph& g, PassStats& stats);
+void cse(Graph& g, PassStats& stats);
+void dce(Graph& g, PassStats& stats);
+void fuse_epilogues(Graph& g, PassStats& stats);
+void fuse_elementwise(Graph& g, PassStats& stats);
+void reuse_in_place(Graph& g, PassStats& stats);
+
+struct MemoryPlan {
+  int64_t arena_bytes = 0;         // the arena every temporary lives in
+  int64_t temp_bytes = 0;          // the sum of the temporaries' sizes (what they take unplanned)
+  int64_t largest_temp_bytes = 0;  // a lower bound for the arena
+};
+// Assigns every kTemp buffer an arena offset such that buffers alive at the same time never overlap.
+MemoryPlan plan_memory(Graph& g);
+
+// Can an elementwise node be part of a fused group (a primitive with an elementwise kernel)?
+bool fusible(const Node& node);
+
+}  // namespace ember::graph

@@ -1,0 +1,260 @@
+// ember::compile: compiled calls equal eager ones (forward passes and whole training steps), the
+// passes do what they say on small graphs, signatures recompile or refuse, and what a graph cannot
+// capture is an error.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "ember/compile.h"
+#include "ember/ember.h"
+#include "ember/models/gpt.h"
+#include "ember/models/mnist.h"
+#include "ember/optim/adam.h"
+#include "ember/optim/sgd.h"
+
+namespace ember {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::string thrown(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+double max_abs_diff(const Tensor& a, const Tensor& b) {
+  return (a.to(kFloat64) - b.to(kFloat64)).abs().max().item<double>();
+}
+
+void expect_same_parameters(const nn::Module& a, const nn::Module& b, double tol) {
+  const auto pa = a.named_parameters(), pb = b.named_parameters();
+  ASSERT_EQ(pa.size(), pb.size());
+  for (size_t i = 0; i < pa.size(); ++i) {
+    EXPECT_LE(max_abs_diff(pa[i].second, pb[i].second), tol) << pa[i].first;
+  }
+}
+
+// Runs `steps` training steps of two copies of a model, eagerly and compiled, and compares the
+// losses step by step and the final weights.
+template <class MakeModel, class MakeBatch>
+void compare_training(MakeModel make_model, MakeBatch make_batch, int steps, CompileOptions options, double tol,
+                      bool dropout = false) {
+  manual_seed(7);
+  auto eager_model = make_model();
+  manual_seed(7);
+  auto compiled_model = make_model();
+  optim::Adam eager_opt(eager_model->parameters(), optim::AdamOptions{.lr = 1e-3});
+  optim::Adam compiled_opt(compiled_model->parameters(), optim::AdamOptions{.lr = 1e-3});
+  auto step_of = [](auto& model, optim::Optimizer& opt) {
+    return [&model, &opt](const Tensor& x, const Tensor& y) {
+      opt.zero_grad();
+      Tensor loss = cross_entropy(model->forward(x), y);
+      loss.backward();
+      opt.step();
+      return loss;
+    };
+  };
+  auto eager_step = step_of(eager_model, eager_opt);
+  auto compiled_step = compile(step_of(compiled_model, compiled_opt), options);
+  for (int s = 0; s < steps; ++s) {
+    auto [x, y] = make_batch(s);
+    // The generator draws dropout's masks: both runs start each step from the same state.
+    if (dropout) manual_seed(1000 + s);
+    const double eager_loss = eager_step(x, y).template item<double>();
+    if (dropout) manual_seed(1000 + s);
+    const double compiled_loss = compiled_step(x, y).template item<double>();
+    ASSERT_NEAR(compiled_loss, eager_loss, tol * std::max(1.0, std::abs(eager_loss))) << "step " << s;
+  }
+  EXPECT_EQ(compiled_step.stats().compiles, 1);
+  EXPECT_EQ(compiled_step.stats().replays, steps - 1);
+  expect_same_parameters(*eager_model, *compiled_model, tol);
+}
+
+std::pair<Tensor, Tensor> mnist_batch(int step, bool image) {
+  manual_seed(100 + step);
+  Tensor x = image ? randn({16, 1, 28, 28}) : randn({16, 784});
+  Tensor y = randint(0, 10, {16});
+  return {x, y};
+}
+
+TEST(Compile, MlpTrainingStepsMatchEagerBitwiseWithoutFusion) {
+  CompileOptions o;
+  o.fuse = false;
+  compare_training([] { return models::mnist_mlp(); }, [](int s) { return mnist_batch(s, false); }, 50, o, 0.0);
+}
+
+TEST(Compile, MlpTrainingStepsMatchEager) {
+  compare_training([] { return models::mnist_mlp(); }, [](int s) { return mnist_batch(s, false); }, 50, {}, 1e-5);
+}
+
+TEST(Compile, CnnTrainingStepsMatchEager) {
+  compare_training([] { return models::mnist_cnn(); }, [](int s) { return mnist_batch(s, true); }, 50, {}, 1e-5, true);
+}
+
+TEST(Compile, GptTrainingStepsMatchEager) {
+  models::GPTConfig c;
+  c.vocab_size = 32;
+  c.block_size = 16;
+  c.n_layer = 2;
+  c.n_head = 2;
+  c.n_embd = 32;
+  manual_seed(3);
+  auto make_batch = [](int step) {
+    manual_seed(500 + step);
+    Tensor idx = randint(0, 32, {4, 16});
+    return std::pair<Tensor, Tensor>{idx, randint(0, 32, {4, 16})};
+  };
+  manual_seed(11);
+  models::GPT eager(c);
+  manual_seed(11);
+  models::GPT compiled(c);
+  optim::AdamW eager_opt(eager.parameters(), optim::AdamWOptions{.lr = 1e-3});
+  optim::AdamW compiled_opt(compiled.parameters(), optim::AdamWOptions{.lr = 1e-3});
+  auto step = compile([&](const Tensor& idx, const Tensor& targets) {
+    compiled_opt.zero_grad();
+    Tensor loss = compiled.loss(idx, targets);
+    loss.backward();
+    optim::clip_grad_norm_(compiled.parameters(), 1.0);
+    compiled_opt.step();
+    return loss;
+  });
+  for (int s = 0; s < 50; ++s) {
+    auto [idx, targets] = make_batch(s);
+    eager_opt.zero_grad();
+    Tensor eager_loss = eager.loss(idx, targets);
+    eager_loss.backward();
+    optim::clip_grad_norm_(eager.parameters(), 1.0);
+    eager_opt.step();
+    const double compiled_loss = step(idx, targets).item<double>();
+    ASSERT_NEAR(compiled_loss, eager_loss.item<double>(), 1e-4) << "step " << s;
+  }
+  EXPECT_EQ(step.stats().compiles, 1);
+  expect_same_parameters(eager, compiled, 1e-4);
+}
+
+TEST(Compile, ForwardPassesMatchEager) {
+  manual_seed(1);
+  auto mlp = models::mnist_mlp();
+  auto cnn = models::mnist_cnn();
+  mlp->eval();
+  cnn->eval();
+  autograd::NoGradGuard no_grad;
+  auto f = compile([&](const Tensor& x) { return mlp->forward(x); });
+  auto g = compile([&](const Tensor& x) { return cnn->forward(x); });
+  for (int i = 0; i < 3; ++i) {
+    Tensor x = randn({8, 784});
+    EXPECT_LE(max_abs_diff(f(x), mlp->forward(x)), 1e-5);
+    Tensor xi = randn({8, 1, 28, 28});
+    EXPECT_LE(max_abs_diff(g(xi), cnn->forward(xi)), 1e-5);
+  }
+  EXPECT_EQ(f.stats().compiles, 1);
+  EXPECT_EQ(g.stats().replays, 2);
+}
+
+TEST(Compile, ResultsAreFreshTensorsEachCall) {
+  auto f = compile([](const Tensor& x) { return x * 2 + 1; });
+  Tensor x = ones({4});
+  Tensor a = f(x);
+  Tensor b = f(x * 3);
+  EXPECT_EQ(a.to_vector<float>(), (std::vector<float>{3, 3, 3, 3}));
+  EXPECT_EQ(b.to_vector<float>(), (std::vector<float>{7, 7, 7, 7}));
+}
+
+TEST(Compile, NewShapesCompileAgainAndFixedSignaturesRefuse) {
+  auto f = compile([](const Tensor& x) { return x.exp().sum(); });
+  f(ones({3}));
+  f(ones({3}));
+  f(ones({5}));
+  EXPECT_EQ(f.stats().compiles, 2);
+  EXPECT_THAT(f.explain(), HasSubstr("argument 0 is float32[5]"));
+  EXPECT_NEAR(f(zeros({5})).item<double>(), 5.0, 1e-6);
+  CompileOptions fixed;
+  fixed.fixed_signature = true;
+  auto g = compile([](const Tensor& x) { return x + 1; }, fixed);
+  g(ones({3}));
+  EXPECT_THAT(thrown([&] { g(ones({3}, kFloat64)); }), HasSubstr("fixed signature"));
+  EXPECT_THAT(thrown([&] { g(ones({3}, kFloat64)); }), HasSubstr("argument 0 is float64[3]"));
+}
+
+TEST(Compile, ScalarArgumentsAreInTheSignature) {
+  auto f = compile([](const Tensor& x, double s) { return x * s; });
+  EXPECT_EQ(f(ones({2}), 2.0).to_vector<float>(), (std::vector<float>{2, 2}));
+  EXPECT_EQ(f(ones({2}), 3.0).to_vector<float>(), (std::vector<float>{3, 3}));
+  EXPECT_EQ(f(ones({2}), 3.0).to_vector<float>(), (std::vector<float>{3, 3}));
+  EXPECT_EQ(f.stats().compiles, 2);
+}
+
+TEST(Compile, ReadingAValueOnTheHostIsAnError) {
+  auto f = compile([](const Tensor& x) {
+    if (x.sum().item<double>() > 0) return x + 1;
+    return x - 1;
+  });
+  EXPECT_THAT(thrown([&] { f(ones({3})); }), HasSubstr("item() reads a tensor's value on the host while tracing"));
+}
+
+TEST(Compile, WritingAFoldedCapturedTensorIsDetected) {
+  Tensor w = ones({4});
+  // w * 2 depends only on w: folded into a constant, checked before each call.
+  auto f = compile([&](const Tensor& x) { return x + w * 2; });
+  EXPECT_EQ(f(zeros({4})).to_vector<float>(), (std::vector<float>{2, 2, 2, 2}));
+  EXPECT_EQ(f(zeros({4})).to_vector<float>(), (std::vector<float>{2, 2, 2, 2}));
+  EXPECT_EQ(f.stats().folded, 2);  // the scalar 2 and w * 2
+  w.add_(1);
+  EXPECT_EQ(f(zeros({4})).to_vector<float>(), (std::vector<float>{4, 4, 4, 4}));
+  EXPECT_EQ(f.stats().compiles, 2);
+  EXPECT_THAT(f.explain(), HasSubstr("folded into a constant was written"));
+}
+
+TEST(Compile, EagerModeCallsTheFunction) {
+  CompileOptions o;
+  o.mode = CompileOptions::Mode::kEager;
+  int calls = 0;
+  auto f = compile(
+      [&](const Tensor& x) {
+        ++calls;
+        return x + 1;
+      },
+      o);
+  f(ones({2}));
+  f(ones({2}));
+  EXPECT_EQ(calls, 2);
+  EXPECT_EQ(f.stats().compiles, 0);
+}
+
+TEST(Compile, CheckModeComparesWithEager) {
+  CompileOptions o;
+  o.mode = CompileOptions::Mode::kCheck;
+  auto f = compile([](const Tensor& x, const Tensor& y) { return (x * y.sigmoid() + y).sum({1}); }, o);
+  for (int i = 0; i < 3; ++i) {
+    Tensor out = f(randn({8, 16}), randn({8, 16}));
+    EXPECT_EQ(out.shape(), Shape({8}));
+  }
+  EXPECT_EQ(f.stats().replays, 2);
+}
+
+TEST(Compile, TrainingStepsMakeNoSystemAllocationsAfterWarmUp) {
+  manual_seed(2);
+  auto model = models::mnist_mlp();
+  optim::Adam opt(model->parameters(), optim::AdamOptions{.lr = 1e-3});
+  auto step = compile([&](const Tensor& x, const Tensor& y) {
+    opt.zero_grad();
+    Tensor loss = cross_entropy(model->forward(x), y);
+    loss.backward();
+    opt.step();
+    return loss;
+  });
+  Tensor x = randn({32, 784});
+  Tensor y = randint(0, 10, {32});
+  for (int i = 0; i < 3; ++i) step(x, y);
+  const int64_t before = memory_stats().system_allocations;
+  for (int i = 0; i < 10; ++i) step(x, y);
+  EXPECT_EQ(memory_stats().system_allocations, before);
+}
+
+}  // namespace
+}  // namespace ember
