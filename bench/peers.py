@@ -356,6 +356,76 @@ def linear_gelu(rows: int, in_features: int, out_features: int) -> dict[str, Set
     return {"torch": torch_setup, "torch_compile": compile_setup, "numpy": numpy_setup}
 
 
+def _eager_and_compiled(make_inputs, op) -> dict[str, Setup]:
+    """PyTorch eager and torch.compile applying op to the tensors from make_inputs()."""
+
+    def torch_setup():
+        args = make_inputs()
+        return lambda: op(*args)
+
+    def compile_setup():
+        args = make_inputs()
+        f = _compile(op)
+        return lambda: f(*args)
+
+    return {"torch": torch_setup, "torch_compile": compile_setup}
+
+
+def silu_add(n: int) -> dict[str, Setup]:
+    """apps/ember/bench_workloads.cpp's silu_add: x * sigmoid(x) + y, written out."""
+    return _eager_and_compiled(lambda: (torch.randn(n, n), torch.randn(n, n)), lambda x, y: x * torch.sigmoid(x) + y)
+
+
+def linear_gelu_residual(rows: int, in_features: int, out_features: int) -> dict[str, Setup]:
+    def inputs():
+        return (torch.randn(rows, in_features), torch.randn(out_features, in_features) / math.sqrt(in_features),
+                torch.randn(out_features), torch.randn(rows, out_features))
+
+    return _eager_and_compiled(inputs, lambda x, w, b, r: F.gelu(F.linear(x, w, b), approximate="tanh") + r)
+
+
+def ln_linear_gelu(rows: int, in_features: int, out_features: int) -> dict[str, Setup]:
+    def inputs():
+        return (torch.randn(rows, in_features), torch.randn(in_features), torch.randn(in_features),
+                torch.randn(out_features, in_features) / math.sqrt(in_features), torch.randn(out_features))
+
+    def op(x, g, beta, w, b):
+        return F.gelu(F.linear(F.layer_norm(x, (in_features,), g, beta), w, b), approximate="tanh")
+
+    return _eager_and_compiled(inputs, op)
+
+
+def masked_softmax(batch: int, heads: int, length: int, features: int) -> dict[str, Setup]:
+    """softmax(masked_fill(q k^T * scale, causal mask, -inf)): attention's probabilities, unfused."""
+    scale = 1.0 / math.sqrt(features)
+
+    def inputs():
+        torch.manual_seed(0)
+        q, k = torch.randn(batch, heads, length, features), torch.randn(batch, heads, length, features)
+        return q, k, torch.ones(length, length, dtype=torch.bool).triu(1)
+
+    return _eager_and_compiled(
+        inputs, lambda q, k, m: torch.softmax((q @ k.transpose(-2, -1) * scale).masked_fill(m, float("-inf")), -1))
+
+
+def executor_overhead(ops: int) -> dict[str, Setup]:
+    """`ops` tiny ops on 4 elements, alternately x * 1.0001 and x + 0.0001 (PyTorch eager only:
+    torch.compile of a 1,000-op graph takes minutes to compile)."""
+
+    def torch_setup():
+        x = torch.randn(4)
+
+        def run():
+            t = x
+            for i in range(ops):
+                t = t * 1.0001 if i % 2 == 0 else t + 0.0001
+            return t
+
+        return run
+
+    return {"torch": torch_setup}
+
+
 def adam_step(n: int) -> dict[str, Setup]:
     def make():
         p = torch.nn.Parameter(torch.randn(n))
@@ -692,18 +762,28 @@ def workloads(data_dir: str = "data/mnist") -> dict[str, dict[str, Setup]]:
     w["resnet_block_f32"] = resnet_block()
     w["maxpool2d_f32"] = maxpool2d()
     w["linear_gelu_f32"] = linear_gelu(8192, 768, 3072)
+    # The fused chains: the `_compiled` rows (ember::compile) have the same peers as the eager ones.
+    chains = {"silu_add_f32_16M": silu_add(4096),
+              "linear_gelu_residual_f32": linear_gelu_residual(8192, 768, 3072),
+              "ln_linear_gelu_f32": ln_linear_gelu(8192, 768, 3072),
+              "masked_softmax_f32": masked_softmax(4, 8, 512, 64)}
+    for name, setups in chains.items():
+        w[name] = w[name + "_compiled"] = setups
     w["adam_step_f32_10M"] = adam_step(10_000_000)
     for causal in (False, True):
         suffix = "_causal" if causal else ""
         w["sdpa_f32_b4h8l1024d64" + suffix] = sdpa(4, 8, 1024, 64, causal, False)
         w["sdpa_fwdbwd_f32_b4h8l1024d64" + suffix] = sdpa(4, 8, 1024, 64, causal, True)
     w["dispatch_add_f32_4x4"] = dispatch_add()
-    w["train_step_mlp"] = train_step_mlp()
-    w["train_step_cnn"] = train_step_cnn()
+    for suffix in ("", "_compiled", "_compiled_unfused"):
+        w["executor_overhead_1000" + suffix] = executor_overhead(1000)
+    # The compiled training steps (ember::compile of the whole step) against the same peers.
+    w["train_step_mlp"] = w["train_step_mlp_compiled"] = train_step_mlp()
+    w["train_step_cnn"] = w["train_step_cnn_compiled"] = train_step_cnn()
     w["train_mnist_epoch"] = train_mnist_epoch(os.path.join(data_dir, "mnist_5k.csv.gz"))
     gpt = dict(vocab_size=84, block_size=128, n_layer=4, n_head=4, n_embd=192)
     baby = dict(vocab_size=84, block_size=64, n_layer=4, n_head=4, n_embd=128)
-    w["train_step_gpt"] = train_gpt(gpt, 16, 1)
+    w["train_step_gpt"] = w["train_step_gpt_compiled"] = train_gpt(gpt, 16, 1)
     w["generate_gpt"] = generate_gpt(gpt, 128)
     w["train_gpt_baby"] = train_gpt(baby, 12, 2000)
     w["minilm_b1_s128"] = minilm_embed(1, 128)

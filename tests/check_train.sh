@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # `ember train mnist`: the --json line has every promised field, bad input is a clear error, and a
 # run stopped after one epoch and resumed from its checkpoint ends bit-identical to an
-# uninterrupted run (same final checkpoint bytes, same results), and the default CNN's
-# steady-state steps make no calls to the system allocator.
+# uninterrupted run (same final checkpoint bytes, same results), --compile ends with the same loss
+# as eager, and the default CNN's steady-state steps make no calls to the system allocator.
 set -euo pipefail
 ember="$1"
 data="$2"
@@ -29,6 +29,22 @@ assert 0.8 < full["test_accuracy"] <= 1.0, full
 for key in ["test_accuracy", "final_loss"]:
     assert full[key] == resumed[key], (key, full[key], resumed[key])
 print("json and resume ok:", full["test_accuracy"], full["final_loss"])
+PY
+
+# --compile: the same run with each step through ember::compile (a second plan for the last, smaller
+# batch of each epoch: 4,000 images in batches of 64) ends with the same loss to 4 significant digits.
+"$ember" train mnist "${common[@]}" --compile --json > "$tmp/compiled.txt"
+python3 - "$tmp/full.txt" "$tmp/compiled.txt" <<'PY'
+import json, math, sys
+eager, compiled = (json.loads(open(p).read().strip().splitlines()[-1]) for p in sys.argv[1:3])
+assert eager["compiled"] is False and "compiles" not in eager, eager
+assert compiled["compiled"] is True and compiled["compiles"] == 2 and compiled["replays"] == 2 * 63 - 2, compiled
+assert compiled["arena_bytes"] > 0, compiled
+a, b = eager["final_loss"], compiled["final_loss"]
+assert math.isclose(a, b, rel_tol=1e-4), f"final loss {a} eager, {b} compiled"
+assert abs(eager["test_accuracy"] - compiled["test_accuracy"]) <= 0.005, (eager, compiled)
+print(f"--compile ok: final loss {a:.6g} eager, {b:.6g} compiled ({eager['seconds']:.1f}s vs "
+      f"{compiled['seconds']:.1f}s); {compiled['compiles']} traces, arena {compiled['arena_bytes']} bytes")
 PY
 
 # The default CNN's steady-state steps are served entirely by the caching allocator.

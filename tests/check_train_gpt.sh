@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `ember train gpt` and `ember generate` on a tiny model: the --json line has its fields and the
 # loss falls; a run stopped halfway and resumed from its checkpoint ends bit-identical to an
-# uninterrupted run; `ember generate` rebuilds the model from the checkpoint alone and decodes the
+# uninterrupted run; --compile ends with the same losses; `ember generate` rebuilds the model from the checkpoint alone and decodes the
 # same greedy text with and without the KV cache; bad input (another architecture, characters
 # outside the vocabulary, a prompt longer than the context, missing data) is a clear error.
 set -euo pipefail
@@ -32,6 +32,22 @@ assert len(full["sample"]) == 20 and full["tokens_per_second"] > 0, full
 for key in ["train_loss", "val_loss", "final_loss", "sample"]:
     assert full[key] == resumed[key], (key, full[key], resumed[key])
 print("json and resume ok: val loss", full["val_loss"])
+PY
+
+# --compile: the same run with each step through ember::compile (one plan: every batch has one shape)
+# ends with the same losses to 4 significant digits.
+"$ember" train gpt "${common[@]}" --compile --json > "$tmp/compiled.txt"
+python3 - "$tmp/full.txt" "$tmp/compiled.txt" <<'PY'
+import json, math, sys
+eager, compiled = (json.loads(open(p).read().strip().splitlines()[-1]) for p in sys.argv[1:3])
+assert eager["compiled"] is False and "compiles" not in eager, eager
+assert compiled["compiled"] is True and compiled["compiles"] == 1 and compiled["replays"] == 39, compiled
+assert compiled["arena_bytes"] > 0, compiled
+for key in ["final_loss", "train_loss", "val_loss"]:
+    a, b = eager[key], compiled[key]
+    assert math.isclose(a, b, rel_tol=1e-4), f"{key} {a} eager, {b} compiled"
+print(f"--compile ok: final loss {eager['final_loss']:.6g} eager, {compiled['final_loss']:.6g} compiled "
+      f"({eager['train_seconds']:.2f}s vs {compiled['train_seconds']:.2f}s of training steps)")
 PY
 
 # generate rebuilds the model from the checkpoint; greedy text is the same with and without the cache,

@@ -6,7 +6,9 @@
 // transcendental counts the primitive table's FLOPs per element (gelu_tanh 14, softmax 5, ...);
 // bytes are every operand read once plus every result written once (the minimum traffic).
 #include <cmath>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "bench.h"
@@ -24,6 +26,30 @@ constexpr double kFloatBytes = 4;  // bytes per float32
 constexpr double kIndexBytes = 8;  // bytes per int64 class index
 
 double as_double(int64_t v) { return static_cast<double>(v); }
+
+// The `_compiled` rows: ember::compile always on (whatever EMBER_COMPILE says).
+CompileOptions compiled_options(bool fuse = true) {
+  CompileOptions o;
+  o.mode = CompileOptions::Mode::kCompiled;
+  o.fuse = fuse;
+  return o;
+}
+
+// compiled_options() for a `_compiled` row, none for its eager twin.
+std::optional<CompileOptions> compile_if(bool compiled) {
+  return compiled ? std::optional<CompileOptions>(compiled_options()) : std::nullopt;
+}
+
+// What a row times: body(args...) called eagerly, or (with `compile`) through ember::compile,
+// traced here, in the row's setup, so that every timed call replays the plan.
+template <class Body, class... Args>
+std::function<Tensor()> eager_or_compiled(const std::optional<CompileOptions>& compile, Body body,
+                                          const Args&... args) {
+  if (!compile) return [=] { return Tensor(body(args...)); };
+  auto compiled = ember::compile(std::move(body), *compile);
+  compiled(args...);  // the trace
+  return [=]() mutable { return Tensor(compiled(args...)); };
+}
 
 WorkloadSpec matmul(const std::string& name, int64_t m, int64_t k, int64_t n, bool slow = false) {
   return {name, slow, [=] {
@@ -173,6 +199,102 @@ WorkloadSpec linear_gelu(const std::string& name, int64_t rows, int64_t in, int6
           }};
 }
 
+// --- fused chains: each row eager and `_compiled` (the same body through ember::compile) ----------
+
+// x * sigmoid(x) + y on n x n float32 (SiLU written out, plus a residual): three kernels and two
+// temporaries eagerly, one pass compiled. FLOPs: sigmoid's 10, the multiply and the add.
+WorkloadSpec silu_add(const std::string& name, int64_t n, bool compiled) {
+  return {name, false, [=] {
+            const Tensor x = randn({n, n});
+            const Tensor y = randn({n, n});
+            auto body = [](const Tensor& a, const Tensor& b) { return a * ember::sigmoid(a) + b; };
+            const std::function<Tensor()> call = eager_or_compiled(compile_if(compiled), body, x, y);
+            return Workload{
+                .flops = 12 * as_double(n * n), .bytes = 3 * kFloatBytes * as_double(n * n), .run = [=] { call(); }};
+          }};
+}
+
+// gelu(x W^T + b) + r, tanh approximation: linear_gelu_f32's shapes plus a residual of the output's
+// shape, written as three calls (linear, gelu, add); compiled, the GELU and the add become the
+// GEMM's epilogue.
+WorkloadSpec linear_gelu_residual(const std::string& name, int64_t rows, int64_t in, int64_t out, bool compiled) {
+  return {name, true, [=] {
+            const Tensor x = randn({rows, in});
+            const Tensor weight = randn({out, in}) * (1.0 / std::sqrt(static_cast<double>(in)));
+            const Tensor bias = randn({out});
+            const Tensor residual = randn({rows, out});
+            auto body = [](const Tensor& x_, const Tensor& w, const Tensor& b, const Tensor& r) {
+              return ember::gelu(ember::linear(x_, w, b), "tanh") + r;
+            };
+            const std::function<Tensor()> call =
+                eager_or_compiled(compile_if(compiled), body, x, weight, bias, residual);
+            return Workload{.flops = 2.0 * as_double(rows * in * out) + 16.0 * as_double(rows * out),
+                            .bytes = kFloatBytes * as_double(rows * in + out * in + out + 2 * rows * out),
+                            .run = [=] { call(); }};
+          }};
+}
+
+// gelu(linear(layer_norm(x))), tanh approximation, x (rows, in) -> (rows, out): a transformer MLP's
+// first half. FLOPs: layer norm's 8 per element, the GEMM, the bias and GELU's 15 per output.
+WorkloadSpec ln_linear_gelu(const std::string& name, int64_t rows, int64_t in, int64_t out, bool compiled) {
+  return {name, true, [=] {
+            const Tensor x = randn({rows, in});
+            const Tensor ln_weight = randn({in});
+            const Tensor ln_bias = randn({in});
+            const Tensor weight = randn({out, in}) * (1.0 / std::sqrt(static_cast<double>(in)));
+            const Tensor bias = randn({out});
+            auto body = [in](const Tensor& x_, const Tensor& g, const Tensor& beta, const Tensor& w, const Tensor& b) {
+              return ember::gelu(ember::linear(nn::functional::layer_norm(x_, {in}, g, beta), w, b), "tanh");
+            };
+            const std::function<Tensor()> call =
+                eager_or_compiled(compile_if(compiled), body, x, ln_weight, ln_bias, weight, bias);
+            return Workload{
+                .flops = 8.0 * as_double(rows * in) + 2.0 * as_double(rows * in * out) + 15.0 * as_double(rows * out),
+                .bytes = kFloatBytes * as_double(rows * in + 2 * in + out * in + out + rows * out),
+                .run = [=] { call(); }};
+          }};
+}
+
+// softmax(masked_fill(q k^T * scale, causal mask, -inf)) on (batch, heads, length, features): the
+// attention probabilities written out, as before scaled_dot_product_attention. FLOPs: the product,
+// then per score the scale, the fill and softmax's 5.
+WorkloadSpec masked_softmax(const std::string& name, int64_t batch, int64_t heads, int64_t length, int64_t features,
+                            bool compiled) {
+  return {name, false, [=] {
+            manual_seed(0);
+            const Tensor q = randn({batch, heads, length, features});
+            const Tensor k = randn({batch, heads, length, features});
+            const Tensor mask = ember::triu(ones({length, length}, kBool), 1);  // key j > query i
+            const double scale = 1.0 / std::sqrt(static_cast<double>(features));
+            auto body = [scale](const Tensor& q_, const Tensor& k_, const Tensor& m) {
+              return ember::softmax(ember::masked_fill(ember::matmul(q_, k_.transpose(-2, -1)) * scale, m, -INFINITY),
+                                    -1);
+            };
+            const std::function<Tensor()> call = eager_or_compiled(compile_if(compiled), body, q, k, mask);
+            const double scores = as_double(batch * heads * length * length);
+            return Workload{.flops = 2.0 * scores * as_double(features) + 7.0 * scores,
+                            .bytes = kFloatBytes * (2.0 * as_double(batch * heads * length * features) + scores) +
+                                     as_double(length * length),
+                            .run = [=] { call(); }};
+          }};
+}
+
+// `ops` tiny elementwise ops (alternately x * 1.0001 and x + 0.0001) on a 4-element tensor: the cost
+// of an op call, eager (dispatch) or replayed from a plan (the executor); time / ops per op. The
+// chain depends on the argument, so nothing folds away; `fuse` false keeps one kernel per op.
+WorkloadSpec executor_overhead(const std::string& name, int ops, std::optional<CompileOptions> compile) {
+  return {name, false, [=] {
+            const Tensor x = randn({4});
+            auto body = [ops](const Tensor& a) {
+              Tensor t = a;
+              for (int i = 0; i < ops; ++i) t = i % 2 == 0 ? t * 1.0001 : t + 0.0001;
+              return t;
+            };
+            const std::function<Tensor()> call = eager_or_compiled(compile, body, x);
+            return Workload{.flops = 4.0 * ops, .bytes = 2 * kFloatBytes * 4, .run = [=] { call(); }};
+          }};
+}
+
 // One Adam step (PyTorch's defaults) on a single parameter of n elements. Per element it reads the
 // parameter, the gradient and both moments and writes the parameter and the moments back; about
 // 12 FLOPs (two moment updates, the square root, the division and the update).
@@ -214,17 +336,22 @@ double parameter_count(nn::Module& model) {
 constexpr double kCnnForwardFlopsPerImage =
     2.0 * 16 * 24 * 24 * (1 * 5 * 5) + 2.0 * 32 * 8 * 8 * (16 * 5 * 5) + 2.0 * 512 * 10;
 
-// zero_grad, forward, cross-entropy, backward, step on one fixed random batch.
+// zero_grad, forward, cross-entropy, backward, step on one fixed random batch; with `compiled`, the
+// step goes through ember::compile (traced in the setup).
 Workload train_step(const std::shared_ptr<nn::Module>& model, const std::shared_ptr<optim::Optimizer>& optimizer,
-                    const Tensor& inputs, const Tensor& targets, double forward_flops, double optimizer_passes) {
+                    const Tensor& inputs, const Tensor& targets, double forward_flops, double optimizer_passes,
+                    bool compiled) {
+  auto step = [=](const Tensor& x, const Tensor& y) {
+    optimizer->zero_grad();
+    Tensor loss = nn::functional::cross_entropy((*model)(x), y);
+    loss.backward();
+    optimizer->step();
+    return loss;
+  };
+  const std::function<Tensor()> call = eager_or_compiled(compile_if(compiled), step, inputs, targets);
   return Workload{.flops = 3 * forward_flops,
                   .bytes = step_bytes(as_double(inputs.numel()), parameter_count(*model), optimizer_passes),
-                  .run = [=] {
-                    optimizer->zero_grad();
-                    const Tensor loss = nn::functional::cross_entropy((*model)(inputs), targets);
-                    loss.backward();
-                    optimizer->step();
-                  }};
+                  .run = [=] { call(); }};
 }
 
 // scaled_dot_product_attention on (batch, heads, length, features) float32, forward (with
@@ -248,7 +375,7 @@ WorkloadSpec sdpa(const std::string& name, int64_t batch, int64_t heads, int64_t
           }};
 }
 
-WorkloadSpec train_step_mlp(const std::string& name) {
+WorkloadSpec train_step_mlp(const std::string& name, bool compiled) {
   return {name, false, [=] {
             manual_seed(0);
             auto model =
@@ -257,11 +384,11 @@ WorkloadSpec train_step_mlp(const std::string& name) {
             auto optimizer = std::make_shared<optim::Adam>(model->parameters(), optim::AdamOptions{.lr = 1e-3});
             const int64_t batch = 64;
             return train_step(model, optimizer, randn({batch, 784}), randint(0, 10, {batch}),
-                              2.0 * batch * (784 * 128 + 128 * 10), 7);
+                              2.0 * batch * (784 * 128 + 128 * 10), 7, compiled);
           }};
 }
 
-WorkloadSpec train_step_cnn(const std::string& name) {
+WorkloadSpec train_step_cnn(const std::string& name, bool compiled) {
   return {name, false, [=] {
             manual_seed(0);
             std::shared_ptr<nn::Sequential> model = models::mnist_cnn();
@@ -269,7 +396,7 @@ WorkloadSpec train_step_cnn(const std::string& name) {
                 std::make_shared<optim::SGD>(model->parameters(), optim::SGDOptions{.lr = 0.01, .momentum = 0.9});
             const int64_t batch = 64;
             return train_step(model, optimizer, randn({batch, 1, 28, 28}), randint(0, 10, {batch}),
-                              batch * kCnnForwardFlopsPerImage, 5);
+                              batch * kCnnForwardFlopsPerImage, 5, compiled);
           }};
 }
 
@@ -286,9 +413,10 @@ double gpt_parameters(const models::GPTConfig& c) {
 }
 
 // `steps` training steps of `ember train gpt` on random tokens: the loss, backward, clipping and
-// AdamW with nanoGPT's decay groups.
+// AdamW with nanoGPT's decay groups, and the loss read back; with `compiled`, the step (not the
+// read) goes through ember::compile, traced in the setup.
 WorkloadSpec train_gpt(const std::string& name, const models::GPTConfig& config, int64_t batch, int64_t steps,
-                       bool slow) {
+                       bool slow, bool compiled = false) {
   return {name, slow, [=] {
             manual_seed(0);
             auto model = std::make_shared<models::GPT>(config);
@@ -301,17 +429,19 @@ WorkloadSpec train_gpt(const std::string& name, const models::GPTConfig& config,
             const double tokens = as_double(batch * config.block_size);
             const double attention = 6.0 * as_double(config.n_layer) * as_double(config.block_size) *
                                      as_double(config.n_embd) * tokens;  // causal: half of 12 L T C
+            auto train_step = [=](const Tensor& x_, const Tensor& y_) {
+              Tensor loss = model->loss(x_, y_);
+              optimizer->zero_grad();
+              loss.backward();
+              optim::clip_grad_norm_(model->parameters(), 1.0);
+              optimizer->step();
+              return loss;
+            };
+            const std::function<Tensor()> call = eager_or_compiled(compile_if(compiled), train_step, x, y);
             return Workload{.flops = as_double(steps) * (6.0 * gpt_parameters(config) * tokens + attention),
                             .bytes = as_double(steps) * kFloatBytes * 4 * gpt_parameters(config),
                             .run = [=] {
-                              for (int64_t step = 0; step < steps; ++step) {
-                                const Tensor loss = model->loss(x, y);
-                                optimizer->zero_grad();
-                                loss.backward();
-                                optim::clip_grad_norm_(model->parameters(), 1.0);
-                                optimizer->step();
-                                loss.item<double>();
-                              }
+                              for (int64_t step = 0; step < steps; ++step) call().item<double>();
                             }};
           }};
 }
@@ -445,6 +575,22 @@ std::vector<WorkloadSpec> bench_workloads(const BenchOptions& options) {
   w.push_back(resnet_block("resnet_block_f32"));
   w.push_back(maxpool2d("maxpool2d_f32"));
   w.push_back(linear_gelu("linear_gelu_f32", 8192, 768, 3072));
+  // Chains of elementwise ops (and a GEMM's epilogue), eager and through ember::compile.
+  for (const bool compiled : {false, true}) {
+    w.push_back(silu_add(compiled ? "silu_add_f32_16M_compiled" : "silu_add_f32_16M", 4096, compiled));
+  }
+  for (const bool compiled : {false, true}) {
+    w.push_back(linear_gelu_residual(compiled ? "linear_gelu_residual_f32_compiled" : "linear_gelu_residual_f32", 8192,
+                                     768, 3072, compiled));
+  }
+  for (const bool compiled : {false, true}) {
+    w.push_back(
+        ln_linear_gelu(compiled ? "ln_linear_gelu_f32_compiled" : "ln_linear_gelu_f32", 8192, 768, 3072, compiled));
+  }
+  for (const bool compiled : {false, true}) {
+    w.push_back(
+        masked_softmax(compiled ? "masked_softmax_f32_compiled" : "masked_softmax_f32", 4, 8, 512, 64, compiled));
+  }
   w.push_back(adam_step("adam_step_f32_10M", 10'000'000));
   for (const bool causal : {false, true}) {
     const std::string suffix = causal ? "_causal" : "";
@@ -452,13 +598,20 @@ std::vector<WorkloadSpec> bench_workloads(const BenchOptions& options) {
     w.push_back(sdpa("sdpa_fwdbwd_f32_b4h8l1024d64" + suffix, 4, 8, 1024, 64, causal, true));
   }
   w.push_back(dispatch_add("dispatch_add_f32_4x4"));
-  w.push_back(train_step_mlp("train_step_mlp"));
-  w.push_back(train_step_cnn("train_step_cnn"));
+  // The cost per op call: eager, replayed with fusion (the default), replayed kernel by kernel.
+  w.push_back(executor_overhead("executor_overhead_1000", 1000, std::nullopt));
+  w.push_back(executor_overhead("executor_overhead_1000_compiled", 1000, compiled_options()));
+  w.push_back(executor_overhead("executor_overhead_1000_compiled_unfused", 1000, compiled_options(/*fuse=*/false)));
+  w.push_back(train_step_mlp("train_step_mlp", false));
+  w.push_back(train_step_mlp("train_step_mlp_compiled", true));
+  w.push_back(train_step_cnn("train_step_cnn", false));
+  w.push_back(train_step_cnn("train_step_cnn_compiled", true));
   w.push_back(train_mnist_epoch("train_mnist_epoch", options.data_dir));
   // `ember train gpt`'s defaults, and nanoGPT's small character model (2,000 steps, slow).
   const models::GPTConfig gpt{.vocab_size = 84, .block_size = 128, .n_layer = 4, .n_head = 4, .n_embd = 192};
   const models::GPTConfig baby{.vocab_size = 84, .block_size = 64, .n_layer = 4, .n_head = 4, .n_embd = 128};
   w.push_back(train_gpt("train_step_gpt", gpt, 16, 1, /*slow=*/false));
+  w.push_back(train_gpt("train_step_gpt_compiled", gpt, 16, 1, /*slow=*/false, /*compiled=*/true));
   w.push_back(generate_gpt("generate_gpt", gpt, 128));
   w.push_back(train_gpt("train_gpt_baby", baby, 12, 2000, /*slow=*/true));
   w.push_back(minilm_embed("minilm_b1_s128", 1, 128, /*slow=*/false));

@@ -1,5 +1,7 @@
 #include "cli_util.h"
 
+#include <cstdio>
+
 namespace ember::cli {
 
 StateDict with_prefix(const StateDict& dict, const std::string& prefix) {
@@ -24,6 +26,18 @@ void print_profile(const profiler::Profiler& profile, const std::string& trace_p
       << profile.table(profiler::SortBy::kTotalTime, 15, &roof) << "\n"
       << "trace written to " << trace_path << " (open it in https://ui.perfetto.dev); plot the ops with\n"
       << "  ember roofline --from-trace " << trace_path << " --svg roofline.svg\n";
+}
+
+void add_compile_stats(nlohmann::json& result, const CompileStats& stats) {
+  result["compiles"] = stats.compiles;
+  result["replays"] = stats.replays;
+  result["arena_bytes"] = stats.arena_bytes;
+}
+
+void print_compile_stats(const CompileStats& stats) {
+  std::printf("compiled step: %d trace%s, %lld replays, plan of %d steps (%d fused groups), arena %.2f MB\n",
+              stats.compiles, stats.compiles == 1 ? "" : "s", static_cast<long long>(stats.replays), stats.steps,
+              stats.fused_groups, static_cast<double>(stats.arena_bytes) / 1e6);
 }
 
 }  // namespace ember::cli

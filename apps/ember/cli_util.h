@@ -1,10 +1,13 @@
-// Helpers the training commands share: checkpoint key prefixes, wall time, the --profile report.
+// Helpers the training commands share: checkpoint key prefixes, wall time, the --profile report,
+// the --compile statistics.
 #pragma once
 
 #include <chrono>
+#include <nlohmann/json.hpp>
 #include <ostream>
 #include <string>
 
+#include "ember/compile.h"
 #include "ember/profiler.h"
 #include "ember/state_dict.h"
 
@@ -23,5 +26,10 @@ StateDict strip_prefix(const StateDict& dict, const std::string& prefix);
 // --profile: the run's totals, then the 15 ops that took the most time with their share of this
 // machine's roofline, and how to plot the trace written to trace_path.
 void print_profile(const profiler::Profiler& profile, const std::string& trace_path, std::ostream& out);
+
+// --compile: a compiled training step's traces (compiles), replays and arena (the last plan's
+// temporaries, in bytes) as fields of the --json line, or as one line of text.
+void add_compile_stats(nlohmann::json& result, const CompileStats& stats);
+void print_compile_stats(const CompileStats& stats);
 
 }  // namespace ember::cli

@@ -184,6 +184,10 @@ int main(int argc, char** argv) {
       ->check(kPositiveCount);
   mnist->add_option("--resume", train.resume_path, "Continue from a checkpoint written by --save");
   mnist->add_flag("--json", train.json, "End with one JSON line of results");
+  mnist->add_flag("--compile", train.compile,
+                  "Run each training step (zero_grad, forward, loss, backward, optimizer and schedule steps) "
+                  "through ember::compile: the first batch traces it, later batches replay the plan; the last, "
+                  "smaller batch of an epoch compiles a second plan for its shape (nothing is dropped or padded)");
   mnist->add_option(
       "--profile", train.profile_path,
       "Profile the training steps: write a Chrome trace (open in ui.perfetto.dev) and print the top-15 ops");
@@ -223,6 +227,10 @@ int main(int argc, char** argv) {
       ->check(kThreadCount)
       ->capture_default_str();
   gpt_cmd->add_flag("--json", gpt.json, "End with one JSON line of results");
+  gpt_cmd->add_flag("--compile", gpt.compile,
+                    "Run each training step (loss, zero_grad, backward, clipping, AdamW step) through "
+                    "ember::compile: the first step traces it, later steps replay the plan (the learning rate is "
+                    "set outside the step and read by each replayed AdamW step)");
   gpt_cmd->add_option("--profile", gpt.profile_path,
                       "Profile the training steps: write a Chrome trace and print the top-15 ops");
 

@@ -9,6 +9,8 @@
 #include <cstdio>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <optional>
+#include <tuple>
 
 #include "cli_util.h"
 #include "ember/data.h"
@@ -153,14 +155,32 @@ int run_train_mnist(const TrainOptions& options) {
   }
 
   data::DataLoader loader(train_set, options.batch_size, /*shuffle=*/true, options.seed);
+  // One training step: zero_grad, forward, loss, backward, the optimizer's and the schedule's
+  // steps. Returns the loss and the logits (for the accuracy, read outside the step).
+  auto step = [&](const Tensor& inputs, const Tensor& targets) {
+    optimizer->zero_grad();
+    Tensor logits = (*model)(inputs);
+    Tensor loss = nn::functional::cross_entropy(logits, targets);
+    loss.backward();
+    optimizer->step();
+    if (schedule) schedule->step();
+    return std::tuple<Tensor, Tensor>{loss, logits};
+  };
+  // --compile: the first batch traces the step, later ones replay its plan; the last, smaller
+  // batch of an epoch has another signature and compiles a second plan.
+  using CompiledStep = Compiled<decltype(step)>;
+  std::optional<CompiledStep> compiled_step;
+  if (options.compile) compiled_step.emplace(ember::compile(step));
+
   const bool live = ::isatty(::fileno(stdout)) != 0 && !options.json;
   const int64_t n_train = train_set.size();
   if (!options.json) {
     std::printf(
         "ember train mnist: %s, %s (lr %g, %s), batch %d, shifts of up to %d px, %lld train / %lld test "
-        "images, %d threads\n",
+        "images, %d threads%s\n",
         options.model.c_str(), options.optimizer.c_str(), lr, options.schedule.c_str(), options.batch_size,
-        options.shift, static_cast<long long>(n_train), static_cast<long long>(test_set.size()), get_num_threads());
+        options.shift, static_cast<long long>(n_train), static_cast<long long>(test_set.size()), get_num_threads(),
+        options.compile ? ", compiled step" : "");
   }
 
   // The value of a blank pixel after normalization, for the pixels a shift uncovers.
@@ -196,12 +216,7 @@ int run_train_mnist(const TrainOptions& options) {
                                               : batch.inputs;
       ++batch_index;
       const profiler::Range step_range("train step");
-      optimizer->zero_grad();
-      const Tensor logits = (*model)(inputs);
-      const Tensor loss = nn::functional::cross_entropy(logits, batch.targets);
-      loss.backward();
-      optimizer->step();
-      if (schedule) schedule->step();
+      const auto [loss, logits] = compiled_step ? (*compiled_step)(inputs, batch.targets) : step(inputs, batch.targets);
       const int64_t n = batch.inputs.size(0);
       last_loss = loss.item<double>();
       loss_sum += last_loss * static_cast<double>(n);
@@ -251,11 +266,14 @@ int run_train_mnist(const TrainOptions& options) {
         {"samples_per_second", rate},
         {"system_allocs_per_step",
          std::isnan(system_allocs_per_step) ? nlohmann::json(nullptr) : nlohmann::json(system_allocs_per_step)},
+        {"compiled", compiled_step.has_value()},
     };
+    if (compiled_step) add_compile_stats(result, compiled_step->stats());
     std::cout << result.dump() << std::endl;
   } else {
     std::printf("test accuracy %.2f%% on %lld images  |  %.1fs wall, %.0f samples/s\n", 100 * accuracy,
                 static_cast<long long>(test_set.size()), total_seconds, rate);
+    if (compiled_step) print_compile_stats(compiled_step->stats());
   }
   if (profile) print_profile(*profile, options.profile_path, options.json ? std::cerr : std::cout);
   return 0;

@@ -23,6 +23,7 @@ struct TrainOptions {
   std::string resume_path;              // continue from a checkpoint
   std::string profile_path;             // write a Chrome trace of the training steps and print the top ops
   bool json = false;
+  bool compile = false;  // run the training step through ember::compile
 };
 
 // Trains, evaluates and prints; returns the process exit code. Throws ember::Error on bad input.

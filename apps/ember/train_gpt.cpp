@@ -12,6 +12,7 @@
 #include <iostream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "cli_util.h"
 #include "ember/ember.h"
@@ -181,12 +182,13 @@ int run_train_gpt(const TrainGptOptions& o) {
   if (!o.json) {
     std::printf(
         "ember train gpt: %lld layers, %lld heads, %lld dims, context %lld (%.2fM parameters), batch %lld, %lld "
-        "steps, AdamW lr %g (warmup %lld, cosine to %g), dropout %g, %lld train / %lld val characters, %d threads\n",
+        "steps, AdamW lr %g (warmup %lld, cosine to %g), dropout %g, %lld train / %lld val characters, %d "
+        "threads%s\n",
         static_cast<long long>(o.layers), static_cast<long long>(o.heads), static_cast<long long>(o.dim),
         static_cast<long long>(o.context), static_cast<double>(model.num_parameters()) / 1e6,
         static_cast<long long>(o.batch_size), static_cast<long long>(o.steps), o.lr, static_cast<long long>(o.warmup),
         o.lr / 10, o.dropout, static_cast<long long>(split.train_size()), static_cast<long long>(split.val_size()),
-        get_num_threads());
+        get_num_threads(), o.compile ? ", compiled step" : "");
   }
   std::unique_ptr<profiler::Profiler> profile;
   if (!o.profile_path.empty()) profile = std::make_unique<profiler::Profiler>();
@@ -209,6 +211,19 @@ int run_train_gpt(const TrainGptOptions& o) {
       std::fflush(stdout);
     }
   };
+  // One training step: the loss, zero_grad, backward, clipping, AdamW's step (the learning rate is
+  // set before it, outside: a replayed AdamW step reads its param groups' current options).
+  auto train_step = [&](const Tensor& x, const Tensor& y) {
+    Tensor loss = model.loss(x, y);
+    optimizer.zero_grad();
+    loss.backward();
+    optim::clip_grad_norm_(model.parameters(), 1.0);
+    optimizer.step();
+    return loss;
+  };
+  // --compile: the first step traces it, later steps replay the plan (every batch has one shape).
+  std::optional<Compiled<decltype(train_step)>> compiled_step;
+  if (o.compile) compiled_step.emplace(ember::compile(train_step));
   auto last_draw = Clock::now();
   for (int64_t step = first_step; step < last_step; ++step) {
     const auto step_start = Clock::now();
@@ -216,11 +231,7 @@ int run_train_gpt(const TrainGptOptions& o) {
       const profiler::Range step_range("train step");
       for (optim::ParamGroup& group : optimizer.param_groups()) group.set_lr(lr_at(step, o));
       const auto [x, y] = split.batch("train", o.batch_size, o.context, batch_state);
-      const Tensor loss = model.loss(x, y);
-      optimizer.zero_grad();
-      loss.backward();
-      optim::clip_grad_norm_(model.parameters(), 1.0);
-      optimizer.step();
+      const Tensor loss = compiled_step ? (*compiled_step)(x, y) : train_step(x, y);
       last_loss = loss.item<double>();
     }
     train_seconds += seconds_since(step_start);
@@ -261,11 +272,14 @@ int run_train_gpt(const TrainGptOptions& o) {
         {"seconds", seconds_since(start)},
         {"tokens_per_second", rate},
         {"evals", evals},
-        {"sample", sample}};
+        {"sample", sample},
+        {"compiled", compiled_step.has_value()}};
+    if (compiled_step) add_compile_stats(result, compiled_step->stats());
     std::cout << result.dump() << std::endl;
   } else {
     std::printf("trained %lld steps in %.1fs (%.0f tokens/s)\n--- sample (temperature 0.8, top-k 40) ---\n%s\n",
                 static_cast<long long>(last_step - first_step), train_seconds, rate, sample.c_str());
+    if (compiled_step) print_compile_stats(compiled_step->stats());
   }
   if (profile) print_profile(*profile, o.profile_path, o.json ? std::cerr : std::cout);
   return 0;

@@ -34,6 +34,7 @@ struct TrainGptOptions {
   std::string resume_path;
   std::string profile_path;
   bool json = false;
+  bool compile = false;  // run the training step through ember::compile
 };
 
 int run_train_gpt(const TrainGptOptions& options);

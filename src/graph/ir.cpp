@@ -78,12 +78,10 @@ void write_view(std::ostream& out, const View& v) {
   }
   out << "%" << v.buffer;
   if (v.offset != 0) out << "+" << v.offset;
-}
-
-void write_geometry(std::ostream& out, const View& v) {
-  out << dtype_name(v.dtype) << v.shape;
   if (!v.contiguous()) out << "/" << v.strides;
 }
+
+void write_geometry(std::ostream& out, const View& v) { out << dtype_name(v.dtype) << v.shape; }
 
 void write_node(std::ostream& out, const Node& n, const std::string& indent) {
   out << indent;

@@ -49,11 +49,14 @@ bool pure(const Node& n) {
   return is_kernel(n) && !has_trait(n.op, kRandom) && !has_trait(n.op, kUpdate) && is_primitive(n.op);
 }
 
-// Are all of n's outputs temporaries it alone writes, each covering its buffer?
-bool fresh_outputs(const Graph& g, const Node& n, const std::vector<int>& writers) {
+// Are all of n's outputs temporaries (or, with `results`, returned buffers) it alone writes, each
+// covering its buffer?
+bool fresh_outputs(const Graph& g, const Node& n, const std::vector<int>& writers, bool results = false) {
   for (const View& v : n.outputs) {
     if (!v.defined()) continue;
-    if (g.buffers[v.buffer].kind != BufferKind::kTemp || writers[v.buffer] != 1 || !covers(g, v)) return false;
+    const BufferKind k = g.buffers[v.buffer].kind;
+    const bool kind_ok = k == BufferKind::kTemp || (results && k == BufferKind::kOutput);
+    if (!kind_ok || writers[v.buffer] != 1 || !covers(g, v)) return false;
   }
   return true;
 }
@@ -312,7 +315,7 @@ void fuse_epilogues(Graph& g, PassStats& stats) {
       if (users.size() != 1 || users[0] >= g.nodes.size()) continue;
       const size_t j = users[0];
       Node& next = g.nodes[j];
-      if (!is_kernel(next) || !fresh_outputs(g, next, writers) || next.outputs[0].shape != c.shape ||
+      if (!is_kernel(next) || !fresh_outputs(g, next, writers, true) || next.outputs[0].shape != c.shape ||
           next.outputs[0].dtype != c.dtype)
         continue;
       // Nothing between may write what the fused matmul would now read late, or read what it writes.

@@ -1,0 +1,249 @@
+// The graph passes on small traced graphs, each against the graph it should leave, and a property
+// test compiling random elementwise/broadcast/reduction DAGs against eager.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <random>
+#include <sstream>
+
+#include "ember/compile.h"
+#include "ember/ember.h"
+#include "graph/passes.h"
+#include "graph/trace.h"
+
+namespace ember::graph {
+namespace {
+
+// The node lines of a dump (buffers left out), indentation trimmed to one level per fused body.
+std::string nodes(const Graph& g) {
+  std::istringstream in(g.dump());
+  std::string line, out;
+  while (std::getline(in, line)) {
+    if (line.rfind("  ", 0) == 0) out += line.substr(2) + "\n";
+  }
+  return out;
+}
+
+Trace trace_of(const std::vector<Tensor>& args, const std::function<Tensor()>& f) {
+  return trace(args, [&] { return std::vector<Tensor>{f()}; });
+}
+
+TEST(GraphPasses, TraceRecordsKernelsNotViews) {
+  const Tensor x = randn({4, 8});
+  Trace t = trace_of({x}, [&] { return x.t().reshape({32}).exp(); });
+  // The transpose and the reshape are views: the copy that makes the reshape contiguous is the
+  // only kernel besides exp.
+  EXPECT_EQ(nodes(t.graph),
+            "%1 = copy(%0/[1, 8]) float32[8, 4]\n"
+            "%2 = exp(%1) float32[32]\n"
+            "return %2\n");
+  EXPECT_EQ(t.graph.buffers[0].kind, BufferKind::kArgument);
+  EXPECT_EQ(t.graph.buffers[2].kind, BufferKind::kOutput);
+}
+
+TEST(GraphPasses, FoldConstantsRunsKernelsOfConstantsOnce) {
+  const Tensor x = randn({8});
+  const Tensor w = ones({8});
+  Trace t = trace_of({x}, [&] { return x + w * 2; });
+  PassStats s;
+  fold_constants(t.graph, s);
+  EXPECT_EQ(s.folded, 2);  // the scalar 2, then w * 2
+  EXPECT_EQ(nodes(t.graph), "%4 = add(%0, %3) float32[8]\nreturn %4\n");
+  EXPECT_EQ(t.graph.buffers[3].kind, BufferKind::kConstant);
+  for (const Buffer& b : t.graph.buffers) {
+    // w, captured: checked for writes before each call.
+    if (b.kind == BufferKind::kState) {
+      EXPECT_TRUE(b.guard_version);
+    }
+  }
+}
+
+TEST(GraphPasses, SimplifyDropsIdentitiesAndSameDtypeCopies) {
+  const Tensor x = randn({8});
+  Trace t = trace_of({x}, [&] { return ((x.exp() * 1.0 + 0.0) / 1.0).to(kFloat32).clone().neg(); });
+  PassStats s;
+  fold_constants(t.graph, s);
+  simplify(t.graph, s);
+  dce(t.graph, s);
+  EXPECT_EQ(s.simplified, 4);  // * 1, + 0, / 1, the clone
+  EXPECT_EQ(nodes(t.graph), "%1 = exp(%0) float32[8]\n%9 = neg(%1) float32[8]\nreturn %9\n");
+}
+
+TEST(GraphPasses, CseReusesRepeatedKernelsUnlessAnInputWasWrittenBetween) {
+  const Tensor x = randn({8});
+  Trace t = trace_of({x}, [&] { return x.sigmoid() + x.sigmoid(); });
+  PassStats s;
+  cse(t.graph, s);
+  EXPECT_EQ(s.cse, 1);
+  EXPECT_EQ(nodes(t.graph), "%1 = sigmoid(%0) float32[8]\n%3 = add(%1, %1) float32[8]\nreturn %3\n");
+
+  Tensor y = randn({8});
+  Trace u = trace_of({x}, [&] {
+    Tensor a = x.sigmoid();
+    Tensor tmp = x.clone();
+    tmp.add_(1);
+    Tensor b = tmp.sigmoid();
+    tmp.add_(1);  // tmp changed: its next sigmoid is not the one before
+    return a + b + tmp.sigmoid();
+  });
+  PassStats s2;
+  cse(u.graph, s2);
+  EXPECT_EQ(s2.cse, 1);  // the second scalar 1 only: the three sigmoids stay
+  const std::string text = nodes(u.graph);
+  size_t sigmoids = 0;
+  for (size_t at = text.find("sigmoid"); at != std::string::npos; at = text.find("sigmoid", at + 1)) ++sigmoids;
+  EXPECT_EQ(sigmoids, 3u);
+}
+
+TEST(GraphPasses, DceDropsWhatNothingReads) {
+  const Tensor x = randn({8});
+  Trace t = trace_of({x}, [&] {
+    Tensor unused = x.exp().log();
+    return x.neg();
+  });
+  PassStats s;
+  dce(t.graph, s);
+  EXPECT_EQ(s.dead, 2);
+  EXPECT_EQ(nodes(t.graph), "%3 = neg(%0) float32[8]\nreturn %3\n");
+}
+
+TEST(GraphPasses, EpilogueFusionFoldsBiasActivationAndResidualIntoTheMatmul) {
+  const Tensor x = randn({4, 8}), w = randn({8, 16}), b = randn({16}), r = randn({4, 16});
+  Trace t = trace_of({x, r}, [&] { return gelu(matmul(x, w) + b) + r; });
+  PassStats s;
+  fuse_epilogues(t.graph, s);
+  EXPECT_EQ(s.epilogues, 3);
+  EXPECT_EQ(nodes(t.graph), "%7 = matmul(%0, %2, %4, %1) float32[4, 16]\nreturn %7\n");
+  const auto& attrs = std::get<MatmulAttrs>(t.graph.nodes[0].attrs);
+  EXPECT_EQ(attrs.activation, Activation::kGeluErf);
+}
+
+TEST(GraphPasses, ElementwiseFusionGroupsChainsAndKeepsOnlyTheirResults) {
+  const Tensor x = randn({64, 32}), y = randn({32});
+  Trace t = trace_of({x, y}, [&] { return (x * x.sigmoid() + y).exp(); });
+  PassStats s;
+  fuse_elementwise(t.graph, s);
+  EXPECT_EQ(s.fused_groups, 1);
+  EXPECT_EQ(s.fused_nodes, 4);
+  EXPECT_EQ(nodes(t.graph),
+            "%5 = fused(sigmoid, mul, add, exp)(%0, %1/[0, 1]) float32[64, 32]\n"
+            "    %2 = sigmoid(%0) float32[64, 32]\n"
+            "    %3 = mul(%0, %2) float32[64, 32]\n"
+            "    %4 = add(%3, %1/[0, 1]) float32[64, 32]\n"
+            "    %5 = exp(%4) float32[64, 32]\n"
+            "return %5\n");
+  EXPECT_EQ(t.graph.buffers[2].kind, BufferKind::kScratch);
+  EXPECT_EQ(t.graph.buffers[5].kind, BufferKind::kOutput);
+}
+
+TEST(GraphPasses, FusionStopsWhereAnotherKernelReadsAGroupValue) {
+  const Tensor x = randn({16, 16});
+  Trace t = trace_of({x}, [&] {
+    Tensor a = x.exp() * 2;
+    Tensor m = matmul(a, a);  // reads a: the group before it must have run
+    return (m + 1).neg();
+  });
+  PassStats s;
+  fold_constants(t.graph, s);
+  fuse_elementwise(t.graph, s);
+  EXPECT_EQ(s.fused_groups, 2);
+  EXPECT_THAT(nodes(t.graph), ::testing::HasSubstr("fused(exp, mul)"));
+  EXPECT_THAT(nodes(t.graph), ::testing::HasSubstr("matmul"));
+  EXPECT_THAT(nodes(t.graph), ::testing::HasSubstr("fused(add, neg)"));
+}
+
+TEST(GraphPasses, InPlaceReuseAndTheArena) {
+  const Tensor x = randn({1024});
+  Trace t = trace_of({x}, [&] { return x.exp().neg().sigmoid().sum(); });
+  PassStats s;
+  reuse_in_place(t.graph, s);
+  EXPECT_EQ(s.in_place, 2);  // neg over exp's result, sigmoid over that
+  EXPECT_EQ(nodes(t.graph),
+            "%1 = exp(%0) float32[1024]\n%1 = neg(%1) float32[1024]\n%1 = sigmoid(%1) float32[1024]\n"
+            "%4 = sum(%1) float32[]\nreturn %4\n");
+  const MemoryPlan plan = plan_memory(t.graph);
+  EXPECT_EQ(plan.temp_bytes, 4096);
+  EXPECT_EQ(plan.arena_bytes, 4096);
+}
+
+TEST(GraphPasses, MemoryPlanSharesTheArenaBetweenValuesThatAreNotAliveTogether) {
+  const Tensor x = randn({256, 256});
+  Trace t = trace_of({x}, [&] {
+    Tensor a = matmul(x, x);  // 256 KiB each; a is dead once b exists
+    Tensor b = matmul(a, x);
+    Tensor c = matmul(b, x);
+    return matmul(c, x).sum();
+  });
+  const MemoryPlan plan = plan_memory(t.graph);
+  EXPECT_EQ(plan.temp_bytes, 4 * 256 * 256 * 4);   // a, b, c and c @ x
+  EXPECT_EQ(plan.arena_bytes, 2 * 256 * 256 * 4);  // never more than two alive at once
+}
+
+// Random DAGs of elementwise ops, broadcasts and reductions, compiled and eager.
+TEST(GraphPasses, RandomDagsCompileToTheirEagerResults) {
+  std::mt19937 rng(12345);
+  for (int trial = 0; trial < 60; ++trial) {
+    const int64_t rows = 1 + static_cast<int64_t>(rng() % 300), cols = 1 + static_cast<int64_t>(rng() % 70);
+    const int steps = 3 + static_cast<int>(rng() % 12);
+    std::vector<uint32_t> program(static_cast<size_t>(steps) * 3);
+    for (uint32_t& p : program) p = rng();
+    auto f = [&](const Tensor& x, const Tensor& y, const Tensor& bias) {
+      std::vector<Tensor> values{x, y};
+      for (int s = 0; s < steps; ++s) {
+        const Tensor& a = values[program[3 * s] % values.size()];
+        const Tensor& b = values[program[3 * s + 1] % values.size()];
+        Tensor v;
+        switch (program[3 * s + 2] % 10) {
+          case 0:
+            v = a + b;
+            break;
+          case 1:
+            v = a * b.sigmoid();
+            break;
+          case 2:
+            v = a - bias;
+            break;
+          case 3:
+            v = tanh(a) * 0.5 + 1.0;
+            break;
+          case 4:
+            v = relu(a) + b * 2.0;
+            break;
+          case 5:
+            v = a.sum({1}, true) * b;
+            break;  // a reduction, broadcast back
+          case 6:
+            v = where(a > b, a, b);
+            break;
+          case 7:
+            v = softmax(a, 1) + b;
+            break;
+          case 8:
+            v = a.exp().clamp(std::nullopt, 10.0);
+            break;
+          default:
+            v = a * 1.0 + 0.0;
+            break;
+        }
+        values.push_back(v);
+      }
+      return std::vector<Tensor>{values.back(), values[values.size() / 2].sum()};
+    };
+    auto compiled = compile(f);
+    for (int call = 0; call < 2; ++call) {
+      const Tensor x = randn({rows, cols}), y = randn({rows, cols}), bias = randn({cols});
+      const std::vector<Tensor> want = f(x, y, bias);
+      const std::vector<Tensor> got = compiled(x, y, bias);
+      ASSERT_EQ(got.size(), want.size());
+      for (size_t i = 0; i < want.size(); ++i) {
+        ASSERT_EQ(got[i].shape(), want[i].shape()) << "trial " << trial;
+        const double diff = (got[i] - want[i]).abs().max().item<double>();
+        ASSERT_LE(diff, 1e-5 * (1 + want[i].abs().max().item<double>())) << "trial " << trial << " result " << i << "\n"
+                                                                         << compiled.graph().dump();
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace ember::graph
