@@ -57,6 +57,10 @@ Executable::Executable(Graph graph, const MemoryPlan& plan) : graph_(std::move(g
     }
   }
   output_storage_.resize(g.buffers.size());
+  drawing_nodes_.resize(g.draws.size());
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    if (g.nodes[i].draw >= 0) drawing_nodes_[g.nodes[i].draw].push_back(static_cast<int>(i));
+  }
 
   size_t num_operands = 0, num_calls = 0;
   for (const Node& n : g.nodes) {
@@ -142,9 +146,7 @@ void Executable::draw() {
   if (graph_.draws.empty()) return;
   for (size_t d = 0; d < graph_.draws.size(); ++d) {
     const ember::detail::RandomDraw key = ember::detail::reserve_random_blocks(graph_.draws[d].blocks);
-    for (Node& n : graph_.nodes) {
-      if (n.draw == static_cast<int>(d)) set_key(n.attrs, key.seed, key.first_block);
-    }
+    for (int n : drawing_nodes_[d]) set_key(graph_.nodes[n].attrs, key.seed, key.first_block);
   }
 }
 

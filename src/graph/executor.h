@@ -60,6 +60,7 @@ class Executable {
   std::vector<std::pair<int, int64_t>> sources_;  // per operand: buffer, byte offset
   std::vector<KernelCall> calls_;
   std::vector<std::unique_ptr<FusedGroup>> fused_;
+  std::vector<std::vector<int>> drawing_nodes_;  // per draw: the nodes whose key it is
   std::vector<int> output_buffers_;
   std::vector<std::shared_ptr<StorageImpl>> output_storage_;
 };
