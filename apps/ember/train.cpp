@@ -253,7 +253,7 @@ int run_train_mnist(const TrainOptions& options) {
   const double total_seconds = seconds_since(start);
   const double rate = train_seconds > 0 ? static_cast<double>(samples_seen) / train_seconds : 0.0;
   if (options.json) {
-    const nlohmann::json result = {
+    nlohmann::json result = {
         {"task", "mnist"},
         {"model", options.model},
         {"optimizer", options.optimizer},

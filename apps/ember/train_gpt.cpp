@@ -261,19 +261,18 @@ int run_train_gpt(const TrainGptOptions& o) {
   const double rate =
       train_seconds > 0 ? static_cast<double>((last_step - first_step) * tokens_per_step) / train_seconds : 0.0;
   if (o.json) {
-    const nlohmann::json result = {
-        {"task", "gpt"},
-        {"steps", last_step},
-        {"parameters", model.num_parameters()},
-        {"train_loss", std::isnan(train_loss) ? nlohmann::json() : nlohmann::json(train_loss)},
-        {"val_loss", std::isnan(val_loss) ? nlohmann::json() : nlohmann::json(val_loss)},
-        {"final_loss", std::isnan(last_loss) ? nlohmann::json() : nlohmann::json(last_loss)},
-        {"train_seconds", train_seconds},
-        {"seconds", seconds_since(start)},
-        {"tokens_per_second", rate},
-        {"evals", evals},
-        {"sample", sample},
-        {"compiled", compiled_step.has_value()}};
+    nlohmann::json result = {{"task", "gpt"},
+                             {"steps", last_step},
+                             {"parameters", model.num_parameters()},
+                             {"train_loss", std::isnan(train_loss) ? nlohmann::json() : nlohmann::json(train_loss)},
+                             {"val_loss", std::isnan(val_loss) ? nlohmann::json() : nlohmann::json(val_loss)},
+                             {"final_loss", std::isnan(last_loss) ? nlohmann::json() : nlohmann::json(last_loss)},
+                             {"train_seconds", train_seconds},
+                             {"seconds", seconds_since(start)},
+                             {"tokens_per_second", rate},
+                             {"evals", evals},
+                             {"sample", sample},
+                             {"compiled", compiled_step.has_value()}};
     if (compiled_step) add_compile_stats(result, compiled_step->stats());
     std::cout << result.dump() << std::endl;
   } else {

@@ -119,7 +119,9 @@ void accumulate_into(std::shared_ptr<TensorImpl>& slot, const Tensor& grad, cons
   NoGradGuard no_grad;
   if (!slot) {
     // Keep the gradient itself when nobody else can see it; otherwise store a private copy.
-    const bool exclusive = grad.impl_ptr().use_count() == 1 && grad.impl().storage.use_count() == 1 &&
+    // (A tracer's references to the storage do not count: tracing must not change what is stored.)
+    const long traced = dispatch::observed() ? dispatch::observer_storage_refs(grad.impl().storage.get()) : 0;
+    const bool exclusive = grad.impl_ptr().use_count() == 1 && grad.impl().storage.use_count() - traced == 1 &&
                            grad.is_contiguous() && !grad.impl().is_view;
     Tensor stored = exclusive ? grad : grad.clone();
     if (stored.dtype() != owner.dtype()) stored = stored.to(owner.dtype());

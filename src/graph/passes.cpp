@@ -507,8 +507,9 @@ void reuse_in_place(Graph& g, PassStats& stats) {
   const std::vector<int> writers = count_writers(g);
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     Node& n = g.nodes[i];
-    if (!is_kernel(n) || !has_trait(n.op, kElementwise) || !has_trait(n.op, kInPlace) || n.outputs.size() != 1)
-      continue;
+    // An elementwise kernel reads element i of each input before writing element i of its result, so
+    // the result may take the place of an input with the same geometry.
+    if (!fusible(n)) continue;
     const View& out = n.outputs[0];
     if (!fresh_outputs(g, n, writers)) continue;
     for (const View& in : n.inputs) {

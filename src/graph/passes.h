@@ -11,7 +11,7 @@
 //                    matmul with that epilogue (the packed GEMM applies it in registers);
 //   fuse_elementwise chains and DAGs of elementwise kernels over one shape become one kFused node run
 //                    tile by tile; values only the group uses become kScratch;
-//   reuse_in_place   an elementwise kernel writes over an input whose last use it is;
+//   reuse_in_place   an elementwise kernel writes over an input of its geometry whose last use it is;
 //   plan_memory      temporaries get offsets in one arena from their live intervals (best fit).
 //
 // Each pass keeps the graph's meaning: the same buffers of kind kArgument, kState and kOutput end

@@ -54,6 +54,11 @@ class Tracer final : public dispatch::Observer {
   }
   void end(const dispatch::OpCall&) override {}
 
+  long storage_refs(const StorageImpl* storage) override {
+    if (std::this_thread::get_id() != thread_) return 0;
+    return buffer_of_.count(storage) != 0 ? 1 : 0;
+  }
+
   void random_draw(uint64_t seed, uint64_t first_block, int64_t blocks) override {
     if (std::this_thread::get_id() != thread_ || host_depth_ > 0) return;
     g_.draws.push_back({seed, first_block, blocks});

@@ -86,6 +86,12 @@ void notify_grad_slot(const Tensor& leaf, const Tensor& grad, bool accumulate) {
   for_each_observer([&](Observer& o) { o.grad_slot(leaf, grad, accumulate); });
 }
 
+long observer_storage_refs(const StorageImpl* storage) {
+  long refs = 0;
+  for_each_observer([&](Observer& o) { refs += o.storage_refs(storage); });
+  return refs;
+}
+
 void HostRegion::begin(const char* name, const std::function<void()>& replay) {
   for_each_observer([&](Observer& o) { o.begin_host(name, replay); });
   active_ = true;

@@ -72,6 +72,9 @@ class Observer {
   // begin_host and end_host; `replay` repeats it (HostRegion).
   virtual void begin_host(const char* name, const std::function<void()>& replay) {}
   virtual void end_host() {}
+  // References to `storage` the observer holds (a tracer keeps every storage it saw alive), so that
+  // code asking whether a tensor is the only user of its memory can leave them out.
+  virtual long storage_refs(const StorageImpl* storage) { return 0; }
 };
 
 // Attaches / detaches an observer (not owned), from any thread, while other threads run ops. Once
@@ -160,6 +163,8 @@ class Scope {
 void notify_random_draw(uint64_t seed, uint64_t first_block, int64_t blocks);
 void notify_host_read(const char* what);
 void notify_grad_slot(const Tensor& leaf, const Tensor& grad, bool accumulate);
+// The references to `storage` that observers hold (Observer::storage_refs).
+long observer_storage_refs(const StorageImpl* storage);
 
 // Marks host code that changes state a traced graph cannot see in its ops (an optimizer's step
 // counters and learning rate, a scheduler's epoch): a tracer records `replay` as one step of the
