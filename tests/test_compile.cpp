@@ -300,3 +300,33 @@ TEST(Compile, CompiledTrainingStepsPeakBelowEager) {
 
 }  // namespace
 }  // namespace ember
+
+namespace ember {
+namespace {
+
+TEST(Compile, TheProfilerSeesKernelsAndFusedGroupsOfAReplay) {
+  auto f = compile([](const Tensor& x, const Tensor& y) { return matmul(x * x.sigmoid() + y, y); });
+  const Tensor x = randn({64, 64}), y = randn({64, 64});
+  f(x, y);
+  profiler::Profiler prof;
+  f(x, y);
+  prof.stop();
+  bool fused = false, matmul_seen = false;
+  for (const profiler::Event& e : prof.events()) {
+    if (e.name == "fused(sigmoid, mul, add)") {
+      fused = true;
+      EXPECT_TRUE(e.has_cost);
+      EXPECT_EQ(e.flops, 64.0 * 64 * (10 + 1 + 1));
+      EXPECT_EQ(e.bytes, 3.0 * 64 * 64 * 4);  // x and y read, the sum written: nothing between
+    }
+    if (e.name == "matmul") {
+      matmul_seen = true;
+      EXPECT_EQ(e.flops, 2.0 * 64 * 64 * 64);
+    }
+  }
+  EXPECT_TRUE(fused);
+  EXPECT_TRUE(matmul_seen);
+}
+
+}  // namespace
+}  // namespace ember

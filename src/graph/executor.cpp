@@ -150,10 +150,28 @@ void Executable::draw() {
   }
 }
 
+void Executable::run_observed(const Step& step) {
+  const Node& n = graph_.nodes[step.node];
+  if (step.kind == NodeKind::kKernel) {
+    const dispatch::OpCall call{n.op, dispatch::CallKind::kKernel, n.phase, n.attrs, {}, {}, &calls_[step.call]};
+    dispatch::detail::run_observed(call, step.fn);
+  } else {
+    const PhaseGuard phase(n.phase);
+    dispatch::notify_begin_step(n.label, fused_[step.fused]->cost());
+    fused_[step.fused]->run(base_);
+    dispatch::notify_end_step();
+  }
+}
+
 std::vector<Tensor> Executable::run(const std::vector<Tensor>& arguments) {
   bind(arguments);
   draw();
+  const bool observed = dispatch::observed();
   for (const Step& step : steps_) {
+    if (observed && (step.kind == NodeKind::kKernel || step.kind == NodeKind::kFused)) [[unlikely]] {
+      run_observed(step);
+      continue;
+    }
     switch (step.kind) {
       case NodeKind::kKernel:
         step.fn(calls_[step.call]);

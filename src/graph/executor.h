@@ -49,7 +49,7 @@ class Executable {
   };
   void bind(const std::vector<Tensor>& arguments);
   void draw();
-  void profile_step(const Step& step, int64_t start_ns, int64_t end_ns) const;
+  void run_observed(const Step& step);  // with observers (the profiler) attached
 
   Graph graph_;
   MemoryPlan plan_;

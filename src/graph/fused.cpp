@@ -79,6 +79,16 @@ FusedGroup::FusedGroup(const Graph& g, const Node& fused) : node_(fused) {
     }
     o.scratch_offset = scratch_at[o.buffer];
   }
+  // The cost: every member over S; memory traffic only at the group's boundary.
+  const double elements = static_cast<double>(shape_.numel());
+  for (const Node& m : fused.body) cost_.flops += elements * op_info(m.op).flops_per_element;
+  auto stored = [](const View& v) {
+    double n = 1;
+    for (int d = 0; d < v.shape.size(); ++d) n *= v.strides[d] == 0 ? 1.0 : static_cast<double>(v.shape[d]);
+    return n * static_cast<double>(dtype_size(v.dtype));
+  };
+  for (const View& v : fused.inputs) cost_.bytes += stored(v);
+  for (const View& v : fused.outputs) cost_.bytes += stored(v);
   slots_ = static_cast<int>(std::min<int64_t>(tiles_, cpu::num_threads() * cpu::kTasksPerThread));
   scratch_storage_.resize(static_cast<size_t>(scratch_bytes_ * slots_ + 64));
   scratch_ = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(scratch_storage_.data()) + 63) & ~uintptr_t{63});

@@ -22,6 +22,10 @@ class FusedGroup {
   // Runs the group; `base` holds each buffer's base address.
   void run(const std::vector<char*>& base);
 
+  // The group's FLOPs (the cost model's per-element counts of its members) and the bytes it moves
+  // (its inputs and results, read and written once).
+  const OpCost& cost() const { return cost_; }
+
   static constexpr int64_t kTileElements = 4096;
 
  private:
@@ -56,6 +60,7 @@ class FusedGroup {
   char* scratch_ = nullptr;
   int slots_ = 1;
   std::vector<Operand> call_operands_;  // slots_ x operands_.size()
+  OpCost cost_;
 };
 
 }  // namespace ember::graph

@@ -31,6 +31,7 @@
 #include "ember/attrs.h"
 #include "ember/device.h"
 #include "ember/dtype.h"
+#include "ember/phase.h"
 #include "ember/primitives.h"
 #include "ember/shape.h"
 #include "ember/tensor.h"
@@ -75,10 +76,11 @@ struct Node {
   Attrs attrs;
   std::vector<View> inputs;
   std::vector<View> outputs;
-  int draw = -1;           // a random op: the draw (Graph::draws) its attributes carry
-  int index = -1;          // kHost: Graph::hosts; kGradSlot: Graph::grad_slots
-  std::vector<Node> body;  // kFused: the members, in order
-  std::string label;       // kFused: what it fused; kHost: the region's name
+  int draw = -1;                  // a random op: the draw (Graph::draws) its attributes carry
+  int index = -1;                 // kHost: Graph::hosts; kGradSlot: Graph::grad_slots
+  std::vector<Node> body;         // kFused: the members, in order
+  std::string label;              // kFused: what it fused; kHost: the region's name
+  Phase phase = Phase::kForward;  // when traced (forward, backward, optimizer), for the profiler
 };
 
 struct HostCall {

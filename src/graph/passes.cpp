@@ -440,6 +440,7 @@ void fuse_elementwise(Graph& g, PassStats& stats) {
       Node f;
       f.kind = NodeKind::kFused;
       f.op = g.nodes[open.members[0]].op;
+      f.phase = g.nodes[open.members.back()].phase;
       std::string label = "fused(";
       std::unordered_set<int> scratch;
       for (size_t idx : open.members) {

@@ -46,6 +46,7 @@ class Tracer final : public dispatch::Observer {
     Node n;
     n.op = call.kind;
     n.attrs = call.attrs;
+    n.phase = call.phase;
     for (const Tensor* t : call.inputs) n.inputs.push_back(view_of(t, false));
     const bool update = has_trait(call.kind, kUpdate);
     for (const Tensor* t : call.outputs) n.outputs.push_back(view_of(t, !update));

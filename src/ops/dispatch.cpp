@@ -86,6 +86,13 @@ void notify_grad_slot(const Tensor& leaf, const Tensor& grad, bool accumulate) {
   for_each_observer([&](Observer& o) { o.grad_slot(leaf, grad, accumulate); });
 }
 
+void notify_begin_step(std::string_view name, const OpCost& cost) {
+  for_each_observer([&](Observer& o) { o.begin_step(name, cost); });
+}
+void notify_end_step() {
+  for_each_observer([](Observer& o) { o.end_step(); });
+}
+
 long observer_storage_refs(const StorageImpl* storage) {
   long refs = 0;
   for_each_observer([&](Observer& o) { refs += o.storage_refs(storage); });

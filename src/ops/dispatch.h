@@ -20,6 +20,7 @@
 #include <initializer_list>
 #include <optional>
 #include <span>
+#include <string_view>
 
 #include "base/kernel.h"
 #include "base/op_context.h"
@@ -72,6 +73,10 @@ class Observer {
   // begin_host and end_host; `replay` repeats it (HostRegion).
   virtual void begin_host(const char* name, const std::function<void()>& replay) {}
   virtual void end_host() {}
+  // A step of a compiled graph that is not one kernel call (a fused group, named after what it
+  // fused), with the FLOPs and bytes of the whole step; end_step() closes it.
+  virtual void begin_step(std::string_view name, const OpCost& cost) {}
+  virtual void end_step() {}
   // References to `storage` the observer holds (a tracer keeps every storage it saw alive), so that
   // code asking whether a tensor is the only user of its memory can leave them out.
   virtual long storage_refs(const StorageImpl* storage) { return 0; }
@@ -163,6 +168,9 @@ class Scope {
 void notify_random_draw(uint64_t seed, uint64_t first_block, int64_t blocks);
 void notify_host_read(const char* what);
 void notify_grad_slot(const Tensor& leaf, const Tensor& grad, bool accumulate);
+// A compiled graph's step around `run` (Observer::begin_step / end_step).
+void notify_begin_step(std::string_view name, const OpCost& cost);
+void notify_end_step();
 // The references to `storage` that observers hold (Observer::storage_refs).
 long observer_storage_refs(const StorageImpl* storage);
 

@@ -227,6 +227,12 @@ class OpRecorder final : public dispatch::Observer {
     if (call.kernel != nullptr && !call.failed) set_cost(op_cost(*call.kernel));
     end_event();
   }
+  // A compiled graph's fused group: one event with the group's FLOPs and the bytes it moves.
+  void begin_step(std::string_view name, const OpCost& cost) override {
+    begin_op(name, "", {});
+    set_cost(cost);
+  }
+  void end_step() override { end_event(); }
 };
 
 OpRecorder g_recorder;
