@@ -136,6 +136,30 @@ TEST(GraphPasses, ElementwiseFusionGroupsChainsAndKeepsOnlyTheirResults) {
   EXPECT_EQ(t.graph.buffers[5].kind, BufferKind::kOutput);
 }
 
+TEST(GraphPasses, SoftmaxJoinsAGroupWhenItsRowsFitATile) {
+  const Tensor s = randn({2, 4, 64, 64});
+  const Tensor causal = ones({64, 64}, kBool).triu(1);
+  Trace t = trace_of({s}, [&] { return softmax((s * 0.125).masked_fill(causal, -INFINITY), -1) * 2.0; });
+  PassStats st;
+  fold_constants(t.graph, st);
+  fuse_elementwise(t.graph, st);
+  EXPECT_EQ(st.fused_groups, 1);
+  EXPECT_THAT(nodes(t.graph), ::testing::HasSubstr("fused(mul, where, softmax, mul)"));
+  // Rows longer than a tile stay a kernel of their own.
+  const Tensor wide = randn({4, 8192});
+  Trace u = trace_of({wide}, [&] { return softmax(wide * 0.5, -1) + 1.0; });
+  PassStats su;
+  fold_constants(u.graph, su);
+  fuse_elementwise(u.graph, su);
+  EXPECT_EQ(su.fused_groups, 0);
+  // Compiled, the group gives the unfused kernels' results bit for bit.
+  auto f = compile([&](const Tensor& x) { return softmax((x * 0.125).masked_fill(causal, -INFINITY), -1) * 2.0; });
+  f(s);
+  const Tensor want = softmax((s * 0.125).masked_fill(causal, -INFINITY), -1) * 2.0;
+  EXPECT_EQ((f(s) - want).abs().max().item<double>(), 0.0);
+  EXPECT_EQ(f.stats().fused_groups, 1);
+}
+
 TEST(GraphPasses, FusionStopsWhereAnotherKernelReadsAGroupValue) {
   const Tensor x = randn({16, 16});
   Trace t = trace_of({x}, [&] {

@@ -64,12 +64,25 @@ FusedGroup::FusedGroup(const Graph& g, const Node& fused) : node_(fused) {
     member.attrs = &m.attrs;
     member.fn = dispatch::kernel_table().at(m.op, g.buffers[m.outputs[0].buffer].device.type).fn;
     EMBER_CHECK(member.fn != nullptr, "[compile] no kernel for ", op_name(m.op), " in a fused group");
+    if (m.op == OpKind::kSoftmax || m.op == OpKind::kLogSoftmax) {
+      const int64_t dim = std::get<DimAttrs>(m.attrs).dim;
+      const int64_t tile_dim = dim - split_;
+      EMBER_CHECK(s.size() > 0 && (tile_dim > 0 || (tile_dim == 0 && chunk_ == shape_[split_])),
+                  "[compile] internal error: a ", op_name(m.op), " row does not fit a tile");
+      tile_attrs_.push_back(DimAttrs{tile_dim});
+    }
     member.first = static_cast<int>(operands_.size());
     for (const View& v : m.inputs) add(v);
     for (const View& v : m.outputs) add(v);
     member.num_inputs = static_cast<int>(m.inputs.size());
     member.num_outputs = static_cast<int>(m.outputs.size());
     members_.push_back(member);
+  }
+  // Point the row-wise members at their tile attributes (stable now that the vector is complete).
+  size_t next_tile_attrs = 0;
+  for (Member& member : members_) {
+    if (member.op == OpKind::kSoftmax || member.op == OpKind::kLogSoftmax)
+      member.attrs = &tile_attrs_[next_tile_attrs++];
   }
   for (Operand_& o : operands_) {
     if (!o.scratch) continue;

@@ -6,13 +6,15 @@
 // only the group uses (a kScratch buffer) lives in a tile-sized scratch block that stays in cache
 // and never reaches DRAM. Tiles are independent: a task takes a run of them, with scratch of its
 // own. The members are the registered kernels, seen with tile-sized operands, so a fused group
-// computes bit for bit what the unfused kernels do.
+// computes bit for bit what the unfused kernels do. A softmax member normalizes a dim that the
+// fusion pass made sure lies, with every dim after it, inside one tile: a tile holds whole rows.
 #pragma once
 
 #include <vector>
 
 #include "base/kernel.h"
 #include "graph/ir.h"
+#include "graph/passes.h"
 
 namespace ember::graph {
 
@@ -26,7 +28,7 @@ class FusedGroup {
   // (its inputs and results, read and written once).
   const OpCost& cost() const { return cost_; }
 
-  static constexpr int64_t kTileElements = 4096;
+  static constexpr int64_t kTileElements = kFusionTileElements;
 
  private:
   struct Operand_ {
@@ -55,7 +57,8 @@ class FusedGroup {
   Shape tile_full_, tile_last_;
   std::vector<Operand_> operands_;
   std::vector<Member> members_;
-  int64_t scratch_bytes_ = 0;  // per slot
+  std::vector<Attrs> tile_attrs_;  // row-wise members' attributes with their dim counted in a tile
+  int64_t scratch_bytes_ = 0;      // per slot
   std::vector<char> scratch_storage_;
   char* scratch_ = nullptr;
   int slots_ = 1;

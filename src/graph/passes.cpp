@@ -361,9 +361,22 @@ void fuse_epilogues(Graph& g, PassStats& stats) {
 
 // --- elementwise fusion ----------------------------------------------------------------------------
 
-bool fusible(const Node& n) {
+bool elementwise(const Node& n) {
   return is_kernel(n) && has_trait(n.op, kElementwise) && is_primitive(n.op) && !has_trait(n.op, kRandom) &&
          !has_trait(n.op, kUpdate) && n.outputs.size() == 1 && n.outputs[0].defined() && n.outputs[0].shape.numel() > 0;
+}
+
+bool fusible(const Node& n) {
+  if (elementwise(n)) return true;
+  if (!is_kernel(n) || (n.op != OpKind::kSoftmax && n.op != OpKind::kLogSoftmax)) return false;
+  const View& out = n.outputs[0];
+  const int64_t dim = std::get<DimAttrs>(n.attrs).dim;
+  if (out.shape.size() == 0 || out.shape.numel() == 0 || n.inputs[0].shape != out.shape ||
+      n.inputs[0].dtype != out.dtype)
+    return false;
+  int64_t row = 1;
+  for (int d = static_cast<int>(dim); d < out.shape.size(); ++d) row *= out.shape[d];
+  return row <= kFusionTileElements;
 }
 
 namespace {
@@ -510,7 +523,7 @@ void reuse_in_place(Graph& g, PassStats& stats) {
     Node& n = g.nodes[i];
     // An elementwise kernel reads element i of each input before writing element i of its result, so
     // the result may take the place of an input with the same geometry.
-    if (!fusible(n)) continue;
+    if (!elementwise(n)) continue;
     const View& out = n.outputs[0];
     if (!fresh_outputs(g, n, writers)) continue;
     for (const View& in : n.inputs) {

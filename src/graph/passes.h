@@ -9,8 +9,9 @@
 //   dce              kernels whose results nothing reads are dropped;
 //   fuse_epilogues   matmul followed by a bias add, an activation and a residual add becomes one
 //                    matmul with that epilogue (the packed GEMM applies it in registers);
-//   fuse_elementwise chains and DAGs of elementwise kernels over one shape become one kFused node run
-//                    tile by tile; values only the group uses become kScratch;
+//   fuse_elementwise chains and DAGs of elementwise kernels over one shape, with the softmaxes
+//                    among and at their ends, become one kFused node run tile by tile; values only
+//                    the group uses become kScratch;
 //   reuse_in_place   an elementwise kernel writes over an input of its geometry whose last use it is;
 //   plan_memory      temporaries get offsets in one arena from their live intervals (best fit).
 //
@@ -49,7 +50,13 @@ struct MemoryPlan {
 // Assigns every kTemp buffer an arena offset such that buffers alive at the same time never overlap.
 MemoryPlan plan_memory(Graph& g);
 
-// Can an elementwise node be part of a fused group (a primitive with an elementwise kernel)?
+// The elements of one tile of a fused group (graph/fused.h).
+inline constexpr int64_t kFusionTileElements = 4096;
+
+// An elementwise kernel (a primitive with the kElementwise trait, no draw, no update).
+bool elementwise(const Node& node);
+// Can the node be part of a fused group: elementwise, or a softmax / log_softmax whose rows (the
+// normalized dim and the dims after it) fit one tile, so that tiles hold whole rows?
 bool fusible(const Node& node);
 
 }  // namespace ember::graph
