@@ -12,15 +12,14 @@ FusedGroup::FusedGroup(const Graph& g, const Node& fused) : node_(fused) {
   const Shape& s = fused.body.front().outputs[0].shape;
   shape_ = s.size() == 0 ? Shape({1}) : s;
   const int ndim = shape_.size();
-  // The split dim: the outermost whose trailing dims fit a tile.
-  int64_t inner = 1;
+  // The split dim: the outermost whose trailing dims fit a tile; a tile is a chunk of it.
   split_ = ndim - 1;
   for (int d = ndim - 1; d >= 0; --d) {
-    if (inner * shape_[d] > kTileElements) break;
-    inner *= shape_[d];
+    int64_t after = 1;
+    for (int k = d + 1; k < ndim; ++k) after *= shape_[k];
+    if (after > kTileElements) break;
     split_ = d;
   }
-  // inner is now the product of dims after split_ times split_'s own size when it fits whole.
   int64_t trailing = 1;
   for (int d = split_ + 1; d < ndim; ++d) trailing *= shape_[d];
   chunk_ = std::clamp<int64_t>(kTileElements / std::max<int64_t>(trailing, 1), 1, shape_[split_]);
