@@ -146,7 +146,7 @@ TEST(GraphPasses, SoftmaxJoinsAGroupWhenItsRowsFitATile) {
   EXPECT_EQ(st.fused_groups, 1);
   EXPECT_THAT(nodes(t.graph), ::testing::HasSubstr("fused(mul, where, softmax, mul)"));
   // Rows longer than a tile stay a kernel of their own.
-  const Tensor wide = randn({4, 8192});
+  const Tensor wide = randn({4, 2 * kFusionTileElements});
   Trace u = trace_of({wide}, [&] { return softmax(wide * 0.5, -1) + 1.0; });
   PassStats su;
   fold_constants(u.graph, su);
