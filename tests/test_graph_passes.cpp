@@ -136,6 +136,69 @@ TEST(GraphPasses, ElementwiseFusionGroupsChainsAndKeepsOnlyTheirResults) {
   EXPECT_EQ(t.graph.buffers[5].kind, BufferKind::kOutput);
 }
 
+TEST(GraphPasses, AttentionPatternsBecomeTheFlashKernel) {
+  const Tensor q = randn({2, 3, 16, 8}), k = randn({2, 3, 16, 8}), v = randn({2, 3, 16, 8});
+  const Tensor causal = ones({16, 16}, kBool).triu(1);
+  const Tensor holes = logical_and(rand({16, 16}) < 0.3, logical_not(ones({16, 16}, kBool).tril(0).triu(0)));
+  Tensor empty_row = zeros({16, 16}, kBool);
+  empty_row.select(0, 3).fill_(true);
+  autograd::NoGradGuard no_grad;
+  struct Case {
+    const char* name;
+    std::function<Tensor(const Tensor&, const Tensor&, const Tensor&)> f;
+    int fused;
+    bool is_causal;
+  };
+  const std::vector<Case> cases{
+      {"plain",
+       [](const Tensor& a, const Tensor& b, const Tensor& c) {
+         return matmul(softmax(matmul(a, b.transpose(-2, -1)) / 4.0, -1), c);
+       },
+       1, false},
+      {"causal",
+       [&](const Tensor& a, const Tensor& b, const Tensor& c) {
+         return matmul(softmax((matmul(a, b.transpose(-2, -1)) * 0.25).masked_fill(causal, -INFINITY), -1), c);
+       },
+       1, true},
+      {"mask",
+       [&](const Tensor& a, const Tensor& b, const Tensor& c) {
+         return matmul(softmax((matmul(a, b.transpose(-2, -1)) * 0.25).masked_fill(holes, -INFINITY), -1), c);
+       },
+       1, false},
+      // A fully masked row is NaN through softmax and zeros through the kernel: not rewritten.
+      {"empty row",
+       [&](const Tensor& a, const Tensor& b, const Tensor& c) {
+         return matmul(softmax((matmul(a, b.transpose(-2, -1)) * 0.25).masked_fill(empty_row, -INFINITY), -1), c);
+       },
+       0, false},
+  };
+  for (const Case& c : cases) {
+    auto f = compile(c.f);
+    f(q, k, v);
+    const Tensor got = f(q, k, v), want = c.f(q, k, v);
+    EXPECT_EQ(f.stats().attention, c.fused) << c.name;
+    const Tensor finite = logical_not(isnan(want));
+    EXPECT_LE((got - want).abs().masked_fill(logical_not(finite), 0.0).max().item<double>(), 1e-5) << c.name;
+    EXPECT_TRUE(isnan(got).eq(isnan(want)).all().item<bool>()) << c.name;
+    if (c.fused == 1) {
+      EXPECT_THAT(f.graph().dump(), ::testing::HasSubstr("scaled_dot_product_attention")) << c.name;
+    }
+    // The pass itself: a causal mask becomes the flag, any other keeps a mask operand.
+    Trace t = trace_of({q, k, v}, [&] { return c.f(q, k, v); });
+    PassStats s;
+    fold_constants(t.graph, s);
+    dce(t.graph, s);
+    fuse_attention(t.graph, s);
+    if (c.fused == 1) {
+      ASSERT_EQ(t.graph.nodes.size(), 1u) << nodes(t.graph);
+      const auto& attrs = std::get<AttentionAttrs>(t.graph.nodes[0].attrs);
+      EXPECT_EQ(attrs.is_causal, c.is_causal) << c.name;
+      EXPECT_EQ(attrs.scale, 0.25) << c.name;
+      EXPECT_EQ(t.graph.nodes[0].inputs[3].defined(), std::string(c.name) == "mask") << c.name;
+    }
+  }
+}
+
 TEST(GraphPasses, SoftmaxJoinsAGroupWhenItsRowsFitATile) {
   const Tensor s = randn({2, 4, 64, 64});
   const Tensor causal = ones({64, 64}, kBool).triu(1);

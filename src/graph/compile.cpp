@@ -151,6 +151,8 @@ struct CompiledCore::Impl {
       stage("dce");
     }
     if (options.fuse) {
+      graph::fuse_attention(g, ps);
+      stage("fuse_attention");
       graph::fuse_epilogues(g, ps);
       stage("fuse_epilogues");
       graph::fuse_elementwise(g, ps);
@@ -172,6 +174,7 @@ struct CompiledCore::Impl {
     stats.cse = ps.cse;
     stats.dead = ps.dead;
     stats.epilogues = ps.epilogues;
+    stats.attention = ps.attention;
     stats.fused_groups = ps.fused_groups;
     stats.fused_kernels = ps.fused_nodes;
     stats.in_place = ps.in_place;
@@ -323,6 +326,7 @@ std::string CompiledCore::explain() const {
       << "  simplification: " << s.simplified << " kernels\n"
       << "  common subexpressions: " << s.cse << " kernels\n"
       << "  dead code: " << s.dead << " kernels\n"
+      << "  attention patterns: " << s.attention << " -> scaled_dot_product_attention\n"
       << "  GEMM epilogues: " << s.epilogues << " kernels folded into matmuls\n"
       << "  elementwise fusion: " << s.fused_kernels << " kernels in " << s.fused_groups << " groups\n"
       << "  in-place reuse: " << s.in_place << " results\n"

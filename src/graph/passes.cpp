@@ -2,9 +2,12 @@
 #include "graph/passes.h"
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <unordered_map>
 #include <unordered_set>
+
+#include "ember/ops.h"
 
 namespace ember::graph {
 namespace {
@@ -357,6 +360,206 @@ void fuse_epilogues(Graph& g, PassStats& stats) {
     }
     erase_marked(g, drop);
   }
+}
+
+// --- attention ----------------------------------------------------------------------------------
+
+namespace {
+
+// The one value of a small constant, as a double (NaN when it is not one value).
+double constant_value(const Graph& g, const View& v) {
+  const Buffer& b = g.buffers[v.buffer];
+  if (b.kind != BufferKind::kConstant || b.storage == nullptr || v.shape.numel() != 1) return NAN;
+  const char* p = static_cast<const char*>(b.storage->data()) + v.offset;
+  double value = NAN;
+  dispatch_dtype(v.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if constexpr (std::is_arithmetic_v<T>) {
+      value = static_cast<double>(*reinterpret_cast<const T*>(p));
+    } else {
+      value = static_cast<double>(static_cast<float>(*reinterpret_cast<const T*>(p)));
+    }
+  });
+  return value;
+}
+
+// The view seen with 4 dims (leading size-1 dims added).
+View as_4d(const View& v) {
+  View r = v;
+  std::vector<int64_t> shape(4, 1), strides(4, 0);
+  const int lead = 4 - v.shape.size();
+  for (int d = 0; d < v.shape.size(); ++d) {
+    shape[lead + d] = v.shape[d];
+    strides[lead + d] = v.strides[d];
+  }
+  for (int d = lead - 1; d >= 0; --d) strides[d] = strides[d + 1] * shape[d + 1];  // size 1: any stride
+  r.shape = Shape(shape);
+  r.strides = Strides(strides);
+  return r;
+}
+
+// The node that alone reads buffer b after node i, if any.
+int only_reader(const std::vector<std::vector<size_t>>& readers, int b, size_t num_nodes) {
+  const auto& r = readers[b];
+  if (r.size() != 1 || r[0] >= num_nodes) return -1;
+  return static_cast<int>(r[0]);
+}
+
+}  // namespace
+
+void fuse_attention(Graph& g, PassStats& stats) {
+  const std::vector<int> writers = count_writers(g);
+  const auto readers = readers_of(g);
+  std::vector<bool> drop(g.nodes.size(), false);
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const Node& qk = g.nodes[i];
+    if (!is_kernel(qk) || qk.op != OpKind::kMatmul || drop[i]) continue;
+    const auto& qk_attrs = std::get<MatmulAttrs>(qk.attrs);
+    if (!(qk_attrs == MatmulAttrs{}) || qk.inputs[2].defined() || qk.inputs[3].defined()) continue;
+    const View& q = qk.inputs[0];
+    const View& kt = qk.inputs[1];
+    const int rank = q.shape.size();
+    if (rank < 3 || rank > 4 || kt.shape.size() != rank || q.dtype != kFloat32 || !fresh_outputs(g, qk, writers))
+      continue;
+    // Walk the chain: [mul or div by a constant] [where with a constant condition and -inf] softmax.
+    std::vector<size_t> chain{i};
+    int cur = qk.outputs[0].buffer;
+    double scale = 1.0;
+    const View* condition = nullptr;
+    bool fill_when_true = false;
+    int at = only_reader(readers, cur, g.nodes.size());
+    auto advance = [&](int node) {
+      chain.push_back(static_cast<size_t>(node));
+      cur = g.nodes[node].outputs[0].buffer;
+      at = only_reader(readers, cur, g.nodes.size());
+    };
+    auto other_input = [&](const Node& n) -> const View* {
+      if (n.inputs.size() != 2) return nullptr;
+      if (n.inputs[0].buffer == cur) return &n.inputs[1];
+      if (n.inputs[1].buffer == cur) return &n.inputs[0];
+      return nullptr;
+    };
+    if (at >= 0 && fresh_outputs(g, g.nodes[at], writers) &&
+        (g.nodes[at].op == OpKind::kMul || g.nodes[at].op == OpKind::kDiv)) {
+      const Node& n = g.nodes[at];
+      const View* c = other_input(n);
+      const double value = c != nullptr ? constant_value(g, *c) : NAN;
+      if (!std::isnan(value) && value != 0 && (n.op == OpKind::kMul || n.inputs[0].buffer == cur)) {
+        scale = n.op == OpKind::kMul ? value : 1.0 / value;
+        advance(at);
+      }
+    }
+    if (at >= 0 && fresh_outputs(g, g.nodes[at], writers) && g.nodes[at].op == OpKind::kWhere) {
+      const Node& n = g.nodes[at];
+      const View& cond = n.inputs[0];
+      const bool first = n.inputs[1].buffer != cur && n.inputs[2].buffer == cur;
+      const bool second = n.inputs[2].buffer != cur && n.inputs[1].buffer == cur;
+      const View& fill = first ? n.inputs[1] : n.inputs[2];
+      // The condition: a constant, or a captured tensor the graph never writes (then checked for
+      // writes before each call, as folded constants are).
+      Buffer& cb = g.buffers[cond.buffer];
+      const bool fixed = cb.kind == BufferKind::kConstant ||
+                         (cb.kind == BufferKind::kState && writers[cond.buffer] == 0 && cb.storage != nullptr);
+      if ((first || second) && fixed && cond.dtype == kBool && constant_value(g, fill) == -INFINITY) {
+        if (cb.kind == BufferKind::kState) {
+          cb.guard_version = true;
+          cb.version = cb.storage->version();
+        }
+        condition = &cond;
+        fill_when_true = first;
+        advance(at);
+      }
+    }
+    if (at < 0 || !fresh_outputs(g, g.nodes[at], writers) || g.nodes[at].op != OpKind::kSoftmax ||
+        std::get<DimAttrs>(g.nodes[at].attrs).dim != rank - 1)
+      continue;
+    advance(at);
+    if (at < 0) continue;
+    const Node& pv = g.nodes[at];
+    if (!is_kernel(pv) || pv.op != OpKind::kMatmul || !(std::get<MatmulAttrs>(pv.attrs) == MatmulAttrs{}) ||
+        pv.inputs[0].buffer != cur || pv.inputs[2].defined() || pv.inputs[3].defined() ||
+        !fresh_outputs(g, pv, writers, true))
+      continue;
+    const View& v = pv.inputs[1];
+    // k from k^T: the last two dims swapped back. The kernel reads q, k and v rows contiguously.
+    View k = kt;
+    std::swap(k.shape[rank - 1], k.shape[rank - 2]);
+    std::swap(k.strides[rank - 1], k.strides[rank - 2]);
+    if (q.strides[rank - 1] != 1 || k.strides[rank - 1] != 1 || v.strides[rank - 1] != 1 || v.dtype != kFloat32 ||
+        v.shape[rank - 2] != k.shape[rank - 2] || !pv.outputs[0].contiguous())
+      continue;
+    // Nothing between the first matmul and the last may write q, k or v.
+    bool clear = true;
+    for (size_t n = i + 1; n < static_cast<size_t>(at) && clear; ++n) {
+      for_each_write(g.nodes[n], [&](const View& w) {
+        clear = clear && w.buffer != q.buffer && w.buffer != k.buffer && w.buffer != v.buffer;
+      });
+    }
+    if (!clear) continue;
+    AttentionAttrs attrs;
+    attrs.scale = scale;
+    View mask;
+    const int64_t L = q.shape[rank - 2], S = k.shape[rank - 2];
+    if (condition != nullptr) {
+      // Which (query, key) pairs take part, from the constant; a causal pattern becomes the flag.
+      const View c = as_4d(*condition);
+      if (c.shape[0] != 1 && c.strides[0] != 0) continue;
+      if (c.shape[1] != 1 && c.strides[1] != 0) continue;
+      const bool* data =
+          reinterpret_cast<const bool*>(static_cast<const char*>(g.buffers[c.buffer].storage->data()) + c.offset);
+      const int64_t rs = c.shape[2] == 1 ? 0 : c.strides[2], cs = c.shape[3] == 1 ? 0 : c.strides[3];
+      bool causal = true, every_row = true;
+      std::vector<int64_t> keep_shape{L, S};
+      Tensor keep = zeros(Shape(keep_shape), kBool);
+      bool* kp = keep.data_ptr<bool>();
+      for (int64_t r = 0; r < L; ++r) {
+        bool any = false;
+        for (int64_t s_ = 0; s_ < S; ++s_) {
+          const bool takes_part = data[r * rs + s_ * cs] != fill_when_true;
+          kp[r * S + s_] = takes_part;
+          any = any || takes_part;
+          causal = causal && takes_part == (s_ <= r);
+        }
+        every_row = every_row && any;
+      }
+      // A row with no key is NaN through softmax but zeros through the kernel: leave it as it is.
+      if (!every_row) continue;
+      if (causal) {
+        attrs.is_causal = true;
+      } else {
+        Buffer b;
+        b.kind = BufferKind::kConstant;
+        b.nbytes = L * S;
+        b.device = g.buffers[q.buffer].device;
+        b.storage = keep.impl().storage;
+        mask.buffer = g.add_buffer(std::move(b));
+        mask.dtype = kBool;
+        mask.shape = Shape(std::vector<int64_t>{1, 1, L, S});
+        mask.strides = Strides(std::vector<int64_t>{0, 0, S, 1});
+      }
+    }
+    // The log-sum-exp the kernel writes: a temporary nobody reads.
+    Buffer lse_buffer;
+    lse_buffer.kind = BufferKind::kTemp;
+    lse_buffer.device = g.buffers[q.buffer].device;
+    const View out = as_4d(pv.outputs[0]);
+    lse_buffer.nbytes = out.shape[0] * out.shape[1] * out.shape[2] * 4;
+    View lse;
+    lse.buffer = g.add_buffer(std::move(lse_buffer));
+    lse.dtype = kFloat32;
+    lse.shape = Shape(std::vector<int64_t>{out.shape[0], out.shape[1], out.shape[2]});
+    lse.strides = contiguous_strides(lse.shape);
+    Node sdpa;
+    sdpa.op = OpKind::kScaledDotProductAttention;
+    sdpa.attrs = attrs;
+    sdpa.phase = pv.phase;
+    sdpa.inputs = {as_4d(q), as_4d(k), as_4d(v), mask};
+    sdpa.outputs = {out, lse};
+    for (size_t n : chain) drop[n] = true;
+    g.nodes[at] = std::move(sdpa);
+    ++stats.attention;
+  }
+  erase_marked(g, drop);
 }
 
 // --- elementwise fusion ----------------------------------------------------------------------------

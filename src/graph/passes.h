@@ -7,6 +7,8 @@
 //   cse              a kernel repeating an earlier one (same op, attributes and operands, none
 //                    written in between) reuses its result;
 //   dce              kernels whose results nothing reads are dropped;
+//   fuse_attention   softmax(scale * q @ k^T [masked]) @ v becomes one scaled_dot_product_attention
+//                    (the flash kernel: no (L, S) matrix), the mask a causal flag when it is one;
 //   fuse_epilogues   matmul followed by a bias add, an activation and a residual add becomes one
 //                    matmul with that epilogue (the packed GEMM applies it in registers);
 //   fuse_elementwise chains and DAGs of elementwise kernels over one shape, with the softmaxes
@@ -29,6 +31,7 @@ struct PassStats {
   int cse = 0;
   int dead = 0;
   int epilogues = 0;
+  int attention = 0;
   int fused_groups = 0;
   int fused_nodes = 0;
   int in_place = 0;
@@ -38,6 +41,7 @@ void fold_constants(Graph& g, PassStats& stats);
 void simplify(Graph& g, PassStats& stats);
 void cse(Graph& g, PassStats& stats);
 void dce(Graph& g, PassStats& stats);
+void fuse_attention(Graph& g, PassStats& stats);
 void fuse_epilogues(Graph& g, PassStats& stats);
 void fuse_elementwise(Graph& g, PassStats& stats);
 void reuse_in_place(Graph& g, PassStats& stats);
