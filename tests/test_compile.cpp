@@ -226,6 +226,21 @@ TEST(Compile, EagerModeCallsTheFunction) {
   EXPECT_EQ(f.stats().compiles, 0);
 }
 
+TEST(Compile, TheEnvironmentChoosesTheDefaultMode) {
+  setenv("EMBER_COMPILE", "0", 1);
+  auto eager = compile([](const Tensor& x) { return x + 1; });
+  setenv("EMBER_COMPILE", "sometimes", 1);
+  EXPECT_THAT(thrown([] { compile([](const Tensor& x) { return x + 1; })(ones({1})); }),
+              HasSubstr("EMBER_COMPILE must be 0, 1 or check, got 'sometimes'"));
+  unsetenv("EMBER_COMPILE");
+  eager(ones({2}));
+  eager(ones({2}));
+  EXPECT_EQ(eager.stats().compiles, 0);
+  auto compiled = compile([](const Tensor& x) { return x + 1; });
+  compiled(ones({2}));
+  EXPECT_EQ(compiled.stats().compiles, 1);
+}
+
 TEST(Compile, CheckModeComparesWithEager) {
   CompileOptions o;
   o.mode = CompileOptions::Mode::kCheck;

@@ -24,6 +24,7 @@
 // forward whose output you differentiate later. A parameter's .grad that was replaced since the
 // trace, or a folded captured tensor written since, makes the next call trace again.
 //
+// Calls of one compiled function from several threads run one at a time (a plan has one arena).
 // EMBER_COMPILE=0 runs every compiled function eagerly; EMBER_COMPILE=check runs each call both
 // compiled and eagerly and throws if results differ (functions without optimizer steps).
 #pragma once

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
+#include <mutex>
 #include <sstream>
 
 #include "graph/executor.h"
@@ -94,6 +95,7 @@ struct CompiledCore::Impl {
   };
   CompileOptions options;
   CompileOptions::Mode mode;
+  std::mutex mutex;  // one call at a time: a plan's operands and arena are not shared between calls
   std::vector<Entry> entries;
   int last = -1;
   CompileStats stats;
@@ -288,6 +290,7 @@ CompiledCore::~CompiledCore() = default;
 
 std::vector<Tensor> CompiledCore::call(std::span<const CompileArg> args, BodyRef body) {
   Impl& m = *impl_;
+  const std::lock_guard<std::mutex> lock(m.mutex);
   ++m.stats.calls;
   if (m.mode == CompileOptions::Mode::kEager) return body();
   int found = -1;
