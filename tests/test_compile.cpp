@@ -226,6 +226,22 @@ TEST(Compile, EagerModeCallsTheFunction) {
   EXPECT_EQ(f.stats().compiles, 0);
 }
 
+TEST(Compile, TheGraphIsPrintedAfterEveryPass) {
+  CompileOptions o;
+  o.keep_pass_dumps = true;
+  auto f = compile([](const Tensor& x) { return (x * 1.0).sigmoid() * x + 1; }, o);
+  f(ones({8}));
+  const auto stages = f.graph_stages();
+  std::vector<std::string> names;
+  for (const auto& [name, text] : stages) names.push_back(name);
+  EXPECT_EQ(names, (std::vector<std::string>{"trace", "fold_constants", "simplify", "cse", "dce", "fuse_attention",
+                                             "fuse_epilogues", "fuse_elementwise", "plan_memory"}));
+  EXPECT_THAT(stages.front().second.dump(), HasSubstr("= mul("));
+  EXPECT_THAT(stages.back().second.dump(), HasSubstr("fused(sigmoid, mul, add)"));
+  EXPECT_THAT(stages.back().second.dot(), HasSubstr("digraph ember"));
+  EXPECT_EQ(f.graph().dump(), stages.back().second.dump());
+}
+
 TEST(Compile, TheEnvironmentChoosesTheDefaultMode) {
   setenv("EMBER_COMPILE", "0", 1);
   auto eager = compile([](const Tensor& x) { return x + 1; });

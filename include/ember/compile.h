@@ -111,7 +111,7 @@ class CompiledCore {
   std::vector<Tensor> call(std::span<const CompileArg> args, BodyRef body);
   std::string explain() const;
   GraphText graph() const;
-  std::vector<std::pair<std::string, std::string>> stages() const;
+  std::vector<std::pair<std::string, GraphText>> stages() const;
   const CompileStats& stats() const;
 
  private:
@@ -184,8 +184,8 @@ class Compiled {
   std::string explain() const { return core_->explain(); }
   // The last compiled graph: graph().dump() (text), graph().dot() (Graphviz).
   GraphText graph() const { return core_->graph(); }
-  // With CompileOptions::keep_pass_dumps: (pass, graph text after it), from the trace on.
-  std::vector<std::pair<std::string, std::string>> graph_stages() const { return core_->stages(); }
+  // With CompileOptions::keep_pass_dumps: (pass, the graph after it: text and dot), from the trace on.
+  std::vector<std::pair<std::string, GraphText>> graph_stages() const { return core_->stages(); }
   const CompileStats& stats() const { return core_->stats(); }
 
  private:

@@ -99,7 +99,7 @@ struct CompiledCore::Impl {
   std::vector<Entry> entries;
   int last = -1;
   CompileStats stats;
-  std::vector<std::pair<std::string, std::string>> stages;
+  std::vector<std::pair<std::string, GraphText>> stages;
   std::vector<std::string> history;  // why each compile happened
   bool warned = false;
 
@@ -136,7 +136,7 @@ struct CompiledCore::Impl {
     graph::Graph& g = t.graph;
     stages.clear();
     auto stage = [&](const char* name) {
-      if (options.keep_pass_dumps) stages.emplace_back(name, g.dump());
+      if (options.keep_pass_dumps) stages.emplace_back(name, GraphText{g.dump(), g.dot()});
     };
     stats.traced_kernels = 0;
     for (const graph::Node& n : g.nodes) stats.traced_kernels += n.kind == graph::NodeKind::kKernel ? 1 : 0;
@@ -346,7 +346,7 @@ GraphText CompiledCore::graph() const {
   return {g.dump(), g.dot()};
 }
 
-std::vector<std::pair<std::string, std::string>> CompiledCore::stages() const { return impl_->stages; }
+std::vector<std::pair<std::string, GraphText>> CompiledCore::stages() const { return impl_->stages; }
 
 const CompileStats& CompiledCore::stats() const { return impl_->stats; }
 
