@@ -361,3 +361,61 @@ TEST(Compile, TheProfilerSeesKernelsAndFusedGroupsOfAReplay) {
 
 }  // namespace
 }  // namespace ember
+
+namespace ember {
+namespace {
+
+// Edge cases drawn on purpose: empty and size-1 dims, non-contiguous, broadcast and overlapping
+// arguments, results that are arguments or views of them.
+TEST(Compile, EdgeCasesMatchEager) {
+  auto f = compile([](const Tensor& a, const Tensor& b) { return std::vector<Tensor>{a * b.sigmoid() + 1, a.sum()}; });
+  auto check = [&](const Tensor& a, const Tensor& b) {
+    for (int call = 0; call < 2; ++call) {
+      const std::vector<Tensor> got = f(a, b);
+      const Tensor want0 = a * b.sigmoid() + 1, want1 = a.sum();
+      ASSERT_EQ(got[0].shape(), want0.shape());
+      if (want0.numel() > 0) {
+        EXPECT_EQ((got[0] - want0).abs().max().item<double>(), 0.0);
+      }
+      EXPECT_EQ(got[1].item<double>(), want1.item<double>());
+    }
+  };
+  check(randn({0, 5}), randn({0, 5}));              // empty
+  check(randn({1, 1}), randn({1, 1}));              // size 1
+  check(randn({7, 5}).t(), randn({5, 7}));          // non-contiguous argument
+  check(randn({5, 7}), randn({7}).expand({5, 7}));  // broadcast (stride 0) argument
+  const Tensor base = randn({12});
+  check(base.slice(0, 0, 8).view({2, 4}), base.slice(0, 4, 12).view({2, 4}));  // overlapping memory
+  check(base.view({3, 4}), base.view({3, 4}));                                 // the same tensor twice
+  check(base.slice(0, 0, 8).view({2, 4}), base.slice(0, 2, 10).view({2, 4}));  // another overlap
+  EXPECT_GE(f.stats().compiles, 6);
+}
+
+TEST(Compile, ResultsMayBeArgumentsOrTheirViews) {
+  auto f = compile([](const Tensor& a) { return std::vector<Tensor>{a, a.t(), a.slice(1, 1, 3)}; });
+  const Tensor x = randn({3, 4});
+  f(x);
+  const Tensor y = randn({3, 4});
+  const std::vector<Tensor> r = f(y);
+  EXPECT_TRUE(r[0].is_same(y) || r[0].data_ptr() == y.data_ptr());
+  EXPECT_EQ((r[1] - y.t()).abs().max().item<double>(), 0.0);
+  EXPECT_EQ((r[2] - y.slice(1, 1, 3)).abs().max().item<double>(), 0.0);
+  EXPECT_EQ(r[2].data_ptr(), y.slice(1, 1, 3).data_ptr());
+}
+
+TEST(Compile, InPlaceWritesToArgumentsReplay) {
+  auto f = compile([](const Tensor& a) {
+    Tensor t = a;
+    t.mul_(2).add_(1);
+    return a.sum();
+  });
+  Tensor x = ones({4});
+  f(x);
+  EXPECT_EQ(x.to_vector<float>(), (std::vector<float>{3, 3, 3, 3}));
+  Tensor y = zeros({4});
+  EXPECT_EQ(f(y).item<double>(), 4.0);
+  EXPECT_EQ(y.to_vector<float>(), (std::vector<float>{1, 1, 1, 1}));
+}
+
+}  // namespace
+}  // namespace ember

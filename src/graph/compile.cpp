@@ -25,7 +25,8 @@ struct ArgKey {
   Shape shape;
   Strides strides;
   bool requires_grad = false;
-  int alias = -1;  // the earlier argument sharing its storage
+  int alias = -1;            // the earlier argument sharing its storage
+  int64_t alias_offset = 0;  // and where it starts from that one's first element (bytes)
   Scalar value;
 
   bool operator==(const ArgKey&) const = default;
@@ -45,6 +46,7 @@ ArgKey key_of(std::span<const CompileArg> args, size_t i) {
       const Tensor* u = std::get_if<Tensor>(&args[j]);
       if (u != nullptr && u->impl().storage == t->impl().storage) {
         k.alias = static_cast<int>(j);
+        k.alias_offset = (t->offset() - u->offset()) * t->element_size();
         break;
       }
     }
@@ -59,7 +61,7 @@ std::string describe(const ArgKey& k) {
   if (k.tensor) {
     out << k.dtype << k.shape << " on " << k.device;
     if (!is_contiguous_layout(k.shape, k.strides)) out << " strides " << k.strides;
-    if (k.alias >= 0) out << " sharing memory with argument " << k.alias;
+    if (k.alias >= 0) out << " sharing memory with argument " << k.alias << " (from byte " << k.alias_offset << ")";
   } else {
     if (k.value.is_floating()) {
       out << k.value.to_double();

@@ -42,7 +42,9 @@ Executable::Executable(Graph graph, const MemoryPlan& plan) : graph_(std::move(g
         base_[b] = static_cast<char*>(buf.storage->data());
         break;
       case BufferKind::kTemp:
-        if (buf.arena_offset >= 0) base_[b] = static_cast<char*>(arena_->data()) + buf.arena_offset;
+        // (Empty temporaries take no arena; there may be none.)
+        if (buf.arena_offset >= 0 && arena_ != nullptr)
+          base_[b] = static_cast<char*>(arena_->data()) + buf.arena_offset;
         buf.storage.reset();  // the traced block goes back to the caching allocator
         break;
       case BufferKind::kOutput:
