@@ -21,8 +21,10 @@
 // error while tracing), branch on anything but its signature (the graph holds the traced branch),
 // or replace the tensors it captured (a captured parameter must be updated in place, as the
 // optimizers do). Its results carry no autograd history: compile a whole training step, not a
-// forward whose output you differentiate later. A parameter's .grad that was replaced since the
-// trace, or a folded captured tensor written since, makes the next call trace again.
+// forward whose output you differentiate later. A tensor the function stores outside itself (a
+// .grad, an optimizer's state, a module's buffer) keeps its memory, and each call updates it in
+// place. A parameter's .grad that was replaced since the trace, or a folded captured tensor written
+// since, makes the next call trace again.
 //
 // Calls of one compiled function from several threads run one at a time (a plan has one arena).
 // EMBER_COMPILE=0 runs every compiled function eagerly; EMBER_COMPILE=check runs each call both
