@@ -419,3 +419,36 @@ TEST(Compile, InPlaceWritesToArgumentsReplay) {
 
 }  // namespace
 }  // namespace ember
+
+namespace ember {
+namespace {
+
+TEST(Compile, ReturnedResultsOfFusedEpiloguesReplay) {
+  const Tensor w = randn({16, 8}), b = randn({16});
+  auto f = compile([&](const Tensor& x, const Tensor& r) {
+    return std::vector<Tensor>{gelu(linear(x, w, b)), relu(matmul(x, w.t())) + r};
+  });
+  autograd::NoGradGuard no_grad;
+  for (int call = 0; call < 3; ++call) {
+    const Tensor x = randn({4, 8}), r = randn({4, 16});
+    const std::vector<Tensor> got = f(x, r);
+    EXPECT_LE((got[0] - gelu(linear(x, w, b))).abs().max().item<double>(), 1e-5);
+    EXPECT_LE((got[1] - (relu(matmul(x, w.t())) + r)).abs().max().item<double>(), 1e-5);
+  }
+  EXPECT_GE(f.stats().epilogues, 2);
+}
+
+TEST(Compile, AttentionDropoutDrawsANewMaskEachCall) {
+  const Tensor q = randn({1, 2, 8, 4}), k = randn({1, 2, 8, 4}), v = randn({1, 2, 8, 4});
+  auto f = compile([&](const Tensor& x) { return scaled_dot_product_attention(x, k, v, std::nullopt, 0.5); });
+  for (int call = 0; call < 3; ++call) {
+    manual_seed(40 + call);
+    const Tensor got = f(q);
+    manual_seed(40 + call);
+    const Tensor want = scaled_dot_product_attention(q, k, v, std::nullopt, 0.5);
+    EXPECT_EQ((got - want).abs().max().item<double>(), 0.0) << "call " << call;
+  }
+}
+
+}  // namespace
+}  // namespace ember

@@ -349,12 +349,11 @@ void fuse_epilogues(Graph& g, PassStats& stats) {
         }
       }
       if (!fused) continue;
-      // The matmul now writes the consumer's result, at the consumer's place.
-      const View result = next.outputs[0];
-      mm.outputs[0] = result;
+      // The matmul now writes the consumer's result, at the consumer's place (its own result, `c`,
+      // is no longer written: keep nothing pointing at it).
+      mm.outputs[0] = next.outputs[0];
       next = std::move(mm);
       drop[i] = true;
-      g.buffers[c.buffer].kind = BufferKind::kTemp;
       ++stats.epilogues;
       changed = true;
     }

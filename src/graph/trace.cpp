@@ -50,7 +50,8 @@ class Tracer final : public dispatch::Observer {
     for (const Tensor* t : call.inputs) n.inputs.push_back(view_of(t, false));
     const bool update = has_trait(call.kind, kUpdate);
     for (const Tensor* t : call.outputs) n.outputs.push_back(view_of(t, !update));
-    if (has_trait(call.kind, kRandom)) n.draw = find_draw(call.attrs);
+    // Random ops, and ops that carry a random op's key (attention with dropout and its gradient).
+    n.draw = find_draw(call.attrs);
     g_.nodes.push_back(std::move(n));
   }
   void end(const dispatch::OpCall&) override {}
@@ -194,6 +195,7 @@ class Tracer final : public dispatch::Observer {
             block = a.first_block;
             keyed = true;
           }
+          if constexpr (requires { a.dropout_p; }) keyed = keyed && a.dropout_p > 0;  // no draw without dropout
         },
         attrs);
     if (!keyed) return -1;
