@@ -72,6 +72,23 @@ std::string describe(const ArgKey& k) {
   return out.str();
 }
 
+// The passes in the order they run (graph/passes.h); `fusion` ones follow CompileOptions::fuse, the
+// others CompileOptions::optimize. Memory planning comes last, on its own.
+struct Pass {
+  const char* name;
+  void (*run)(graph::Graph&, graph::PassStats&);
+  bool fusion;
+};
+constexpr Pass kPasses[] = {
+    {"fold_constants", graph::fold_constants, false},
+    {"simplify", graph::simplify, false},
+    {"cse", graph::cse, false},
+    {"dce", graph::dce, false},
+    {"fuse_attention", graph::fuse_attention, true},
+    {"fuse_epilogues", graph::fuse_epilogues, true},
+    {"fuse_elementwise", graph::fuse_elementwise, true},
+};
+
 CompileOptions::Mode mode_from_env() {
   const char* env = std::getenv("EMBER_COMPILE");
   if (env == nullptr || std::strcmp(env, "1") == 0 || *env == '\0') return CompileOptions::Mode::kCompiled;
@@ -144,23 +161,10 @@ struct CompiledCore::Impl {
     for (const graph::Node& n : g.nodes) stats.traced_kernels += n.kind == graph::NodeKind::kKernel ? 1 : 0;
     stage("trace");
     graph::PassStats ps;
-    if (options.optimize) {
-      graph::fold_constants(g, ps);
-      stage("fold_constants");
-      graph::simplify(g, ps);
-      stage("simplify");
-      graph::cse(g, ps);
-      stage("cse");
-      graph::dce(g, ps);
-      stage("dce");
-    }
-    if (options.fuse) {
-      graph::fuse_attention(g, ps);
-      stage("fuse_attention");
-      graph::fuse_epilogues(g, ps);
-      stage("fuse_epilogues");
-      graph::fuse_elementwise(g, ps);
-      stage("fuse_elementwise");
+    for (const Pass& pass : kPasses) {
+      if (!(pass.fusion ? options.fuse : options.optimize)) continue;
+      pass.run(g, ps);
+      stage(pass.name);
     }
     graph::MemoryPlan plan;
     if (options.plan_memory) {
