@@ -55,7 +55,7 @@ struct MemoryPlan {
 MemoryPlan plan_memory(Graph& g);
 
 // The elements of one tile of a fused group (graph/fused.h).
-inline constexpr int64_t kFusionTileElements = 16384;
+inline constexpr int64_t kFusionTileElements = 32768;
 
 // An elementwise kernel (a primitive with the kElementwise trait, no draw, no update).
 bool elementwise(const Node& node);
