@@ -435,7 +435,7 @@ TEST(Compile, ReturnedResultsOfFusedEpiloguesReplay) {
     EXPECT_LE((got[0] - gelu(linear(x, w, b))).abs().max().item<double>(), 1e-5);
     EXPECT_LE((got[1] - (relu(matmul(x, w.t())) + r)).abs().max().item<double>(), 1e-5);
   }
-  EXPECT_GE(f.stats().epilogues, 2);
+  EXPECT_GE(f.stats().epilogues, 2);  // relu and the residual
 }
 
 TEST(Compile, AttentionDropoutDrawsANewMaskEachCall) {

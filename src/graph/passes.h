@@ -9,8 +9,9 @@
 //   dce              kernels whose results nothing reads are dropped;
 //   fuse_attention   softmax(scale * q @ k^T [masked]) @ v becomes one scaled_dot_product_attention
 //                    (the flash kernel: no (L, S) matrix), the mask a causal flag when it is one;
-//   fuse_epilogues   matmul followed by a bias add, an activation and a residual add becomes one
-//                    matmul with that epilogue (the packed GEMM applies it in registers);
+//   fuse_epilogues   matmul followed by a bias add, a ReLU and a residual add becomes one matmul
+//                    with that epilogue (the packed GEMM applies it in registers; GELU and SiLU
+//                    stay a pass of their own, which measures faster);
 //   fuse_elementwise chains and DAGs of elementwise kernels over one shape, with the softmaxes
 //                    among and at their ends, become one kFused node run tile by tile; values only
 //                    the group uses become kScratch;
