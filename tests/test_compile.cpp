@@ -452,3 +452,16 @@ TEST(Compile, AttentionDropoutDrawsANewMaskEachCall) {
 
 }  // namespace
 }  // namespace ember
+
+namespace ember {
+namespace {
+
+TEST(Compile, ACompiledFunctionInsideAnotherTraceIsAnError) {
+  auto inner = compile([](const Tensor& x) { return x * 2; });
+  inner(ones({2}));
+  auto outer = compile([&](const Tensor& x) { return inner(x) + 1; });
+  EXPECT_THAT(thrown([&] { outer(ones({2})); }), HasSubstr("was called while another one was being traced"));
+}
+
+}  // namespace
+}  // namespace ember

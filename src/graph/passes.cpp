@@ -186,9 +186,6 @@ void simplify(Graph& g, PassStats& stats) {
     // Reading x instead of the result is right while x keeps its value: x is a contiguous view
     // that nothing writes after this node.
     if (same == nullptr || !same->contiguous() || last_write[same->buffer] > static_cast<int>(i)) continue;
-    if (g.buffers[same->buffer].kind == BufferKind::kArgument && n.op == OpKind::kCopy) {
-      // A clone of an argument may be returned or kept; reading the argument is still exact.
-    }
     const View with = *same;
     rename(g, i + 1, out.buffer, with);
     drop[i] = true;

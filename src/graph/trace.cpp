@@ -39,6 +39,12 @@ class Tracer final : public dispatch::Observer {
 
   void begin(const dispatch::OpCall& call) override {
     if (std::this_thread::get_id() != thread_ || call.call_kind != dispatch::CallKind::kKernel) return;
+    // A compiled function's replay reports its kernels without tensors (for the profiler): its
+    // operands cannot be recorded.
+    EMBER_CHECK(call.kernel == nullptr || call.inputs.size() + call.outputs.size() > 0 ||
+                    call.kernel->inputs.size() + call.kernel->outputs.size() == 0,
+                "[compile] a compiled function was called while another one was being traced; call the inner "
+                "function uncompiled inside the outer one");
     if (host_depth_ > 0) {
       touch_in_host(call);
       return;
