@@ -15,6 +15,7 @@ namespace ember::dispatch {
 namespace detail {
 
 std::atomic<int> g_num_observers{0};
+thread_local int t_unobserved = 0;
 
 namespace {
 
@@ -29,6 +30,7 @@ std::vector<Observer*>& observers() {
 }  // namespace
 
 void notify(const OpCall& call, bool begin) {
+  if (t_unobserved != 0) return;
   const std::shared_lock<std::shared_mutex> lock(g_observers_mutex);
   for (Observer* o : observers()) {
     if (begin) {
@@ -70,7 +72,7 @@ void remove_observer(Observer* observer) {
 namespace {
 template <class Fn>
 void for_each_observer(Fn fn) {
-  if (!observed()) return;
+  if (!observed() || detail::t_unobserved != 0) return;
   const std::shared_lock<std::shared_mutex> lock(detail::g_observers_mutex);
   for (Observer* o : detail::observers()) fn(*o);
 }

@@ -89,11 +89,23 @@ void remove_observer(Observer* observer);
 
 namespace detail {
 extern std::atomic<int> g_num_observers;
+extern thread_local int t_unobserved;
 void run_observed(const OpCall& call, KernelFn kernel);
 void notify(const OpCall& call, bool begin);
 }  // namespace detail
 
 inline bool observed() { return detail::g_num_observers.load(std::memory_order_relaxed) != 0; }
+
+// Ops run on this thread while one exists are hidden from every observer (they run, but a tracer
+// does not record them and the profiler does not see them): host-side bookkeeping inside a traced
+// function, such as the ONNX importer computing shapes from constants.
+class Unobserved {
+ public:
+  Unobserved() { ++detail::t_unobserved; }
+  ~Unobserved() { --detail::t_unobserved; }
+  Unobserved(const Unobserved&) = delete;
+  Unobserved& operator=(const Unobserved&) = delete;
+};
 
 // The kernel table of every backend (built on first use: the CPU kernels, and the CUDA backend's
 // allocator when it is built).
