@@ -12,6 +12,7 @@
 #include "ember/info.h"
 #include "ember/io.h"
 #include "ember/memory.h"
+#include "ember/npy.h"
 #include "ember/nn.h"
 #include "ember/ops.h"
 #include "ember/optim.h"

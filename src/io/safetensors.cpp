@@ -2,25 +2,22 @@
 // (validates the whole header before trusting a byte of it). Format notes are in ember/io.h.
 #include <fcntl.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <array>
-#include <atomic>
 #include <bit>
 #include <cerrno>
 #include <cstring>
-#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
-#include <system_error>
 #include <utility>
 #include <vector>
 
 #include "ember/autograd.h"
 #include "ember/io.h"
 #include "ember/ops.h"
+#include "io/atomic_file.h"
 
 namespace ember {
 namespace {
@@ -28,13 +25,15 @@ namespace {
 // The format is little-endian; ember writes and reads tensor memory as it is.
 static_assert(std::endian::native == std::endian::little, "safetensors IO assumes a little-endian host");
 
+using detail::AtomicFile;
+using detail::errno_text;
+using detail::FileDescriptor;
+using detail::read_all;
 using nlohmann::json;
 using nlohmann::ordered_json;
 
 constexpr uint64_t kMaxHeaderBytes = 100'000'000;  // the reference implementation's limit
 constexpr const char* kMetadataKey = "__metadata__";
-
-std::string errno_text(int error) { return std::generic_category().message(error); }
 
 // --- dtype names ----------------------------------------------------------------------------------
 
@@ -74,59 +73,6 @@ bool is_known_unsupported_dtype(std::string_view name) {
   return std::find(std::begin(kNames), std::end(kNames), name) != std::end(kNames);
 }
 
-// --- file descriptors -----------------------------------------------------------------------------
-
-class FileDescriptor {
- public:
-  explicit FileDescriptor(int fd = -1) : fd_(fd) {}
-  ~FileDescriptor() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  FileDescriptor(const FileDescriptor&) = delete;
-  FileDescriptor& operator=(const FileDescriptor&) = delete;
-  int get() const { return fd_; }
-  // Closes now and reports the error (close can report a failed delayed write on some filesystems).
-  int close() {
-    const int result = ::close(fd_);
-    fd_ = -1;
-    return result;
-  }
-
- private:
-  int fd_;
-};
-
-void write_all(int fd, const void* data, size_t bytes, const std::string& temp_path, const std::string& path) {
-  const char* p = static_cast<const char*>(data);
-  while (bytes > 0) {
-    const ssize_t written = ::write(fd, p, bytes);
-    if (written < 0) {
-      if (errno == EINTR) continue;
-      EMBER_FAIL("[save] writing '", path, "' failed (temporary file '", temp_path, "'): ", errno_text(errno));
-    }
-    p += written;
-    bytes -= static_cast<size_t>(written);
-  }
-}
-
-// Reads exactly `bytes` at `offset`; the caller has checked that the file is long enough, so a
-// short read means the file changed underneath us.
-void read_all(int fd, void* data, size_t bytes, uint64_t offset, const std::string& path) {
-  char* p = static_cast<char*>(data);
-  while (bytes > 0) {
-    const ssize_t got = ::pread(fd, p, bytes, static_cast<off_t>(offset));
-    if (got < 0) {
-      if (errno == EINTR) continue;
-      EMBER_FAIL("[load] ", path, ": read failed at byte ", offset, ": ", errno_text(errno));
-    }
-    EMBER_CHECK(got > 0, "[load] ", path, ": unexpected end of file at byte ", offset,
-                " (was it truncated while reading?)");
-    p += got;
-    offset += static_cast<uint64_t>(got);
-    bytes -= static_cast<size_t>(got);
-  }
-}
-
 // --- save -----------------------------------------------------------------------------------------
 
 struct PlannedTensor {
@@ -135,52 +81,6 @@ struct PlannedTensor {
   uint64_t begin = 0;
   uint64_t end = 0;
 };
-
-// Removes the temporary file unless the rename succeeded.
-class TempFileGuard {
- public:
-  explicit TempFileGuard(std::string path) : path_(std::move(path)) {}
-  ~TempFileGuard() {
-    if (!committed_) ::unlink(path_.c_str());
-  }
-  TempFileGuard(const TempFileGuard&) = delete;
-  TempFileGuard& operator=(const TempFileGuard&) = delete;
-  void commit() { committed_ = true; }
-
- private:
-  std::string path_;
-  bool committed_ = false;
-};
-
-// Creates a new, uniquely named file next to `path` (same folder, so rename is atomic).
-std::pair<std::string, int> create_temp_file(const std::string& path) {
-  static std::atomic<uint64_t> counter{0};
-  const std::filesystem::path target(path);
-  const std::string folder = target.parent_path().empty() ? "." : target.parent_path().string();
-  for (int attempt = 0; attempt < 100; ++attempt) {
-    const std::string temp = folder + "/." + target.filename().string() + ".tmp." + std::to_string(::getpid()) + "." +
-                             std::to_string(counter.fetch_add(1));
-    // 0666 minus the umask, as any newly written file.
-    const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-    if (fd >= 0) return {temp, fd};
-    if (errno != EEXIST) {
-      EMBER_FAIL("[save] cannot write '", path, "': creating a temporary file in '", folder,
-                 "' failed: ", errno_text(errno));
-    }
-  }
-  EMBER_FAIL("[save] cannot write '", path, "': could not find a free temporary file name in '", folder, "'");
-}
-
-// Makes the rename durable: a crash after save() returns must not bring back the old file.
-void sync_folder(const std::string& path) {
-  const std::filesystem::path parent = std::filesystem::path(path).parent_path();
-  const std::string folder = parent.empty() ? "." : parent.string();
-  FileDescriptor fd(::open(folder.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  EMBER_CHECK(fd.get() >= 0, "[save] wrote '", path, "' but could not open its folder to sync it: ", errno_text(errno));
-  // Some filesystems cannot sync a folder (EINVAL); there is nothing more to do on those.
-  EMBER_CHECK(::fsync(fd.get()) == 0 || errno == EINVAL, "[save] wrote '", path,
-              "' but syncing its folder failed: ", errno_text(errno));
-}
 
 }  // namespace
 
@@ -229,21 +129,13 @@ void save(const StateDict& tensors, const std::string& path, const std::map<std:
   for (int i = 0; i < 8; ++i)
     length_bytes[i] = static_cast<uint8_t>(static_cast<uint64_t>(header_text.size()) >> (8 * i));
 
-  auto [temp_path, raw_fd] = create_temp_file(path);
-  TempFileGuard guard(temp_path);
-  FileDescriptor fd(raw_fd);
-  write_all(fd.get(), length_bytes, sizeof(length_bytes), temp_path, path);
-  write_all(fd.get(), header_text.data(), header_text.size(), temp_path, path);
+  AtomicFile file(path, "save");
+  file.write(length_bytes, sizeof(length_bytes));
+  file.write(header_text.data(), header_text.size());
   for (const PlannedTensor& p : plan) {
-    if (p.end > p.begin) write_all(fd.get(), p.data.data_ptr(), p.end - p.begin, temp_path, path);
+    if (p.end > p.begin) file.write(p.data.data_ptr(), p.end - p.begin);
   }
-  EMBER_CHECK(::fsync(fd.get()) == 0, "[save] writing '", path, "' failed: fsync of '", temp_path,
-              "': ", errno_text(errno));
-  EMBER_CHECK(fd.close() == 0, "[save] writing '", path, "' failed: closing '", temp_path, "': ", errno_text(errno));
-  EMBER_CHECK(::rename(temp_path.c_str(), path.c_str()) == 0, "[save] cannot write '", path, "': renaming '", temp_path,
-              "' over it failed: ", errno_text(errno));
-  guard.commit();
-  sync_folder(path);
+  file.commit();
 }
 
 // --- load -----------------------------------------------------------------------------------------
@@ -387,7 +279,7 @@ Header read_header(const SafetensorsFile& file) {
   EMBER_CHECK(file.size() >= 8, "[load] ", path, ": the file has ", file.size(),
               " bytes, fewer than the 8 of the header length: it is truncated or not a safetensors file");
   uint8_t length_bytes[8];
-  read_all(file.fd(), length_bytes, 8, 0, path);
+  read_all(file.fd(), length_bytes, 8, 0, path, "load");
   uint64_t header_length = 0;
   for (int i = 0; i < 8; ++i) header_length |= static_cast<uint64_t>(length_bytes[i]) << (8 * i);
   EMBER_CHECK(header_length <= kMaxHeaderBytes, "[load] ", path, ": the header length ", header_length,
@@ -396,7 +288,7 @@ Header read_header(const SafetensorsFile& file) {
               " is larger than the rest of the file (", file.size() - 8, " bytes): the file is truncated or corrupt");
 
   std::string text(header_length, '\0');
-  read_all(file.fd(), text.data(), text.size(), 8, path);
+  read_all(file.fd(), text.data(), text.size(), 8, path, "load");
   EMBER_CHECK(!text.empty() && text[0] == '{', "[load] ", path,
               ": the header does not start with '{': the file is corrupt or not a safetensors file");
   const json root = parse_json_rejecting_duplicates(text, path);
@@ -447,7 +339,7 @@ StateDict load(const std::string& path) {
     Tensor t = empty(entry.shape, entry.dtype);
     const uint64_t bytes = entry.end - entry.begin;
     if (bytes > 0) {
-      read_all(file.fd(), t.data_ptr(), bytes, header.data_start + entry.begin, path);
+      read_all(file.fd(), t.data_ptr(), bytes, header.data_start + entry.begin, path, "load");
       if (entry.dtype == kBool) {
         // A C++ bool holding a byte other than 0 or 1 is undefined behaviour; read those as true.
         auto* p = static_cast<uint8_t*>(t.data_ptr());
