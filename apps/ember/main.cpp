@@ -13,6 +13,7 @@
 #include "bench.h"
 #include "embed.h"
 #include "ember/ember.h"
+#include "onnx.h"
 #include "roofline.h"
 #include "train.h"
 #include "train_gpt.h"
@@ -286,6 +287,21 @@ int main(int argc, char** argv) {
   roofline_cmd->add_flag("--refresh", roofline.refresh,
                          "Measure the peaks again (the cache keeps the best of old and new)");
   roofline_cmd->add_option("--threads", roofline.threads, "Threads (default: all cores)")->check(kThreadCount);
+  ember::cli::OnnxOptions onnx;
+  CLI::App* onnx_cmd = app.add_subcommand("onnx", "Import ONNX models: what they use, and run them");
+  onnx_cmd->require_subcommand(1);
+  CLI::App* onnx_info = onnx_cmd->add_subcommand("info", "Inputs, outputs, opsets and which ops ember imports");
+  onnx_info->add_option("model", onnx.model, "A .onnx file")->required();
+  onnx_info->add_flag("--json", onnx.json, "Print one JSON object");
+  CLI::App* onnx_run = onnx_cmd->add_subcommand("run", "Run a model on NumPy .npy inputs; write each output as .npy");
+  onnx_run->add_option("model", onnx.model, "A .onnx file")->required();
+  onnx_run->add_option("--input,-i", onnx.inputs, "name=file.npy (just file.npy for a single-input model)");
+  onnx_run->add_option("--output-dir,-o", onnx.output_dir, "Folder for <output name>.npy")->capture_default_str();
+  onnx_run->add_flag("--bench", onnx.bench, "Time repeated runs after the first (median, p90, min)");
+  onnx_run->add_option("--bench-seconds", onnx.bench_seconds, "How long --bench runs")->capture_default_str();
+  onnx_run->add_flag("--eager", onnx.eager, "Run the graph op by op instead of compiling it");
+  onnx_run->add_flag("--json", onnx.json, "Print one JSON object");
+  onnx_run->add_option("--threads", onnx.threads, "Threads (default: all cores)")->check(kThreadCount);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -298,6 +314,8 @@ int main(int argc, char** argv) {
     if (generate_cmd->parsed()) return ember::cli::run_generate(generate);
     if (bench_cmd->parsed()) return ember::cli::run_bench(bench);
     if (roofline_cmd->parsed()) return ember::cli::run_roofline(roofline);
+    if (onnx_info->parsed()) return ember::cli::run_onnx_info(onnx);
+    if (onnx_run->parsed()) return ember::cli::run_onnx_run(onnx);
     if (embed_cmd->parsed()) return ember::cli::run_embed(embed);
   } catch (const ember::Error& e) {
     std::cerr << "error: " << e.what() << "\n";

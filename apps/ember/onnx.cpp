@@ -1,0 +1,160 @@
+// `ember onnx`: the coverage report of a model (info) and running one on NumPy files (run).
+#include "onnx.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "ember/ember.h"
+#include "ember/npy.h"
+#include "ember/onnx.h"
+
+namespace ember::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double milliseconds_since(Clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+}
+
+// An output name as a file name: characters outside [A-Za-z0-9_.-] become '_'.
+std::string file_name_of(const std::string& name) {
+  std::string out = name.empty() ? std::string("output") : name;
+  for (char& c : out) {
+    const bool keep = std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '_' || c == '.' || c == '-';
+    if (!keep) c = '_';
+  }
+  if (out == "." || out == "..") out = "_";
+  return out;
+}
+
+nlohmann::json info_json(const std::string& path, const onnx::ModelInfo& info) {
+  auto values = [](const std::vector<onnx::ValueInfo>& list) {
+    nlohmann::json out = nlohmann::json::array();
+    for (const auto& v : list) {
+      nlohmann::json shape = nullptr;
+      if (v.shape) {
+        shape = nlohmann::json::array();
+        for (const auto& d : *v.shape) shape.push_back(d.size >= 0 ? nlohmann::json(d.size) : nlohmann::json(d.symbol));
+      }
+      out.push_back({{"name", v.name}, {"type", v.type}, {"shape", shape}});
+    }
+    return out;
+  };
+  nlohmann::json ops = nlohmann::json::array();
+  for (const auto& op : info.ops) {
+    ops.push_back({{"domain", op.domain},
+                   {"op", op.op_type},
+                   {"count", op.count},
+                   {"supported", op.supported},
+                   {"note", op.note}});
+  }
+  nlohmann::json opsets = nlohmann::json::object();
+  for (const auto& [domain, version] : info.opsets) opsets[domain] = version;
+  return {{"model", path},
+          {"ir_version", info.ir_version},
+          {"opsets", opsets},
+          {"producer", info.producer},
+          {"inputs", values(info.inputs)},
+          {"outputs", values(info.outputs)},
+          {"nodes", info.nodes},
+          {"initializers", info.initializers},
+          {"initializer_bytes", info.initializer_bytes},
+          {"ops", ops},
+          {"supported", info.supported()}};
+}
+
+}  // namespace
+
+int run_onnx_info(const OnnxOptions& options) {
+  const onnx::ModelInfo info = onnx::inspect(options.model);
+  if (options.json) {
+    std::cout << info_json(options.model, info).dump() << "\n";
+  } else {
+    std::cout << options.model << "\n" << info.report();
+  }
+  return info.supported() ? 0 : 1;
+}
+
+int run_onnx_run(const OnnxOptions& options) {
+  if (options.threads > 0) set_num_threads(options.threads);
+  onnx::LoadOptions load_options;
+  load_options.compile = !options.eager;
+  load_options.trainable = false;
+  const Clock::time_point load_start = Clock::now();
+  const std::shared_ptr<onnx::Model> model = onnx::load(options.model, load_options);
+  const double load_ms = milliseconds_since(load_start);
+
+  std::map<std::string, Tensor> inputs;
+  for (const std::string& arg : options.inputs) {
+    const size_t eq = arg.find('=');
+    std::string name, file;
+    if (eq == std::string::npos) {
+      EMBER_CHECK(model->input_names().size() == 1, "[onnx run] --input ", arg, ": the model takes ",
+                  model->input_names().size(), " inputs, so each needs a name (--input name=file.npy)");
+      name = model->input_names()[0];
+      file = arg;
+    } else {
+      name = arg.substr(0, eq);
+      file = arg.substr(eq + 1);
+    }
+    EMBER_CHECK(inputs.emplace(name, load_npy(file)).second, "[onnx run] input \"", name, "\" is given twice");
+  }
+
+  const Clock::time_point first_start = Clock::now();
+  const std::map<std::string, Tensor> outputs = model->run(inputs);
+  const double first_ms = milliseconds_since(first_start);
+
+  std::filesystem::create_directories(options.output_dir);
+  nlohmann::json written = nlohmann::json::array();
+  for (const std::string& name : model->output_names()) {
+    const Tensor& t = outputs.at(name);
+    const std::string path = (std::filesystem::path(options.output_dir) / (file_name_of(name) + ".npy")).string();
+    save_npy(t, path);
+    std::vector<int64_t> shape(t.shape().begin(), t.shape().end());
+    written.push_back(
+        {{"name", name}, {"file", path}, {"shape", shape}, {"dtype", std::string(dtype_name(t.dtype()))}});
+  }
+
+  nlohmann::json report = {{"model", options.model},
+                           {"load_ms", load_ms},
+                           {"first_run_ms", first_ms},
+                           {"compiled", !options.eager},
+                           {"outputs", written}};
+  if (options.bench) {
+    std::vector<double> times;
+    const Clock::time_point bench_start = Clock::now();
+    while (times.size() < 3 ||
+           (milliseconds_since(bench_start) < options.bench_seconds * 1000 && times.size() < 100000)) {
+      const Clock::time_point start = Clock::now();
+      (void)model->run(inputs);
+      times.push_back(milliseconds_since(start));
+    }
+    std::sort(times.begin(), times.end());
+    report["runs"] = times.size();
+    report["median_ms"] = times[times.size() / 2];
+    report["p90_ms"] = times[times.size() * 9 / 10];
+    report["min_ms"] = times.front();
+  }
+  if (options.json) {
+    std::cout << report.dump() << "\n";
+    return 0;
+  }
+  std::printf("%s: loaded in %.1f ms, first run (%s) %.1f ms\n", options.model.c_str(), load_ms,
+              options.eager ? "eager" : "tracing and compiling", first_ms);
+  for (const auto& w : written) {
+    std::printf("  %s  %s %s -> %s\n", w["name"].get<std::string>().c_str(), w["dtype"].get<std::string>().c_str(),
+                w["shape"].dump().c_str(), w["file"].get<std::string>().c_str());
+  }
+  if (options.bench) {
+    std::printf("latency: median %.3f ms, p90 %.3f ms, min %.3f ms over %zu runs\n", report["median_ms"].get<double>(),
+                report["p90_ms"].get<double>(), report["min_ms"].get<double>(), report["runs"].get<size_t>());
+  }
+  return 0;
+}
+
+}  // namespace ember::cli
