@@ -655,6 +655,34 @@ def minilm_embed(batch: int, length: int) -> dict[str, Setup]:
     return {"torch": lambda: make(False), "torch_compile": lambda: make(True), "onnxruntime": onnxruntime_setup}
 
 
+ONNX_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "data", "onnx")
+
+
+def onnx_model(model: str, batch: int) -> dict[str, Setup]:
+    """apps/ember/bench_workloads.cpp's onnx_model: the same .onnx file (data/onnx/<model>/, written
+    by tests/onnx/make_onnx.py --large) in onnxruntime with its default graph optimizations and the
+    benchmark's thread count, on inputs of the same shapes and kinds."""
+
+    def setup():
+        import onnxruntime  # scripts/setup --dev installs it
+
+        options = onnxruntime.SessionOptions()
+        options.intra_op_num_threads = torch.get_num_threads()
+        session = onnxruntime.InferenceSession(os.path.join(ONNX_DIR, model, "model.onnx"), options,
+                                               providers=["CPUExecutionProvider"])
+        rng = np.random.default_rng(0)
+        if model == "minilm":
+            feeds = {"input_ids": rng.integers(1000, 29000, (batch, 128), dtype=np.int64),
+                     "attention_mask": np.ones((batch, 128), dtype=np.int64),
+                     "token_type_ids": np.zeros((batch, 128), dtype=np.int64)}
+        else:
+            shape = (batch, 3, 224, 224) if model == "resnet18" else (batch, 1, 28, 28)
+            feeds = {session.get_inputs()[0].name: rng.standard_normal(shape, dtype=np.float32)}
+        return lambda: session.run(None, feeds)
+
+    return {"onnxruntime": setup}
+
+
 def _gpt(config: dict):
     """tests/golden/make_gpt_parity.py's nanoGPT (the model of `ember train gpt`)."""
     import sys
@@ -788,4 +816,10 @@ def workloads(data_dir: str = "data/mnist") -> dict[str, dict[str, Setup]]:
     w["train_gpt_baby"] = train_gpt(baby, 12, 2000)
     w["minilm_b1_s128"] = minilm_embed(1, 128)
     w["minilm_b32_s128"] = minilm_embed(32, 128)
+    w["onnx_cnn_b1"] = onnx_model("mnist_cnn", 1)
+    w["onnx_cnn_b32"] = onnx_model("mnist_cnn", 32)
+    w["onnx_resnet18_b1"] = onnx_model("resnet18", 1)
+    w["onnx_resnet18_b32"] = onnx_model("resnet18", 32)
+    w["onnx_minilm_b1_s128"] = onnx_model("minilm", 1)
+    w["onnx_minilm_b32_s128"] = onnx_model("minilm", 32)
     return w

@@ -6,6 +6,7 @@
 // transcendental counts the primitive table's FLOPs per element (gelu_tanh 14, softmax 5, ...);
 // bytes are every operand read once plus every result written once (the minimum traffic).
 #include <cmath>
+#include <filesystem>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -17,6 +18,7 @@
 #include "ember/models/bert.h"
 #include "ember/models/gpt.h"
 #include "ember/models/mnist.h"
+#include "ember/onnx.h"
 #include "ember/optim.h"
 
 namespace ember::cli {
@@ -537,6 +539,45 @@ WorkloadSpec minilm_embed(const std::string& name, int64_t batch, int64_t length
       }};
 }
 
+// An ONNX model exported from PyTorch (tests/onnx/make_onnx.py --large writes data/onnx/<model>/,
+// which scripts/bench makes when missing), imported and run compiled at `batch`, against the same
+// file in onnxruntime. Inputs: images from randn; token ids from randint with an all-ones mask.
+// FLOPs per item: the MNIST CNN's forward; ResNet-18's 1.82 G multiply-adds at 224 x 224; MiniLM's
+// layers as in minilm_embed. Bytes: the weights once and the input.
+WorkloadSpec onnx_model(const std::string& name, const std::string& model, int64_t batch, bool slow) {
+  return {name, slow, [=] {
+            const std::string path = "data/onnx/" + model + "/model.onnx";
+            EMBER_CHECK(std::filesystem::exists(path), "[bench] ", path,
+                        " is missing: make it with .venv/bin/python tests/onnx/make_onnx.py --large");
+            onnx::LoadOptions options;
+            options.trainable = false;
+            auto net = onnx::load(path, options);
+            manual_seed(0);
+            std::vector<Tensor> inputs;
+            double flops = 0;
+            if (model == "minilm") {
+              const int64_t length = 128;
+              inputs = {randint(1000, 29000, {batch, length}), ones({batch, length}, kInt64),
+                        zeros({batch, length}, kInt64)};
+              const double hidden = 384, inner = 1536, layer_weights = 4 * hidden * hidden + 2 * hidden * inner;
+              flops = as_double(batch * length) * 6 * (2 * layer_weights + 4 * as_double(length) * hidden);
+            } else if (model == "resnet18") {
+              inputs = {randn({batch, 3, 224, 224})};
+              flops = as_double(batch) * 2 * 1.82e9;
+            } else {
+              inputs = {randn({batch, 1, 28, 28})};
+              flops = as_double(batch) * kCnnForwardFlopsPerImage;
+            }
+            double input_bytes = 0;
+            for (const Tensor& t : inputs) input_bytes += as_double(t.numel() * t.element_size());
+            return Workload{
+                .flops = flops,
+                .bytes = as_double(net->info().initializer_bytes) + input_bytes,
+                .run = [=] { (void)net->run(inputs); },
+            };
+          }};
+}
+
 }  // namespace
 
 std::vector<WorkloadSpec> bench_workloads(const BenchOptions& options) {
@@ -616,6 +657,12 @@ std::vector<WorkloadSpec> bench_workloads(const BenchOptions& options) {
   w.push_back(train_gpt("train_gpt_baby", baby, 12, 2000, /*slow=*/true));
   w.push_back(minilm_embed("minilm_b1_s128", 1, 128, /*slow=*/false));
   w.push_back(minilm_embed("minilm_b32_s128", 32, 128, /*slow=*/true));
+  w.push_back(onnx_model("onnx_cnn_b1", "mnist_cnn", 1, /*slow=*/false));
+  w.push_back(onnx_model("onnx_cnn_b32", "mnist_cnn", 32, /*slow=*/false));
+  w.push_back(onnx_model("onnx_resnet18_b1", "resnet18", 1, /*slow=*/false));
+  w.push_back(onnx_model("onnx_resnet18_b32", "resnet18", 32, /*slow=*/true));
+  w.push_back(onnx_model("onnx_minilm_b1_s128", "minilm", 1, /*slow=*/false));
+  w.push_back(onnx_model("onnx_minilm_b32_s128", "minilm", 32, /*slow=*/true));
   return w;
 }
 
