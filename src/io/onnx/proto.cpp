@@ -1,11 +1,13 @@
 #include "io/onnx/proto.h"
 
+#include <algorithm>
 #include <bit>
 #include <climits>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <map>
 #include <unordered_set>
 
 #include "ember/error.h"
@@ -322,14 +324,14 @@ std::string tensor_bytes(const TensorProto& tensor, const std::string& base_dir,
 
 std::vector<OpUse> op_uses(const ::onnx::GraphProto& graph) {
   std::vector<OpUse> uses;
+  std::map<std::pair<std::string, std::string>, size_t> index;  // (domain, op type) -> position in uses
   for (const auto& node : graph.node()) {
     const std::string domain = is_default_domain(node.domain()) ? "" : node.domain();
-    auto it = std::find_if(uses.begin(), uses.end(),
-                           [&](const OpUse& u) { return u.domain == domain && u.op_type == node.op_type(); });
-    if (it == uses.end()) {
+    auto [it, inserted] = index.try_emplace({domain, node.op_type()}, uses.size());
+    if (inserted) {
       uses.push_back({domain, node.op_type(), 1});
     } else {
-      ++it->count;
+      ++uses[it->second].count;
     }
   }
   return uses;
