@@ -148,6 +148,10 @@ TEST(GraphPasses, AttentionPatternsBecomeTheFlashKernel) {
   const Tensor holes = logical_and(rand({16, 16}) < 0.3, logical_not(ones({16, 16}, kBool).tril(0).triu(0)));
   Tensor empty_row = zeros({16, 16}, kBool);
   empty_row.select(0, 3).fill_(true);
+  // BERT's additive mask, (batch, 1, 1, keys), and a scale held in a captured 0-d tensor (what an
+  // imported ONNX model's constants are).
+  const Tensor additive = (rand({2, 1, 1, 16}) < 0.25).to(kFloat32) * -1e9;
+  const Tensor quarter = scalar_tensor(0.25, kFloat32);
   autograd::NoGradGuard no_grad;
   struct Case {
     const char* name;
@@ -169,6 +173,16 @@ TEST(GraphPasses, AttentionPatternsBecomeTheFlashKernel) {
       {"mask",
        [&](const Tensor& a, const Tensor& b, const Tensor& c) {
          return matmul(softmax((matmul(a, b.transpose(-2, -1)) * 0.25).masked_fill(holes, -INFINITY), -1), c);
+       },
+       1, false},
+      {"additive",
+       [&](const Tensor& a, const Tensor& b, const Tensor& c) {
+         return matmul(softmax(matmul(a, b.transpose(-2, -1)) * 0.25 + additive, -1), c);
+       },
+       1, false},
+      {"captured scale",
+       [&](const Tensor& a, const Tensor& b, const Tensor& c) {
+         return matmul(softmax(matmul(a, b.transpose(-2, -1)) * quarter, -1), c);
        },
        1, false},
       // A fully masked row is NaN through softmax and zeros through the kernel: not rewritten.
@@ -200,7 +214,9 @@ TEST(GraphPasses, AttentionPatternsBecomeTheFlashKernel) {
       const auto& attrs = std::get<AttentionAttrs>(t.graph.nodes[0].attrs);
       EXPECT_EQ(attrs.is_causal, c.is_causal) << c.name;
       EXPECT_EQ(attrs.scale, 0.25) << c.name;
-      EXPECT_EQ(t.graph.nodes[0].inputs[3].defined(), std::string(c.name) == "mask") << c.name;
+      EXPECT_EQ(t.graph.nodes[0].inputs[3].defined(),
+                std::string(c.name) == "mask" || std::string(c.name) == "additive")
+          << c.name;
     }
   }
 }

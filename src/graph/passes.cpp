@@ -366,9 +366,10 @@ void fuse_epilogues(Graph& g, PassStats& stats) {
 namespace {
 
 // The one value of a small constant, as a double (NaN when it is not one value).
-double constant_value(const Graph& g, const View& v) {
+// The single value `v` holds now (NaN when it is not one element with storage).
+double stored_value(const Graph& g, const View& v) {
   const Buffer& b = g.buffers[v.buffer];
-  if (b.kind != BufferKind::kConstant || b.storage == nullptr || v.shape.numel() != 1) return NAN;
+  if (b.storage == nullptr || v.shape.numel() != 1) return NAN;
   const char* p = static_cast<const char*>(b.storage->data()) + v.offset;
   double value = NAN;
   dispatch_dtype(v.dtype, [&](auto tag) {
@@ -380,6 +381,11 @@ double constant_value(const Graph& g, const View& v) {
     }
   });
   return value;
+}
+
+// The value of a one-element constant, else NaN.
+double constant_value(const Graph& g, const View& v) {
+  return g.buffers[v.buffer].kind == BufferKind::kConstant ? stored_value(g, v) : NAN;
 }
 
 // The view seen with 4 dims (leading size-1 dims added).
@@ -442,13 +448,33 @@ void fuse_attention(Graph& g, PassStats& stats) {
         (g.nodes[at].op == OpKind::kMul || g.nodes[at].op == OpKind::kDiv)) {
       const Node& n = g.nodes[at];
       const View* c = other_input(n);
-      const double value = c != nullptr ? constant_value(g, *c) : NAN;
+      double value = c != nullptr ? constant_value(g, *c) : NAN;
+      // A captured scalar the graph never writes (an imported model's constant) counts too, checked
+      // for writes before each call as folded constants are.
+      if (c != nullptr && std::isnan(value) && writers[c->buffer] == 0 &&
+          g.buffers[c->buffer].kind == BufferKind::kState) {
+        value = stored_value(g, *c);
+        if (!std::isnan(value)) {
+          Buffer& cb = g.buffers[c->buffer];
+          cb.guard_version = true;
+          cb.version = cb.storage->version();
+        }
+      }
       if (!std::isnan(value) && value != 0 && (n.op == OpKind::kMul || n.inputs[0].buffer == cur)) {
         scale = n.op == OpKind::kMul ? value : 1.0 / value;
         advance(at);
       }
     }
-    if (at >= 0 && fresh_outputs(g, g.nodes[at], writers) && g.nodes[at].op == OpKind::kWhere) {
+    // An additive float mask (BERT's (1 - attention_mask) * min): the kernel adds it to the scores.
+    const View* additive = nullptr;
+    if (at >= 0 && fresh_outputs(g, g.nodes[at], writers) && g.nodes[at].op == OpKind::kAdd) {
+      const View* m = other_input(g.nodes[at]);
+      if (m != nullptr && m->dtype == kFloat32 && m->buffer != cur && m->shape.size() <= rank) {
+        additive = m;
+        advance(at);
+      }
+    }
+    if (additive == nullptr && at >= 0 && fresh_outputs(g, g.nodes[at], writers) && g.nodes[at].op == OpKind::kWhere) {
       const Node& n = g.nodes[at];
       const View& cond = n.inputs[0];
       const bool first = n.inputs[1].buffer != cur && n.inputs[2].buffer == cur;
@@ -487,11 +513,12 @@ void fuse_attention(Graph& g, PassStats& stats) {
     if (q.strides[rank - 1] != 1 || k.strides[rank - 1] != 1 || v.strides[rank - 1] != 1 || v.dtype != kFloat32 ||
         v.shape[rank - 2] != k.shape[rank - 2] || !pv.outputs[0].contiguous())
       continue;
-    // Nothing between the first matmul and the last may write q, k or v.
+    // Nothing between the first matmul and the last may write q, k, v or the mask.
     bool clear = true;
     for (size_t n = i + 1; n < static_cast<size_t>(at) && clear; ++n) {
       for_each_write(g.nodes[n], [&](const View& w) {
-        clear = clear && w.buffer != q.buffer && w.buffer != k.buffer && w.buffer != v.buffer;
+        clear = clear && w.buffer != q.buffer && w.buffer != k.buffer && w.buffer != v.buffer &&
+                (additive == nullptr || w.buffer != additive->buffer);
       });
     }
     if (!clear) continue;
@@ -499,6 +526,28 @@ void fuse_attention(Graph& g, PassStats& stats) {
     attrs.scale = scale;
     View mask;
     const int64_t L = q.shape[rank - 2], S = k.shape[rank - 2];
+    if (additive != nullptr) {
+      // Broadcast to (batch, heads, L, S): a size-1 dim reads with stride 0.
+      const View q4 = as_4d(q);
+      const std::vector<int64_t> target{q4.shape[0], q4.shape[1], L, S};
+      mask = *additive;
+      const int pad = 4 - static_cast<int>(mask.shape.size());
+      std::vector<int64_t> shape(4, 1), strides(4, 0);
+      for (int d = 0; d < static_cast<int>(mask.shape.size()); ++d) {
+        shape[d + pad] = mask.shape[d];
+        strides[d + pad] = mask.strides[d];
+      }
+      bool fits = true;
+      for (int d = 0; d < 4; ++d) {
+        if (shape[d] == target[d]) continue;
+        fits = fits && shape[d] == 1;
+        shape[d] = target[d];
+        strides[d] = 0;
+      }
+      if (!fits) continue;
+      mask.shape = Shape(shape);
+      mask.strides = Strides(strides);
+    }
     if (condition != nullptr) {
       // Which (query, key) pairs take part, from the constant; a causal pattern becomes the flag.
       const View c = as_4d(*condition);
