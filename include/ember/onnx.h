@@ -110,6 +110,8 @@ class Model : public nn::Module {
   // The compiled inference function's statistics and explanation (CompileStats, explain()).
   const CompileStats& compile_stats() const;
   std::string explain() const;
+  // The last compiled graph (text and Graphviz), as Compiled::graph().
+  GraphText graph() const;
 
   std::string name() const override { return "onnx::Model"; }
 

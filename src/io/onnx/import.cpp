@@ -560,6 +560,7 @@ std::map<std::string, Tensor> Model::run(const std::map<std::string, Tensor>& in
 }
 
 const CompileStats& Model::compile_stats() const { return impl_->compiled.stats(); }
+GraphText Model::graph() const { return impl_->compiled.graph(); }
 
 std::string Model::explain() const {
   std::ostringstream out;
