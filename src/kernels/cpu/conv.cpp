@@ -46,7 +46,8 @@ struct Sizes {
   int64_t patch;          // K: rows of one group's column matrix
   int64_t in_plane;       // in_height * in_width
   int64_t out_plane;      // P: out_height * out_width
-  bool pointwise;         // 1x1 kernel, stride 1, no padding: the image is its own column matrix
+  bool pointwise;         // 1x1 kernel, stride 1, no padding, input and output of one size: the
+                          // image is its own column matrix
 };
 
 Sizes sizes_of(const Conv2dGeometry& g) {
@@ -56,8 +57,11 @@ Sizes sizes_of(const Conv2dGeometry& g) {
   s.patch = s.in_per_group * g.kernel_h * g.kernel_w;
   s.in_plane = g.in_height * g.in_width;
   s.out_plane = g.out_height * g.out_width;
-  s.pointwise =
-      g.kernel_h == 1 && g.kernel_w == 1 && g.stride_h == 1 && g.stride_w == 1 && g.pad_h == 0 && g.pad_w == 0;
+  // The sizes must be compared too: an input gradient may be asked for a larger input than the
+  // output reaches (conv_transpose2d's output_padding, with dilation > 1), and its extra rows and
+  // columns are zeros that col2im writes.
+  s.pointwise = g.kernel_h == 1 && g.kernel_w == 1 && g.stride_h == 1 && g.stride_w == 1 && g.pad_h == 0 &&
+                g.pad_w == 0 && g.in_height == g.out_height && g.in_width == g.out_width;
   return s;
 }
 
@@ -236,6 +240,7 @@ int64_t band_rows(const Conv2dGeometry& g) {
 //   second layer (8 x 8 outputs, 5 x 5, 32 channels) 60 -> 204 ms an epoch. So only for small
 //   patches (out_channels * kh * kw <= kDirectSmallPatch).
 constexpr int64_t kDirectSmallPatch = 64;
+constexpr double kSerialConvFlops = 2e6;
 constexpr int64_t kDirectMaxPatch = 640;
 constexpr int64_t kDirectVector = 8;
 
@@ -286,9 +291,14 @@ void direct_forward(const T* input, int64_t batch, int64_t in_channels, int64_t 
   c.out_width = c.in_width - kernel_w + 1;
   c.kernel_h = kernel_h;
   c.kernel_w = kernel_w;
-  const int64_t bands = std::clamp<int64_t>((num_threads() * kTasksPerThread + batch - 1) / batch, 1, c.out_height);
+  // A convolution of a few hundred thousand multiply-adds (one MNIST image) runs on the calling
+  // thread: waking another costs as much as it would save, and far more when that core is busy.
+  const double flops = 2.0 * static_cast<double>(batch * out_channels * c.out_height * c.out_width) *
+                       static_cast<double>(in_channels * kernel_h * kernel_w);
+  const int threads = flops < kSerialConvFlops ? 1 : num_threads();
+  const int64_t bands = std::clamp<int64_t>((threads * kTasksPerThread + batch - 1) / batch, 1, c.out_height);
   const int64_t in_image = in_channels * in_height * in_width, out_image = out_channels * c.out_height * c.out_width;
-  parallel_for(0, batch * bands, 1, [&](int64_t begin, int64_t end) {
+  parallel_for_threads(threads, 0, batch * bands, 1, [&](int64_t begin, int64_t end) {
     for (int64_t t = begin; t < end; ++t) {
       const int64_t n = t / bands, band = t % bands;
       DirectConv<T> image = c;
