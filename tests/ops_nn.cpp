@@ -205,6 +205,31 @@ std::vector<Entry> conv_and_pool_entries() {
                                                   }),
                            both_layouts_gradcheck("conv2d_unbatched_pointwise", {3, 4, 4}, {in({2, 3, 1, 1}, kUnit)},
                                                   [](const std::vector<Tensor>& x) { return F::conv2d(x[0], x[1]); })}},
+      // A composite: conv2d_input_grad forward, conv2d and conv2d_weight_grad backward. The golden cases
+      // hold PyTorch's errors too (output_padding not below stride or dilation, channels, groups, an
+      // empty output, bias shape); tests/test_nn_functional.cpp checks their messages.
+      Entry{.name = "conv_transpose2d",
+            .ops = {OpKind::kConvTranspose2d, OpKind::kConv2dInputGrad, OpKind::kConv2d, OpKind::kConv2dWeightGrad},
+            .golden = {nn_golden("conv_transpose2d",
+                                 [](const Case& c, const std::vector<Tensor>& x) {
+                                   return F::conv_transpose2d(
+                                       x[0], x[1], optional_tensor(x, 2), pair_of(c.attrs.at("stride")),
+                                       pair_of(c.attrs.at("padding")), pair_of(c.attrs.at("output_padding")),
+                                       c.attrs.at("groups").get<int64_t>(), pair_of(c.attrs.at("dilation")));
+                                 })},
+            .gradchecks =
+                {both_layouts_gradcheck(
+                     "conv_transpose2d_grouped_output_padding", {2, 4, 3, 4}, {in({4, 2, 3, 2}, kUnit), in({4}, kUnit)},
+                     [](const std::vector<Tensor>& x) {
+                       return F::conv_transpose2d(x[0], x[1], x[2], {2, 1}, {1, 0}, {1, 0}, 2, {1, 2});
+                     }),
+                 both_layouts_gradcheck(
+                     "conv_transpose2d_dilated_output_padding", {1, 2, 3, 4}, {in({2, 3, 2, 2}, kUnit), in({3}, kUnit)},
+                     [](const std::vector<Tensor>& x) { return F::conv_transpose2d(x[0], x[1], x[2], 1, 1, 1, 1, 2); }),
+                 both_layouts_gradcheck("conv_transpose2d_unbatched_no_bias", {3, 4, 3}, {in({3, 2, 3, 3}, kUnit)},
+                                        [](const std::vector<Tensor>& x) {
+                                          return F::conv_transpose2d(x[0], x[1], std::nullopt, 2, 1, 1);
+                                        })}},
       Entry{.name = "max_pool2d",
             .ops = {OpKind::kMaxPool2d, OpKind::kMaxPool2dGrad},
             .golden = {nn_golden("max_pool2d",

@@ -1,6 +1,7 @@
 // conv2d against a naive reference on shapes whose column matrix is cut into several bands of
 // output rows (Note [forward bands] in kernels/cpu/conv.cpp), with padding, stride, dilation and
-// groups; and ReLU's fused backward (kernels/cpu/threshold.h) against PyTorch's rule.
+// groups; conv_transpose2d and its gradients against a scatter reference on each kernel path; and
+// ReLU's fused backward (kernels/cpu/threshold.h) against PyTorch's rule.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -119,6 +120,115 @@ TEST(Conv2dDirect, MatchesTheReferenceAndGradcheck) {
     EXPECT_TRUE(ember::autograd::gradcheck(
         [&](const std::vector<Tensor>& in) { return F::conv2d(in[0], in[1], std::nullopt, 1, c.pad); }, {x, w}));
   }
+}
+
+// conv_transpose2d's output and gradients in float64 by scattering: input element (n, c, ih, iw)
+// adds input * weight[c, o, ki, kj] to output (n, group's o, ih * stride - pad + ki * dilation, ...);
+// the gradients follow the same pairs. Returns {out, grad_input, grad_weight, grad_bias} for the
+// output gradient `cot`.
+std::vector<Tensor> reference_conv_transpose(const Tensor& input, const Tensor& weight, const Tensor& bias,
+                                             const Tensor& cot, ember::Pair stride, ember::Pair pad,
+                                             ember::Pair dilation, int64_t groups) {
+  const Tensor x = input.to(ember::kFloat64).contiguous(), w = weight.to(ember::kFloat64).contiguous();
+  const Tensor b = bias.to(ember::kFloat64).contiguous(), g = cot.to(ember::kFloat64).contiguous();
+  const int64_t batch = x.size(0), in_c = x.size(1), h = x.size(2), wd = x.size(3);
+  const int64_t in_per_group = in_c / groups, out_per_group = w.size(1), kh = w.size(2), kw = w.size(3);
+  const int64_t out_c = out_per_group * groups, oh_size = g.size(2), ow_size = g.size(3);
+  Tensor out = ember::zeros({batch, out_c, oh_size, ow_size}, ember::kFloat64);
+  Tensor grad_x = ember::zeros(x.shape(), ember::kFloat64), grad_w = ember::zeros(w.shape(), ember::kFloat64);
+  const double *xp = x.data_ptr<double>(), *wp = w.data_ptr<double>(), *gp = g.data_ptr<double>();
+  double *op = out.data_ptr<double>(), *gxp = grad_x.data_ptr<double>(), *gwp = grad_w.data_ptr<double>();
+  for (int64_t n = 0; n < batch; ++n) {
+    for (int64_t c = 0; c < in_c; ++c) {
+      const int64_t group = c / in_per_group;
+      for (int64_t ih = 0; ih < h; ++ih) {
+        for (int64_t iw = 0; iw < wd; ++iw) {
+          const int64_t xi = ((n * in_c + c) * h + ih) * wd + iw;
+          for (int64_t o = 0; o < out_per_group; ++o) {
+            for (int64_t i = 0; i < kh; ++i) {
+              for (int64_t j = 0; j < kw; ++j) {
+                const int64_t oh = ih * stride.h - pad.h + i * dilation.h, ow = iw * stride.w - pad.w + j * dilation.w;
+                if (oh < 0 || oh >= oh_size || ow < 0 || ow >= ow_size) continue;
+                const int64_t oi = ((n * out_c + group * out_per_group + o) * oh_size + oh) * ow_size + ow;
+                const int64_t wi = ((c * out_per_group + o) * kh + i) * kw + j;
+                op[oi] += xp[xi] * wp[wi];
+                gxp[xi] += gp[oi] * wp[wi];
+                gwp[wi] += gp[oi] * xp[xi];
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  return {out + b.view({1, out_c, 1, 1}), grad_x, grad_w, g.sum({0, 2, 3})};
+}
+
+// The kernels' paths under conv_transpose2d: a 1x1 kernel whose output_padding (allowed by the
+// dilation) makes the output larger than the input (the input gradient then cannot use the image as
+// its own column matrix), the direct kernels (stride 1, small patch, rows of 8 and more), banded
+// im2col in the backward's conv2d (64 output channels), and groups with rectangular everything.
+TEST(ConvTranspose2d, KernelPathsMatchTheScatterReference) {
+  ember::manual_seed(54);
+  struct Case {
+    std::vector<int64_t> x, w;
+    ember::Pair stride, pad, output_padding, dilation;
+    int64_t groups;
+  };
+  for (const Case& c :
+       {Case{{2, 5, 6, 7}, {5, 4, 1, 1}, 1, 0, 1, 2, 1}, Case{{1, 2, 6, 10}, {2, 3, 3, 3}, 1, 1, 0, 1, 1},
+        Case{{1, 8, 20, 20}, {8, 64, 3, 3}, 1, 1, 0, 1, 1},
+        Case{{2, 6, 4, 5}, {6, 2, 3, 2}, {2, 3}, {1, 0}, {1, 2}, {1, 2}, 3}}) {
+    SCOPED_TRACE(::testing::Message() << "x " << ember::Shape(c.x) << " w " << ember::Shape(c.w));
+    for (const ember::DType dtype : {ember::kFloat32, ember::kFloat64}) {
+      const Tensor x = ember::randn(c.x, dtype).requires_grad_(), w = ember::randn(c.w, dtype).requires_grad_();
+      const Tensor b = ember::randn({c.w[1] * c.groups}, dtype).requires_grad_();
+      const Tensor out = F::conv_transpose2d(x, w, b, c.stride, c.pad, c.output_padding, c.groups, c.dilation);
+      const Tensor cot = ember::randn(out.shape(), dtype);
+      out.backward(cot);
+      const std::vector<Tensor> expected =
+          reference_conv_transpose(x.detach(), w.detach(), b.detach(), cot, c.stride, c.pad, c.dilation, c.groups);
+      const double tol = dtype == ember::kFloat32 ? 2e-4 : 1e-10;
+      const std::vector<Tensor> got = {out.detach(), x.grad(), w.grad(), b.grad()};
+      for (size_t i = 0; i < got.size(); ++i) {
+        EXPECT_TRUE(golden::all_close(got[i].to(ember::kFloat64), expected[i], {tol, tol}))
+            << "result " << i << " " << dtype;
+      }
+    }
+  }
+}
+
+// float16 and bfloat16 compute in float32 and round once. A compiled function replays the traced
+// kernels (conv2d_input_grad and the bias add forward; conv2d, conv2d_weight_grad and the sum
+// backward) with the eager results.
+TEST(ConvTranspose2d, HalfPrecisionAndCompiledReplay) {
+  ember::manual_seed(55);
+  const Tensor x = ember::randn({2, 3, 4, 4}), w = ember::randn({3, 2, 3, 3}), b = ember::randn({2});
+  for (const ember::DType dtype : {ember::kFloat16, ember::kBFloat16}) {
+    const Tensor xh = x.to(dtype), wh = w.to(dtype), bh = b.to(dtype);
+    const Tensor out = F::conv_transpose2d(xh, wh, bh, 2, 1, 1);
+    EXPECT_EQ(out.dtype(), dtype);
+    const Tensor expected =
+        F::conv_transpose2d(xh.to(ember::kFloat32), wh.to(ember::kFloat32), bh.to(ember::kFloat32), 2, 1, 1).to(dtype);
+    EXPECT_TRUE(golden::all_close(out, expected, {0, 0})) << dtype;
+  }
+
+  const auto forward_and_grads = [&](const Tensor& input) {
+    const Tensor xl = input.detach().requires_grad_(), wl = w.detach().requires_grad_();
+    const Tensor bl = b.detach().requires_grad_();
+    const Tensor out = F::conv_transpose2d(xl, wl, bl, 2, 1, 1);
+    std::vector<Tensor> results = ember::autograd::grad({(out * out).sum()}, {xl, wl, bl});
+    results.insert(results.begin(), out.detach());
+    return results;
+  };
+  auto compiled = ember::compile(forward_and_grads);
+  for (int call = 0; call < 3; ++call) {
+    const Tensor input = ember::randn({2, 3, 4, 4});
+    const std::vector<Tensor> got = compiled(input), want = forward_and_grads(input);
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i) EXPECT_TRUE(golden::all_close(got[i], want[i], {1e-6, 1e-6})) << i;
+  }
+  EXPECT_EQ(compiled.stats().compiles, 1);
 }
 
 TEST(ReluBackward, FollowsPyTorchAtZeroNegativeAndNaN) {

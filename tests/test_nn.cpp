@@ -669,6 +669,12 @@ TEST(NnInit, LayersStartFromPyTorchDefaults) {
   EXPECT_EQ(conv->weight.shape(), Shape({256, 16, 3, 3}));
   expect_uniform(conv->weight, 1.0 / 12.0);  // fan_in = 16 * 9
   EXPECT_LE(stats_of(conv->bias).max, 1.0 / 12.0);
+  // The transposed weight (in, out / groups, kH, kW): fan_in = 256 / 4 * 9, as PyTorch's.
+  auto up = make_shared<nn::ConvTranspose2d>(64, 256, 3, 1, 0, 0, /*groups=*/4);
+  EXPECT_EQ(up->weight.shape(), Shape({64, 64, 3, 3}));
+  expect_uniform(up->weight, 1.0 / 24.0);
+  EXPECT_LE(stats_of(up->bias).max, 1.0 / 24.0);
+  EXPECT_GE(stats_of(up->bias).min, -1.0 / 24.0);
 
   auto embedding = make_shared<nn::Embedding>(1000, 100);
   expect_normal(embedding->weight, 0.0, 1.0);
@@ -782,6 +788,38 @@ TEST(NnLayers, DropoutFollowsTrainingMode) {
   dropout->eval();
   EXPECT_TRUE((*dropout)(x).is_same(x));  // the identity in eval mode
   EXPECT_THAT(thrown_message([] { nn::Dropout(1.5); }), HasSubstr("[Dropout]"));
+}
+
+// ConvTranspose2d upsamples (stride 2, output_padding 1 doubles the size) and is the adjoint of
+// conv2d with the same weight: <conv_transpose2d(x), z> = <x, conv2d(z)>.
+TEST(NnLayers, ConvTranspose2dUpsamplesAsTheAdjointOfConv2d) {
+  manual_seed(24);
+  auto up = make_shared<nn::ConvTranspose2d>(4, 6, 3, 2, 1, 1, /*groups=*/2);
+  EXPECT_EQ(up->weight.shape(), Shape({4, 3, 3, 3}));
+  EXPECT_EQ(up->bias.shape(), Shape({6}));
+  EXPECT_EQ(names_of(up->named_parameters()), (std::vector<std::string>{"weight", "bias"}));
+  up->to(kFloat64);
+  const Tensor x = randn({2, 4, 5, 5}, kFloat64);
+  const Tensor y = (*up)(x);
+  EXPECT_EQ(y.shape(), Shape({2, 6, 10, 10}));  // (5 - 1) * 2 - 2 * 1 + 3 + 1
+  expect_same_values(y, nn::functional::conv_transpose2d(x, up->weight, up->bias, 2, 1, 1, 2));
+  expect_same_values((*up)(x.select(0, 1)), y.select(0, 1), 1e-12);  // unbatched
+
+  NoGradGuard no_grad;
+  const Tensor z = randn({2, 6, 10, 10}, kFloat64);
+  const Tensor transposed = nn::functional::conv_transpose2d(x, up->weight, std::nullopt, 2, 1, 1, 2);
+  const Tensor convolved = nn::functional::conv2d(z, up->weight, std::nullopt, 2, 1, 1, 2);
+  EXPECT_EQ(convolved.shape(), x.shape());
+  EXPECT_NEAR((transposed * z).sum().item<double>(), (x * convolved).sum().item<double>(), 1e-9);
+  // The bias is added at every position, also in the last row and column only output_padding made.
+  expect_same_values(y - transposed, up->bias.view({1, 6, 1, 1}).expand({2, 6, 10, 10}), 1e-12);
+
+  auto plain = make_shared<nn::ConvTranspose2d>(2, 3, nn::Pair(2, 3), 1, 0, 0, 1, /*bias=*/false);
+  EXPECT_FALSE(plain->bias.defined());
+  EXPECT_EQ(names_of(plain->named_parameters()), (std::vector<std::string>{"weight"}));
+  EXPECT_EQ((*plain)(randn({2, 4, 4})).shape(), Shape({3, 5, 6}));
+  EXPECT_THAT(thrown_message([] { nn::ConvTranspose2d(4, 6, 3, 2, 0, 2); }), HasSubstr("output_padding (2, 2)"));
+  EXPECT_THAT(thrown_message([] { nn::ConvTranspose2d(4, 6, 3, 1, 0, 0, 4); }), HasSubstr("divisible by groups"));
 }
 
 TEST(NnLayers, ConvAndPoolingModulesCallTheirFunctions) {
@@ -1017,6 +1055,12 @@ TEST(NnRepr, LayersPrintLikePyTorch) {
   EXPECT_EQ(repr(nn::Conv2d(16, 32, nn::Pair(3, 5), 2, 1, 1, 2, false)),
             "Conv2d(16, 32, kernel_size=(3, 5), stride=(2, 2), padding=(1, 1), groups=2, bias=false)");
   EXPECT_EQ(repr(nn::Conv2d(3, 8, 3, 1, 0, 2)), "Conv2d(3, 8, kernel_size=(3, 3), stride=(1, 1), dilation=(2, 2))");
+  EXPECT_EQ(repr(nn::ConvTranspose2d(16, 8, 4, 2, 1)),
+            "ConvTranspose2d(16, 8, kernel_size=(4, 4), stride=(2, 2), padding=(1, 1))");
+  EXPECT_EQ(repr(nn::ConvTranspose2d(4, 6, nn::Pair(3, 2), 2, 0, 1, 2, false)),
+            "ConvTranspose2d(4, 6, kernel_size=(3, 2), stride=(2, 2), output_padding=(1, 1), groups=2, bias=false)");
+  EXPECT_EQ(repr(nn::ConvTranspose2d(3, 3, 3, 1, 0, 1, 1, true, 2)),
+            "ConvTranspose2d(3, 3, kernel_size=(3, 3), stride=(1, 1), dilation=(2, 2), output_padding=(1, 1))");
   EXPECT_EQ(repr(nn::MaxPool2d(2)), "MaxPool2d(kernel_size=2, stride=2, padding=0, dilation=1, ceil_mode=false)");
   EXPECT_EQ(repr(nn::AvgPool2d(3, 2)), "AvgPool2d(kernel_size=3, stride=2, padding=0)");
   EXPECT_EQ(repr(nn::AdaptiveAvgPool2d(nn::Pair(7, 5))), "AdaptiveAvgPool2d(output_size=(7, 5))");

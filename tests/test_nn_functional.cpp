@@ -1,7 +1,8 @@
 // nn::functional's behaviour that the golden data cannot show: the errors and messages of bad
-// arguments, batch_norm's running statistics, cross_entropy against its decomposition, and conv2d's
-// gradients independent of the thread count. Each op's golden cases (outputs and gradients),
-// gradchecks and dropout's statistics are its registry entry (tests/ops_nn.cpp).
+// arguments (conv2d's and conv_transpose2d's among them), batch_norm's running statistics,
+// cross_entropy against its decomposition, and conv2d's gradients independent of the thread count.
+// Each op's golden cases (outputs and gradients), gradchecks and dropout's statistics are its
+// registry entry (tests/ops_nn.cpp).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -61,6 +62,43 @@ TEST(NNFunctional, ErrorsNameTheOpAndTheValues) {
   EXPECT_THROW(F::batch_norm(scores, ember::zeros({3}), ember::ones({3})), ember::Error);  // 4 channels, stats of 3
   EXPECT_THROW(F::layer_norm(scores, {3}), ember::Error);
   EXPECT_THROW(F::binary_cross_entropy_with_logits(scores, ember::zeros({4})), ember::Error);
+}
+
+TEST(NNFunctional, ConvTranspose2dErrorsNameTheOpAndTheShapes) {
+  const Tensor x = ember::zeros({2, 3, 4, 4}), w = ember::zeros({3, 2, 3, 3});
+  const auto expect_error = [](const std::function<void()>& fn, const std::vector<std::string>& parts) {
+    const std::string what = error_of(fn);
+    EXPECT_NE(what.find("[conv_transpose2d]"), std::string::npos) << what;
+    for (const std::string& part : parts) EXPECT_NE(what.find(part), std::string::npos) << what;
+  };
+  // output_padding must be smaller than stride or dilation: (2, 2) with stride 2, dilation 1 is not.
+  expect_error([&] { F::conv_transpose2d(x, w, std::nullopt, 2, 0, 2); },
+               {"output_padding (2, 2)", "stride (2, 2)", "dilation (1, 1)"});
+  EXPECT_NO_THROW(F::conv_transpose2d(x, w, std::nullopt, 1, 0, 1, 1, 2));  // below the dilation is enough
+  expect_error([&] { F::conv_transpose2d(x, w, std::nullopt, 2, 0, -1); }, {"non-negative"});
+  expect_error(
+      [&] {
+        F::conv_transpose2d(x, ember::zeros({4, 2, 3, 3}));
+      },
+      {"[2, 3, 4, 4]", "[4, 2, 3, 3]", "3 channels"});
+  expect_error(
+      [&] {
+        F::conv_transpose2d(ember::zeros({1, 4, 4, 4}), ember::zeros({4, 2, 3, 3}), std::nullopt, 1, 0, 0, 3);
+      },
+      {"divisible by groups (3)"});
+  expect_error([&] { F::conv_transpose2d(x, w, ember::zeros({3})); }, {"bias of shape (2)", "[3]"});
+  expect_error([&] { F::conv_transpose2d(x, w, ember::zeros({2}, ember::kFloat64)); }, {"float64"});
+  expect_error([&] { F::conv_transpose2d(x, w.to(ember::kFloat64)); }, {"float64"});
+  expect_error([&] { F::conv_transpose2d(ember::zeros({4, 4}), w); }, {"3-D", "[4, 4]"});
+  expect_error([&] { F::conv_transpose2d(x, ember::zeros({3, 2, 3})); }, {"4-D weight", "[3, 2, 3]"});
+  expect_error(
+      [&] {
+        F::conv_transpose2d(ember::zeros({1, 3, 1, 1}), ember::zeros({3, 1, 1, 1}), std::nullopt, 1, 1);
+      },
+      {"-1 x -1", "at least 1 x 1"});
+  expect_error([&] { F::conv_transpose2d(x, w, std::nullopt, 0); }, {"stride"});
+  expect_error([&] { F::conv_transpose2d(x, w, std::nullopt, 1, 0, 0, 1, 0); }, {"dilation"});
+  expect_error([&] { F::conv_transpose2d(ember::zeros({2, 3, 4, 4}, ember::kInt64), w); }, {"floating-point"});
 }
 
 TEST(NNFunctional, BatchNormUpdatesRunningStatsWithoutRecording) {

@@ -163,6 +163,20 @@ struct Conv2dAttrs {
   auto fields() const { return std::tie(stride, padding, dilation, groups); }
 };
 
+// conv_transpose2d: conv2d's attributes (the convolution it transposes) plus output_padding, the
+// extra rows and columns on the bottom and right of the output that the shape rule alone cannot tell.
+struct ConvTranspose2dAttrs {
+  Pair stride = 1;
+  Pair padding = 0;
+  Pair output_padding = 0;
+  Pair dilation = 1;
+  int64_t groups = 1;
+  // The convolution whose input gradient this is: what its kernels take.
+  Conv2dAttrs conv() const { return {stride, padding, dilation, groups}; }
+  bool operator==(const ConvTranspose2dAttrs&) const = default;
+  auto fields() const { return std::tie(stride, padding, output_padding, dilation, groups); }
+};
+
 // max/avg pooling windows; adaptive pooling uses kernel_size as its output size.
 struct Pool2dAttrs {
   Pair kernel_size = 1;
@@ -346,11 +360,12 @@ struct RmspropAttrs {
   auto fields() const { return std::tie(lr, alpha, eps, weight_decay, momentum, centered); }
 };
 
-using Attrs = std::variant<NoAttrs, FillAttrs, RangeAttrs, RandomAttrs, DropoutAttrs, ShapeAttrs, AxesAttrs, SliceAttrs,
-                           SelectAttrs, AsStridedAttrs, ReduceAttrs, VarAttrs, NormAttrs, DimAttrs, MatmulAttrs,
-                           Conv2dAttrs, Pool2dAttrs, BatchNormAttrs, LayerNormAttrs, ClassLossAttrs, LossAttrs,
-                           AttentionAttrs, ActivationAttrs, ClampAttrs, RollAttrs, PadAttrs, SgdAttrs, AdamAttrs,
-                           AdagradAttrs, RmspropAttrs, TriangleAttrs, SortAttrs, TopKAttrs, MultinomialAttrs>;
+using Attrs =
+    std::variant<NoAttrs, FillAttrs, RangeAttrs, RandomAttrs, DropoutAttrs, ShapeAttrs, AxesAttrs, SliceAttrs,
+                 SelectAttrs, AsStridedAttrs, ReduceAttrs, VarAttrs, NormAttrs, DimAttrs, MatmulAttrs, Conv2dAttrs,
+                 Pool2dAttrs, BatchNormAttrs, LayerNormAttrs, ClassLossAttrs, LossAttrs, AttentionAttrs,
+                 ActivationAttrs, ClampAttrs, RollAttrs, PadAttrs, SgdAttrs, AdamAttrs, AdagradAttrs, RmspropAttrs,
+                 TriangleAttrs, SortAttrs, TopKAttrs, MultinomialAttrs, ConvTranspose2dAttrs>;
 
 // The index of attribute type T in Attrs (a compile error if T is not one of them).
 template <class T, size_t I = 0>

@@ -215,6 +215,15 @@ Tensor multinomial(const Tensor& weights, int64_t num_samples, bool replacement 
 // input (N, C_in, H, W) or (C_in, H, W); weight (C_out, C_in / groups, kH, kW); bias (C_out).
 Tensor conv2d(const Tensor& input, const Tensor& weight, const std::optional<Tensor>& bias = std::nullopt,
               Pair stride = 1, Pair padding = 0, Pair dilation = 1, int64_t groups = 1);
+// The transposed convolution (the gradient of conv2d with respect to its input), as PyTorch's
+// conv_transpose2d. input (N, C_in, H, W) or (C_in, H, W); weight (C_in, C_out / groups, kH, kW);
+// bias (C_out). Output (N, C_out, H_out, W_out) with
+//   H_out = (H - 1) * stride - 2 * padding + dilation * (kH - 1) + output_padding + 1   (W alike);
+// output_padding (rows and columns added on the bottom and right) must be smaller than stride or
+// dilation.
+Tensor conv_transpose2d(const Tensor& input, const Tensor& weight, const std::optional<Tensor>& bias = std::nullopt,
+                        Pair stride = 1, Pair padding = 0, Pair output_padding = 0, int64_t groups = 1,
+                        Pair dilation = 1);
 // stride defaults to kernel_size; padding is -inf padding, at most half the kernel size.
 Tensor max_pool2d(const Tensor& input, Pair kernel_size, std::optional<Pair> stride = std::nullopt, Pair padding = 0,
                   Pair dilation = 1, bool ceil_mode = false);

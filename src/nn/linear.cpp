@@ -1,5 +1,5 @@
-// Linear, Conv2d and Embedding: the layers with weight matrices, and PyTorch's default
-// initialization for them.
+// Linear, Conv2d, ConvTranspose2d and Embedding: the layers with weight matrices, and PyTorch's
+// default initialization for them.
 #include <cmath>
 #include <sstream>
 
@@ -82,6 +82,61 @@ std::string Conv2d::extra_repr() const {
       << ", stride=" << repr::tuple(stride);
   if (padding != Pair(0)) out << ", padding=" << repr::tuple(padding);
   if (dilation != Pair(1)) out << ", dilation=" << repr::tuple(dilation);
+  if (groups != 1) out << ", groups=" << groups;
+  if (!bias.defined()) out << ", bias=false";
+  return out.str();
+}
+
+// --- ConvTranspose2d ------------------------------------------------------------------------------
+
+ConvTranspose2d::ConvTranspose2d(int64_t in, int64_t out, Pair kernel, Pair stride_, Pair padding_,
+                                 Pair output_padding_, int64_t groups_, bool with_bias, Pair dilation_)
+    : in_channels(in),
+      out_channels(out),
+      kernel_size(kernel),
+      stride(stride_),
+      padding(padding_),
+      output_padding(output_padding_),
+      groups(groups_),
+      dilation(dilation_) {
+  EMBER_CHECK(groups > 0, "[ConvTranspose2d] groups must be positive, got ", groups);
+  EMBER_CHECK(in > 0 && out > 0, "[ConvTranspose2d] in_channels and out_channels must be positive, got ", in, " and ",
+              out);
+  EMBER_CHECK(in % groups == 0 && out % groups == 0, "[ConvTranspose2d] in_channels (", in, ") and out_channels (", out,
+              ") must both be divisible by groups (", groups, ")");
+  EMBER_CHECK(kernel.h > 0 && kernel.w > 0, "[ConvTranspose2d] kernel_size must be positive, got ",
+              repr::tuple(kernel));
+  EMBER_CHECK(stride.h > 0 && stride.w > 0, "[ConvTranspose2d] stride must be positive, got ", repr::tuple(stride));
+  EMBER_CHECK(padding.h >= 0 && padding.w >= 0, "[ConvTranspose2d] padding must be non-negative, got ",
+              repr::tuple(padding));
+  EMBER_CHECK(dilation.h > 0 && dilation.w > 0, "[ConvTranspose2d] dilation must be positive, got ",
+              repr::tuple(dilation));
+  EMBER_CHECK(output_padding.h >= 0 && output_padding.w >= 0 &&
+                  (output_padding.h < stride.h || output_padding.h < dilation.h) &&
+                  (output_padding.w < stride.w || output_padding.w < dilation.w),
+              "[ConvTranspose2d] output_padding ", repr::tuple(output_padding),
+              " must be non-negative and smaller than either stride ", repr::tuple(stride), " or dilation ",
+              repr::tuple(dilation), " in each dim");
+  weight = register_parameter("weight", ember::empty({in, out / groups, kernel.h, kernel.w}));
+  if (with_bias) bias = register_parameter("bias", ember::empty({out}));
+  reset_parameters();
+}
+
+void ConvTranspose2d::reset_parameters() { reset_weight_and_bias(weight, bias); }
+
+Tensor ConvTranspose2d::forward(const Tensor& input) {
+  return functional::conv_transpose2d(input, weight, optional_tensor(bias), stride, padding, output_padding, groups,
+                                      dilation);
+}
+
+std::string ConvTranspose2d::extra_repr() const {
+  // PyTorch's form (_ConvNd.extra_repr): optional arguments only when they differ from their defaults.
+  std::ostringstream out;
+  out << in_channels << ", " << out_channels << ", kernel_size=" << repr::tuple(kernel_size)
+      << ", stride=" << repr::tuple(stride);
+  if (padding != Pair(0)) out << ", padding=" << repr::tuple(padding);
+  if (dilation != Pair(1)) out << ", dilation=" << repr::tuple(dilation);
+  if (output_padding != Pair(0)) out << ", output_padding=" << repr::tuple(output_padding);
   if (groups != 1) out << ", groups=" << groups;
   if (!bias.defined()) out << ", bias=false";
   return out.str();

@@ -17,6 +17,18 @@
 // Backward: the primitives Conv2dInputGrad (the transposed GEMM and col2im) and Conv2dWeightGrad
 // (grad_out @ columns^T summed over the batch in a fixed order), grad_bias by sum; each computed
 // only when its input needs it.
+//
+// conv_transpose2d: a composite of the same three primitives. Its forward is conv2d's input
+// gradient: the convolution with conv2d's attributes that maps an (N, C_out, H_out, W_out) image to
+// the (N, C_in, H, W) input has weight (C_in, C_out / groups, kH, kW), so the transposed
+// convolution is Conv2dInputGrad with the input as the output gradient, then the bias added. Shape
+// rule, with op = output_padding (smaller than stride or dilation, as PyTorch):
+//   H_out = (H - 1) * stride_h - 2 * pad_h + dilation_h * (kH - 1) + op_h + 1   (and W_out alike),
+// at least 1. output_padding only grows the output: the rows and columns it adds on the bottom and
+// right that no kernel tap reaches hold just the bias (col2im zero-fills them). Backward: grad_input
+// is conv2d's forward of grad_out (Conv2d), grad_weight is conv2d's weight gradient with the roles
+// swapped (Conv2dWeightGrad of grad_out = input over input = grad_out), grad_bias the sum over
+// (N, H_out, W_out). Its cost is its primitives'.
 #include "autograd/function.h"
 #include "ember/ops.h"
 #include "ops/cost.h"
@@ -66,6 +78,60 @@ void check_conv_args(const Tensor& input, const Tensor& weight, const std::optio
 // A 4-D view (N, C, H, W) of a batched or unbatched (C, H, W) tensor.
 Tensor batched(const Tensor& t) { return t.dim() == 4 ? t : t.unsqueeze(0); }
 
+// The size of a transposed convolution's output along one axis (may be < 1 for bad arguments).
+int64_t transposed_size(int64_t in, int64_t kernel, int64_t stride, int64_t padding, int64_t dilation,
+                        int64_t output_padding) {
+  return (in - 1) * stride - 2 * padding + dilation * (kernel - 1) + output_padding + 1;
+}
+
+void check_conv_transpose_args(const Tensor& input, const Tensor& weight, const std::optional<Tensor>& bias,
+                               const ConvTranspose2dAttrs& a) {
+  EMBER_CHECK(input.dim() == 3 || input.dim() == 4,
+              "[conv_transpose2d] expected a 3-D (C_in, H, W) or 4-D (N, C_in, H, W) input, got shape ", input.shape());
+  EMBER_CHECK(weight.dim() == 4, "[conv_transpose2d] expected a 4-D weight (C_in, C_out / groups, kH, kW), got shape ",
+              weight.shape());
+  EMBER_CHECK(is_floating(input.dtype()), "[conv_transpose2d] expects a floating-point input, got ", input.dtype());
+  EMBER_CHECK(input.dtype() == weight.dtype(), "[conv_transpose2d] input (", input.dtype(), ") and weight (",
+              weight.dtype(), ") must have the same dtype");
+  EMBER_CHECK(a.stride.h > 0 && a.stride.w > 0, "[conv_transpose2d] stride must be positive, got (", a.stride.h, ", ",
+              a.stride.w, ")");
+  EMBER_CHECK(a.dilation.h > 0 && a.dilation.w > 0, "[conv_transpose2d] dilation must be positive, got (", a.dilation.h,
+              ", ", a.dilation.w, ")");
+  EMBER_CHECK(a.padding.h >= 0 && a.padding.w >= 0, "[conv_transpose2d] padding must be non-negative, got (",
+              a.padding.h, ", ", a.padding.w, ")");
+  EMBER_CHECK(a.output_padding.h >= 0 && a.output_padding.w >= 0,
+              "[conv_transpose2d] output_padding must be non-negative, got (", a.output_padding.h, ", ",
+              a.output_padding.w, ")");
+  EMBER_CHECK((a.output_padding.h < a.stride.h || a.output_padding.h < a.dilation.h) &&
+                  (a.output_padding.w < a.stride.w || a.output_padding.w < a.dilation.w),
+              "[conv_transpose2d] output_padding (", a.output_padding.h, ", ", a.output_padding.w,
+              ") must be smaller than either stride (", a.stride.h, ", ", a.stride.w, ") or dilation (", a.dilation.h,
+              ", ", a.dilation.w, ") in each dim");
+  EMBER_CHECK(a.groups > 0, "[conv_transpose2d] groups must be positive, got ", a.groups);
+  const int64_t in_channels = input.size(-3);
+  EMBER_CHECK(in_channels == weight.size(0), "[conv_transpose2d] input of shape ", input.shape(), " has ", in_channels,
+              " channels, but weight of shape ", weight.shape(), " expects ", weight.size(0));
+  EMBER_CHECK(in_channels % a.groups == 0, "[conv_transpose2d] in_channels (", in_channels, ", weight shape ",
+              weight.shape(), ") must be divisible by groups (", a.groups, ")");
+  const int64_t out_channels = weight.size(1) * a.groups;
+  if (bias) {
+    EMBER_CHECK(bias->dim() == 1 && bias->size(0) == out_channels, "[conv_transpose2d] expected a bias of shape (",
+                out_channels, ") for weight of shape ", weight.shape(), " with groups = ", a.groups, ", got ",
+                bias->shape());
+    EMBER_CHECK(bias->dtype() == input.dtype(), "[conv_transpose2d] bias (", bias->dtype(), ") and input (",
+                input.dtype(), ") must have the same dtype");
+  }
+  EMBER_CHECK(input.size(-2) > 0 && input.size(-1) > 0,
+              "[conv_transpose2d] expected a non-empty image, got input shape ", input.shape());
+  const int64_t out_height =
+      transposed_size(input.size(-2), weight.size(2), a.stride.h, a.padding.h, a.dilation.h, a.output_padding.h);
+  const int64_t out_width =
+      transposed_size(input.size(-1), weight.size(3), a.stride.w, a.padding.w, a.dilation.w, a.output_padding.w);
+  EMBER_CHECK(out_height > 0 && out_width > 0, "[conv_transpose2d] the output would be ", out_height, " x ", out_width,
+              " (input shape ", input.shape(), ", weight shape ", weight.shape(), ", padding (", a.padding.h, ", ",
+              a.padding.w, ")): it must be at least 1 x 1");
+}
+
 }  // namespace
 
 Tensor conv2d(const Tensor& input, const Tensor& weight, const std::optional<Tensor>& bias, Pair stride, Pair padding,
@@ -105,6 +171,54 @@ Tensor conv2d(const Tensor& input, const Tensor& weight, const std::optional<Ten
             grads[1] = detail::make_empty(w_shape, compute, go.device());
             const Tensor input_value = x_saved.get();
             dispatch::run(OpKind::kConv2dWeightGrad, attrs, {&go, &input_value}, {&grads[1]});
+          }
+          if (needs[2]) grads[2] = sum(go, {0, 2, 3});
+          return grads;
+        });
+  }
+  return out;
+}
+
+Tensor conv_transpose2d(const Tensor& input, const Tensor& weight, const std::optional<Tensor>& bias, Pair stride,
+                        Pair padding, Pair output_padding, int64_t groups, Pair dilation) {
+  const ConvTranspose2dAttrs attrs{stride, padding, output_padding, dilation, groups};
+  const dispatch::Scope scope(OpKind::kConvTranspose2d, {&input, &weight, bias ? &*bias : nullptr}, attrs);
+  check_conv_transpose_args(input, weight, bias, attrs);
+  // The convolution this one transposes: it maps the output's shape back to the input's.
+  const Conv2dAttrs conv = attrs.conv();
+  Shape out_shape{weight.size(1) * groups,
+                  transposed_size(input.size(-2), weight.size(2), stride.h, padding.h, dilation.h, output_padding.h),
+                  transposed_size(input.size(-1), weight.size(3), stride.w, padding.w, dilation.w, output_padding.w)};
+  if (input.dim() == 4) out_shape.insert(0, input.size(0));
+  const DType dtype = input.dtype(), compute = compute_dtype(dtype);
+  const Tensor bias_tensor = bias.value_or(Tensor());
+  const bool grad_input = autograd::needs_grad(input), grad_weight = autograd::needs_grad(weight);
+
+  const Tensor x = batched(kernel_operand(input, compute)), w = kernel_operand(weight, compute);
+  Tensor out = detail::make_empty(out_shape, compute, input.device());
+  Tensor out4 = batched(out);
+  dispatch::run(OpKind::kConv2dInputGrad, conv, {&x, &w}, {&out4});
+  if (bias) out4.add_(kernel_operand(*bias, compute).view({1, -1, 1, 1}));  // detached: records nothing
+  if (compute != dtype) out = out.to(dtype);
+
+  if (grad_input || grad_weight || autograd::needs_grad(bias_tensor)) {
+    // Keep only what the gradients need: the input for grad_weight, the weight for grad_input.
+    autograd::record(
+        OpKind::kConvTranspose2d, attrs, out, {&input, &weight, &bias_tensor},
+        [conv, compute, x_saved = grad_weight ? autograd::SavedTensor(x) : autograd::SavedTensor(),
+         w_saved = grad_input ? autograd::SavedTensor(w) : autograd::SavedTensor(), in_shape = input.shape(),
+         w_shape = weight.shape()](const Tensor& grad, autograd::GradMask needs) -> autograd::Grads {
+          autograd::Grads grads(3);
+          const Tensor go = batched(kernel_operand(grad, compute));  // (N, C_out, H_out, W_out)
+          if (needs[0]) {
+            grads[0] = detail::make_empty(in_shape, compute, go.device());
+            const Tensor gi = batched(grads[0]), weight_value = w_saved.get();
+            dispatch::run(OpKind::kConv2d, conv, {&go, &weight_value, nullptr}, {&gi});
+          }
+          if (needs[1]) {
+            grads[1] = detail::make_empty(w_shape, compute, go.device());
+            const Tensor input_value = x_saved.get();
+            dispatch::run(OpKind::kConv2dWeightGrad, conv, {&input_value, &go}, {&grads[1]});
           }
           if (needs[2]) grads[2] = sum(go, {0, 2, 3});
           return grads;

@@ -1,10 +1,10 @@
-"""nn.functional reference data: conv2d, max_pool2d, avg_pool2d, adaptive_avg_pool2d, batch_norm, layer_norm,
+"""nn.functional reference data: conv2d, conv_transpose2d, max_pool2d, avg_pool2d, adaptive_avg_pool2d, batch_norm, layer_norm,
 rms_norm, cross_entropy, nll_loss, mse_loss, l1_loss and binary_cross_entropy_with_logits, in float32 and float64.
 
 Each case records the forward output AND the gradients: the last input is a cotangent `cot` (the gradient of
 the output), attrs["grad"] lists the inputs (by position) that require grad, and "expected" is
 [output, grad of each listed input...]. batch_norm also appends running_mean and running_var after the update.
-Inputs include strided/padded/dilated/grouped convolutions, ceil_mode pools, non-contiguous ("t") inputs,
+Inputs include strided/padded/dilated/grouped (transposed) convolutions, ceil_mode pools, non-contiguous ("t") inputs,
 ignore_index and label smoothing, and PyTorch's errors for bad shapes, channel mismatches and bad targets.
 
 Attribute conventions read by tests/test_nn_functional.cpp: pairs are [h, w] lists; "stride" may be null
@@ -63,6 +63,11 @@ def pair(v):
 
 def f_conv2d(x, w, b, stride, padding, dilation, groups):
     return F.conv2d(x, w, b, stride=tuple(stride), padding=tuple(padding), dilation=tuple(dilation), groups=groups)
+
+
+def f_conv_transpose2d(x, w, b, stride, padding, output_padding, groups, dilation):
+    return F.conv_transpose2d(x, w, b, stride=tuple(stride), padding=tuple(padding),
+                              output_padding=tuple(output_padding), groups=groups, dilation=tuple(dilation))
 
 
 def f_max_pool2d(x, kernel, stride, padding, dilation, ceil_mode):
@@ -375,4 +380,50 @@ def build():
                 attrs = {"is_causal": is_causal, "scale": None, "enable_gqa": gqa}
                 record(r, rng, "scaled_dot_product_attention", f"error_{name}", f_sdpa, [q, k, v, mask], attrs,
                        [0, 1, 2], dt)
+    # --- conv_transpose2d: (x, w, b, cot); weight (C_in, C_out / groups, kH, kW) ----------------------------
+    # After every other case, so their inputs do not change. output_padding needs stride or dilation above
+    # it; "dilation2_outpad1_stride1" and "pointwise_dilated_outpad" have output_padding >= stride (rows no
+    # kernel tap reaches), "direct_path" takes the direct kernels, "large_padding" pads by more than the kernel.
+    for dt in FLOATS:
+        conv_t = [
+            # name, x, w shape, bias, stride, padding, output_padding, dilation, groups
+            ("basic", T([2, 3, 5, 5], dt), [3, 2, 3, 3], True, 1, 0, 0, 1, 1),
+            ("stride2_outpad1", T([2, 3, 4, 5], dt), [3, 4, 3, 3], True, 2, 1, 1, 1, 1),
+            ("rect_stride_padding", T([1, 2, 6, 5], dt), [2, 3, 3, 2], True, [2, 1], [1, 2], [1, 0], 1, 1),
+            ("dilation2_pad1", T([1, 2, 5, 6], dt), [2, 3, 3, 3], True, 1, 1, 0, 2, 1),
+            ("dilation2_outpad1_stride1", T([1, 2, 4, 5], dt), [2, 2, 3, 3], True, 1, 0, 1, 2, 1),
+            ("pointwise_dilated_outpad", T([2, 4, 5, 5], dt), [4, 3, 1, 1], True, 1, 0, 1, 2, 1),
+            ("grouped", T([2, 4, 5, 4], dt), [4, 3, 3, 3], True, [2, 1], [1, 0], [1, 0], 1, 2),
+            ("depthwise_stride2_nobias", T([1, 3, 4, 4], dt), [3, 1, 3, 3], False, 2, 1, 1, 1, 3),
+            ("unbatched", T([3, 5, 6], dt), [3, 2, 3, 3], True, 2, 1, 1, 1, 1),
+            ("stride3_outpad2_nobias", T([2, 2, 3, 3], dt), [2, 3, 2, 2], False, 3, 0, 2, 1, 1),
+            ("transposed_input", t_layout([2, 3, 5, 4], dt, rng), [3, 2, 3, 3], True, 2, 1, 1, 1, 1),
+            ("direct_path", T([1, 2, 6, 10], dt), [2, 3, 3, 3], True, 1, 1, 0, 1, 1),
+            ("large_padding", T([1, 1, 6, 9], dt), [1, 2, 2, 3], True, 1, [2, 3], 0, 1, 1),
+        ]
+        for name, x, wshape, bias, stride, padding, output_padding, dilation, groups in conv_t:
+            w = T(wshape, dt, low=-1.0, high=1.0)
+            b = T([wshape[1] * groups], dt) if bias else None
+            grad = [0, 1, 2] if bias else [0, 1]
+            attrs = {"stride": pair(stride), "padding": pair(padding), "output_padding": pair(output_padding),
+                     "groups": groups, "dilation": pair(dilation)}
+            record(r, rng, "conv_transpose2d", f"{name}_{dt}", f_conv_transpose2d, [x, w, b], attrs, grad, dt)
+        if dt == "float32":
+            bad = [
+                # name, x, w, bias shape, stride, padding, output_padding, dilation, groups
+                ("output_padding_not_smaller", [1, 2, 4, 4], [2, 2, 3, 3], None, 2, 0, 2, 1, 1),
+                ("output_padding_negative", [1, 2, 4, 4], [2, 2, 3, 3], None, 2, 0, -1, 1, 1),
+                ("channel_mismatch", [1, 3, 4, 4], [2, 2, 3, 3], None, 1, 0, 0, 1, 1),
+                ("groups_not_dividing_in", [1, 4, 4, 4], [4, 2, 3, 3], None, 1, 0, 0, 1, 3),
+                ("output_too_small", [1, 1, 1, 1], [1, 1, 1, 1], None, 1, 1, 0, 1, 1),
+                ("input_2d", [4, 4], [1, 1, 3, 3], None, 1, 0, 0, 1, 1),
+                ("weight_3d", [1, 2, 4, 4], [2, 2, 3], None, 1, 0, 0, 1, 1),
+                ("bias_shape", [1, 2, 4, 4], [2, 3, 3, 3], [2], 1, 0, 0, 1, 1),
+            ]
+            for name, xs, ws, bs, stride, padding, output_padding, dilation, groups in bad:
+                attrs = {"stride": pair(stride), "padding": pair(padding), "output_padding": pair(output_padding),
+                         "groups": groups, "dilation": pair(dilation)}
+                b = T(bs, dt) if bs is not None else None
+                record(r, rng, "conv_transpose2d", f"error_{name}", f_conv_transpose2d, [T(xs, dt), T(ws, dt), b],
+                       attrs, [0, 1], dt)
     return r

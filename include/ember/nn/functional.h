@@ -21,6 +21,7 @@ using ember::adaptive_avg_pool2d;
 using ember::avg_pool2d;
 using ember::batch_norm;
 using ember::conv2d;
+using ember::conv_transpose2d;
 using ember::dropout;
 using ember::layer_norm;
 using ember::linear;

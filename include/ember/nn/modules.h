@@ -123,6 +123,31 @@ class Conv2d : public Module {
   Tensor bias;  // undefined when made with bias = false
 };
 
+// 2-D transposed convolution over (N, C_in, H, W) or (C_in, H, W) (functional::conv_transpose2d),
+// PyTorch's argument order. weight (in_channels, out_channels / groups, kH, kW) and bias
+// (out_channels) start as U(-1/sqrt(fan_in), 1/sqrt(fan_in)) with fan_in = out_channels / groups *
+// kH * kW (PyTorch's fan of the transposed weight).
+class ConvTranspose2d : public Module {
+ public:
+  ConvTranspose2d(int64_t in_channels, int64_t out_channels, Pair kernel_size, Pair stride = 1, Pair padding = 0,
+                  Pair output_padding = 0, int64_t groups = 1, bool bias = true, Pair dilation = 1);
+  Tensor forward(const Tensor& input) override;
+  std::string name() const override { return "ConvTranspose2d"; }
+  std::string extra_repr() const override;
+  void reset_parameters();
+
+  const int64_t in_channels;
+  const int64_t out_channels;
+  const Pair kernel_size;
+  const Pair stride;
+  const Pair padding;
+  const Pair output_padding;
+  const int64_t groups;
+  const Pair dilation;
+  Tensor weight;
+  Tensor bias;  // undefined when made with bias = false
+};
+
 // A lookup table: int64 indices (any shape) -> rows of weight (num_embeddings, embedding_dim),
 // which start as N(0, 1).
 class Embedding : public Module {

@@ -13,7 +13,9 @@ namespace ember::cpu {
 // One convolution's geometry. Input (batch, in_channels, in_height, in_width), weight
 // (out_channels, in_channels / groups, kernel_h, kernel_w), output (batch, out_channels,
 // out_height, out_width), all contiguous. The sizes are already checked: every one positive
-// (padding may be 0), channels divisible by groups, the output at least 1 x 1.
+// (padding may be 0), channels divisible by groups, the output at least 1 x 1. The output may be
+// smaller than the input's size gives (conv_transpose2d's output_padding asks for an input
+// gradient with rows and columns no output position reads: they get zeros).
 struct Conv2dGeometry {
   int64_t batch = 1;
   int64_t in_channels = 1;
