@@ -385,7 +385,7 @@ Spatial spatial_input(const NodeContext& c, const Tensor& x) {
 std::vector<int64_t> spatial_attr(const NodeContext& c, std::string_view name, bool one_d, int64_t fallback) {
   std::vector<int64_t> v = c.attr_ints(name).value_or(std::vector<int64_t>(one_d ? 1 : 2, fallback));
   if (v.size() != (one_d ? 1U : 2U)) c.fail(name, " has ", v.size(), " values for a ", one_d ? 1 : 2, "-D op");
-  if (one_d) v.insert(v.begin(), name == "pads" ? 0 : 1);
+  if (one_d) v.insert(v.begin(), name == "pads" || name == "output_padding" ? 0 : 1);
   return v;
 }
 
@@ -421,6 +421,56 @@ Tensors conv(const NodeContext& c) {
   }
   return {spatial_output(
       s, conv2d(x, weight, bias, Pair(stride[0], stride[1]), padding, Pair(dilation[0], dilation[1]), groups))};
+}
+
+// ConvTranspose: the weight is (C_in, C_out / group, kh, kw). Padding comes from pads, or from
+// output_shape (with auto_pad choosing where an odd total goes), as the spec computes it; uneven
+// padding crops the unpadded result.
+Tensors conv_transpose(const NodeContext& c) {
+  const Spatial s = spatial_input(c, c.input(0));
+  const Tensor weight = s.one_d ? c.input(1).unsqueeze(2) : c.input(1);
+  if (weight.dim() != 4) c.fail("the weight must have the input's rank, got shape ", c.input(1).shape());
+  const std::vector<int64_t> kernel{weight.size(2), weight.size(3)};
+  const std::vector<int64_t> stride = spatial_attr(c, "strides", s.one_d, 1);
+  const std::vector<int64_t> dilation = spatial_attr(c, "dilations", s.one_d, 1);
+  const std::vector<int64_t> output_padding = spatial_attr(c, "output_padding", s.one_d, 0);
+  const std::string auto_pad = c.attr_string("auto_pad", "NOTSET");
+  std::vector<int64_t> begin(2, 0), end(2, 0);
+  if (auto output_shape = c.attr_ints("output_shape")) {
+    if (output_shape->size() != (s.one_d ? 1U : 2U)) c.fail("output_shape has ", output_shape->size(), " values");
+    if (s.one_d) output_shape->insert(output_shape->begin(), 1);
+    for (int d = 0; d < 2; ++d) {
+      const int64_t total = stride[d] * (s.in[d] - 1) + output_padding[d] + (kernel[d] - 1) * dilation[d] + 1 -
+                            (*output_shape)[d];
+      if (total < 0) c.fail("output_shape ", (*output_shape)[d], " is larger than the op can produce");
+      begin[d] = auto_pad == "SAME_UPPER" ? total - total / 2 : total / 2;
+      end[d] = total - begin[d];
+    }
+  } else if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
+    for (int d = 0; d < 2; ++d) {  // the output is input * stride
+      const int64_t total = std::max<int64_t>(
+          stride[d] * (s.in[d] - 1) + output_padding[d] + (kernel[d] - 1) * dilation[d] + 1 - s.in[d] * stride[d], 0);
+      begin[d] = auto_pad == "SAME_UPPER" ? total / 2 : total - total / 2;
+      end[d] = total - begin[d];
+    }
+  } else if (auto_pad == "NOTSET") {
+    const Padding p = spatial_padding(c, s, kernel, stride, dilation);
+    begin = p.begin;
+    end = p.end;
+  } else if (auto_pad != "VALID") {
+    c.fail("auto_pad \"", auto_pad, "\" is not NOTSET, SAME_UPPER, SAME_LOWER or VALID");
+  }
+  std::optional<Tensor> bias;
+  if (c.has(2)) bias = c.input(2);
+  const int64_t groups = c.attr_int("group", 1);
+  const bool even = begin == end;
+  Tensor y = conv_transpose2d(s.x, weight, bias, Pair(stride[0], stride[1]),
+                              even ? Pair(begin[0], begin[1]) : Pair(0), Pair(output_padding[0], output_padding[1]),
+                              groups, Pair(dilation[0], dilation[1]));
+  if (!even) {
+    for (int d = 0; d < 2; ++d) y = y.slice(2 + d, begin[d], y.size(2 + d) - end[d]);
+  }
+  return {spatial_output(s, y)};
 }
 
 Tensors max_pool(const NodeContext& c) {
@@ -877,6 +927,7 @@ constexpr OpDef kOps[] = {
     {"Constant", 7, constant},
     {"ConstantOfShape", 9, constant_of_shape},
     {"Conv", 7, conv},
+    {"ConvTranspose", 7, conv_transpose},
     {"Cos", 7, unary<cos_>},
     {"Div", 7, binary_math},
     {"Dropout", 7, dropout_op, false, true},
@@ -983,7 +1034,7 @@ std::string unsupported_reason(const ::onnx::NodeProto& node, int64_t opset) {
   } else if (type == "ArgMax" || type == "ArgMin") {
     if (const auto* last = attr("select_last_index"); last != nullptr && last->i() != 0) return "select_last_index=1";
   }
-  if (type == "Conv" || type == "MaxPool" || type == "AveragePool") {
+  if (type == "Conv" || type == "ConvTranspose" || type == "MaxPool" || type == "AveragePool") {
     if (const auto* k = attr("kernel_shape"); k != nullptr && k->ints_size() > 2) return "3-D and higher";
   }
   return "";
