@@ -25,12 +25,15 @@ using detail::Value;
 namespace {
 
 std::string read_file(const std::string& path) {
-  std::ifstream file(path, std::ios::binary);
+  std::ifstream file(path, std::ios::binary | std::ios::ate);
   EMBER_CHECK(file.good(), "[onnx] cannot open ", path);
-  std::ostringstream bytes;
-  bytes << file.rdbuf();
-  EMBER_CHECK(!file.bad(), "[onnx] reading ", path, " failed");
-  return std::move(bytes).str();
+  const std::streamoff size = file.tellg();
+  EMBER_CHECK(size >= 0, "[onnx] cannot read ", path, " (not a regular file?)");
+  std::string bytes(static_cast<size_t>(size), '\0');
+  file.seekg(0);
+  file.read(bytes.data(), size);
+  EMBER_CHECK(file.good() || size == 0, "[onnx] reading ", path, " failed");
+  return bytes;
 }
 
 std::string folder_of(const std::string& path) {
@@ -351,8 +354,9 @@ class Builder {
       if (node.op_type() != "BatchNormalization") continue;
       for (int i = 3; i < std::min(node.input_size(), 5); ++i) statistics.insert(node.input(i));
     }
-    for (const auto& init : graph_.initializer()) {
+    for (auto& init : *impl_.proto.mutable_graph()->mutable_initializer()) {
       Tensor t = detail::tensor_of(init, impl_.base_dir, impl_.what);
+      init.clear_raw_data();  // read: the model's bytes need not stay twice in memory
       const int s = slot(init.name());
       impl_.initial.resize(slots_.size());
       // Float tensors of rank 1 and up are the model's weights; scalars are constants (an epsilon,

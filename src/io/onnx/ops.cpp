@@ -109,10 +109,10 @@ DType dtype_of(int32_t onnx_type, const std::string& what) {
 
 Tensor tensor_of(const ::onnx::TensorProto& proto, const std::string& base_dir, const std::string& what) {
   const DType dtype = dtype_of(proto.data_type(), what + ": tensor \"" + proto.name() + "\"");
-  const std::string bytes = onnx_format::tensor_bytes(proto, base_dir, what);
+  const int64_t bytes = onnx_format::tensor_data_size(proto, what);
   std::vector<int64_t> dims(proto.dims().begin(), proto.dims().end());
   Tensor t = empty(Shape(dims), dtype);
-  if (!bytes.empty()) std::memcpy(t.data_ptr(), bytes.data(), bytes.size());
+  if (bytes > 0) onnx_format::read_tensor_data(proto, base_dir, what, static_cast<char*>(t.data_ptr()));
   return t;
 }
 
@@ -440,8 +440,8 @@ Tensors conv_transpose(const NodeContext& c) {
     if (output_shape->size() != (s.one_d ? 1U : 2U)) c.fail("output_shape has ", output_shape->size(), " values");
     if (s.one_d) output_shape->insert(output_shape->begin(), 1);
     for (int d = 0; d < 2; ++d) {
-      const int64_t total = stride[d] * (s.in[d] - 1) + output_padding[d] + (kernel[d] - 1) * dilation[d] + 1 -
-                            (*output_shape)[d];
+      const int64_t total =
+          stride[d] * (s.in[d] - 1) + output_padding[d] + (kernel[d] - 1) * dilation[d] + 1 - (*output_shape)[d];
       if (total < 0) c.fail("output_shape ", (*output_shape)[d], " is larger than the op can produce");
       begin[d] = auto_pad == "SAME_UPPER" ? total - total / 2 : total / 2;
       end[d] = total - begin[d];
@@ -464,9 +464,8 @@ Tensors conv_transpose(const NodeContext& c) {
   if (c.has(2)) bias = c.input(2);
   const int64_t groups = c.attr_int("group", 1);
   const bool even = begin == end;
-  Tensor y = conv_transpose2d(s.x, weight, bias, Pair(stride[0], stride[1]),
-                              even ? Pair(begin[0], begin[1]) : Pair(0), Pair(output_padding[0], output_padding[1]),
-                              groups, Pair(dilation[0], dilation[1]));
+  Tensor y = conv_transpose2d(s.x, weight, bias, Pair(stride[0], stride[1]), even ? Pair(begin[0], begin[1]) : Pair(0),
+                              Pair(output_padding[0], output_padding[1]), groups, Pair(dilation[0], dilation[1]));
   if (!even) {
     for (int d = 0; d < 2; ++d) y = y.slice(2 + d, begin[d], y.size(2 + d) - end[d]);
   }

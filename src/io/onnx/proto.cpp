@@ -250,7 +250,9 @@ void validate(const ::onnx::ModelProto& model, const std::string& what) {
   }
 }
 
-std::string tensor_bytes(const TensorProto& tensor, const std::string& base_dir, const std::string& what) {
+int64_t tensor_data_size(const TensorProto& tensor, const std::string& what) { return check_tensor(tensor, what); }
+
+void read_tensor_data(const TensorProto& tensor, const std::string& base_dir, const std::string& what, char* out) {
   const int64_t bytes = check_tensor(tensor, what);
   const std::string name = tensor_what(tensor, what);
   if (tensor.data_location() == TensorProto::EXTERNAL) {
@@ -264,16 +266,15 @@ std::string tensor_bytes(const TensorProto& tensor, const std::string& base_dir,
     const auto file_size = static_cast<int64_t>(file.tellg());
     EMBER_CHECK(ext.offset <= file_size && bytes <= file_size - ext.offset, "[onnx] ", name, ": ", bytes,
                 " bytes at offset ", ext.offset, " run past the end of ", path.string(), " (", file_size, " bytes)");
-    std::string data(static_cast<size_t>(bytes), '\0');
     file.seekg(ext.offset);
-    file.read(data.data(), bytes);
+    file.read(out, bytes);
     EMBER_CHECK(file.good() || bytes == 0, "[onnx] ", name, ": reading ", path.string(), " failed");
-    return data;
+    return;
   }
-  if (tensor.has_raw_data()) return tensor.raw_data();
-
-  std::string data(static_cast<size_t>(bytes), '\0');
-  char* out = data.data();
+  if (tensor.has_raw_data()) {
+    if (bytes > 0) std::memcpy(out, tensor.raw_data().data(), static_cast<size_t>(bytes));
+    return;
+  }
   auto put = [&](const auto& field, auto convert) {
     for (int64_t i = 0; i < static_cast<int64_t>(field.size()); ++i) {
       const auto value = convert(field.Get(static_cast<int>(i)));
@@ -319,6 +320,11 @@ std::string tensor_bytes(const TensorProto& tensor, const std::string& base_dir,
     default:
       EMBER_FAIL("[onnx] ", name, " has data type ", type_name(tensor.data_type()), ", which ember does not read");
   }
+}
+
+std::string tensor_bytes(const TensorProto& tensor, const std::string& base_dir, const std::string& what) {
+  std::string data(static_cast<size_t>(check_tensor(tensor, what)), '\0');
+  read_tensor_data(tensor, base_dir, what, data.data());
   return data;
 }
 
