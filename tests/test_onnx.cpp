@@ -273,6 +273,14 @@ TEST(OnnxErrors, ExternalData) {
     out << std::string(8, '\0');
   }
   EXPECT_THAT([&] { onnx::load((dir / "model.onnx").string()); }, ThrowsMessage<Error>(HasSubstr("run past the end")));
+  // Dims claiming terabytes: refused from the file's size before anything is allocated.
+  w->set_dims(0, int64_t{1} << 40);
+  {
+    std::ofstream out(dir / "model.onnx", std::ios::binary);
+    out << m.SerializeAsString();
+  }
+  EXPECT_THAT([&] { onnx::load((dir / "model.onnx").string()); }, ThrowsMessage<Error>(HasSubstr("run past the end")));
+  EXPECT_THAT(load_error(m), HasSubstr("was not read from a file"));
   fs::remove_all(dir);
 }
 

@@ -109,7 +109,7 @@ DType dtype_of(int32_t onnx_type, const std::string& what) {
 
 Tensor tensor_of(const ::onnx::TensorProto& proto, const std::string& base_dir, const std::string& what) {
   const DType dtype = dtype_of(proto.data_type(), what + ": tensor \"" + proto.name() + "\"");
-  const int64_t bytes = onnx_format::tensor_data_size(proto, what);
+  const int64_t bytes = onnx_format::tensor_data_size(proto, base_dir, what);
   std::vector<int64_t> dims(proto.dims().begin(), proto.dims().end());
   Tensor t = empty(Shape(dims), dtype);
   if (bytes > 0) onnx_format::read_tensor_data(proto, base_dir, what, static_cast<char*>(t.data_ptr()));

@@ -250,25 +250,44 @@ void validate(const ::onnx::ModelProto& model, const std::string& what) {
   }
 }
 
-int64_t tensor_data_size(const TensorProto& tensor, const std::string& what) { return check_tensor(tensor, what); }
+// An external tensor's file, checked to hold `bytes` at the tensor's offset before anything is
+// allocated for it (dims can claim terabytes).
+struct ExternalSource {
+  std::filesystem::path path;
+  int64_t offset = 0;
+};
+
+ExternalSource external_source(const TensorProto& tensor, const std::string& base_dir, const std::string& what,
+                               int64_t bytes) {
+  const std::string name = tensor_what(tensor, what);
+  const External ext = external_of(tensor, name);
+  EMBER_CHECK(!base_dir.empty(), "[onnx] ", name, " keeps its data in \"", ext.location,
+              "\", but the model was not read from a file (load it by path)");
+  const std::filesystem::path path = std::filesystem::path(base_dir) / ext.location;
+  std::error_code error;
+  const auto file_size = static_cast<int64_t>(std::filesystem::file_size(path, error));
+  EMBER_CHECK(!error, "[onnx] ", name, ": cannot open its external data file ", path.string());
+  EMBER_CHECK(ext.offset <= file_size && bytes <= file_size - ext.offset, "[onnx] ", name, ": ", bytes,
+              " bytes at offset ", ext.offset, " run past the end of ", path.string(), " (", file_size, " bytes)");
+  return {path, ext.offset};
+}
+
+int64_t tensor_data_size(const TensorProto& tensor, const std::string& base_dir, const std::string& what) {
+  const int64_t bytes = check_tensor(tensor, what);
+  if (tensor.data_location() == TensorProto::EXTERNAL) external_source(tensor, base_dir, what, bytes);
+  return bytes;
+}
 
 void read_tensor_data(const TensorProto& tensor, const std::string& base_dir, const std::string& what, char* out) {
   const int64_t bytes = check_tensor(tensor, what);
   const std::string name = tensor_what(tensor, what);
   if (tensor.data_location() == TensorProto::EXTERNAL) {
-    const External ext = external_of(tensor, name);
-    EMBER_CHECK(!base_dir.empty(), "[onnx] ", name, " keeps its data in \"", ext.location,
-                "\", but the model was not read from a file (load it by path)");
-    const std::filesystem::path path = std::filesystem::path(base_dir) / ext.location;
-    std::ifstream file(path, std::ios::binary);
-    EMBER_CHECK(file.good(), "[onnx] ", name, ": cannot open its external data file ", path.string());
-    file.seekg(0, std::ios::end);
-    const auto file_size = static_cast<int64_t>(file.tellg());
-    EMBER_CHECK(ext.offset <= file_size && bytes <= file_size - ext.offset, "[onnx] ", name, ": ", bytes,
-                " bytes at offset ", ext.offset, " run past the end of ", path.string(), " (", file_size, " bytes)");
-    file.seekg(ext.offset);
+    const ExternalSource source = external_source(tensor, base_dir, what, bytes);
+    std::ifstream file(source.path, std::ios::binary);
+    EMBER_CHECK(file.good(), "[onnx] ", name, ": cannot open its external data file ", source.path.string());
+    file.seekg(source.offset);
     file.read(out, bytes);
-    EMBER_CHECK(file.good() || bytes == 0, "[onnx] ", name, ": reading ", path.string(), " failed");
+    EMBER_CHECK(file.good() || bytes == 0, "[onnx] ", name, ": reading ", source.path.string(), " failed");
     return;
   }
   if (tensor.has_raw_data()) {
@@ -323,7 +342,7 @@ void read_tensor_data(const TensorProto& tensor, const std::string& base_dir, co
 }
 
 std::string tensor_bytes(const TensorProto& tensor, const std::string& base_dir, const std::string& what) {
-  std::string data(static_cast<size_t>(check_tensor(tensor, what)), '\0');
+  std::string data(static_cast<size_t>(tensor_data_size(tensor, base_dir, what)), '\0');
   read_tensor_data(tensor, base_dir, what, data.data());
   return data;
 }

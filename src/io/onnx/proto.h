@@ -54,8 +54,9 @@ int64_t element_count(const google::protobuf::RepeatedField<int64_t>& dims, cons
 // 16-bit values, int64_data, double_data, uint64_data), or from an external file under `base_dir`
 // (location relative to it, no '..' and no absolute paths; offset and length inside the file).
 std::string tensor_bytes(const ::onnx::TensorProto& tensor, const std::string& base_dir, const std::string& what);
-// The same written to `out`, which holds tensor_data_size() bytes (no intermediate copy).
-int64_t tensor_data_size(const ::onnx::TensorProto& tensor, const std::string& what);
+// The same in two steps, with no intermediate copy: the size, after every check (an external file
+// must hold it), then the bytes written to `out`, which holds that many.
+int64_t tensor_data_size(const ::onnx::TensorProto& tensor, const std::string& base_dir, const std::string& what);
 void read_tensor_data(const ::onnx::TensorProto& tensor, const std::string& base_dir, const std::string& what,
                       char* out);
 
