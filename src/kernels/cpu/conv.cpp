@@ -126,35 +126,40 @@ template <class T>
 void im2col(const Conv2dGeometry& g, const T* image, T* columns, int64_t row_stride, int64_t oh_begin, int64_t oh_end) {
   const int64_t out_w = g.out_width;
   // Channel outermost: the rows of `columns` are written in order, each channel's plane is read
-  // while it is in L1.
-  for (int64_t c = 0; c < g.in_channels; ++c) {
-    const T* src = image + c * g.in_height * g.in_width;
-    for (int64_t ki = 0; ki < g.kernel_h; ++ki) {
-      const TapRange all_rows = tap_range(g.out_height, g.in_height, g.stride_h, ki * g.dilation_h - g.pad_h);
-      // The band's part of the rows that land inside the image; the rest is padding (zeros).
-      TapRange rows = all_rows;
-      rows.first = std::clamp(all_rows.first, oh_begin, oh_end);
-      rows.last = std::clamp(all_rows.last, rows.first, oh_end);
-      for (int64_t kj = 0; kj < g.kernel_w; ++kj) {
-        const TapRange cols = tap_range(out_w, g.in_width, g.stride_w, kj * g.dilation_w - g.pad_w);
-        // Indexed by output row: dst + oh * out_w is the band's row oh.
-        T* dst = columns + ((c * g.kernel_h + ki) * g.kernel_w + kj) * row_stride - oh_begin * out_w;
-        zero_row(dst + oh_begin * out_w, (rows.first - oh_begin) * out_w);
-        for (int64_t oh = rows.first; oh < rows.last; ++oh) {
-          T* d = dst + oh * out_w;
-          const T* s = src + (oh * g.stride_h + rows.offset) * g.in_width;
-          zero_row(d, cols.first);
-          if (g.stride_w == 1) {
-            copy_row(s + cols.first + cols.offset, d + cols.first, cols.last - cols.first);
-          } else {
-            for (int64_t ow = cols.first; ow < cols.last; ++ow) d[ow] = s[ow * g.stride_w + cols.offset];
+  // while it is in L1. Channels split over the threads (a single image's columns would otherwise
+  // be copied by one thread while the others wait for the GEMM); inside a task, inline.
+  const int64_t per_channel = g.kernel_h * g.kernel_w * (oh_end - oh_begin) * out_w;
+  const int64_t grain = std::max<int64_t>(1, kElementwiseGrain / std::max<int64_t>(1, per_channel));
+  parallel_for(0, g.in_channels, grain, [&](int64_t c_begin, int64_t c_end) {
+    for (int64_t c = c_begin; c < c_end; ++c) {
+      const T* src = image + c * g.in_height * g.in_width;
+      for (int64_t ki = 0; ki < g.kernel_h; ++ki) {
+        const TapRange all_rows = tap_range(g.out_height, g.in_height, g.stride_h, ki * g.dilation_h - g.pad_h);
+        // The band's part of the rows that land inside the image; the rest is padding (zeros).
+        TapRange rows = all_rows;
+        rows.first = std::clamp(all_rows.first, oh_begin, oh_end);
+        rows.last = std::clamp(all_rows.last, rows.first, oh_end);
+        for (int64_t kj = 0; kj < g.kernel_w; ++kj) {
+          const TapRange cols = tap_range(out_w, g.in_width, g.stride_w, kj * g.dilation_w - g.pad_w);
+          // Indexed by output row: dst + oh * out_w is the band's row oh.
+          T* dst = columns + ((c * g.kernel_h + ki) * g.kernel_w + kj) * row_stride - oh_begin * out_w;
+          zero_row(dst + oh_begin * out_w, (rows.first - oh_begin) * out_w);
+          for (int64_t oh = rows.first; oh < rows.last; ++oh) {
+            T* d = dst + oh * out_w;
+            const T* s = src + (oh * g.stride_h + rows.offset) * g.in_width;
+            zero_row(d, cols.first);
+            if (g.stride_w == 1) {
+              copy_row(s + cols.first + cols.offset, d + cols.first, cols.last - cols.first);
+            } else {
+              for (int64_t ow = cols.first; ow < cols.last; ++ow) d[ow] = s[ow * g.stride_w + cols.offset];
+            }
+            zero_row(d + cols.last, out_w - cols.last);
           }
-          zero_row(d + cols.last, out_w - cols.last);
+          zero_row(dst + rows.last * out_w, (oh_end - rows.last) * out_w);
         }
-        zero_row(dst + rows.last * out_w, (oh_end - rows.last) * out_w);
       }
     }
-  }
+  });
 }
 
 // image (in_channels, H, W) = the sum of every column entry into the input element it came from
