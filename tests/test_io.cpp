@@ -363,22 +363,9 @@ TEST_F(Safetensors, FailedSavesLeaveThePreviousFileByteIdentical) {
   EXPECT_EQ(read_bytes(target), before);
   EXPECT_TRUE(other_files("ckpt.safetensors").empty());
 
-  // The disk fills up mid-write: a file size limit makes write() fail with EFBIG.
+  // The disk fills up mid-write.
   {
-    rlimit old_limit{};
-    ASSERT_EQ(getrlimit(RLIMIT_FSIZE, &old_limit), 0);
-    const auto old_handler = std::signal(SIGXFSZ, SIG_IGN);
-    rlimit small = old_limit;
-    small.rlim_cur = 4096;
-    ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &small), 0);
-    std::string message;
-    try {
-      save(big, target);
-    } catch (const Error& e) {
-      message = e.what();
-    }
-    setrlimit(RLIMIT_FSIZE, &old_limit);
-    std::signal(SIGXFSZ, old_handler);
+    const std::string message = test_util::error_on_a_full_disk([&] { save(big, target); });
     EXPECT_NE(message.find("[save] writing '" + target + "' failed"), std::string::npos) << message;
     EXPECT_NE(message.find("File too large"), std::string::npos) << message;
   }

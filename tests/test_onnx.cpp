@@ -177,6 +177,15 @@ TEST(Onnx, FineTuningMatchesPyTorch) {
   return m;
 }
 
+// A float initializer named "w" of shape `dims` with no data yet.
+::onnx::TensorProto* add_weight(::onnx::ModelProto& m, std::initializer_list<int64_t> dims) {
+  auto* w = m.mutable_graph()->add_initializer();
+  w->set_name("w");
+  w->set_data_type(::onnx::TensorProto::FLOAT);
+  for (int64_t d : dims) w->add_dims(d);
+  return w;
+}
+
 std::shared_ptr<onnx::Model> load_proto(const ::onnx::ModelProto& m) {
   const std::string bytes = m.SerializeAsString();
   return onnx::load_bytes({reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()});
@@ -229,11 +238,7 @@ TEST(OnnxErrors, GraphStructure) {
 
 TEST(OnnxErrors, InitializerSizes) {
   ::onnx::ModelProto m = relu_model();
-  auto* w = m.mutable_graph()->add_initializer();
-  w->set_name("w");
-  w->set_data_type(::onnx::TensorProto::FLOAT);
-  w->add_dims(2);
-  w->add_dims(3);
+  auto* w = add_weight(m, {2, 3});
   w->set_raw_data(std::string(20, '\0'));  // 24 needed
   EXPECT_THAT(load_error(m), HasSubstr("holds 20 bytes of raw data, but its shape and type need 24"));
   w->clear_raw_data();
@@ -248,10 +253,7 @@ TEST(OnnxErrors, InitializerSizes) {
 
 TEST(OnnxErrors, ExternalData) {
   ::onnx::ModelProto m = relu_model();
-  auto* w = m.mutable_graph()->add_initializer();
-  w->set_name("w");
-  w->set_data_type(::onnx::TensorProto::FLOAT);
-  w->add_dims(4);
+  auto* w = add_weight(m, {4});
   w->set_data_location(::onnx::TensorProto::EXTERNAL);
   auto* location = w->add_external_data();
   location->set_key("location");

@@ -2,7 +2,9 @@
 #pragma once
 
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 
+#include <csignal>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -27,6 +29,27 @@ void expect_error(Fn&& fn, const std::vector<std::string>& parts) {
       EXPECT_NE(message.find(part), std::string::npos) << "message: " << message << "\nexpected to contain: " << part;
     }
   }
+}
+
+// Runs `write` as on a full disk (the process's file size limit at 4096 bytes: write() fails with
+// EFBIG; SIGXFSZ ignored) and returns the ember::Error message it threw, "" if none.
+template <class Fn>
+std::string error_on_a_full_disk(Fn&& write) {
+  rlimit old_limit{};
+  EXPECT_EQ(getrlimit(RLIMIT_FSIZE, &old_limit), 0);
+  const auto old_handler = std::signal(SIGXFSZ, SIG_IGN);
+  rlimit small = old_limit;
+  small.rlim_cur = 4096;
+  EXPECT_EQ(setrlimit(RLIMIT_FSIZE, &small), 0);
+  std::string message;
+  try {
+    write();
+  } catch (const ember::Error& e) {
+    message = e.what();
+  }
+  setrlimit(RLIMIT_FSIZE, &old_limit);
+  std::signal(SIGXFSZ, old_handler);
+  return message;
 }
 
 // Same dtype, shape and bytes (NaNs and -0.0 included).
