@@ -151,8 +151,12 @@ int run_onnx_run(const OnnxOptions& options) {
                 w["shape"].dump().c_str(), w["file"].get<std::string>().c_str());
   }
   if (options.bench) {
-    std::printf("latency: median %.3f ms, p90 %.3f ms, min %.3f ms over %zu runs\n", report["median_ms"].get<double>(),
-                report["p90_ms"].get<double>(), report["min_ms"].get<double>(), report["runs"].get<size_t>());
+    const double median = report["median_ms"].get<double>();
+    const bool small = median < 1.0;  // microseconds read better below a millisecond
+    const double unit = small ? 1000.0 : 1.0;
+    std::printf("latency: median %.3f %s, p90 %.3f, min %.3f over %zu runs\n", median * unit, small ? "us" : "ms",
+                report["p90_ms"].get<double>() * unit, report["min_ms"].get<double>() * unit,
+                report["runs"].get<size_t>());
   }
   return 0;
 }

@@ -17,12 +17,14 @@
 
 namespace ember::onnx_format {
 
-// The IR versions and default-domain opsets ember reads: IR 3 (opset imports) through 11, opsets
-// 7 through 23. Anything outside is an error naming the version, not a guess.
+// The IR versions and default-domain opsets ember reads: IR 3 (opset imports) through 14, opsets
+// 7 through 28 (what the onnx 1.23 package writes). The versions after 23 of the ops ember maps
+// only add element types (float8, 4- and 2-bit integers...) and Range's stash_type, so the
+// handlers' semantics hold for them. Anything outside is an error naming the version, not a guess.
 inline constexpr int64_t kMinIrVersion = 3;
-inline constexpr int64_t kMaxIrVersion = 11;
+inline constexpr int64_t kMaxIrVersion = 14;
 inline constexpr int64_t kMinOpset = 7;
-inline constexpr int64_t kMaxOpset = 23;
+inline constexpr int64_t kMaxOpset = 28;
 
 // Parses `bytes` (a whole .onnx file) and validates it (validate() below). `what` names the file
 // in errors; `base_dir` is where external data files are looked up ("" for none allowed).
