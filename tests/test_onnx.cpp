@@ -234,6 +234,38 @@ TEST(Onnx, IdentityAndConstantOutputs) {
   EXPECT_EQ(model->forward(std::vector<Tensor>{x}).at(2).to_vector<int64_t>(), (std::vector<int64_t>{4, 5}));
 }
 
+// CumSum's reverse and exclusive attributes (PyTorch exports neither), against the spec's examples.
+TEST(Onnx, CumSumReverseAndExclusive) {
+  const Tensor x = tensor<float>({1, 2, 3, 4}, Shape{1, 4});
+  for (const auto& [reverse, exclusive, expected] :
+       {std::tuple{0, 0, std::vector<float>{1, 3, 6, 10}}, std::tuple{0, 1, std::vector<float>{0, 1, 3, 6}},
+        std::tuple{1, 0, std::vector<float>{10, 9, 7, 4}}, std::tuple{1, 1, std::vector<float>{9, 7, 4, 0}}}) {
+    ::onnx::ModelProto m = relu_model();
+    m.mutable_graph()
+        ->mutable_input(0)
+        ->mutable_type()
+        ->mutable_tensor_type()
+        ->mutable_shape()
+        ->mutable_dim(1)
+        ->set_dim_value(4);
+    auto* axis = m.mutable_graph()->add_initializer();
+    axis->set_name("axis");
+    axis->set_data_type(::onnx::TensorProto::INT64);
+    axis->add_int64_data(-1);
+    auto* node = m.mutable_graph()->mutable_node(0);
+    node->set_op_type("CumSum");
+    node->add_input("axis");
+    for (const auto& [name, value] : {std::pair{"reverse", reverse}, std::pair{"exclusive", exclusive}}) {
+      auto* attr = node->add_attribute();
+      attr->set_name(name);
+      attr->set_type(::onnx::AttributeProto::INT);
+      attr->set_i(value);
+    }
+    EXPECT_EQ(load_proto(m)->run(std::vector<Tensor>{x}).at(0).to_vector<float>(), expected)
+        << "reverse " << reverse << " exclusive " << exclusive;
+  }
+}
+
 TEST(OnnxErrors, MalformedBytes) {
   const std::string garbage = "this is not a protobuf \xff\xff\xff\xff";
   EXPECT_THAT(

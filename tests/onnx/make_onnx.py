@@ -664,6 +664,17 @@ class ZooB(nn.Module):
                 vmax, imax, matmul, gemm)
 
 
+class ZooC(nn.Module):
+    """CumSum (RoBERTa's position ids from the mask, a float running sum), TopK, flip."""
+
+    def forward(self, x, mask):  # x (B, T, 6) float, mask (B, T) int64
+        positions = torch.cumsum(mask, dim=1) * mask + 1                  # CumSum on int64
+        running = torch.cumsum(x, dim=1)                                   # CumSum on float
+        values, indices = torch.topk(x, 3, dim=-1)                         # TopK
+        smallest, _ = torch.topk(x, 2, dim=1, largest=False)
+        return positions, running, values, indices, smallest, torch.flip(x, dims=[1])
+
+
 def make_ops_zoo_a(out):
     d = fresh_dir(out / "ops_zoo_a")
     torch.manual_seed(11)
@@ -715,6 +726,22 @@ def make_ops_zoo_b(out):
                other_shapes=[other_shape(model, ["x", "y"], torch.randn(3, 8, 6), torch.randn(3, 8, 6))])
 
 
+def make_ops_zoo_c(out):
+    d = fresh_dir(out / "ops_zoo_c")
+    model = ZooC().eval()
+    g = torch.Generator().manual_seed(111)
+    x = torch.randn(2, 5, 6, generator=g)
+    mask = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]])
+    outputs = ["positions", "running", "top_values", "top_indices", "smallest", "flipped"]
+    axes = {"x": {0: "batch", 1: "seq"}, "mask": {0: "batch", 1: "seq"}}
+    export_torchscript(model, (x, mask), d / "model.onnx", ["x", "mask"], outputs, 17, dynamic_axes=axes)
+    with torch.no_grad():
+        ref = list(model(x, mask))
+    write_case(d, {"x": x.numpy(), "mask": mask.numpy()}, "CumSum (int64 and float), TopK (largest and smallest, "
+               "values and indices), flip; dynamic batch and sequence", "torchscript", torch_outputs=ref,
+               other_shapes=[other_shape(model, ["x", "mask"], torch.randn(3, 4, 6), torch.ones(3, 4, dtype=torch.int64))])
+
+
 SMALL_CASES = {
     "mlp": make_mlp,
     "external_data": make_external_data,
@@ -727,6 +754,7 @@ SMALL_CASES = {
     "ops_opset9": lambda out: make_old_opset(out, "ops_opset9", 9),
     "ops_zoo_a": make_ops_zoo_a,
     "ops_zoo_b": make_ops_zoo_b,
+    "ops_zoo_c": make_ops_zoo_c,
 }
 
 

@@ -873,6 +873,27 @@ Tensors dropout_op(const NodeContext& c) {
   return {dropout(x, ratio, true)};
 }
 
+// CumSum: along a constant axis; reverse sums from the end, exclusive leaves each element out.
+Tensors cum_sum(const NodeContext& c) {
+  const Tensor& x = c.input(0);
+  const int64_t axis = axis_in(c, static_cast<int64_t>(c.scalar(1)), x.dim());
+  const bool reverse = c.attr_int("reverse", 0) != 0, exclusive = c.attr_int("exclusive", 0) != 0;
+  Tensor y = cumsum(reverse ? flip(x, {axis}) : x, axis).to(x.dtype());
+  const int64_t n = x.size(axis);
+  if (exclusive && n > 0) y = cat({zeros_like(y.narrow(axis, 0, 1)), y.narrow(axis, 0, n - 1)}, axis);
+  return {reverse ? flip(y, {axis}) : y};
+}
+
+// TopK: the k largest (or smallest) along an axis, values and int64 indices, sorted.
+Tensors top_k(const NodeContext& c) {
+  const Tensor& x = c.input(0);
+  const int64_t axis = axis_in(c, c.attr_int("axis", -1), x.dim());
+  const int64_t k = c.opset() < 10 ? c.attr_int("k", 0) : c.ints(1).at(0);
+  if (k < 0 || k > x.size(axis)) c.fail("k = ", k, " is not in [0, ", x.size(axis), "]");
+  ValuesAndIndices top = topk(x, k, axis, c.attr_int("largest", 1) != 0, true);
+  return {top.values, top.indices};
+}
+
 // --- reductions -------------------------------------------------------------------------------------------
 
 Tensors reduce(const NodeContext& c) {
@@ -928,6 +949,7 @@ constexpr OpDef kOps[] = {
     {"Conv", 7, conv},
     {"ConvTranspose", 7, conv_transpose},
     {"Cos", 7, unary<cos_>},
+    {"CumSum", 11, cum_sum},
     {"Div", 7, binary_math},
     {"Dropout", 7, dropout_op, false, true},
     {"Equal", 7, binary_math},
@@ -995,6 +1017,7 @@ constexpr OpDef kOps[] = {
     {"Tanh", 7, unary<tanh_>},
     {"Tile", 7, tile_op},
     {"Transpose", 7, transpose},
+    {"TopK", 7, top_k},
     {"Trilu", 14, trilu},
     {"Unsqueeze", 7, unsqueeze_op},
     {"Where", 9, where_op},
