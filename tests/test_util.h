@@ -56,7 +56,7 @@ std::string error_on_a_full_disk(Fn&& write) {
 inline bool bitwise_equal(const ember::Tensor& a, const ember::Tensor& b) {
   const ember::Tensor x = a.contiguous(), y = b.contiguous();
   return x.shape() == y.shape() && x.dtype() == y.dtype() &&
-         std::memcmp(x.data_ptr(), y.data_ptr(), static_cast<size_t>(x.numel() * x.element_size())) == 0;
+         std::memcmp(x.data_ptr(), y.data_ptr(), static_cast<size_t>(ember::storage_bytes(x.dtype(), x.numel()))) == 0;
 }
 
 // Restores the thread count a test changes.

@@ -95,7 +95,7 @@ const CLI::Validator kThreadCount = count_at_least(0);
 
 // The dtypes of a kernel, shortened ("all" for every dtype, "floats" for the four float dtypes).
 std::string dtype_summary(const std::vector<std::string>& dtypes) {
-  if (dtypes.size() == static_cast<size_t>(ember::kNumDTypes)) return "all";
+  if (dtypes.size() == static_cast<size_t>(ember::kNumElementDTypes)) return "all";
   std::string out;
   for (const std::string& d : dtypes) out += (out.empty() ? "" : ",") + d;
   if (out == "float32,float64,float16,bfloat16") return "floats";

@@ -23,13 +23,17 @@ namespace ember {
   X(UInt8, uint8_t, "uint8")        \
   X(Bool, bool, "bool")
 
+// The element dtypes come first; the block-quantized dtypes follow them (see below).
 enum class DType : uint8_t {
 #define EMBER_DTYPE_ENUM(name, type, str) k##name,
   EMBER_DTYPES(EMBER_DTYPE_ENUM)
 #undef EMBER_DTYPE_ENUM
+      kQ8_0,
+  kQ4_0,
 };
 
-inline constexpr int kNumDTypes = 10;
+inline constexpr int kNumElementDTypes = 10;  // those with a C++ element type (dispatch_dtype)
+inline constexpr int kNumDTypes = 12;
 
 inline constexpr DType kFloat32 = DType::kFloat32;
 inline constexpr DType kFloat64 = DType::kFloat64;
@@ -41,6 +45,28 @@ inline constexpr DType kInt16 = DType::kInt16;
 inline constexpr DType kInt8 = DType::kInt8;
 inline constexpr DType kUInt8 = DType::kUInt8;
 inline constexpr DType kBool = DType::kBool;
+
+// Block-quantized dtypes, with llama.cpp's byte layouts (ember/quant.h): the values of each row
+// are stored in blocks of 32, each a float16 scale and 32 8-bit (q8_0, 34 bytes) or 4-bit (q4_0,
+// 18 bytes) integers. A tensor of a block dtype is contiguous, its last dim a multiple of 32; it
+// is made by quantize (or read from a GGUF file), turned back by dequantize (or .to(float32)),
+// and multiplied by quantized_matmul. Views and elementwise ops reject it.
+inline constexpr DType kQ8_0 = DType::kQ8_0;
+inline constexpr DType kQ4_0 = DType::kQ4_0;
+
+constexpr bool is_block_quantized(DType d) { return d == kQ8_0 || d == kQ4_0; }
+
+// Values per block and bytes per block: (32, 34) for q8_0, (32, 18) for q4_0, (1, element size)
+// for the element dtypes.
+struct BlockLayout {
+  int64_t values;
+  int64_t bytes;
+};
+
+namespace detail {
+// Throws "[dtype] q8_0 is block-quantized: it has no element type; dequantize it first".
+[[noreturn]] void fail_no_element_type(DType dtype);
+}  // namespace detail
 
 template <class T>
 struct TypeTag {
@@ -56,8 +82,11 @@ decltype(auto) dispatch_dtype(DType dtype, F&& f) {
     return f(TypeTag<type>{});
     EMBER_DTYPES(EMBER_DTYPE_CASE)
 #undef EMBER_DTYPE_CASE
+    case DType::kQ8_0:
+    case DType::kQ4_0:
+      break;
   }
-  return f(TypeTag<float>{});  // unreachable: every enumerator has a case above
+  detail::fail_no_element_type(dtype);
 }
 
 template <class T>
@@ -75,10 +104,16 @@ constexpr std::string_view dtype_name(DType dtype) {
     return str;
     EMBER_DTYPES(EMBER_DTYPE_NAME)
 #undef EMBER_DTYPE_NAME
+    case DType::kQ8_0:
+      return "q8_0";
+    case DType::kQ4_0:
+      return "q4_0";
   }
   return "?";
 }
 
+// Bytes per element; 0 for the block-quantized dtypes, whose elements have no size of their own
+// (block_layout, storage_bytes).
 constexpr int64_t dtype_size(DType dtype) {
   switch (dtype) {
 #define EMBER_DTYPE_SIZE(name, type, str) \
@@ -86,8 +121,23 @@ constexpr int64_t dtype_size(DType dtype) {
     return sizeof(type);
     EMBER_DTYPES(EMBER_DTYPE_SIZE)
 #undef EMBER_DTYPE_SIZE
+    case DType::kQ8_0:
+    case DType::kQ4_0:
+      return 0;
   }
   return 0;
+}
+
+constexpr BlockLayout block_layout(DType dtype) {
+  if (dtype == kQ8_0) return {32, 34};
+  if (dtype == kQ4_0) return {32, 18};
+  return {1, dtype_size(dtype)};
+}
+
+// Bytes that `numel` values take (a whole number of blocks for the block dtypes: callers check).
+constexpr int64_t storage_bytes(DType dtype, int64_t numel) {
+  const BlockLayout layout = block_layout(dtype);
+  return numel / layout.values * layout.bytes;
 }
 
 constexpr bool is_floating(DType d) { return d == kFloat32 || d == kFloat64 || d == kFloat16 || d == kBFloat16; }

@@ -20,6 +20,7 @@
 #include "ember/phase.h"
 #include "ember/primitives.h"
 #include "ember/profiler.h"
+#include "ember/quant.h"
 #include "ember/scalar.h"
 #include "ember/shape.h"
 #include "ember/tensor.h"

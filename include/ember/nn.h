@@ -5,4 +5,5 @@
 #include "ember/nn/init.h"
 #include "ember/nn/module.h"
 #include "ember/nn/modules.h"
+#include "ember/nn/quantize.h"
 #include "ember/nn/transformer.h"

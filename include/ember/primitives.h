@@ -134,6 +134,10 @@ inline constexpr uint32_t kComparison = kElementwise | kBoolResult;
   X(Matmul, "matmul", kDifferentiable, MatmulAttrs, 2)                                             \
   X(Linear, "linear", kComposite | kDifferentiable, NoAttrs, 0)                                    \
   X(LinearGelu, "linear_gelu", kComposite | kDifferentiable, MatmulAttrs, 0)                       \
+  /* quantization (inference only: ember/quant.h) */                                               \
+  X(Quantize, "quantize", 0, NoAttrs, 0)                                                           \
+  X(Dequantize, "dequantize", 0, NoAttrs, 0)                                                       \
+  X(QuantizedMatmul, "quantized_matmul", 0, NoAttrs, 0)                                            \
   /* attention */                                                                                  \
   X(ScaledDotProductAttention, "scaled_dot_product_attention", kDifferentiable, AttentionAttrs, 0) \
   X(AttentionGrad, "scaled_dot_product_attention_grad", 0, AttentionAttrs, 0)                      \

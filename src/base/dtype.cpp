@@ -1,10 +1,20 @@
 // DType names, sizes and the promotion rule of ember/dtype.h.
 #include "ember/dtype.h"
 
+#include "ember/error.h"
+
 namespace ember {
+
+namespace detail {
+void fail_no_element_type(DType dtype) {
+  EMBER_FAIL("[dtype] ", dtype, " is block-quantized: it has no element type; dequantize it first");
+}
+}  // namespace detail
 
 DType promote_types(DType a, DType b) {
   if (a == b) return a;
+  EMBER_CHECK(!is_block_quantized(a) && !is_block_quantized(b), "[promote_types] ", is_block_quantized(a) ? a : b,
+              " is block-quantized: dequantize it first");
   if (a == kBool) return b;
   if (b == kBool) return a;
   const bool fa = is_floating(a), fb = is_floating(b);

@@ -69,7 +69,7 @@ class DTypeSet {
   }
   static constexpr DTypeSet all() {
     DTypeSet s;
-    s.bits_ = (1u << kNumDTypes) - 1;
+    s.bits_ = (1u << kNumElementDTypes) - 1;  // the block-quantized dtypes are opt-in
     return s;
   }
   constexpr bool contains(DType d) const { return (bits_ & bit(d)) != 0; }

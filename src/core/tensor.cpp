@@ -9,6 +9,11 @@ namespace ember {
 namespace detail {
 
 Tensor make_view(const Tensor& base, const Shape& shape, const Strides& strides, int64_t offset) {
+  // A block-quantized tensor's values are not addressable one by one: only the whole tensor, as it
+  // is, can be seen again (detach, an identity reshape).
+  EMBER_CHECK(!is_block_quantized(base.dtype()) || (shape == base.shape() && strides == base.strides() && offset == 0),
+              "[view] a ", base.dtype(), " tensor is block-quantized and cannot be viewed as shape ", shape,
+              "; dequantize it first");
   auto impl = detail::make_pooled<TensorImpl>();
   impl->storage = base.impl().storage;
   impl->set_geometry(shape, strides, offset);

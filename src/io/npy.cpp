@@ -44,7 +44,7 @@ constexpr size_t kMaxQuotedHeaderChars = 200;  // of a header quoted in an error
 // The descr NumPy writes for every ember dtype it has: all but bfloat16 (a new dtype fails the
 // size check here until it is listed). The part after the byte-order character is what load
 // matches.
-constexpr std::array<std::pair<DType, std::string_view>, kNumDTypes - 1> kDescrs{{
+constexpr std::array<std::pair<DType, std::string_view>, kNumElementDTypes - 1> kDescrs{{
     {kFloat32, "<f4"},
     {kFloat64, "<f8"},
     {kFloat16, "<f2"},

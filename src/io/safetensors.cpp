@@ -38,7 +38,7 @@ constexpr const char* kMetadataKey = "__metadata__";
 // --- dtype names ----------------------------------------------------------------------------------
 
 // safetensors' name of every ember dtype.
-constexpr std::array<std::pair<DType, std::string_view>, kNumDTypes> kDTypeNames{{
+constexpr std::array<std::pair<DType, std::string_view>, kNumElementDTypes> kDTypeNames{{
     {kFloat32, "F32"},
     {kFloat64, "F64"},
     {kFloat16, "F16"},
@@ -96,6 +96,8 @@ void save(const StateDict& tensors, const std::string& path, const std::map<std:
     EMBER_CHECK(tensor.defined(), "[save] cannot write '", path, "': tensor '", name, "' is undefined");
     EMBER_CHECK(tensor.device().is_cpu(), "[save] cannot write '", path, "': tensor '", name, "' is on ",
                 tensor.device(), "; copy it to the CPU first");
+    EMBER_CHECK(!is_block_quantized(tensor.dtype()), "[save] cannot write '", path, "': tensor '", name, "' is ",
+                tensor.dtype(), ", which safetensors has no dtype for; save it as GGUF (ember::gguf::save)");
     plan.push_back({&name, tensor.contiguous()});
   }
   // Largest elements first, then by name: with an 8-byte aligned data region every tensor starts

@@ -3,9 +3,11 @@
 #include <cmath>
 #include <sstream>
 
+#include "ember/autograd.h"
 #include "ember/nn/init.h"
 #include "ember/nn/modules.h"
 #include "ember/ops.h"
+#include "ember/quant.h"
 #include "nn/repr.h"
 
 namespace ember::nn {
@@ -38,11 +40,41 @@ Linear::Linear(int64_t in, int64_t out, bool with_bias) : in_features(in), out_f
 
 void Linear::reset_parameters() { reset_weight_and_bias(weight, bias); }
 
-Tensor Linear::forward(const Tensor& input) { return functional::linear(input, weight, optional_tensor(bias)); }
+Tensor Linear::forward(const Tensor& input) {
+  if (!is_quantized()) return functional::linear(input, weight, optional_tensor(bias));
+  if (dynamic_activations) return quantized_linear(input, weight, optional_tensor(weight_scale), optional_tensor(bias));
+  const Tensor dequantized =
+      weight_scale.defined() ? weight.to(kFloat32) * weight_scale.unsqueeze(1) : dequantize(weight);
+  return functional::linear(input.to(kFloat32), dequantized, optional_tensor(bias));
+}
+
+void Linear::quantize_(DType dtype, bool dynamic) {
+  EMBER_CHECK(!is_quantized(), "[Linear::quantize_] the weight is already ", weight.dtype());
+  EMBER_CHECK(is_block_quantized(dtype) || dtype == kInt8, "[Linear::quantize_] expected q8_0, q4_0 or int8, got ",
+              dtype);
+  EMBER_CHECK(dtype == kInt8 || in_features % kQuantBlock == 0, "[Linear::quantize_] ", dtype,
+              " stores rows in blocks of ", kQuantBlock, ": in_features ", in_features, " is not a multiple of ",
+              kQuantBlock, "; use int8");
+  const autograd::NoGradGuard no_grad;
+  if (dtype == kInt8) {
+    const auto [values, scales] = quantize_int8(weight);
+    weight_scale = register_buffer("weight_scale", scales);
+    convert_parameter_to_buffer("weight", values);
+  } else {
+    convert_parameter_to_buffer("weight", quantize(weight, dtype));
+  }
+  if (bias.defined()) bias.requires_grad_(false);
+  dynamic_activations = dynamic;
+}
 
 std::string Linear::extra_repr() const {
   return repr::concat("in_features=", in_features, ", out_features=", out_features,
-                      ", bias=", repr::boolean(bias.defined()));
+                      ", bias=", repr::boolean(bias.defined()), is_quantized() ? ", weight=" : "",
+                      is_quantized() ? std::string(dtype_name(weight.dtype())) : "");
+}
+
+QuantizedLinear::QuantizedLinear(int64_t in, int64_t out, DType dtype, bool with_bias) : Linear(in, out, with_bias) {
+  quantize_(dtype);
 }
 
 // --- Conv2d ---------------------------------------------------------------------------------------

@@ -288,6 +288,17 @@ Tensor Module::register_buffer(std::string name, Tensor tensor, bool persistent)
   return tensor;
 }
 
+void Module::convert_parameter_to_buffer(const std::string& name, const Tensor& value) {
+  const auto it = std::find_if(parameters_.begin(), parameters_.end(), [&](const auto& p) { return p.first == name; });
+  EMBER_CHECK(it != parameters_.end(), "[", this->name(), "] has no parameter \"", name, "\"");
+  const Tensor target = it->second;
+  parameters_.erase(it);
+  target.impl().requires_grad = false;
+  target.impl().grad = nullptr;
+  replace_data(target, value);
+  buffers_.push_back(Buffer{name, target, true});
+}
+
 void Module::add_child(std::string name, std::shared_ptr<Module> module) {
   check_new_name(name, "register_module");
   EMBER_CHECK(module != nullptr, "[register_module] module \"", name, "\" is null");
@@ -440,6 +451,12 @@ LoadStateDictResult Module::load_state_dict(const StateDict& state_dict, bool st
       result.missing_keys.push_back(key);
     } else if (!it->second.defined()) {
       mismatches.push_back("\"" + key + "\" is an undefined tensor in the state dict");
+    } else if (it->second.dtype() != target.dtype() &&
+               (is_block_quantized(it->second.dtype()) || is_block_quantized(target.dtype()) ||
+                (it->second.dtype() == kInt8 && target.is_floating_point()))) {  // a quantized weight
+      mismatches.push_back(ember::detail::concat("dtype mismatch for \"", key, "\": the state dict has ",
+                                                 it->second.dtype(), ", the module has ", target.dtype(),
+                                                 " (ember::quant::quantize or quant::prepare the module first)"));
     } else if (it->second.shape() != target.shape()) {
       mismatches.push_back(ember::detail::concat("shape mismatch for \"", key, "\": the state dict has ",
                                                  it->second.shape(), ", the module has ", target.shape()));

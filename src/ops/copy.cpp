@@ -5,8 +5,11 @@
 // Backward: a copy passes the gradient through (the engine casts it back to the input's dtype);
 // copy_'s overwritten value and fill_'s get a zero gradient. In-place forms take part in autograd
 // through autograd::inplace.
+#include <cstring>
+
 #include "autograd/function.h"
 #include "ember/ops.h"
+#include "ember/quant.h"
 #include "ops/dispatch.h"
 #include "ops/tensor_util.h"
 
@@ -16,8 +19,20 @@ namespace {
 using autograd::GradMask;
 using autograd::Grads;
 
+// A block-quantized tensor (always contiguous) is copied as its bytes; converting to or from a block
+// dtype quantizes or dequantizes (ember/quant.h).
+Tensor block_copy_of(const Tensor& t, DType dtype) {
+  if (is_block_quantized(dtype) && t.dtype() != dtype) return quantize(t, dtype);
+  if (t.dtype() != dtype) return dequantize(t).to(dtype);
+  Tensor out = detail::make_empty(t.shape(), dtype, t.device());
+  EMBER_CHECK(t.device().is_cpu(), "[copy] ", dtype, " tensors are copied on the CPU only, got one on ", t.device());
+  std::memcpy(out.data_ptr(), t.data_ptr(), static_cast<size_t>(storage_bytes(dtype, t.numel())));
+  return out;
+}
+
 // A contiguous copy of `t` in `dtype`, recording nothing.
 Tensor copy_of(const Tensor& t, DType dtype) {
+  if (is_block_quantized(t.dtype()) || is_block_quantized(dtype)) return block_copy_of(t, dtype);
   Tensor out = detail::make_empty(t.shape(), dtype, t.device());
   detail::copy_into(out, t);
   return out;
@@ -26,7 +41,7 @@ Tensor copy_of(const Tensor& t, DType dtype) {
 // A copy of `t` whose gradient passes through.
 Tensor copy_with_grad(const Tensor& t, DType dtype) {
   Tensor out = copy_of(t, dtype);
-  if (autograd::needs_grad(t)) {
+  if (autograd::needs_grad(t) && !is_block_quantized(dtype)) {  // quantizing records no gradient
     autograd::record(OpKind::kCopy, {}, out, {&t}, [](const Tensor& g, GradMask) -> Grads { return {g}; });
   }
   return out;
@@ -48,6 +63,15 @@ Tensor Tensor::to(DType dtype) const {
 
 Tensor& Tensor::copy_(const Tensor& src) {
   detail::check_same_device("copy_", {this, &src});
+  if (is_block_quantized(dtype()) || is_block_quantized(src.dtype())) {
+    EMBER_CHECK(dtype() == src.dtype() && shape() == src.shape(), "[copy_] a ",
+                is_block_quantized(dtype()) ? dtype() : src.dtype(),
+                " tensor copies only into one of the same dtype and shape, got ", src.dtype(), " ", src.shape(),
+                " into ", dtype(), " ", shape());
+    if (!is_same(src)) std::memcpy(data_ptr(), src.data_ptr(), static_cast<size_t>(storage_bytes(dtype(), numel())));
+    bump_version();
+    return *this;
+  }
   EMBER_CHECK(broadcast_shapes(src.shape(), shape(), "copy_") == shape(), "[copy_] source of shape ", src.shape(),
               " cannot be broadcast to the destination's shape ", shape());
   detail::check_no_internal_overlap("copy_", *this);

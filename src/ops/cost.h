@@ -50,6 +50,7 @@ void define_indexing_ops(OpRuleTable& table);
 void define_optimizer_ops(OpRuleTable& table);
 void define_triangle_ops(OpRuleTable& table);
 void define_cumsum_ops(OpRuleTable& table);
+void define_quant_ops(OpRuleTable& table);
 void define_sort_ops(OpRuleTable& table);
 void define_multinomial_ops(OpRuleTable& table);
 

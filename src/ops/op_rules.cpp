@@ -20,6 +20,7 @@ const OpRuleTable& op_rules() {
     define_optimizer_ops(t);
     define_triangle_ops(t);
     define_cumsum_ops(t);
+    define_quant_ops(t);
     define_sort_ops(t);
     define_multinomial_ops(t);
     return t;
@@ -35,7 +36,10 @@ OpCost op_cost(const KernelCall& call) {
 namespace cost {
 
 double as_double(int64_t n) { return static_cast<double>(n); }
-double size_of(DType dtype) { return static_cast<double>(dtype_size(dtype)); }
+double size_of(DType dtype) {
+  const BlockLayout layout = block_layout(dtype);  // bytes per element, a fraction for block dtypes
+  return static_cast<double>(layout.bytes) / static_cast<double>(layout.values);
+}
 double nbytes(const Operand& t) { return t.defined() ? as_double(t.numel()) * size_of(t.dtype) : 0.0; }
 
 double stored_bytes(const Operand& t) {

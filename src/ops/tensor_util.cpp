@@ -12,7 +12,12 @@ namespace ember::detail {
 Tensor make_empty(const Shape& shape, DType dtype, Device device) {
   for (int64_t s : shape) EMBER_CHECK(s >= 0, "[empty] negative dimension in shape ", shape);
   if (!device.is_cpu()) dispatch::ensure_backends();
-  return make_tensor(allocate_storage(shape.numel() * dtype_size(dtype), device), shape, dtype);
+  if (is_block_quantized(dtype)) {
+    const int64_t block = block_layout(dtype).values;
+    EMBER_CHECK(shape.size() >= 1 && shape[shape.size() - 1] % block == 0, "[empty] a ", dtype,
+                " tensor's last dim must be a multiple of ", block, ", got shape ", shape);
+  }
+  return make_tensor(allocate_storage(storage_bytes(dtype, shape.numel()), device), shape, dtype);
 }
 
 void check_same_device(const char* op, std::initializer_list<const Tensor*> tensors) {

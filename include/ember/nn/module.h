@@ -181,6 +181,12 @@ class Module : public std::enable_shared_from_this<Module> {
     }
   }
 
+ protected:
+  // Turns parameter `name` into a persistent buffer holding `value` (a quantized weight), keeping
+  // the tensor's identity: the module's member handle sees the new data, optimizers built before
+  // keep a tensor that no longer requires grad.
+  void convert_parameter_to_buffer(const std::string& name, const Tensor& value);
+
  private:
   struct Buffer {
     std::string name;

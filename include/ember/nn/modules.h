@@ -86,6 +86,12 @@ class Sequential : public detail::IndexedModules {
 
 // y = x W^T + b. x (..., in_features) -> (..., out_features). weight (out_features, in_features) and
 // bias (out_features) start as U(-1/sqrt(in_features), 1/sqrt(in_features)).
+//
+// quantize_() stores the weight quantized, for inference (ember/quant.h): q8_0 or q4_0 blocks, or
+// int8 per output channel with its scales in the buffer weight_scale. The weight becomes a
+// persistent buffer (no gradient; state_dict() holds the quantized tensor), and forward() runs
+// quantized_linear, which quantizes the activations on the fly, or, with
+// dynamic_activations = false, multiplies float activations by the dequantized weight.
 class Linear : public Module {
  public:
   Linear(int64_t in_features, int64_t out_features, bool bias = true);
@@ -94,10 +100,26 @@ class Linear : public Module {
   std::string extra_repr() const override;
   void reset_parameters();
 
+  // Quantizes the weight in place to kQ8_0, kQ4_0 or kInt8 (in_features a multiple of 32 for the
+  // block dtypes). Once only: a quantized layer cannot be quantized again.
+  void quantize_(DType dtype, bool dynamic_activations = true);
+  bool is_quantized() const { return !weight.is_floating_point(); }
+
   const int64_t in_features;
   const int64_t out_features;
   Tensor weight;
-  Tensor bias;  // undefined when made with bias = false
+  Tensor bias;          // undefined when made with bias = false
+  Tensor weight_scale;  // int8 weights: one float32 scale per output feature; undefined otherwise
+  bool dynamic_activations = true;
+};
+
+// A Linear layer made quantized (Linear::quantize_), for building inference models directly; load
+// its weights with load_state_dict from a GGUF file ember wrote (ember::gguf) or quantize a trained
+// Linear in place instead.
+class QuantizedLinear : public Linear {
+ public:
+  QuantizedLinear(int64_t in_features, int64_t out_features, DType dtype, bool bias = true);
+  std::string name() const override { return "QuantizedLinear"; }
 };
 
 // 2-D convolution over (N, C_in, H, W) or (C_in, H, W). weight (out_channels, in_channels / groups,

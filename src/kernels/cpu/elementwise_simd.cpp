@@ -20,6 +20,7 @@
 #include <string>
 #include <type_traits>
 
+#include "kernels/cpu/cpu_isa.h"
 #include "kernels/cpu/scalar_math.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -247,23 +248,29 @@ bool transpose_block_32(void* dst, int64_t dst_stride, const void* src, int64_t 
 
 namespace {
 
-// EMBER_MAX_CPU_ISA=AVX512|AVX2|SSE4|SCALAR caps the SIMD target every kernel dispatches to (as
-// oneDNN's ONEDNN_MAX_CPU_ISA): to compare code paths on one machine, or to test the AVX2 kernels
-// on an AVX-512 one. Applied once when the library loads; Highway orders targets so that every
-// better target has a lower bit, so the cap disables all bits below the named one.
+// EMBER_MAX_CPU_ISA (cpu_isa.h) caps the SIMD target every kernel dispatches to (as oneDNN's
+// ONEDNN_MAX_CPU_ISA): to compare code paths on one machine, or to test the AVX2 kernels on an
+// AVX-512 one. Applied once when the library loads; Highway orders targets so that every better
+// target has a lower bit, so the cap disables all bits below the named one. The levels above
+// AVX512 (VNNI, BF16) concern the hand-written kernels only: Highway's AVX3 is their base.
 const bool kIsaCapApplied = [] {
-  const char* value = std::getenv("EMBER_MAX_CPU_ISA");
-  if (value == nullptr || *value == '\0') return false;
-  std::string name(value);
-  for (char& c : name) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
   int64_t cap = 0;
-  if (name == "AVX512") cap = HWY_AVX3;
-  if (name == "AVX2") cap = HWY_AVX2;
-  if (name == "SSE4") cap = HWY_SSE4;
-  if (name == "SCALAR") cap = HWY_SCALAR;
-  if (cap == 0) {
-    std::fprintf(stderr, "ember: EMBER_MAX_CPU_ISA=%s is not one of AVX512, AVX2, SSE4, SCALAR; ignored\n", value);
-    return false;
+  switch (max_isa()) {
+    case Isa::kAvx512Bf16:
+      return false;
+    case Isa::kAvx512Vnni:
+    case Isa::kAvx512:
+      cap = HWY_AVX3;
+      break;
+    case Isa::kAvx2:
+      cap = HWY_AVX2;
+      break;
+    case Isa::kSse4:
+      cap = HWY_SSE4;
+      break;
+    case Isa::kScalar:
+      cap = HWY_SCALAR;
+      break;
   }
   hwy::DisableTargets(cap - 1);
   return true;

@@ -23,6 +23,7 @@ void register_kernels(KernelTable& table) {
   register_triangle_kernels(table);
   register_cumsum_kernels(table);
   register_sort_kernels(table);
+  register_quant_kernels(table);
 }
 
 BackendInfo backend_info() { return {simd_target_name(), simd_compiled_targets(), gemm_micro_kernel_name()}; }

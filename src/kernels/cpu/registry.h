@@ -35,5 +35,6 @@ void register_optim_kernels(KernelTable& table);        // optim.cpp
 void register_triangle_kernels(KernelTable& table);     // triangle.cpp
 void register_cumsum_kernels(KernelTable& table);       // cumsum.cpp
 void register_sort_kernels(KernelTable& table);         // sort.cpp
+void register_quant_kernels(KernelTable& table);        // quant.cpp
 
 }  // namespace ember::cpu

@@ -1,0 +1,41 @@
+// Quantized tensors and products, for inference: the block dtypes q8_0 and q4_0 (llama.cpp's
+// layouts, ember/blocks.h) and per-row symmetric int8. None of these ops records a gradient.
+//
+//   Tensor q = ember::quantize(w, ember::kQ4_0);        // (out, in) -> 18 bytes per 32 values
+//   Tensor y = ember::quantized_linear(x, q);            // x @ dequantize(q)^T, in integers
+//   auto [values, scales] = ember::quantize_int8(w);     // per output channel
+//   Tensor y8 = ember::quantized_linear(x, values, scales, bias);
+#pragma once
+
+#include <optional>
+
+#include "ember/blocks.h"
+#include "ember/tensor.h"
+
+namespace ember {
+
+// x (floating, on the CPU, last dim a multiple of 32, every value finite) in the block dtype
+// `dtype` (kQ8_0 or kQ4_0), row by row along the last dim, bit for bit as llama.cpp's reference
+// quantizer. x.to(kQ8_0) is the same.
+Tensor quantize(const Tensor& x, DType dtype);
+
+// A block-quantized tensor's values, as float32 of the same shape. q.to(kFloat32) is the same.
+Tensor dequantize(const Tensor& q);
+
+// Per-row symmetric int8 along the last dim: x ~= values * scales.unsqueeze(-1), with
+// scale = max|row| / 127 and values = round(row / scale) (0 for an all-zero row).
+struct Int8Rows {
+  Tensor values;  // int8, x's shape
+  Tensor scales;  // float32, x's shape without its last dim
+};
+Int8Rows quantize_int8(const Tensor& x);
+
+// y = x @ W^T + bias, W (out, in) stored as `weight`: q8_0 or q4_0 blocks (scale absent), or int8
+// with a float32 scale per output row. x (..., in) is floating (computed in float32); y is
+// (..., out) float32. The activations are quantized on the fly: each row of x to q8_0 blocks for
+// block weights, to per-row int8 for int8 weights; the products are exact integer dot products
+// scaled in float32. Rows of x holding NaN or Inf are an error.
+Tensor quantized_linear(const Tensor& x, const Tensor& weight, const std::optional<Tensor>& scale = std::nullopt,
+                        const std::optional<Tensor>& bias = std::nullopt);
+
+}  // namespace ember

@@ -1,0 +1,511 @@
+// Quantized matrix products (quant.h): the activations are quantized once per call into records
+// that every code path reads, then each path runs the integer dot products its CPU has.
+//
+// Note [quantized activations]: a row of x becomes, per pair of 32-value blocks (64 values), a
+// 192-byte record: the 64 int8 values (zero past the row's end), the two blocks' float16-rounded
+// scales spread over 16 float lanes (lanes 0-7 and 8-15), and a correction term in int32 lanes 0
+// and 8. The correction makes vpdpbusd, which multiplies unsigned by signed bytes, give a signed
+// product: with q8_0 weights the kernel feeds w + 128 (w xor 0x80), so it sums (w + 128) * x and
+// the correction is -128 * sum(x); with q4_0 weights it feeds the stored nibble q + 8, and the
+// correction is -8 * sum(x). Summing the 8 lanes of each block then gives exactly
+// sum(w * x) + correction, an integer, which the kernel scales by d_w * d_x in float32 and adds to
+// 16 float accumulators. The AVX2 and scalar paths read the same records.
+//
+// Note [quantized matmul tiling]: a task owns a range of weight rows; inside it, tiles of up to 4
+// rows of x by 4 rows of w keep 16 accumulators in registers while the pairs of blocks stream by:
+// each weight vector loaded is used by 4 rows of x, each activation vector by 4 rows of w. With one
+// row of x (a mat-vec product) the weights are read once, in order, which is all that matters
+// there: the product is limited by memory bandwidth (bench rows gemv_q8_0 / gemv_q4_0).
+#include "kernels/cpu/quant.h"
+
+#include <immintrin.h>
+
+// GCC 12's AVX-512 reductions and casts start from _mm256_undefined_si256(), which its own
+// -Wuninitialized then reports at every inlined use.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "base/kernel.h"
+#include "ember/blocks.h"
+#include "ember/error.h"
+#include "ember/half.h"
+#include "kernels/cpu/parallel.h"
+#include "kernels/cpu/registry.h"
+
+namespace ember::cpu::quant {
+
+namespace {
+
+constexpr int64_t kPairValues = 2 * kQuantBlock;  // 64: one 512-bit vector of int8
+
+struct alignas(64) PairRecord {
+  int8_t values[kPairValues];
+  float scales[16];        // lanes 0-7: the first block's d, lanes 8-15: the second's
+  int32_t correction[16];  // lane 0: the first block's, lane 8: the second's, 0 elsewhere
+};
+static_assert(sizeof(PairRecord) == 192);
+
+// Activations for int8 weights: one scale per row and one correction.
+struct Int8Rows {
+  std::vector<int8_t> values;  // rows x padded_k
+  std::vector<float> scales;
+  std::vector<int32_t> corrections;  // -128 * sum(x) of each row
+  int64_t padded_k = 0;
+};
+
+int64_t pairs_of(int64_t k) { return (k / kQuantBlock + 1) / 2; }
+
+// Note [quantized activations]: the records of `rows` rows of x for weights of `wtype`.
+std::vector<PairRecord> quantize_activations(const MatmulArgs& a, int threads) {
+  const int64_t pairs = pairs_of(a.k);
+  std::vector<PairRecord> records(static_cast<size_t>(a.m * pairs));
+  const int32_t offset = a.wtype == kQ8_0 ? 128 : 8;
+  parallel_for_threads(threads, 0, a.m, 1, [&](int64_t begin, int64_t end) {
+    BlockQ8_0 blocks[2];
+    for (int64_t r = begin; r < end; ++r) {
+      const float* x = a.x + r * a.x_stride;
+      for (int64_t p = 0; p < pairs; ++p) {
+        PairRecord& rec = records[static_cast<size_t>(r * pairs + p)];
+        std::memset(&rec, 0, sizeof(rec));
+        const int64_t count = std::min(kPairValues, a.k - p * kPairValues);
+        quant_ref::quantize_q8_0(x + p * kPairValues, blocks, count);
+        for (int64_t b = 0; b < count / kQuantBlock; ++b) {
+          int32_t sum = 0;
+          for (int64_t j = 0; j < kQuantBlock; ++j) {
+            rec.values[b * kQuantBlock + j] = blocks[b].values[j];
+            sum += blocks[b].values[j];
+          }
+          const float d = detail::half_bits_to_float(blocks[b].scale);
+          for (int64_t j = 0; j < 8; ++j) rec.scales[b * 8 + j] = d;
+          rec.correction[b * 8] = -offset * sum;
+        }
+      }
+    }
+  });
+  return records;
+}
+
+Int8Rows quantize_int8_activations(const MatmulArgs& a, int threads) {
+  Int8Rows rows;
+  rows.padded_k = (a.k + kPairValues - 1) / kPairValues * kPairValues;
+  rows.values.assign(static_cast<size_t>(a.m * rows.padded_k), 0);
+  rows.scales.resize(static_cast<size_t>(a.m));
+  rows.corrections.resize(static_cast<size_t>(a.m));
+  parallel_for_threads(threads, 0, a.m, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      int8_t* q = rows.values.data() + r * rows.padded_k;
+      rows.scales[static_cast<size_t>(r)] = quant_ref::quantize_int8_row(a.x + r * a.x_stride, q, a.k);
+      int32_t sum = 0;
+      for (int64_t j = 0; j < a.k; ++j) sum += q[j];
+      rows.corrections[static_cast<size_t>(r)] = -128 * sum;
+    }
+  });
+  return rows;
+}
+
+// --- scalar ---------------------------------------------------------------------------------------
+
+// The integer dot product of one pair of weight blocks with a record, and the float result.
+float pair_dot_scalar(DType wtype, const uint8_t* w_row, int64_t p, int64_t blocks, const PairRecord& rec) {
+  float sum = 0.0f;
+  for (int64_t b = 0; b < 2 && 2 * p + b < blocks; ++b) {
+    const int8_t* x = rec.values + b * kQuantBlock;
+    int32_t isum = 0;
+    float dw = 0.0f;
+    if (wtype == kQ8_0) {
+      const auto* block = reinterpret_cast<const BlockQ8_0*>(w_row) + 2 * p + b;
+      for (int64_t j = 0; j < kQuantBlock; ++j) isum += int32_t{block->values[j]} * x[j];
+      dw = detail::half_bits_to_float(block->scale);
+    } else {
+      const auto* block = reinterpret_cast<const BlockQ4_0*>(w_row) + 2 * p + b;
+      for (int64_t j = 0; j < kQuantBlock / 2; ++j) {
+        isum += ((block->nibbles[j] & 0x0f) - 8) * int32_t{x[j]};
+        isum += ((block->nibbles[j] >> 4) - 8) * int32_t{x[j + kQuantBlock / 2]};
+      }
+      dw = detail::half_bits_to_float(block->scale);
+    }
+    sum += static_cast<float>(isum) * (dw * rec.scales[b * 8]);
+  }
+  return sum;
+}
+
+void block_rows_scalar(const MatmulArgs& a, const PairRecord* records, int64_t n_begin, int64_t n_end) {
+  const int64_t pairs = pairs_of(a.k), blocks = a.k / kQuantBlock;
+  const int64_t row_bytes = storage_bytes(a.wtype, a.k);
+  for (int64_t r = 0; r < a.m; ++r) {
+    for (int64_t c = n_begin; c < n_end; ++c) {
+      const auto* w_row = static_cast<const uint8_t*>(a.w) + c * row_bytes;
+      float sum = 0.0f;
+      for (int64_t p = 0; p < pairs; ++p) sum += pair_dot_scalar(a.wtype, w_row, p, blocks, records[r * pairs + p]);
+      a.y[r * a.y_stride + c] = sum + (a.bias != nullptr ? a.bias[c] : 0.0f);
+    }
+  }
+}
+
+void int8_rows_scalar(const MatmulArgs& a, const Int8Rows& x, int64_t n_begin, int64_t n_end) {
+  for (int64_t r = 0; r < a.m; ++r) {
+    const int8_t* xq = x.values.data() + r * x.padded_k;
+    for (int64_t c = n_begin; c < n_end; ++c) {
+      const int32_t isum = quant_ref::dot_int8(static_cast<const int8_t*>(a.w) + c * a.k, xq, a.k);
+      a.y[r * a.y_stride + c] = static_cast<float>(isum) * (x.scales[static_cast<size_t>(r)] * a.w_scale[c]) +
+                                (a.bias != nullptr ? a.bias[c] : 0.0f);
+    }
+  }
+}
+
+// --- AVX2 -----------------------------------------------------------------------------------------
+
+#define EMBER_AVX2 __attribute__((target("avx2,fma,f16c")))
+
+// sum over 8 int32 lanes of the signed products a * b of 32 bytes (vpmaddubsw on |a| and b
+// signed by a: llama.cpp's trick; |a| <= 128 and |b| <= 127 keep the int16 pairs in range).
+EMBER_AVX2 inline __m256i dot_i8_avx2(__m256i a, __m256i b) {
+  const __m256i products = _mm256_maddubs_epi16(_mm256_sign_epi8(a, a), _mm256_sign_epi8(b, a));
+  return _mm256_madd_epi16(products, _mm256_set1_epi16(1));
+}
+
+EMBER_AVX2 inline float hsum_avx2(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+EMBER_AVX2 inline int32_t hsum_i32_avx2(__m256i v) {
+  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+  return _mm_cvtsi128_si32(s);
+}
+
+// One block of weights as 32 signed bytes.
+EMBER_AVX2 inline __m256i load_block_avx2(DType wtype, const uint8_t* w_row, int64_t block, float* dw) {
+  if (wtype == kQ8_0) {
+    const auto* b = reinterpret_cast<const BlockQ8_0*>(w_row) + block;
+    *dw = detail::half_bits_to_float(b->scale);
+    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b->values));
+  }
+  const auto* b = reinterpret_cast<const BlockQ4_0*>(w_row) + block;
+  *dw = detail::half_bits_to_float(b->scale);
+  const __m128i nibbles = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b->nibbles));
+  const __m256i both = _mm256_set_m128i(_mm_srli_epi16(nibbles, 4), nibbles);
+  return _mm256_sub_epi8(_mm256_and_si256(both, _mm256_set1_epi8(0x0f)), _mm256_set1_epi8(8));
+}
+
+EMBER_AVX2 void block_rows_avx2(const MatmulArgs& a, const PairRecord* records, int64_t n_begin, int64_t n_end) {
+  const int64_t pairs = pairs_of(a.k), blocks = a.k / kQuantBlock;
+  const int64_t row_bytes = storage_bytes(a.wtype, a.k);
+  for (int64_t r = 0; r < a.m; ++r) {
+    const PairRecord* rec = records + r * pairs;
+    for (int64_t c = n_begin; c < n_end; ++c) {
+      const auto* w_row = static_cast<const uint8_t*>(a.w) + c * row_bytes;
+      __m256 acc = _mm256_setzero_ps();
+      for (int64_t b = 0; b < blocks; ++b) {
+        float dw = 0.0f;
+        const __m256i w = load_block_avx2(a.wtype, w_row, b, &dw);
+        const PairRecord& pr = rec[b / 2];
+        const __m256i x = _mm256_load_si256(reinterpret_cast<const __m256i*>(pr.values + (b % 2) * kQuantBlock));
+        const __m256 products = _mm256_cvtepi32_ps(dot_i8_avx2(w, x));
+        acc = _mm256_fmadd_ps(products, _mm256_set1_ps(dw * pr.scales[(b % 2) * 8]), acc);
+      }
+      a.y[r * a.y_stride + c] = hsum_avx2(acc) + (a.bias != nullptr ? a.bias[c] : 0.0f);
+    }
+  }
+}
+
+EMBER_AVX2 void int8_rows_avx2(const MatmulArgs& a, const Int8Rows& x, int64_t n_begin, int64_t n_end) {
+  const int64_t full = a.k / 32 * 32;
+  for (int64_t r = 0; r < a.m; ++r) {
+    const int8_t* xq = x.values.data() + r * x.padded_k;
+    for (int64_t c = n_begin; c < n_end; ++c) {
+      const int8_t* w = static_cast<const int8_t*>(a.w) + c * a.k;
+      __m256i acc = _mm256_setzero_si256();
+      for (int64_t j = 0; j < full; j += 32) {
+        const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + j));
+        acc = _mm256_add_epi32(acc, dot_i8_avx2(wv, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + j))));
+      }
+      const int32_t isum = hsum_i32_avx2(acc) + quant_ref::dot_int8(w + full, xq + full, a.k - full);
+      a.y[r * a.y_stride + c] = static_cast<float>(isum) * (x.scales[static_cast<size_t>(r)] * a.w_scale[c]) +
+                                (a.bias != nullptr ? a.bias[c] : 0.0f);
+    }
+  }
+}
+
+// --- AVX-512 VNNI ---------------------------------------------------------------------------------
+
+#define EMBER_VNNI __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,f16c,fma")))
+
+// A pair of weight blocks as 64 unsigned bytes for vpdpbusd (Note [quantized activations]) and
+// their scales spread over the 16 lanes; `second` is false for a row's odd last block.
+template <DType W>
+EMBER_VNNI inline __m512i load_pair_vnni(const uint8_t* w_row, int64_t p, bool second, __m512* dw) {
+  if constexpr (W == kQ8_0) {
+    const auto* b = reinterpret_cast<const BlockQ8_0*>(w_row) + 2 * p;
+    const __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b[0].values));
+    const __m256i hi =
+        second ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b[1].values)) : _mm256_setzero_si256();
+    *dw = _mm512_cvtph_ps(_mm256_set_m128i(_mm_set1_epi16(static_cast<int16_t>(second ? b[1].scale : 0)),
+                                           _mm_set1_epi16(static_cast<int16_t>(b[0].scale))));
+    return _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1), _mm512_set1_epi8(-128));
+  } else {
+    const auto* b = reinterpret_cast<const BlockQ4_0*>(w_row) + 2 * p;
+    const __m128i n0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b[0].nibbles));
+    const __m128i n1 = second ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(b[1].nibbles)) : _mm_setzero_si128();
+    *dw = _mm512_cvtph_ps(_mm256_set_m128i(_mm_set1_epi16(static_cast<int16_t>(second ? b[1].scale : 0)),
+                                           _mm_set1_epi16(static_cast<int16_t>(b[0].scale))));
+    const __m256i both = _mm256_set_m128i(n1, n0);
+    const __m256i mask = _mm256_set1_epi8(0x0f);
+    const __m256i lo = _mm256_and_si256(both, mask);                        // [block 0 low, block 1 low]
+    const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(both, 4), mask);  // [block 0 high, block 1 high]
+    const __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+    return _mm512_shuffle_i64x2(z, z, _MM_SHUFFLE(3, 1, 2, 0));  // [0 low, 0 high, 1 low, 1 high]
+  }
+}
+
+// An R x C tile of y: rows r0.. of x against weight rows c0.. (Note [quantized matmul tiling]).
+template <DType W, int R, int C>
+EMBER_VNNI void block_tile_vnni(const MatmulArgs& a, const PairRecord* records, int64_t r0, int64_t c0) {
+  const int64_t pairs = pairs_of(a.k), blocks = a.k / kQuantBlock;
+  const int64_t row_bytes = storage_bytes(W, a.k);
+  __m512 acc[R][C];
+  for (int r = 0; r < R; ++r) {
+    for (int c = 0; c < C; ++c) acc[r][c] = _mm512_setzero_ps();
+  }
+  const uint8_t* w_rows[C];
+  for (int c = 0; c < C; ++c) w_rows[c] = static_cast<const uint8_t*>(a.w) + (c0 + c) * row_bytes;
+  for (int64_t p = 0; p < pairs; ++p) {
+    const bool second = 2 * p + 1 < blocks;
+    __m512i w[C];
+    __m512 dw[C];
+    for (int c = 0; c < C; ++c) w[c] = load_pair_vnni<W>(w_rows[c], p, second, &dw[c]);
+    for (int r = 0; r < R; ++r) {
+      const PairRecord& rec = records[(r0 + r) * pairs + p];
+      const __m512i x = _mm512_load_si512(rec.values);
+      const __m512i correction = _mm512_load_si512(rec.correction);
+      const __m512 dx = _mm512_load_ps(rec.scales);
+      for (int c = 0; c < C; ++c) {
+        const __m512 products = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(correction, w[c], x));
+        acc[r][c] = _mm512_fmadd_ps(products, _mm512_mul_ps(dw[c], dx), acc[r][c]);
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    for (int c = 0; c < C; ++c) {
+      a.y[(r0 + r) * a.y_stride + c0 + c] =
+          _mm512_reduce_add_ps(acc[r][c]) + (a.bias != nullptr ? a.bias[c0 + c] : 0.0f);
+    }
+  }
+}
+
+template <int R, int C>
+EMBER_VNNI void int8_tile_vnni(const MatmulArgs& a, const Int8Rows& x, int64_t r0, int64_t c0) {
+  __m512i acc[R][C];
+  for (int r = 0; r < R; ++r) {
+    for (int c = 0; c < C; ++c) acc[r][c] = _mm512_setzero_si512();
+  }
+  const int8_t* w_rows[C];
+  for (int c = 0; c < C; ++c) w_rows[c] = static_cast<const int8_t*>(a.w) + (c0 + c) * a.k;
+  for (int64_t j = 0; j < a.k; j += kPairValues) {
+    const __mmask64 mask = a.k - j >= kPairValues ? ~__mmask64{0} : (__mmask64{1} << (a.k - j)) - 1;
+    __m512i w[C];
+    for (int c = 0; c < C; ++c) {
+      w[c] = _mm512_xor_si512(_mm512_maskz_loadu_epi8(mask, w_rows[c] + j), _mm512_set1_epi8(-128));
+    }
+    for (int r = 0; r < R; ++r) {
+      const __m512i xv = _mm512_loadu_si512(x.values.data() + (r0 + r) * x.padded_k + j);
+      for (int c = 0; c < C; ++c) acc[r][c] = _mm512_dpbusd_epi32(acc[r][c], w[c], xv);
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    for (int c = 0; c < C; ++c) {
+      const int32_t isum = _mm512_reduce_add_epi32(acc[r][c]) + x.corrections[static_cast<size_t>(r0 + r)];
+      a.y[(r0 + r) * a.y_stride + c0 + c] =
+          static_cast<float>(isum) * (x.scales[static_cast<size_t>(r0 + r)] * a.w_scale[c0 + c]) +
+          (a.bias != nullptr ? a.bias[c0 + c] : 0.0f);
+    }
+  }
+}
+
+// Calls tile.template operator()<R, C>(r, c) over rows [0, m) x weight rows [n_begin, n_end) in
+// tiles of 4 x 4, smaller at the edges.
+template <class Tile>
+void tiles(int64_t m, int64_t n_begin, int64_t n_end, const Tile& tile) {
+  constexpr int64_t kR = 4, kC = 4;
+  for (int64_t r = 0; r < m; r += kR) {
+    const int64_t rows = std::min(kR, m - r);
+    for (int64_t c = n_begin; c < n_end; c += kC) {
+      const int64_t cols = std::min(kC, n_end - c);
+      const auto with_rows = [&]<int R>() {
+        switch (cols) {
+          case 1:
+            return tile.template operator()<R, 1>(r, c);
+          case 2:
+            return tile.template operator()<R, 2>(r, c);
+          case 3:
+            return tile.template operator()<R, 3>(r, c);
+          default:
+            return tile.template operator()<R, 4>(r, c);
+        }
+      };
+      switch (rows) {
+        case 1:
+          with_rows.template operator()<1>();
+          break;
+        case 2:
+          with_rows.template operator()<2>();
+          break;
+        case 3:
+          with_rows.template operator()<3>();
+          break;
+        default:
+          with_rows.template operator()<4>();
+      }
+    }
+  }
+}
+
+}  // namespace
+
+bool matmul(const MatmulArgs& a, Isa isa, int threads) {
+  if (a.m == 0 || a.n == 0) return true;
+  bool finite = true;
+  for (int64_t r = 0; r < a.m && finite; ++r) {
+    const float* x = a.x + r * a.x_stride;
+    float sum = 0.0f;  // NaN if any value is NaN or Inf (Inf - Inf or Inf * 0 below)
+    for (int64_t j = 0; j < a.k; ++j) sum += x[j] * 0.0f;
+    finite = sum == 0.0f;
+  }
+  if (!finite) return false;
+  const bool vnni = supports(isa, Isa::kAvx512Vnni);
+  const bool avx2 = supports(isa, Isa::kAvx2);
+  // Weight rows per task: enough that a task's weights are worth a thread (a mat-vec product is
+  // cut finer than a product with many rows of x, whose tasks each sweep all of x).
+  const int64_t row_bytes = a.wtype == kInt8 ? a.k : storage_bytes(a.wtype, a.k);
+  const int64_t grain = std::max<int64_t>(4, (a.m <= 4 ? 65536 : 262144) / std::max<int64_t>(row_bytes, 1)) / 4 * 4;
+  if (a.wtype == kInt8) {
+    const Int8Rows x = quantize_int8_activations(a, threads);
+    parallel_for_threads(threads, 0, a.n, grain, [&](int64_t begin, int64_t end) {
+      if (vnni) {
+        tiles(a.m, begin, end, [&]<int R, int C>(int64_t r, int64_t c) { int8_tile_vnni<R, C>(a, x, r, c); });
+      } else if (avx2) {
+        int8_rows_avx2(a, x, begin, end);
+      } else {
+        int8_rows_scalar(a, x, begin, end);
+      }
+    });
+    return true;
+  }
+  const std::vector<PairRecord> records = quantize_activations(a, threads);
+  parallel_for_threads(threads, 0, a.n, grain, [&](int64_t begin, int64_t end) {
+    if (vnni && a.wtype == kQ8_0) {
+      tiles(a.m, begin, end,
+            [&]<int R, int C>(int64_t r, int64_t c) { block_tile_vnni<kQ8_0, R, C>(a, records.data(), r, c); });
+    } else if (vnni) {
+      tiles(a.m, begin, end,
+            [&]<int R, int C>(int64_t r, int64_t c) { block_tile_vnni<kQ4_0, R, C>(a, records.data(), r, c); });
+    } else if (avx2) {
+      block_rows_avx2(a, records.data(), begin, end);
+    } else {
+      block_rows_scalar(a, records.data(), begin, end);
+    }
+  });
+  return true;
+}
+
+void quantize_rows(DType dtype, const float* x, int64_t x_stride, int64_t rows, int64_t k, void* out, int threads) {
+  const BlockTraits& traits = block_traits(dtype);
+  const int64_t row_bytes = storage_bytes(dtype, k);
+  parallel_for_threads(threads, 0, rows, std::max<int64_t>(1, 16384 / std::max<int64_t>(k, 1)),
+                       [&](int64_t begin, int64_t end) {
+                         for (int64_t r = begin; r < end; ++r) {
+                           traits.from_float_ref(x + r * x_stride, static_cast<uint8_t*>(out) + r * row_bytes, k);
+                         }
+                       });
+}
+
+void dequantize_rows(DType dtype, const void* in, int64_t rows, int64_t k, float* out, int threads) {
+  const BlockTraits& traits = block_traits(dtype);
+  const int64_t row_bytes = storage_bytes(dtype, k);
+  parallel_for_threads(threads, 0, rows, std::max<int64_t>(1, 65536 / std::max<int64_t>(k, 1)),
+                       [&](int64_t begin, int64_t end) {
+                         for (int64_t r = begin; r < end; ++r) {
+                           traits.to_float(static_cast<const uint8_t*>(in) + r * row_bytes, out + r * k, k);
+                         }
+                       });
+}
+
+}  // namespace ember::cpu::quant
+
+// --- kernels --------------------------------------------------------------------------------------
+
+namespace ember::cpu {
+
+namespace {
+
+// Rows and row length of a tensor seen as a matrix (the last dim is the row).
+int64_t row_length(const Operand& t) { return t.dim() == 0 ? 1 : t.size(-1); }
+int64_t row_count(const Operand& t) { return row_length(t) == 0 ? 0 : t.numel() / row_length(t); }
+
+// inputs: x, float32, contiguous, finite; outputs: the same shape in q8_0 or q4_0 (last dim a
+// multiple of 32), or in int8 and then the rows' scales (float32, one per row).
+void quantize_kernel(const KernelCall& c) {
+  const Operand &x = c.inputs[0], &out = c.outputs[0];
+  const int64_t k = row_length(x);
+  if (out.dtype != kInt8) {
+    quant::quantize_rows(out.dtype, x.ptr<const float>(), k, row_count(x), k, out.data, num_threads());
+    return;
+  }
+  const float* in = x.ptr<const float>();
+  auto* values = out.ptr<int8_t>();
+  auto* scales = c.outputs[1].ptr<float>();
+  parallel_for_threads(num_threads(), 0, row_count(x), std::max<int64_t>(1, 16384 / std::max<int64_t>(k, 1)),
+                       [&](int64_t begin, int64_t end) {
+                         for (int64_t r = begin; r < end; ++r) {
+                           scales[r] = quant_ref::quantize_int8_row(in + r * k, values + r * k, k);
+                         }
+                       });
+}
+
+// inputs: q8_0 or q4_0; outputs: the same shape in float32.
+void dequantize_kernel(const KernelCall& c) {
+  const Operand &q = c.inputs[0], &out = c.outputs[0];
+  quant::dequantize_rows(q.dtype, q.data, row_count(q), row_length(q), out.ptr<float>(), num_threads());
+}
+
+// inputs: x (m, k) float32 contiguous, w (n, k) in q8_0, q4_0 or int8, w_scale (n) float32 for int8
+// weights (absent otherwise), bias (n) float32 or absent; outputs: y (m, n) float32 contiguous.
+void quantized_matmul_kernel(const KernelCall& c) {
+  const Operand &x = c.inputs[0], &w = c.inputs[1], &w_scale = c.inputs[2], &bias = c.inputs[3];
+  const Operand& y = c.outputs[0];
+  quant::MatmulArgs args;
+  args.wtype = w.dtype;
+  args.x = x.ptr<const float>();
+  args.w = w.data;
+  args.w_scale = w_scale.defined() ? w_scale.ptr<const float>() : nullptr;
+  args.bias = bias.defined() ? bias.ptr<const float>() : nullptr;
+  args.y = y.ptr<float>();
+  args.m = x.size(0);
+  args.k = x.size(1);
+  args.n = w.size(0);
+  args.x_stride = args.k;
+  args.y_stride = args.n;
+  EMBER_CHECK(quant::matmul(args, cpu_isa(), num_threads()), "[", c.name(),
+              "] the input holds NaN or Inf, which cannot be quantized");
+}
+
+}  // namespace
+
+void register_quant_kernels(KernelTable& table) {
+  table.add(OpKind::kQuantize, DeviceType::kCPU, quantize_kernel, {kQ8_0, kQ4_0, kInt8});
+  table.add(OpKind::kDequantize, DeviceType::kCPU, dequantize_kernel, {kFloat32});
+  table.add(OpKind::kQuantizedMatmul, DeviceType::kCPU, quantized_matmul_kernel, {kFloat32});
+}
+
+}  // namespace ember::cpu

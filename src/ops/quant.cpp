@@ -1,0 +1,131 @@
+// quantize, dequantize, quantize_int8 and quantized_linear (ember/quant.h): inference-only ops over
+// the block dtypes and per-row int8.
+//
+// Shape rules: quantize and dequantize keep the shape (the last dim a multiple of 32 for the block
+// dtypes); quantize_int8 gives values of x's shape and scales without its last dim;
+// quantized_linear maps (..., in) to (..., out), through the QuantizedMatmul primitive on the rows
+// of x as a matrix.
+// Dtype rules: quantize reads float32 (other float dtypes are converted first); dequantize gives
+// float32; quantized_linear reads float32 activations, float32 scales and bias, and gives float32.
+// Cost: quantize and dequantize: a few operations per value, bytes in and out at their sizes
+// (18/32 bytes per q4_0 value); quantized_matmul: 2 m n k operations on the integer dot products,
+// every operand read once (the weights at their packed size).
+#include "ember/quant.h"
+
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "ember/ops.h"
+#include "ops/cost.h"
+#include "ops/dispatch.h"
+#include "ops/tensor_util.h"
+
+namespace ember {
+
+namespace {
+
+void check_finite(const char* op, const Tensor& x) {
+  EMBER_CHECK(le(abs(x), std::numeric_limits<float>::max()).all().item<bool>(), "[", op,
+              "] the input holds NaN or Inf, which cannot be quantized");
+}
+
+Tensor float_operand(const char* op, const Tensor& x) {
+  EMBER_CHECK(x.defined(), "[", op, "] the input is undefined");
+  EMBER_CHECK(x.device().is_cpu(), "[", op, "] is implemented on the CPU only, got a tensor on ", x.device());
+  EMBER_CHECK(is_floating(x.dtype()), "[", op, "] expected a floating-point input, got ", x.dtype());
+  return detail::kernel_operand(x, kFloat32);
+}
+
+}  // namespace
+
+Tensor quantize(const Tensor& x, DType dtype) {
+  EMBER_CHECK(is_block_quantized(dtype), "[quantize] ", dtype, " is not a block-quantized dtype (q8_0, q4_0)");
+  const Tensor input = float_operand("quantize", x);
+  EMBER_CHECK(input.dim() >= 1 && input.size(-1) % kQuantBlock == 0, "[quantize] ", dtype, " stores rows in blocks of ",
+              kQuantBlock, " values: the last dim must be a multiple of ", kQuantBlock, ", got shape ", x.shape());
+  check_finite("quantize", input);
+  const Tensor out = detail::make_empty(input.shape(), dtype, input.device());
+  dispatch::run(OpKind::kQuantize, {}, {&input}, {&out});
+  return out;
+}
+
+Tensor dequantize(const Tensor& q) {
+  EMBER_CHECK(q.defined(), "[dequantize] the input is undefined");
+  EMBER_CHECK(is_block_quantized(q.dtype()), "[dequantize] expected a q8_0 or q4_0 tensor, got ", q.dtype());
+  const Tensor out = detail::make_empty(q.shape(), kFloat32, q.device());
+  dispatch::run(OpKind::kDequantize, {}, {&q}, {&out});
+  return out;
+}
+
+Int8Rows quantize_int8(const Tensor& x) {
+  const Tensor input = float_operand("quantize_int8", x);
+  EMBER_CHECK(input.dim() >= 1, "[quantize_int8] expected at least 1 dim, got a 0-dim tensor");
+  check_finite("quantize_int8", input);
+  std::vector<int64_t> rows = input.shape().vec();
+  rows.pop_back();
+  Int8Rows out{detail::make_empty(input.shape(), kInt8, input.device()),
+               detail::make_empty(Shape(rows), kFloat32, input.device())};
+  dispatch::run(OpKind::kQuantize, {}, {&input}, {&out.values, &out.scales});
+  return out;
+}
+
+Tensor quantized_linear(const Tensor& x, const Tensor& weight, const std::optional<Tensor>& scale,
+                        const std::optional<Tensor>& bias) {
+  constexpr const char* kOp = "quantized_linear";
+  const Tensor input = float_operand(kOp, x);
+  EMBER_CHECK(weight.defined() && weight.dim() == 2, "[", kOp, "] expected a 2-D weight (out, in), got ",
+              weight.defined() ? weight.shape() : Shape{});
+  const bool block = is_block_quantized(weight.dtype());
+  EMBER_CHECK(block || weight.dtype() == kInt8, "[", kOp, "] expected a q8_0, q4_0 or int8 weight, got ",
+              weight.dtype());
+  EMBER_CHECK(block != scale.has_value(), "[", kOp, "] ",
+              block ? "a block-quantized weight carries its scales: pass no scale"
+                    : "an int8 weight needs its per-row float32 scales");
+  const int64_t out_features = weight.size(0), in_features = weight.size(1);
+  EMBER_CHECK(input.dim() >= 1 && input.size(-1) == in_features, "[", kOp, "] input of shape ", x.shape(),
+              " does not match the weight's in_features ", in_features);
+  Tensor scale_operand, bias_operand;
+  if (scale) {
+    EMBER_CHECK(scale->dtype() == kFloat32 && scale->shape() == Shape{out_features}, "[", kOp,
+                "] expected float32 scales of shape (", out_features, "), got ", scale->dtype(), " ", scale->shape());
+    scale_operand = scale->contiguous();
+  }
+  if (bias) {
+    EMBER_CHECK(bias->shape() == Shape{out_features}, "[", kOp, "] expected a bias of shape (", out_features, "), got ",
+                bias->shape());
+    bias_operand = detail::kernel_operand(*bias, kFloat32);
+  }
+  const Tensor weight_operand = weight.contiguous();
+  const Tensor rows = input.reshape({-1, in_features});
+  std::vector<int64_t> result = input.shape().vec();
+  result.back() = out_features;
+  const Tensor out = detail::make_empty({rows.size(0), out_features}, kFloat32, input.device());
+  dispatch::run(OpKind::kQuantizedMatmul, {},
+                {&rows, &weight_operand, scale ? &scale_operand : nullptr, bias ? &bias_operand : nullptr}, {&out});
+  return out.view(Shape(result));
+}
+
+// --- cost rules ----------------------------------------------------------------------------------
+
+namespace {
+
+OpCost per_value_cost(const KernelCall& c) {
+  return {4.0 * cost::as_double(c.inputs[0].numel()), cost::operand_bytes(c)};
+}
+
+OpCost quantized_matmul_cost(const KernelCall& c) {
+  const double m = cost::as_double(c.inputs[0].size(0)), k = cost::as_double(c.inputs[0].size(1));
+  const double n = cost::as_double(c.inputs[1].size(0));
+  return {2.0 * m * n * k, cost::operand_bytes(c)};
+}
+
+}  // namespace
+
+void define_quant_ops(OpRuleTable& table) {
+  table.set_cost(OpKind::kQuantize, per_value_cost);
+  table.set_cost(OpKind::kDequantize, per_value_cost);
+  table.set_cost(OpKind::kQuantizedMatmul, quantized_matmul_cost);
+}
+
+}  // namespace ember
