@@ -9,6 +9,7 @@
 #include "ember/device.h"
 #include "ember/dtype.h"
 #include "ember/error.h"
+#include "ember/gguf.h"
 #include "ember/info.h"
 #include "ember/io.h"
 #include "ember/memory.h"

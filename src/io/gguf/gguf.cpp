@@ -1,0 +1,144 @@
+// GGUF files: load and load_bytes (format.cpp validates the whole header, then each tensor's bytes
+// are read straight into its storage) and save (atomic: temp file, fsync, rename, fsync the folder;
+// the bytes GGUFWriter writes). Format notes are in ember/gguf.h.
+#include "ember/gguf.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+
+#include "ember/autograd.h"
+#include "ember/ops.h"
+#include "io/atomic_file.h"
+#include "io/gguf/format.h"
+
+namespace ember::gguf {
+namespace {
+
+using detail::AtomicFile;
+using detail::errno_text;
+using detail::FileDescriptor;
+
+const std::string kLoad = "gguf::load";
+const std::string kSave = "gguf::save";
+
+// A GGUF file on disk, read with pread.
+class FileSource final : public gguf_format::Source {
+ public:
+  explicit FileSource(const std::string& path) : path_(path), fd_(::open(path.c_str(), O_RDONLY | O_CLOEXEC)) {
+    EMBER_CHECK(fd_.get() >= 0, "[", kLoad, "] cannot open '", path, "': ", errno_text(errno));
+    struct stat info {};
+    EMBER_CHECK(::fstat(fd_.get(), &info) == 0, "[", kLoad, "] cannot stat '", path, "': ", errno_text(errno));
+    EMBER_CHECK(S_ISREG(info.st_mode), "[", kLoad, "] '", path, "' is not a regular file");
+    size_ = static_cast<uint64_t>(info.st_size);
+  }
+  uint64_t size() const override { return size_; }
+  void read(void* out, size_t bytes, uint64_t offset) const override {
+    detail::read_all(fd_.get(), out, bytes, offset, path_, kLoad);
+  }
+
+ private:
+  std::string path_;
+  FileDescriptor fd_;
+  uint64_t size_ = 0;
+};
+
+File read_file(const gguf_format::Source& source, const std::string& what) {
+  gguf_format::Header header = gguf_format::read_header(source, what, kLoad);
+  File file;
+  file.metadata = std::move(header.metadata);
+  file.tensors.reserve(header.tensors.size());
+  for (gguf_format::TensorInfo& info : header.tensors) {
+    // Validated: the bytes are inside the source, so the allocation is no larger than the file.
+    Tensor tensor = empty(info.shape, info.dtype);
+    if (info.bytes > 0) source.read(tensor.data_ptr(), static_cast<size_t>(info.bytes), info.offset);
+    file.tensors.emplace_back(std::move(info.name), std::move(tensor));
+  }
+  return file;
+}
+
+// Writes `bytes` zeros.
+void write_zeros(AtomicFile& out, uint64_t bytes) {
+  static constexpr std::array<char, 4096> kZeros{};
+  while (bytes > 0) {
+    const size_t chunk = static_cast<size_t>(std::min<uint64_t>(bytes, kZeros.size()));
+    out.write(kZeros.data(), chunk);
+    bytes -= chunk;
+  }
+}
+
+}  // namespace
+
+const Value* File::find_value(std::string_view key) const {
+  for (const auto& [name, value] : metadata) {
+    if (name == key) return &value;
+  }
+  return nullptr;
+}
+
+const Value& File::value(std::string_view key) const {
+  const Value* value = find_value(key);
+  EMBER_CHECK(value != nullptr, "[gguf::File] there is no metadata '", key, "'");
+  return *value;
+}
+
+const Tensor* File::find_tensor(std::string_view name) const {
+  for (const auto& [candidate, tensor] : tensors) {
+    if (candidate == name) return &tensor;
+  }
+  return nullptr;
+}
+
+const Tensor& File::tensor(std::string_view name) const {
+  const Tensor* tensor = find_tensor(name);
+  EMBER_CHECK(tensor != nullptr, "[gguf::File] there is no tensor '", name, "'");
+  return *tensor;
+}
+
+File load(const std::string& path) {
+  const FileSource source(path);
+  return read_file(source, path);
+}
+
+File load_bytes(std::span<const uint8_t> bytes, const std::string& what) {
+  return read_file(gguf_format::MemorySource(bytes), what);
+}
+
+void save(const std::string& path, const File& file) {
+  EMBER_CHECK(!path.empty(), "[", kSave, "] the path is empty");
+  const std::string what = "cannot write '" + path + "'";
+  const autograd::NoGradGuard no_grad;  // contiguous copies of parameters are data, not graph
+  // Everything that can be checked is checked before a byte is written.
+  std::vector<Tensor> data;
+  std::vector<gguf_format::TensorEntry> entries;
+  data.reserve(file.tensors.size());
+  entries.reserve(file.tensors.size());
+  for (const auto& [name, tensor] : file.tensors) {
+    EMBER_CHECK(tensor.defined(), "[", kSave, "] ", what, ": tensor '", name, "' is undefined");
+    EMBER_CHECK(tensor.device().is_cpu(), "[", kSave, "] ", what, ": tensor '", name, "' is on ", tensor.device(),
+                "; copy it to the CPU first");
+    const std::optional<uint32_t> ggml_type = gguf_format::ggml_type_of(tensor.dtype());
+    EMBER_CHECK(ggml_type.has_value(), "[", kSave, "] ", what, ": tensor '", name, "' is ", tensor.dtype(),
+                ", which GGUF has no type for (it holds float32, float16, bfloat16, float64, int8, int16, int32, "
+                "int64, q8_0 and q4_0); convert it first");
+    data.push_back(tensor.contiguous());
+    entries.push_back(
+        {name, *ggml_type, tensor.shape(), static_cast<uint64_t>(storage_bytes(tensor.dtype(), tensor.numel()))});
+  }
+  const std::string header = gguf_format::encode_header(file.metadata, entries, what, kSave);
+  const uint64_t alignment = gguf_format::alignment_of(file.metadata, what, kSave);
+
+  AtomicFile out(path, kSave);
+  out.write(header.data(), header.size());
+  for (size_t i = 0; i < data.size(); ++i) {
+    const uint64_t bytes = entries[i].bytes;
+    if (bytes > 0) out.write(data[i].data_ptr(), static_cast<size_t>(bytes));
+    write_zeros(out, gguf_format::padded(bytes, alignment) - bytes);
+  }
+  out.commit();
+}
+
+}  // namespace ember::gguf
