@@ -87,5 +87,5 @@ expect_error "\[generate\] the prompt has 17 characters, more than the model's c
   "$ember" generate --checkpoint "$tmp/full.safetensors" --prompt "abcdefghijklmnopq"
 expect_error "\[generate\] checkpoint .* is not a GPT checkpoint" \
   "$ember" generate --checkpoint "$(dirname "$0")/golden/torch_small.safetensors"
-expect_error "\[load\] cannot open" "$ember" generate --checkpoint "$tmp/missing.safetensors"
+expect_error "\[generate\] cannot open .*missing.safetensors" "$ember" generate --checkpoint "$tmp/missing.safetensors"
 echo "errors ok"

@@ -108,27 +108,36 @@ std::vector<float> random_floats(std::mt19937& rng, int64_t count, float scale) 
   return out;
 }
 
+// Rows of k values in blocks of 32, the last zero-padded.
+int64_t padded(int64_t k) { return (k + kQuantBlock - 1) / kQuantBlock * kQuantBlock; }
+
 TEST(QuantKernels, EveryBlockPathMatchesTheScalarReference) {
   std::mt19937 rng(5);
+  std::vector<Problem> problems = kProblems;
+  for (const int64_t k : {1, 31, 100, 784}) problems.push_back({3, 6, k});  // rows padded to whole blocks
   for (const DType wtype : {kQ8_0, kQ4_0}) {
     const BlockTraits& traits = block_traits(wtype);
-    for (const Problem& p : kProblems) {
+    for (const Problem& p : problems) {
+      const int64_t kp = padded(p.k);
       const std::vector<float> x = random_floats(rng, p.m * p.k, 1.0f);
-      const std::vector<float> w_float = random_floats(rng, p.n * p.k, 0.1f);
+      std::vector<float> w_float = random_floats(rng, p.n * kp, 0.1f);
+      for (int64_t c = 0; c < p.n; ++c) std::fill(&w_float[c * kp + p.k], &w_float[c * kp] + kp, 0.0f);
       const std::vector<float> bias = random_floats(rng, p.n, 1.0f);
-      std::vector<uint8_t> w(static_cast<size_t>(storage_bytes(wtype, p.n * p.k)));
-      traits.from_float_ref(w_float.data(), w.data(), p.n * p.k);
-      // The reference: each row of x to q8_0 blocks, then the block-wise dot products.
+      std::vector<uint8_t> w(static_cast<size_t>(storage_bytes(wtype, p.n * kp)));
+      traits.from_float_ref(w_float.data(), w.data(), p.n * kp);
+      // The reference: each row of x, zero-padded, to q8_0 blocks, then the block-wise dot products.
       std::vector<float> expected(static_cast<size_t>(p.m * p.n));
       std::vector<float> magnitude(expected.size());
-      std::vector<BlockQ8_0> xq(static_cast<size_t>(p.k / kQuantBlock));
+      std::vector<BlockQ8_0> xq(static_cast<size_t>(kp / kQuantBlock));
+      std::vector<float> x_row(static_cast<size_t>(kp), 0.0f);
       for (int64_t r = 0; r < p.m; ++r) {
-        quant_ref::quantize_q8_0(x.data() + r * p.k, xq.data(), p.k);
+        std::copy(&x[r * p.k], &x[r * p.k] + p.k, x_row.begin());
+        quant_ref::quantize_q8_0(x_row.data(), xq.data(), kp);
         for (int64_t c = 0; c < p.n; ++c) {
-          const uint8_t* row = w.data() + c * storage_bytes(wtype, p.k);
-          expected[r * p.n + c] = traits.vec_dot_ref(row, xq.data(), p.k) + bias[c];
+          const uint8_t* row = w.data() + c * storage_bytes(wtype, kp);
+          expected[r * p.n + c] = traits.vec_dot_ref(row, xq.data(), kp) + bias[c];
           float size = std::fabs(bias[c]);  // a bound on the sum's magnitudes, for the tolerance
-          for (int64_t j = 0; j < p.k; ++j) size += std::fabs(x[r * p.k + j] * w_float[c * p.k + j]);
+          for (int64_t j = 0; j < p.k; ++j) size += std::fabs(x[r * p.k + j] * w_float[c * kp + j]);
           magnitude[r * p.n + c] = size;
         }
       }
@@ -329,15 +338,26 @@ TEST(QuantizeModule, QuantizesLinearLayersInPlaceAndReports) {
   }
 }
 
-TEST(QuantizeModule, BlockDtypesNeedWholeBlocks) {
-  auto model =
-      std::make_shared<nn::Sequential>(std::make_shared<nn::Linear>(784, 32), std::make_shared<nn::Linear>(32, 10));
-  const quant::Summary summary = quant::quantize(*model, {.dtype = kQ4_0});
-  EXPECT_EQ(summary.quantized, std::vector<std::string>{"1"});
-  ASSERT_EQ(summary.skipped.size(), 1u);
-  EXPECT_NE(summary.skipped[0].second.find("in_features 784 is not a multiple of 32"), std::string::npos);
-  expect_error([&] { model->children()[0]->as<nn::Linear>()->quantize_(kQ8_0); },
-               {"in_features 784 is not a multiple of 32; use int8"});
+// A layer whose in_features is no multiple of 32 stores zero-padded rows of whole blocks.
+TEST(QuantizeModule, PadsRowsToWholeBlocks) {
+  manual_seed(25);
+  auto layer = std::make_shared<nn::Linear>(100, 16);
+  const Tensor x = randn({3, 100});
+  const Tensor expected = (*layer)(x);
+  const Tensor padded_weight = pad(layer->weight.detach(), {0, 28});
+  const quant::Summary summary = quant::quantize(*layer, {.dtype = kQ4_0});
+  EXPECT_EQ(summary.quantized, std::vector<std::string>{"(the model)"});
+  EXPECT_EQ(layer->weight.shape(), (Shape{16, 128}));
+  EXPECT_TRUE(test_util::bitwise_equal(layer->weight, quantize(padded_weight, kQ4_0)));
+  const Tensor y = (*layer)(x);
+  EXPECT_LT((y - expected).norm().item<double>() / expected.norm().item<double>(), 0.2);
+  expect_error(
+      [&] {
+        quantized_linear(randn({3, 96}), layer->weight);
+      },
+      {"does not match the weight's in_features 128"});
+  layer->dynamic_activations = false;
+  EXPECT_EQ((*layer)(x).shape(), (Shape{3, 16}));
 }
 
 TEST(QuantizeModule, WeightsOnlyMultipliesFloatActivations) {

@@ -1,6 +1,6 @@
-// `ember embed TEXT...`: loads a sentence-transformers folder (tokenizer, BERT, pooling), embeds
-// the texts and prints the matrix of their cosine similarities with the time taken, or with
-// --json one object holding the vectors.
+// `ember embed TEXT...`: loads a sentence-transformers folder (tokenizer, BERT, pooling), or a GGUF
+// file `ember quantize` wrote from one (checkpoint.h), embeds the texts and prints the matrix of
+// their cosine similarities with the time taken, or with --json one object holding the vectors.
 #include "embed.h"
 
 #include <chrono>
@@ -8,6 +8,7 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "checkpoint.h"
 #include "ember/ember.h"
 #include "ember/models/bert.h"
 
@@ -37,7 +38,7 @@ int run_embed(const EmbedOptions& options) {
   if (options.threads > 0) set_num_threads(options.threads);
 
   const Clock::time_point load_start = Clock::now();
-  const models::SentenceEncoder encoder = models::SentenceEncoder::from_folder(options.model_dir);
+  const models::SentenceEncoder encoder = load_sentence_encoder(options.model_dir, "embed");
   const double load_ms = milliseconds_since(load_start);
 
   int64_t tokens = 0;

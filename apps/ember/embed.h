@@ -7,7 +7,8 @@
 namespace ember::cli {
 
 struct EmbedOptions {
-  std::string model_dir = "data/minilm";  // a sentence-transformers folder (scripts/setup fetches this one)
+  // A sentence-transformers folder (scripts/setup fetches this one), or a GGUF file of `ember quantize`.
+  std::string model_dir = "data/minilm";
   std::vector<std::string> texts;
   bool json = false;  // print the vectors as JSON instead of the similarity matrix
   int threads = 0;    // 0: all cores

@@ -1,11 +1,12 @@
-// `ember generate`: rebuilds a GPT from a checkpoint of `ember train gpt --save` (architecture and
-// vocabulary from its metadata) and streams a continuation of the prompt to stdout, a character at
-// a time, with the KV cache (or, with --no-cache, recomputing the window per character); the rate
-// goes to stderr so stdout holds only the text.
+// `ember generate`: rebuilds a GPT from a checkpoint of `ember train gpt --save` or a GGUF file of
+// `ember quantize` (architecture and vocabulary from its metadata) and streams a continuation of
+// the prompt to stdout, a character at a time, with the KV cache (or, with --no-cache, recomputing
+// the window per character); the rate goes to stderr so stdout holds only the text.
 #include <cstdio>
 #include <string>
 #include <vector>
 
+#include "checkpoint.h"
 #include "cli_util.h"
 #include "ember/ember.h"
 #include "ember/models/gpt.h"
@@ -16,7 +17,7 @@ namespace ember::cli {
 int run_generate(const GenerateOptions& o) {
   EMBER_CHECK(!o.checkpoint.empty(), "[generate] --checkpoint is required");
   if (o.threads > 0) set_num_threads(o.threads);
-  const GptCheckpoint checkpoint = load_gpt_checkpoint(o.checkpoint);
+  const GptCheckpoint checkpoint = load_gpt_checkpoint(o.checkpoint, "generate");
   models::GPT& model = *checkpoint.model;
   const data::CharTokenizer& tokenizer = checkpoint.tokenizer;
   std::vector<int64_t> prompt;

@@ -2,7 +2,9 @@
 // `ember train mnist` trains a model on MNIST (the main job); `ember bench` times the benchmark's
 // workloads (scripts/bench compares them with PyTorch and NumPy); `ember roofline` places ops and
 // workloads under this machine's measured peaks; `ember train gpt` trains a character GPT on
-// Shakespeare and `ember generate` writes with it; `ember embed` prints sentence similarities.
+// Shakespeare and `ember generate` writes with it; `ember embed` prints sentence similarities;
+// `ember quantize` writes a trained model's Linear layers quantized as GGUF, and `ember eval` measures
+// a checkpoint (safetensors or GGUF) as training does.
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <iostream>
@@ -13,7 +15,9 @@
 #include "bench.h"
 #include "embed.h"
 #include "ember/ember.h"
+#include "eval.h"
 #include "onnx.h"
+#include "quantize.h"
 #include "roofline.h"
 #include "train.h"
 #include "train_gpt.h"
@@ -237,7 +241,9 @@ int main(int argc, char** argv) {
 
   ember::cli::GenerateOptions generate;
   CLI::App* generate_cmd = app.add_subcommand("generate", "Stream text from a checkpoint of `ember train gpt`");
-  generate_cmd->add_option("--checkpoint", generate.checkpoint, "A checkpoint written by `ember train gpt --save`")
+  generate_cmd
+      ->add_option("--checkpoint", generate.checkpoint,
+                   "A checkpoint written by `ember train gpt --save`, or a GGUF file of `ember quantize`")
       ->required();
   generate_cmd->add_option("--prompt", generate.prompt, "Text to continue (default: a newline)");
   generate_cmd->add_option("--tokens", generate.tokens, "Characters to generate")
@@ -273,10 +279,56 @@ int main(int argc, char** argv) {
       app.add_subcommand("embed", "Sentence embeddings with a pretrained MiniLM: cosine similarities of the texts");
   embed_cmd->add_option("texts", embed.texts, "Texts to embed")->required();
   embed_cmd
-      ->add_option("--model", embed.model_dir, "A sentence-transformers folder (scripts/setup fetches data/minilm)")
+      ->add_option("--model", embed.model_dir,
+                   "A sentence-transformers folder (scripts/setup fetches data/minilm), or a GGUF file `ember "
+                   "quantize` wrote from one")
       ->capture_default_str();
   embed_cmd->add_flag("--json", embed.json, "Print one JSON object with the vectors instead");
   embed_cmd->add_option("--threads", embed.threads, "Threads (default: all cores)")->check(kThreadCount);
+  ember::cli::QuantizeOptions quantize;
+  CLI::App* quantize_cmd = app.add_subcommand(
+      "quantize", "Quantize a trained model's Linear layers (q8_0, q4_0 or int8) and write it as GGUF");
+  quantize_cmd
+      ->add_option("input", quantize.input,
+                   "A checkpoint of `ember train gpt|mnist --save`, or a MiniLM folder (data/minilm)")
+      ->required();
+  quantize_cmd->add_option("output", quantize.output, "The GGUF file to write")->required();
+  quantize_cmd
+      ->add_option("--type", quantize.type,
+                   "q8_0 or q4_0 (llama.cpp's 32-value blocks), int8 (per output channel), or f32 (no quantization)")
+      ->required();
+  quantize_cmd->add_option("--skip", quantize.skip, "Linear layers (or modules) to keep in float, by dotted name")
+      ->delimiter(',');
+  quantize_cmd->add_flag("--weights-only", quantize.weights_only,
+                         "Keep the activations in float: each call multiplies by the dequantized weight");
+  quantize_cmd->add_flag("--json", quantize.json, "Print one JSON line");
+  quantize_cmd->add_option("--threads", quantize.threads, "Threads (default: all cores)")->check(kThreadCount);
+
+  ember::cli::EvalGptOptions eval_gpt;
+  ember::cli::EvalMnistOptions eval_mnist;
+  CLI::App* eval_cmd = app.add_subcommand("eval", "Evaluate a checkpoint (safetensors or GGUF) as training does");
+  eval_cmd->require_subcommand(1);
+  CLI::App* eval_gpt_cmd = eval_cmd->add_subcommand("gpt", "The validation loss of `ember train gpt`'s evaluation");
+  eval_gpt_cmd->add_option("--checkpoint", eval_gpt.checkpoint, "`ember train gpt --save`'s or `ember quantize`'s")
+      ->required();
+  eval_gpt_cmd->add_option("--data", eval_gpt.data_path, "The text the model was trained on")->capture_default_str();
+  eval_gpt_cmd->add_option("--batches", eval_gpt.batches, "Batches of the validation split")
+      ->check(kPositiveCount)
+      ->capture_default_str();
+  eval_gpt_cmd->add_option("--batch-size", eval_gpt.batch_size, "Sequences per batch (default: the run's)")
+      ->check(kPositiveCount);
+  eval_gpt_cmd->add_option("--seed", eval_gpt.seed, "The run's seed, which picks the batches (default: the run's)");
+  eval_gpt_cmd->add_option("--threads", eval_gpt.threads, "Threads (default: all cores)")->check(kThreadCount);
+  eval_gpt_cmd->add_flag("--json", eval_gpt.json, "Print one JSON line");
+  CLI::App* eval_mnist_cmd = eval_cmd->add_subcommand("mnist", "The test accuracy of `ember train mnist`");
+  eval_mnist_cmd
+      ->add_option("--checkpoint", eval_mnist.checkpoint, "`ember train mnist --save`'s or `ember quantize`'s")
+      ->required();
+  eval_mnist_cmd->add_option("--data", eval_mnist.data_dir, "MNIST folder (as for `ember train mnist`)")
+      ->capture_default_str();
+  eval_mnist_cmd->add_option("--threads", eval_mnist.threads, "Threads (default: all cores)")->check(kThreadCount);
+  eval_mnist_cmd->add_flag("--json", eval_mnist.json, "Print one JSON line");
+
   ember::cli::RooflineOptions roofline;
   CLI::App* roofline_cmd =
       app.add_subcommand("roofline", "This machine's roofline (measured peaks), with ops from a profile or benchmark");
@@ -317,6 +369,9 @@ int main(int argc, char** argv) {
     if (onnx_info->parsed()) return ember::cli::run_onnx_info(onnx);
     if (onnx_run->parsed()) return ember::cli::run_onnx_run(onnx);
     if (embed_cmd->parsed()) return ember::cli::run_embed(embed);
+    if (quantize_cmd->parsed()) return ember::cli::run_quantize(quantize);
+    if (eval_gpt_cmd->parsed()) return ember::cli::run_eval_gpt(eval_gpt);
+    if (eval_mnist_cmd->parsed()) return ember::cli::run_eval_mnist(eval_mnist);
   } catch (const ember::Error& e) {
     std::cerr << "error: " << e.what() << "\n";
     return 1;

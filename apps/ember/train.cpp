@@ -19,6 +19,7 @@
 #include "ember/models/mnist.h"
 #include "ember/optim.h"
 #include "ember/profiler.h"
+#include "eval.h"
 
 namespace ember::cli {
 namespace {
@@ -97,20 +98,6 @@ class Progress {
   int64_t total_;
   Clock::time_point last_draw_{};
 };
-
-double evaluate(nn::Module& model, const Tensor& images, const Tensor& labels) {
-  autograd::NoGradGuard no_grad;
-  model.eval();
-  int64_t correct = 0;
-  constexpr int64_t kChunk = 1000;
-  for (int64_t start = 0; start < images.size(0); start += kChunk) {
-    const int64_t n = std::min(kChunk, images.size(0) - start);
-    const Tensor predicted = model(images.narrow(0, start, n)).argmax(1);
-    correct += predicted.eq(labels.narrow(0, start, n)).sum().item<int64_t>();
-  }
-  model.train();
-  return images.size(0) > 0 ? static_cast<double>(correct) / static_cast<double>(images.size(0)) : 0.0;
-}
 
 }  // namespace
 
@@ -249,7 +236,7 @@ int run_train_mnist(const TrainOptions& options) {
     profile->export_chrome_trace(options.profile_path);
   }
 
-  const double accuracy = evaluate(*model, test_set.images(), test_set.labels());
+  const double accuracy = mnist_accuracy(*model, test_set.images(), test_set.labels());
   const double total_seconds = seconds_since(start);
   const double rate = train_seconds > 0 ? static_cast<double>(samples_seen) / train_seconds : 0.0;
   if (options.json) {

@@ -1,8 +1,8 @@
 // `ember train gpt`: nanoGPT's character model on Shakespeare (AdamW with decay on the 2-D weights,
 // betas (0.9, 0.99), gradient clipping at 1, linear warmup then cosine decay to lr / 10), with
-// evaluations of both splits, checkpoints that record the architecture and the vocabulary, and a
-// sample at the end. load_gpt_checkpoint rebuilds the model from such a checkpoint for
-// `ember generate` (generate.cpp).
+// evaluations of both splits (eval.h), checkpoints that record the architecture and the vocabulary
+// (which checkpoint.h reads back for `ember generate`, `ember eval gpt` and `ember quantize`), and a
+// sample at the end.
 #include "train_gpt.h"
 
 #include <unistd.h>
@@ -14,42 +14,20 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 
+#include "checkpoint.h"
 #include "cli_util.h"
 #include "ember/ember.h"
 #include "ember/io.h"
 #include "ember/models/gpt.h"
 #include "ember/optim.h"
 #include "ember/profiler.h"
+#include "eval.h"
 
 namespace ember::cli {
 namespace {
 
 constexpr const char* kModelPrefix = "model.";
 constexpr const char* kOptimizerPrefix = "optimizer.";
-
-// The vocabulary as hex, so any byte survives the checkpoint's JSON header.
-std::string to_hex(const std::string& bytes) {
-  static const char* kDigits = "0123456789abcdef";
-  std::string out;
-  for (const char c : bytes) {
-    const auto b = static_cast<unsigned char>(c);
-    out += kDigits[b >> 4];
-    out += kDigits[b & 15];
-  }
-  return out;
-}
-
-std::string from_hex(const std::string& hex, const std::string& path) {
-  auto digit = [&](char c) -> int {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    EMBER_FAIL("[generate] checkpoint ", path, " has a corrupt vocabulary");
-  };
-  EMBER_CHECK(hex.size() % 2 == 0 && !hex.empty(), "[generate] checkpoint ", path, " has a corrupt vocabulary");
-  std::string out;
-  for (size_t i = 0; i < hex.size(); i += 2) out += static_cast<char>(digit(hex[i]) * 16 + digit(hex[i + 1]));
-  return out;
-}
 
 // The settings a checkpoint records: the architecture (needed to rebuild the model) and the run's
 // schedule (a resumed run must keep them).
@@ -65,7 +43,7 @@ std::map<std::string, std::string> run_settings(const TrainGptOptions& o, const 
           {"dim", std::to_string(o.dim)},
           {"context", std::to_string(o.context)},
           {"dropout", number(o.dropout)},
-          {"vocabulary", to_hex(vocabulary)},
+          {"vocabulary", vocabulary_to_hex(vocabulary)},
           {"lr", number(o.lr)},
           {"warmup", std::to_string(o.warmup)},
           {"steps", std::to_string(o.steps)},
@@ -73,14 +51,11 @@ std::map<std::string, std::string> run_settings(const TrainGptOptions& o, const 
           {"seed", std::to_string(o.seed)}};
 }
 
-// Architecture keys: a checkpoint that differs in one of them is another model.
-constexpr const char* kArchitectureKeys[] = {"layers", "heads", "dim", "context", "vocabulary"};
-
 int64_t whole_number(const std::map<std::string, std::string>& meta, const std::string& key, const std::string& path) {
   const auto it = meta.find(key);
   const bool ok = it != meta.end() && !it->second.empty() && it->second.size() < 12 &&
                   it->second.find_first_not_of("0123456789") == std::string::npos;
-  EMBER_CHECK(ok, "[generate] checkpoint ", path, " has no valid ", key, " entry");
+  EMBER_CHECK(ok, "[train gpt] checkpoint ", path, " has no valid ", key, " entry");
   return std::stoll(it->second);
 }
 
@@ -91,21 +66,6 @@ double lr_at(int64_t step, const TrainGptOptions& o) {
   const double span = static_cast<double>(std::max<int64_t>(o.steps - o.warmup, 1));
   const double ratio = std::min(1.0, static_cast<double>(step - o.warmup) / span);
   return min_lr + 0.5 * (1.0 + std::cos(M_PI * ratio)) * (o.lr - min_lr);
-}
-
-// The mean loss over `batches` batches of a split, without gradients (nanoGPT's estimate_loss).
-double estimate_loss(models::GPT& model, const data::TextSplit& split, std::string_view name, int64_t batches,
-                     int64_t batch_size, int64_t context, uint64_t seed) {
-  autograd::NoGradGuard no_grad;
-  model.eval();
-  uint64_t state = seed;  // the same batches at every evaluation, so the curve compares like with like
-  double total = 0;
-  for (int64_t i = 0; i < batches; ++i) {
-    const auto [x, y] = split.batch(name, batch_size, context, state);
-    total += model.loss(x, y).item<double>();
-  }
-  model.train();
-  return total / static_cast<double>(batches);
 }
 
 std::string sample_text(models::GPT& model, const data::CharTokenizer& tokenizer, int64_t tokens, uint64_t seed) {
@@ -151,7 +111,7 @@ int run_train_gpt(const TrainGptOptions& o) {
     // The architecture first (a different model, whatever the schedule), then the schedule.
     EMBER_CHECK(meta["vocabulary"] == settings.at("vocabulary"), "[train gpt] checkpoint ", o.resume_path,
                 " was trained on a text with another vocabulary than ", o.data_path);
-    for (const char* key : kArchitectureKeys) {
+    for (const char* key : kGptArchitectureKeys) {
       EMBER_CHECK(meta[key] == settings.at(key), "[train gpt] checkpoint ", o.resume_path,
                   " holds a model of another architecture: --", key, " ", meta[key], " there, ", settings.at(key),
                   " in this run");
@@ -199,8 +159,11 @@ int run_train_gpt(const TrainGptOptions& o) {
   model.train();
   auto evaluate = [&](int64_t step) {
     const profiler::Range eval_range("evaluation");
-    train_loss = estimate_loss(model, split, "train", o.eval_batches, o.batch_size, o.context, o.seed + 1);
-    val_loss = estimate_loss(model, split, "val", o.eval_batches, o.batch_size, o.context, o.seed + 2);
+    // The same batches at every evaluation, so the curve compares like with like.
+    train_loss =
+        gpt_split_loss(model, split, "train", o.eval_batches, o.batch_size, o.context, gpt_eval_seed(o.seed, "train"));
+    val_loss =
+        gpt_split_loss(model, split, "val", o.eval_batches, o.batch_size, o.context, gpt_eval_seed(o.seed, "val"));
     const double rate =
         train_seconds > 0 ? static_cast<double>((step - first_step) * tokens_per_step) / train_seconds : 0.0;
     evals.push_back({{"step", step}, {"train_loss", train_loss}, {"val_loss", val_loss}, {"tokens_per_second", rate}});
@@ -282,23 +245,6 @@ int run_train_gpt(const TrainGptOptions& o) {
   }
   if (profile) print_profile(*profile, o.profile_path, o.json ? std::cerr : std::cout);
   return 0;
-}
-
-GptCheckpoint load_gpt_checkpoint(const std::string& path) {
-  std::map<std::string, std::string> meta = load_metadata(path);
-  EMBER_CHECK(meta["task"] == "gpt", "[generate] checkpoint ", path,
-              " is not a GPT checkpoint from `ember train gpt` (task \"", meta["task"], "\")");
-  for (const char* key : kArchitectureKeys) {
-    EMBER_CHECK(meta.count(key) != 0, "[generate] checkpoint ", path, " has no ", key, " entry");
-  }
-  GptCheckpoint checkpoint{.model = nullptr, .tokenizer = data::CharTokenizer(from_hex(meta["vocabulary"], path))};
-  checkpoint.model = std::make_unique<models::GPT>(models::GPTConfig{.vocab_size = checkpoint.tokenizer.vocab_size(),
-                                                                     .block_size = whole_number(meta, "context", path),
-                                                                     .n_layer = whole_number(meta, "layers", path),
-                                                                     .n_head = whole_number(meta, "heads", path),
-                                                                     .n_embd = whole_number(meta, "dim", path)});
-  checkpoint.model->load_state_dict(strip_prefix(load(path), kModelPrefix));
-  return checkpoint;
 }
 
 }  // namespace ember::cli

@@ -3,11 +3,7 @@
 #pragma once
 
 #include <cstdint>
-#include <memory>
 #include <string>
-
-#include "ember/models/gpt.h"
-#include "ember/tokenizer.h"
 
 namespace ember::cli {
 
@@ -40,7 +36,7 @@ struct TrainGptOptions {
 int run_train_gpt(const TrainGptOptions& options);
 
 struct GenerateOptions {
-  std::string checkpoint;
+  std::string checkpoint;  // `ember train gpt --save`'s safetensors or `ember quantize`'s GGUF (checkpoint.h)
   std::string prompt = "\n";
   int64_t tokens = 500;
   double temperature = 0.8;
@@ -52,14 +48,5 @@ struct GenerateOptions {
 };
 
 int run_generate(const GenerateOptions& options);
-
-// A model rebuilt from a checkpoint of `ember train gpt --save`: the architecture and the vocabulary
-// from its metadata, the weights from its tensors. An ember::Error names the path when the file is
-// not such a checkpoint or its tensors do not fit the architecture it records.
-struct GptCheckpoint {
-  std::unique_ptr<models::GPT> model;
-  data::CharTokenizer tokenizer;
-};
-GptCheckpoint load_gpt_checkpoint(const std::string& path);
 
 }  // namespace ember::cli

@@ -31,7 +31,9 @@ struct Int8Rows {
 Int8Rows quantize_int8(const Tensor& x);
 
 // y = x @ W^T + bias, W (out, in) stored as `weight`: q8_0 or q4_0 blocks (scale absent), or int8
-// with a float32 scale per output row. x (..., in) is floating (computed in float32); y is
+// with a float32 scale per output row. A block weight's rows may be zero-padded to whole blocks:
+// (out, in rounded up to 32), as Linear::quantize_ stores a layer whose in is no multiple of 32. x (..., in) is
+// floating (computed in float32); y is
 // (..., out) float32. The activations are quantized on the fly: each row of x to q8_0 blocks for
 // block weights, to per-row int8 for int8 weights; the products are exact integer dot products
 // scaled in float32. Rows of x holding NaN or Inf are an error.

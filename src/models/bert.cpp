@@ -82,20 +82,25 @@ BertConfig BertConfig::from_json_file(const std::string& path) {
   EMBER_CHECK(model_type == "bert", "[bert] '", path, "' describes a \"", model_type, "\" model, not \"bert\"");
   EMBER_CHECK(position_embedding_type == "absolute", "[bert] '", path, "': position_embedding_type \"",
               position_embedding_type, "\" is not supported (only \"absolute\")");
-  EMBER_CHECK(c.hidden_act == "relu" || gelu_form(c.hidden_act).has_value(), "[bert] '", path, "': hidden_act \"",
-              c.hidden_act, "\" is not supported (gelu, gelu_new, gelu_pytorch_tanh or relu)");
-  for (const auto& [name, value] : {std::pair<const char*, int64_t>{"vocab_size", c.vocab_size},
-                                    {"hidden_size", c.hidden_size},
-                                    {"num_hidden_layers", c.num_hidden_layers},
-                                    {"num_attention_heads", c.num_attention_heads},
-                                    {"intermediate_size", c.intermediate_size},
-                                    {"max_position_embeddings", c.max_position_embeddings},
-                                    {"type_vocab_size", c.type_vocab_size}}) {
-    EMBER_CHECK(value > 0, "[bert] '", path, "': ", name, " must be positive, got ", value);
-  }
-  EMBER_CHECK(c.hidden_size % c.num_attention_heads == 0, "[bert] '", path, "': hidden_size ", c.hidden_size,
-              " is not a multiple of num_attention_heads ", c.num_attention_heads);
+  c.validate(path);
   return c;
+}
+
+void BertConfig::validate(const std::string& source) const {
+  EMBER_CHECK(hidden_act == "relu" || gelu_form(hidden_act).has_value(), "[bert] '", source, "': hidden_act \"",
+              hidden_act, "\" is not supported (gelu, gelu_new, gelu_pytorch_tanh or relu)");
+  for (const auto& [name, value] : {std::pair<const char*, int64_t>{"vocab_size", vocab_size},
+                                    {"hidden_size", hidden_size},
+                                    {"num_hidden_layers", num_hidden_layers},
+                                    {"num_attention_heads", num_attention_heads},
+                                    {"intermediate_size", intermediate_size},
+                                    {"max_position_embeddings", max_position_embeddings},
+                                    {"type_vocab_size", type_vocab_size}}) {
+    EMBER_CHECK(value > 0, "[bert] '", source, "': ", name, " must be positive, got ", value);
+  }
+  EMBER_CHECK(hidden_size % num_attention_heads == 0, "[bert] '", source, "': hidden_size ", hidden_size,
+              " is not a multiple of num_attention_heads ", num_attention_heads);
+  EMBER_CHECK(layer_norm_eps > 0, "[bert] '", source, "': layer_norm_eps must be positive, got ", layer_norm_eps);
 }
 
 // --- modules -------------------------------------------------------------------------------------
@@ -174,8 +179,10 @@ BertIntermediate::BertIntermediate(const BertConfig& config) : hidden_act(config
 }
 
 Tensor BertIntermediate::forward(const Tensor& hidden) {
-  // The activation runs in the GEMM's epilogue (linear_gelu) rather than as a second pass.
+  // The activation runs in the GEMM's epilogue (linear_gelu) rather than as a second pass; a
+  // quantized layer (Linear::quantize_) has no such epilogue and runs its own product first.
   if (const std::optional<std::string_view> form = gelu_form(hidden_act)) {
+    if (dense->is_quantized()) return gelu((*dense)(hidden), *form);
     return linear_gelu(hidden, dense->weight, dense->bias, *form);
   }
   return relu((*dense)(hidden));
@@ -270,24 +277,27 @@ Tensor mean_pooling(const Tensor& last_hidden_state, const Tensor& attention_mas
 
 Tensor l2_normalize(const Tensor& x, double eps) { return x / x.norm(2.0, {-1}, true).clamp(eps, std::nullopt); }
 
-SentenceEncoder::SentenceEncoder(data::WordPieceTokenizer tokenizer, std::shared_ptr<BertModel> model)
-    : tokenizer_(std::move(tokenizer)), model_(std::move(model)) {}
+SentenceEncoder::SentenceEncoder(data::WordPieceTokenizer tokenizer, std::shared_ptr<BertModel> model,
+                                 const SentenceOptions& options)
+    : tokenizer_(std::move(tokenizer)), model_(std::move(model)), options_(options) {
+  EMBER_CHECK(model_ != nullptr, "[SentenceEncoder] needs a model");
+  EMBER_CHECK(tokenizer_.vocab_size() <= model_->config.vocab_size, "[SentenceEncoder] the tokenizer has ",
+              tokenizer_.vocab_size(), " tokens, more than the model's vocab_size ", model_->config.vocab_size);
+  options_.max_seq_length = std::min(options_.max_seq_length, model_->config.max_position_embeddings);
+  EMBER_CHECK(options_.max_seq_length >= 2, "[SentenceEncoder] max_seq_length must be at least 2, got ",
+              options_.max_seq_length);
+}
 
 SentenceEncoder SentenceEncoder::from_folder(const std::string& folder) {
   require_folder(folder, "SentenceEncoder");
   const fs::path dir(folder);
-  SentenceEncoder encoder(data::WordPieceTokenizer::from_folder(folder), load_bert(folder));
+  data::WordPieceTokenizer tokenizer = data::WordPieceTokenizer::from_folder(folder);
+  SentenceOptions options{.max_seq_length = tokenizer.options().model_max_length};
   std::error_code error;
-
-  encoder.max_seq_length_ = encoder.tokenizer_.options().model_max_length;
   if (fs::exists(dir / "sentence_bert_config.json", error)) {
     const json config = read_json(dir / "sentence_bert_config.json", "SentenceEncoder");
-    read_field(config, "max_seq_length", encoder.max_seq_length_, (dir / "sentence_bert_config.json").string());
+    read_field(config, "max_seq_length", options.max_seq_length, (dir / "sentence_bert_config.json").string());
   }
-  encoder.max_seq_length_ = std::min(encoder.max_seq_length_, encoder.model_->config.max_position_embeddings);
-  EMBER_CHECK(encoder.max_seq_length_ >= 2, "[SentenceEncoder] max_seq_length must be at least 2, got ",
-              encoder.max_seq_length_);
-
   const fs::path pooling_path = dir / "1_Pooling" / "config.json";
   if (fs::exists(pooling_path, error)) {
     const json pooling = read_json(pooling_path, "SentenceEncoder");
@@ -297,18 +307,18 @@ SentenceEncoder SentenceEncoder::from_folder(const std::string& folder) {
                     !mode("pooling_mode_weightedmean_tokens") && !mode("pooling_mode_lasttoken"),
                 "[SentenceEncoder] '", pooling_path.string(),
                 "': only mean pooling or the [CLS] token is supported, one of them alone; got ", pooling.dump());
-    encoder.mean_pooling_ = mode("pooling_mode_mean_tokens");
+    options.mean_pooling = mode("pooling_mode_mean_tokens");
   }
   if (fs::exists(dir / "modules.json", error)) {
     const json modules = read_json(dir / "modules.json", "SentenceEncoder");
-    encoder.normalize_ = false;
+    options.normalize = false;
     for (const json& module : modules) {
       if (module.contains("type") && module["type"] == "sentence_transformers.models.Normalize") {
-        encoder.normalize_ = true;
+        options.normalize = true;
       }
     }
   }
-  return encoder;
+  return SentenceEncoder(std::move(tokenizer), load_bert(folder), options);
 }
 
 Tensor SentenceEncoder::encode(const std::vector<std::string>& texts, int64_t batch_size) const {
@@ -317,7 +327,7 @@ Tensor SentenceEncoder::encode(const std::vector<std::string>& texts, int64_t ba
   if (texts.empty()) return zeros({0, hidden});
   std::vector<std::vector<int64_t>> ids;
   ids.reserve(texts.size());
-  for (const std::string& text : texts) ids.push_back(tokenizer_.encode(text, max_seq_length_));
+  for (const std::string& text : texts) ids.push_back(tokenizer_.encode(text, options_.max_seq_length));
   // Longest first, so each batch holds texts of similar lengths.
   std::vector<int64_t> order(texts.size());
   std::iota(order.begin(), order.end(), 0);
@@ -345,8 +355,8 @@ Tensor SentenceEncoder::encode(const std::vector<std::string>& texts, int64_t ba
       std::fill_n(mask_data + row * length, text.size(), int64_t{1});
     }
     const Tensor states = model_->forward(input_ids, attention_mask).last_hidden_state;
-    Tensor pooled = mean_pooling_ ? mean_pooling(states, attention_mask) : states.select(1, 0);
-    batches.push_back(normalize_ ? l2_normalize(pooled) : pooled);
+    Tensor pooled = options_.mean_pooling ? mean_pooling(states, attention_mask) : states.select(1, 0);
+    batches.push_back(options_.normalize ? l2_normalize(pooled) : pooled);
   }
   // Back to the order of `texts`: row i of the batches is text order[i], so text t is row position[t].
   std::vector<int64_t> position(order.size());

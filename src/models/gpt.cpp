@@ -79,6 +79,8 @@ MLP::MLP(const GPTConfig& config) {
 }
 
 Tensor MLP::forward(const Tensor& x) {
+  // A quantized c_fc (Linear::quantize_) has no GELU epilogue: its own product, then the GELU.
+  if (c_fc->is_quantized()) return (*dropout)((*c_proj)(gelu((*c_fc)(x))));
   const std::optional<Tensor> bias = c_fc->bias.defined() ? std::optional<Tensor>(c_fc->bias) : std::nullopt;
   return (*dropout)((*c_proj)(linear_gelu(x, c_fc->weight, bias)));
 }

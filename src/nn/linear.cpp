@@ -43,8 +43,8 @@ void Linear::reset_parameters() { reset_weight_and_bias(weight, bias); }
 Tensor Linear::forward(const Tensor& input) {
   if (!is_quantized()) return functional::linear(input, weight, optional_tensor(bias));
   if (dynamic_activations) return quantized_linear(input, weight, optional_tensor(weight_scale), optional_tensor(bias));
-  const Tensor dequantized =
-      weight_scale.defined() ? weight.to(kFloat32) * weight_scale.unsqueeze(1) : dequantize(weight);
+  const Tensor dequantized = weight_scale.defined() ? weight.to(kFloat32) * weight_scale.unsqueeze(1)
+                                                    : dequantize(weight).narrow(1, 0, in_features);
   return functional::linear(input.to(kFloat32), dequantized, optional_tensor(bias));
 }
 
@@ -52,16 +52,15 @@ void Linear::quantize_(DType dtype, bool dynamic) {
   EMBER_CHECK(!is_quantized(), "[Linear::quantize_] the weight is already ", weight.dtype());
   EMBER_CHECK(is_block_quantized(dtype) || dtype == kInt8, "[Linear::quantize_] expected q8_0, q4_0 or int8, got ",
               dtype);
-  EMBER_CHECK(dtype == kInt8 || in_features % kQuantBlock == 0, "[Linear::quantize_] ", dtype,
-              " stores rows in blocks of ", kQuantBlock, ": in_features ", in_features, " is not a multiple of ",
-              kQuantBlock, "; use int8");
   const autograd::NoGradGuard no_grad;
   if (dtype == kInt8) {
     const auto [values, scales] = quantize_int8(weight);
     weight_scale = register_buffer("weight_scale", scales);
     convert_parameter_to_buffer("weight", values);
   } else {
-    convert_parameter_to_buffer("weight", quantize(weight, dtype));
+    // Rows of whole blocks: a layer whose in_features is no multiple of 32 gets zero columns.
+    const int64_t padding = (kQuantBlock - in_features % kQuantBlock) % kQuantBlock;
+    convert_parameter_to_buffer("weight", quantize(padding > 0 ? pad(weight, {0, padding}) : weight, dtype));
   }
   if (bias.defined()) bias.requires_grad_(false);
   dynamic_activations = dynamic;

@@ -3,7 +3,6 @@
 
 #include <sstream>
 
-#include "ember/blocks.h"
 #include "ember/nn/modules.h"
 
 namespace ember::quant {
@@ -31,9 +30,6 @@ Summary quantize(nn::Module& model, const Scheme& scheme) {
       summary.skipped.emplace_back(shown, "already " + std::string(dtype_name(linear->weight.dtype())));
     } else if (skipped_by(name, scheme.skip)) {
       summary.skipped.emplace_back(shown, "skipped as asked");
-    } else if (scheme.dtype != kInt8 && linear->in_features % kQuantBlock != 0) {
-      summary.skipped.emplace_back(
-          shown, "in_features " + std::to_string(linear->in_features) + " is not a multiple of 32 (use int8 for it)");
     } else {
       summary.float_bytes += linear->weight.numel() * linear->weight.element_size();
       linear->quantize_(scheme.dtype, scheme.dynamic_activations);

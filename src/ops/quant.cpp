@@ -82,9 +82,11 @@ Tensor quantized_linear(const Tensor& x, const Tensor& weight, const std::option
   EMBER_CHECK(block != scale.has_value(), "[", kOp, "] ",
               block ? "a block-quantized weight carries its scales: pass no scale"
                     : "an int8 weight needs its per-row float32 scales");
-  const int64_t out_features = weight.size(0), in_features = weight.size(1);
-  EMBER_CHECK(input.dim() >= 1 && input.size(-1) == in_features, "[", kOp, "] input of shape ", x.shape(),
-              " does not match the weight's in_features ", in_features);
+  // A block weight's rows may be zero-padded to whole blocks: in_features rounded up to 32.
+  const int64_t out_features = weight.size(0), in_features = input.dim() >= 1 ? input.size(-1) : 0;
+  const int64_t stored = block ? (in_features + kQuantBlock - 1) / kQuantBlock * kQuantBlock : in_features;
+  EMBER_CHECK(input.dim() >= 1 && weight.size(1) == stored, "[", kOp, "] input of shape ", x.shape(),
+              " does not match the weight's in_features ", weight.size(1));
   Tensor scale_operand, bias_operand;
   if (scale) {
     EMBER_CHECK(scale->dtype() == kFloat32 && scale->shape() == Shape{out_features}, "[", kOp,

@@ -41,6 +41,9 @@ struct BertConfig {
   /// Reads a config.json; absent fields keep their defaults. Models other than BERT's absolute
   /// position embeddings, and inconsistent sizes, throw an ember::Error naming the field.
   static BertConfig from_json_file(const std::string& path);
+  /// Throws an ember::Error naming `source` (where the values came from) for a hidden_act ember
+  /// does not run, a size that is not positive, or hidden_size not a multiple of the heads.
+  void validate(const std::string& source) const;
 };
 
 /// Word, position and token-type embeddings, summed, then LayerNorm and dropout.
@@ -178,12 +181,22 @@ Tensor mean_pooling(const Tensor& last_hidden_state, const Tensor& attention_mas
 /// Each row divided by its L2 norm (at least eps), as torch.nn.functional.normalize.
 Tensor l2_normalize(const Tensor& x, double eps = 1e-12);
 
+/// How a SentenceEncoder turns BERT's hidden states into one vector per text.
+struct SentenceOptions {
+  int64_t max_seq_length = 512;  // texts are cut to this many tokens, specials included
+  bool mean_pooling = true;      // false: the [CLS] token's hidden state
+  bool normalize = true;         // L2-normalize the pooled vectors
+};
+
 /// Texts to sentence embeddings, as a sentence-transformers folder describes: tokenizer, BERT,
 /// pooling (1_Pooling/config.json: mean or [CLS]), normalization (when modules.json lists it, or
 /// when there is no modules.json), texts cut to max_seq_length tokens (sentence_bert_config.json).
 class SentenceEncoder {
  public:
   static SentenceEncoder from_folder(const std::string& folder);
+  /// From parts loaded elsewhere (a GGUF file's, say). max_seq_length is capped at the model's
+  /// positions; a tokenizer with more tokens than the model's vocab_size is an ember::Error.
+  SentenceEncoder(data::WordPieceTokenizer tokenizer, std::shared_ptr<BertModel> model, const SentenceOptions& options);
 
   /// (N, hidden) float32 embeddings of `texts`, computed without gradients in eval mode, in
   /// batches of up to batch_size texts of similar length (less padding). Empty `texts` gives
@@ -192,17 +205,14 @@ class SentenceEncoder {
 
   const data::WordPieceTokenizer& tokenizer() const { return tokenizer_; }
   BertModel& model() const { return *model_; }
-  int64_t max_seq_length() const { return max_seq_length_; }
-  bool normalizes() const { return normalize_; }
+  int64_t max_seq_length() const { return options_.max_seq_length; }
+  bool normalizes() const { return options_.normalize; }
+  const SentenceOptions& options() const { return options_; }
 
  private:
-  SentenceEncoder(data::WordPieceTokenizer tokenizer, std::shared_ptr<BertModel> model);
-
   data::WordPieceTokenizer tokenizer_;
   std::shared_ptr<BertModel> model_;
-  int64_t max_seq_length_ = 512;
-  bool mean_pooling_ = true;  // false: the [CLS] token's hidden state
-  bool normalize_ = true;
+  SentenceOptions options_;
 };
 
 }  // namespace ember::models

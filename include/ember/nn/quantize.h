@@ -33,8 +33,7 @@ struct Summary {
   std::string report() const;
 };
 
-// Quantizes every Linear layer of `model` not skipped, in place. A layer whose in_features is not a
-// multiple of 32 cannot hold q8_0/q4_0 rows: it stays in float and the summary says so.
+// Quantizes every Linear layer of `model` not skipped, in place (Linear::quantize_).
 Summary quantize(nn::Module& model, const Scheme& scheme);
 
 // Quantizes each Linear layer whose weight `state` holds in q8_0, q4_0 or int8 to that dtype (int8

@@ -60,7 +60,11 @@ struct Int8Rows {
   int64_t padded_k = 0;
 };
 
-int64_t pairs_of(int64_t k) { return (k / kQuantBlock + 1) / 2; }
+// Blocks of a row of k values (its last one zero-padded), pairs of them, and the bytes of a weight
+// row in a block dtype.
+int64_t blocks_of(int64_t k) { return (k + kQuantBlock - 1) / kQuantBlock; }
+int64_t pairs_of(int64_t k) { return (blocks_of(k) + 1) / 2; }
+int64_t row_bytes_of(DType wtype, int64_t k) { return storage_bytes(wtype, blocks_of(k) * kQuantBlock); }
 
 // Note [quantized activations]: the records of `rows` rows of x for weights of `wtype`.
 std::vector<PairRecord> quantize_activations(const MatmulArgs& a, int threads) {
@@ -69,14 +73,22 @@ std::vector<PairRecord> quantize_activations(const MatmulArgs& a, int threads) {
   const int32_t offset = a.wtype == kQ8_0 ? 128 : 8;
   parallel_for_threads(threads, 0, a.m, 1, [&](int64_t begin, int64_t end) {
     BlockQ8_0 blocks[2];
+    float padded[kPairValues];
     for (int64_t r = begin; r < end; ++r) {
       const float* x = a.x + r * a.x_stride;
       for (int64_t p = 0; p < pairs; ++p) {
         PairRecord& rec = records[static_cast<size_t>(r * pairs + p)];
         std::memset(&rec, 0, sizeof(rec));
         const int64_t count = std::min(kPairValues, a.k - p * kPairValues);
-        quant_ref::quantize_q8_0(x + p * kPairValues, blocks, count);
-        for (int64_t b = 0; b < count / kQuantBlock; ++b) {
+        const float* values = x + p * kPairValues;
+        if (count % kQuantBlock != 0) {  // a row's last block, zero-padded as the weight rows are
+          std::fill(padded, padded + kPairValues, 0.0f);
+          std::copy(values, values + count, padded);
+          values = padded;
+        }
+        const int64_t block_count = (count + kQuantBlock - 1) / kQuantBlock;
+        quant_ref::quantize_q8_0(values, blocks, block_count * kQuantBlock);
+        for (int64_t b = 0; b < block_count; ++b) {
           int32_t sum = 0;
           for (int64_t j = 0; j < kQuantBlock; ++j) {
             rec.values[b * kQuantBlock + j] = blocks[b].values[j];
@@ -137,8 +149,8 @@ float pair_dot_scalar(DType wtype, const uint8_t* w_row, int64_t p, int64_t bloc
 }
 
 void block_rows_scalar(const MatmulArgs& a, const PairRecord* records, int64_t n_begin, int64_t n_end) {
-  const int64_t pairs = pairs_of(a.k), blocks = a.k / kQuantBlock;
-  const int64_t row_bytes = storage_bytes(a.wtype, a.k);
+  const int64_t pairs = pairs_of(a.k), blocks = blocks_of(a.k);
+  const int64_t row_bytes = row_bytes_of(a.wtype, a.k);
   for (int64_t r = 0; r < a.m; ++r) {
     for (int64_t c = n_begin; c < n_end; ++c) {
       const auto* w_row = static_cast<const uint8_t*>(a.w) + c * row_bytes;
@@ -200,8 +212,8 @@ EMBER_AVX2 inline __m256i load_block_avx2(DType wtype, const uint8_t* w_row, int
 }
 
 EMBER_AVX2 void block_rows_avx2(const MatmulArgs& a, const PairRecord* records, int64_t n_begin, int64_t n_end) {
-  const int64_t pairs = pairs_of(a.k), blocks = a.k / kQuantBlock;
-  const int64_t row_bytes = storage_bytes(a.wtype, a.k);
+  const int64_t pairs = pairs_of(a.k), blocks = blocks_of(a.k);
+  const int64_t row_bytes = row_bytes_of(a.wtype, a.k);
   for (int64_t r = 0; r < a.m; ++r) {
     const PairRecord* rec = records + r * pairs;
     for (int64_t c = n_begin; c < n_end; ++c) {
@@ -272,8 +284,8 @@ EMBER_VNNI inline __m512i load_pair_vnni(const uint8_t* w_row, int64_t p, bool s
 // An R x C tile of y: rows r0.. of x against weight rows c0.. (Note [quantized matmul tiling]).
 template <DType W, int R, int C>
 EMBER_VNNI void block_tile_vnni(const MatmulArgs& a, const PairRecord* records, int64_t r0, int64_t c0) {
-  const int64_t pairs = pairs_of(a.k), blocks = a.k / kQuantBlock;
-  const int64_t row_bytes = storage_bytes(W, a.k);
+  const int64_t pairs = pairs_of(a.k), blocks = blocks_of(a.k);
+  const int64_t row_bytes = row_bytes_of(W, a.k);
   __m512 acc[R][C];
   for (int r = 0; r < R; ++r) {
     for (int c = 0; c < C; ++c) acc[r][c] = _mm512_setzero_ps();
@@ -387,7 +399,7 @@ bool matmul(const MatmulArgs& a, Isa isa, int threads) {
   const bool avx2 = supports(isa, Isa::kAvx2);
   // Weight rows per task: enough that a task's weights are worth a thread (a mat-vec product is
   // cut finer than a product with many rows of x, whose tasks each sweep all of x).
-  const int64_t row_bytes = a.wtype == kInt8 ? a.k : storage_bytes(a.wtype, a.k);
+  const int64_t row_bytes = a.wtype == kInt8 ? a.k : row_bytes_of(a.wtype, a.k);
   const int64_t grain = std::max<int64_t>(4, (a.m <= 4 ? 65536 : 262144) / std::max<int64_t>(row_bytes, 1)) / 4 * 4;
   if (a.wtype == kInt8) {
     const Int8Rows x = quantize_int8_activations(a, threads);

@@ -11,9 +11,10 @@
 namespace ember::cpu::quant {
 
 // y (m x n, rows y_stride apart) = x (m x k, rows x_stride apart) @ w^T + bias, where w holds n
-// rows of k values: blocks of `wtype` (kQ8_0, kQ4_0; k a multiple of 32), or int8 (kInt8) with
-// a float scale per row in w_scale (x is then quantized per row to int8 as well). bias may be
-// null. `isa` picks the code path (at most cpu_isa(); the tests run every one).
+// rows of k values: blocks of `wtype` (kQ8_0, kQ4_0; when k is not a multiple of 32 the rows are
+// zero-padded to whole blocks, and so are the activations), or int8 (kInt8) with a float scale
+// per row in w_scale (x is then quantized per row to int8 as well). bias may be null. `isa` picks
+// the code path (at most cpu_isa(); the tests run every one).
 struct MatmulArgs {
   DType wtype = kQ8_0;
   const float* x = nullptr;
