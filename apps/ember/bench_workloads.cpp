@@ -578,6 +578,48 @@ WorkloadSpec onnx_model(const std::string& name, const std::string& model, int64
           }};
 }
 
+// y = x @ W^T for a weight W (n, k) stored in `dtype` (float32, bfloat16, q8_0, q4_0, or int8
+// with per-row scales): m = 1 is a mat-vec product, memory-bound, which cycles through enough copies
+// of the weight (over 96 MB) that no call finds it in the last-level cache; bytes are those the
+// product must read (the weight at its stored size, x and y). A larger m is the batched product.
+WorkloadSpec quantized_product(const std::string& name, DType dtype, int64_t m, int64_t k, int64_t n,
+                               bool slow = false) {
+  return {name, slow, [=] {
+            struct Weight {
+              Tensor values, scales;
+            };
+            const Tensor x = randn({m, k});
+            const Tensor w_float = randn({n, k}) * 0.02;
+            const auto make = [&]() -> Weight {
+              if (dtype == kInt8) {
+                const auto [values, scales] = quantize_int8(w_float);
+                return {values, scales};
+              }
+              return {is_block_quantized(dtype) ? quantize(w_float, dtype) : w_float.to(dtype), Tensor()};
+            };
+            const Weight first = make();
+            const double weight_bytes =
+                as_double(storage_bytes(dtype, n * k)) + (dtype == kInt8 ? kFloatBytes * as_double(n) : 0.0);
+            const int64_t copies = m == 1 ? std::max<int64_t>(1, static_cast<int64_t>(96e6 / weight_bytes) + 1) : 1;
+            auto weights = std::make_shared<std::vector<Weight>>(1, first);
+            for (int64_t i = 1; i < copies; ++i)
+              weights->push_back(dtype == kFloat32 ? Weight{first.values.clone(), Tensor()} : make());
+            const Tensor x_in = dtype == kBFloat16 ? x.to(kBFloat16) : x;
+            auto next = std::make_shared<size_t>(0);
+            return Workload{.flops = 2.0 * as_double(m * n * k),
+                            .bytes = weight_bytes + kFloatBytes * as_double(m * k + m * n),
+                            .run = [=] {
+                              const Weight& w = (*weights)[(*next)++ % weights->size()];
+                              if (w.values.is_floating_point()) {
+                                ember::linear(x_in, w.values);
+                              } else {
+                                ember::quantized_linear(
+                                    x, w.values, w.scales.defined() ? std::optional<Tensor>(w.scales) : std::nullopt);
+                              }
+                            }};
+          }};
+}
+
 }  // namespace
 
 std::vector<WorkloadSpec> bench_workloads(const BenchOptions& options) {
@@ -638,6 +680,14 @@ std::vector<WorkloadSpec> bench_workloads(const BenchOptions& options) {
     w.push_back(sdpa("sdpa_f32_b4h8l1024d64" + suffix, 4, 8, 1024, 64, causal, false));
     w.push_back(sdpa("sdpa_fwdbwd_f32_b4h8l1024d64" + suffix, 4, 8, 1024, 64, causal, true));
   }
+  // Low precision: mat-vec products on llama.cpp's 4096 x 14336 weight (one token), and batched ones.
+  for (const auto& [dtype, label] : {std::pair{kFloat32, "f32"}, std::pair{kBFloat16, "bf16"}, std::pair{kQ8_0, "q8_0"},
+                                     std::pair{kQ4_0, "q4_0"}, std::pair{kInt8, "int8"}}) {
+    w.push_back(quantized_product(std::string("gemv_") + label + "_4096x14336", dtype, 1, 4096, 14336));
+  }
+  w.push_back(quantized_product("gemm_int8_1024", kInt8, 1024, 1024, 1024));
+  w.push_back(quantized_product("gemm_q8_0_512x4096x4096", kQ8_0, 512, 4096, 4096));
+  w.push_back(quantized_product("gemm_q4_0_512x4096x4096", kQ4_0, 512, 4096, 4096));
   w.push_back(dispatch_add("dispatch_add_f32_4x4"));
   // The cost per op call: eager, replayed with fusion (the default), replayed kernel by kernel.
   w.push_back(executor_overhead("executor_overhead_1000", 1000, std::nullopt));
