@@ -102,6 +102,24 @@ def _compile(fn):
 # --- building blocks ---------------------------------------------------------------------------------
 
 
+def matmul_bf16(m: int, k: int, n: int) -> dict[str, Setup]:
+    def torch_setup():
+        a, b = torch.randn(m, k).bfloat16(), torch.randn(k, n).bfloat16()
+        return lambda: torch.matmul(a, b)
+
+    return {"torch": torch_setup}
+
+
+def linear_f32_or_bf16(m: int, k: int, n: int, dtype) -> dict[str, Setup]:
+    """x (m, k) @ W^T for W (n, k): the weight layout of ember's gemv rows (one copy: PyTorch's
+    time is then a lower bound when W fits in the last-level cache; 4096 x 14336 does not)."""
+    def torch_setup():
+        x, w = torch.randn(m, k).to(dtype), torch.randn(n, k).to(dtype)
+        return lambda: torch.nn.functional.linear(x, w)
+
+    return {"torch": torch_setup}
+
+
 def matmul(m: int, k: int, n: int) -> dict[str, Setup]:
     def torch_setup():
         a, b = torch.randn(m, k), torch.randn(k, n)
@@ -763,6 +781,10 @@ def workloads(data_dir: str = "data/mnist") -> dict[str, dict[str, Setup]]:
     w: dict[str, dict[str, Setup]] = {}
     for n in (64, 256, 1024, 2048, 4096):
         w[f"matmul_f32_{n}"] = matmul(n, n, n)
+    for n in (1024, 2048, 4096):
+        w[f"matmul_bf16_{n}"] = matmul_bf16(n, n, n)
+    w["gemv_f32_4096x14336"] = linear_f32_or_bf16(1, 4096, 14336, torch.float32)
+    w["gemv_bf16_4096x14336"] = linear_f32_or_bf16(1, 4096, 14336, torch.bfloat16)
     w["matmul_f32_mlp"] = matmul(64, 784, 128)
     w["matmul_f32_bert"] = matmul(2048, 768, 3072)
     for n in (256, 1024, 4096):

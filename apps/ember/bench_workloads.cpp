@@ -53,12 +53,13 @@ std::function<Tensor()> eager_or_compiled(const std::optional<CompileOptions>& c
   return [=]() mutable { return Tensor(compiled(args...)); };
 }
 
-WorkloadSpec matmul(const std::string& name, int64_t m, int64_t k, int64_t n, bool slow = false) {
+WorkloadSpec matmul(const std::string& name, int64_t m, int64_t k, int64_t n, bool slow = false,
+                    DType dtype = kFloat32) {
   return {name, slow, [=] {
-            const Tensor a = randn({m, k});
-            const Tensor b = randn({k, n});
+            const Tensor a = randn({m, k}).to(dtype);
+            const Tensor b = randn({k, n}).to(dtype);
             return Workload{.flops = 2.0 * as_double(m * n * k),
-                            .bytes = kFloatBytes * as_double(m * k + k * n + m * n),
+                            .bytes = as_double(dtype_size(dtype)) * as_double(m * k + k * n + m * n),
                             .run = [=] { ember::matmul(a, b); }};
           }};
 }
@@ -627,6 +628,9 @@ std::vector<WorkloadSpec> bench_workloads(const BenchOptions& options) {
   for (const int64_t n : {64, 256, 1024}) w.push_back(matmul("matmul_f32_" + std::to_string(n), n, n, n));
   w.push_back(matmul("matmul_f32_2048", 2048, 2048, 2048));
   w.push_back(matmul("matmul_f32_4096", 4096, 4096, 4096, /*slow=*/true));
+  for (const int64_t n : {1024, 2048, 4096}) {
+    w.push_back(matmul("matmul_bf16_" + std::to_string(n), n, n, n, /*slow=*/n == 4096, kBFloat16));
+  }
   w.push_back(matmul("matmul_f32_mlp", 64, 784, 128));
   w.push_back(matmul("matmul_f32_bert", 2048, 768, 3072));
   for (const int64_t n : {256, 1024, 4096}) {

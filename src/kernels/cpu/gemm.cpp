@@ -85,6 +85,8 @@
 #include <vector>
 
 #include "ember/error.h"
+#include "kernels/cpu/cpu_isa.h"
+#include "kernels/cpu/gemm_bf16.h"
 #include "kernels/cpu/parallel.h"
 #include "kernels/cpu/registry.h"
 #include "kernels/cpu/scalar_math.h"
@@ -962,24 +964,52 @@ void solve_simd(const Problem<float>& p, int threads) { HWY_DYNAMIC_DISPATCH(Sol
 void solve_simd(const Problem<double>& p, int threads) { HWY_DYNAMIC_DISPATCH(SolveDouble)(p, threads); }
 const char* micro_kernel_name() { return HWY_DYNAMIC_DISPATCH(MicroKernelName)(); }
 
-// float16 / bfloat16: convert A and B to float32, multiply in float32, and apply the epilogue in
-// float32, rounding once.
+// out (rows x cols, contiguous) = the float32 values of src at the given strides, walked along
+// whichever dim is contiguous in memory.
+template <class S>
+void convert_to_float(const S* src, int64_t rows, int64_t cols, int64_t row_stride, int64_t col_stride, float* out) {
+  if (col_stride == 1 || row_stride != 1) {
+    for (int64_t i = 0; i < rows; ++i) {
+      for (int64_t j = 0; j < cols; ++j) out[i * cols + j] = static_cast<float>(src[i * row_stride + j * col_stride]);
+    }
+    return;
+  }
+  for (int64_t j = 0; j < cols; ++j) {
+    for (int64_t i = 0; i < rows; ++i) out[i * cols + j] = static_cast<float>(src[i + j * col_stride]);
+  }
+}
+
+// float16 / bfloat16: multiply in float32 (bfloat16 pairs on AVX512_BF16, gemm_bf16.h; otherwise A
+// and B converted to float32), and apply the epilogue in float32, rounding once.
 template <class S>
 void solve_half(const GemmArgs& g, const S* a, const S* b, S* c, const S* residual, int threads) {
   const int64_t m = g.m, n = g.n, k = g.k;
-  float* a32 = static_cast<float*>(scratch(Scratch::kConvertedA, std::max<int64_t>(m * k, 1) * 4));
-  float* b32 = static_cast<float*>(scratch(Scratch::kConvertedB, std::max<int64_t>(k * n, 1) * 4));
   float* c32 = static_cast<float*>(scratch(Scratch::kResult, std::max<int64_t>(m * n, 1) * 4));
-  for (int64_t i = 0; i < m; ++i) {
-    for (int64_t p = 0; p < k; ++p) a32[i * k + p] = static_cast<float>(a[i * g.a_row_stride + p * g.a_col_stride]);
+  if (std::is_same_v<S, BFloat16> && supports(cpu_isa(), Isa::kAvx512Bf16)) {
+    const auto* a16 = reinterpret_cast<const uint16_t*>(a);
+    const auto* b16 = reinterpret_cast<const uint16_t*>(b);
+    gemm_bf16({a16, g.a_row_stride, g.a_col_stride}, {b16, g.b_col_stride, g.b_row_stride}, m, n, k, c32, threads);
+  } else {
+    // Converted in the order the operands lie in memory (a transposed weight is read along its rows).
+    float* a32 = static_cast<float*>(scratch(Scratch::kConvertedA, std::max<int64_t>(m * k, 1) * 4));
+    float* b32 = static_cast<float*>(scratch(Scratch::kConvertedB, std::max<int64_t>(k * n, 1) * 4));
+    convert_to_float(a, m, k, g.a_row_stride, g.a_col_stride, a32);
+    convert_to_float(b, k, n, g.b_row_stride, g.b_col_stride, b32);
+    const Epilogue<float> none{1.0f, 0.0f, nullptr, Activation::kNone, nullptr, 0, 0};
+    solve_simd(Problem<float>{m, n, k, a32, k, 1, b32, n, 1, c32, n, 1, none}, threads);
   }
-  for (int64_t p = 0; p < k; ++p) {
-    for (int64_t j = 0; j < n; ++j) b32[p * n + j] = static_cast<float>(b[p * g.b_row_stride + j * g.b_col_stride]);
-  }
-  const Epilogue<float> none{1.0f, 0.0f, nullptr, Activation::kNone, nullptr, 0, 0};
-  solve_simd(Problem<float>{m, n, k, a32, k, 1, b32, n, 1, c32, n, 1, none}, threads);
   const S* bias = static_cast<const S*>(g.bias);
   const float alpha = static_cast<float>(g.alpha), beta = static_cast<float>(g.beta);
+  if (std::is_same_v<S, BFloat16> && supports(cpu_isa(), Isa::kAvx512Bf16) && alpha == 1.0f && beta == 0.0f &&
+      g.activation == Activation::kNone && residual == nullptr && g.c_col_stride == 1) {  // the common case, in SIMD
+    std::vector<float> bias32;
+    if (bias != nullptr) {
+      bias32.resize(static_cast<size_t>(n));
+      for (int64_t j = 0; j < n; ++j) bias32[static_cast<size_t>(j)] = static_cast<float>(bias[j * g.bias_stride]);
+    }
+    round_to_bf16(c32, m, n, bias != nullptr ? bias32.data() : nullptr, reinterpret_cast<uint16_t*>(c), g.c_row_stride);
+    return;
+  }
   for (int64_t i = 0; i < m; ++i) {
     for (int64_t j = 0; j < n; ++j) {
       S* out = c + i * g.c_row_stride + j * g.c_col_stride;

@@ -1,0 +1,27 @@
+// bfloat16 matrix products with float32 accumulation on AVX-512 BF16 (vdpbf16ps): the packed
+// GEMM of gemm.cpp with k taken in pairs (Note [bf16 GEMM] in gemm_bf16.cpp). gemm.cpp calls it for
+// bfloat16 problems when cpu_isa() has AVX512_BF16; other CPUs convert to float32.
+#pragma once
+
+#include <cstdint>
+
+namespace ember::cpu {
+
+// A matrix of bfloat16 bits: element (i, j) at data[i * row_stride + j * col_stride].
+struct Bf16Matrix {
+  const uint16_t* data = nullptr;
+  int64_t row_stride = 0;
+  int64_t col_stride = 0;
+};
+
+// c (m x n, contiguous, float32) = a (m x k) @ bt^T, where bt is B seen transposed (n x k): for a
+// weight W stored (n, k), bt is W itself. Sums each element in float32 in an order that depends
+// on k alone. Needs AVX512_BF16.
+void gemm_bf16(const Bf16Matrix& a, const Bf16Matrix& bt, int64_t m, int64_t n, int64_t k, float* c, int threads);
+
+// out (m x n bfloat16, rows out_row_stride apart, columns contiguous) = c (m x n, contiguous) + bias
+// (n float32 values, or null), rounded to nearest even with vcvtneps2bf16 (which, unlike the scalar
+// rounding, treats float32 subnormals as zero). Needs AVX512_BF16.
+void round_to_bf16(const float* c, int64_t m, int64_t n, const float* bias, uint16_t* out, int64_t out_row_stride);
+
+}  // namespace ember::cpu
