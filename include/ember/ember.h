@@ -1,6 +1,7 @@
 // The umbrella header: everything a user of ember needs.
 #pragma once
 
+#include "ember/amp.h"
 #include "ember/attrs.h"
 #include "ember/autograd.h"
 #include "ember/compile.h"

@@ -29,6 +29,7 @@
 
 #include "autograd/function.h"
 #include "ember/ops.h"
+#include "ops/autocast.h"
 #include "ops/cost.h"
 #include "ops/dispatch.h"
 #include "ops/factory.h"
@@ -115,9 +116,13 @@ Tensor mask_4d(const Tensor& mask, const Shape& mask_shape) {
 
 }  // namespace
 
-Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, const Tensor& value,
-                                    const std::optional<Tensor>& attn_mask, double dropout_p, bool is_causal,
+Tensor scaled_dot_product_attention(const Tensor& query_arg, const Tensor& key_arg, const Tensor& value_arg,
+                                    const std::optional<Tensor>& attn_mask_arg, double dropout_p, bool is_causal,
                                     std::optional<double> scale, bool enable_gqa) {
+  const Tensor query = amp::cast(OpKind::kScaledDotProductAttention, query_arg);
+  const Tensor key = amp::cast(OpKind::kScaledDotProductAttention, key_arg);
+  const Tensor value = amp::cast(OpKind::kScaledDotProductAttention, value_arg);
+  const std::optional<Tensor> attn_mask = amp::cast(OpKind::kScaledDotProductAttention, attn_mask_arg);
   const Tensor mask = attn_mask.value_or(Tensor());
   const Geometry g = check_inputs(query, key, value, mask, dropout_p, is_causal, enable_gqa);
   AttentionAttrs attrs{scale.value_or(1.0 / std::sqrt(static_cast<double>(query.size(-1)))), is_causal, dropout_p, 0,

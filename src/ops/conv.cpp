@@ -31,6 +31,7 @@
 // (N, H_out, W_out). Its cost is its primitives'.
 #include "autograd/function.h"
 #include "ember/ops.h"
+#include "ops/autocast.h"
 #include "ops/cost.h"
 #include "ops/dispatch.h"
 #include "ops/tensor_util.h"
@@ -134,8 +135,11 @@ void check_conv_transpose_args(const Tensor& input, const Tensor& weight, const 
 
 }  // namespace
 
-Tensor conv2d(const Tensor& input, const Tensor& weight, const std::optional<Tensor>& bias, Pair stride, Pair padding,
-              Pair dilation, int64_t groups) {
+Tensor conv2d(const Tensor& input_arg, const Tensor& weight_arg, const std::optional<Tensor>& bias_arg, Pair stride,
+              Pair padding, Pair dilation, int64_t groups) {
+  const Tensor input = amp::cast(OpKind::kConv2d, input_arg);
+  const Tensor weight = amp::cast(OpKind::kConv2d, weight_arg);
+  const std::optional<Tensor> bias = amp::cast(OpKind::kConv2d, bias_arg);
   check_conv_args(input, weight, bias, stride, padding, dilation, groups);
   const Conv2dAttrs attrs{stride, padding, dilation, groups};
   const int64_t out_height = (input.size(-2) + 2 * padding.h - dilation.h * (weight.size(2) - 1) - 1) / stride.h + 1;
@@ -179,8 +183,11 @@ Tensor conv2d(const Tensor& input, const Tensor& weight, const std::optional<Ten
   return out;
 }
 
-Tensor conv_transpose2d(const Tensor& input, const Tensor& weight, const std::optional<Tensor>& bias, Pair stride,
-                        Pair padding, Pair output_padding, int64_t groups, Pair dilation) {
+Tensor conv_transpose2d(const Tensor& input_arg, const Tensor& weight_arg, const std::optional<Tensor>& bias_arg,
+                        Pair stride, Pair padding, Pair output_padding, int64_t groups, Pair dilation) {
+  const Tensor input = amp::cast(OpKind::kConvTranspose2d, input_arg);
+  const Tensor weight = amp::cast(OpKind::kConvTranspose2d, weight_arg);
+  const std::optional<Tensor> bias = amp::cast(OpKind::kConvTranspose2d, bias_arg);
   const ConvTranspose2dAttrs attrs{stride, padding, output_padding, dilation, groups};
   const dispatch::Scope scope(OpKind::kConvTranspose2d, {&input, &weight, bias ? &*bias : nullptr}, attrs);
   check_conv_transpose_args(input, weight, bias, attrs);

@@ -11,6 +11,7 @@
 
 #include "autograd/function.h"
 #include "ember/ops.h"
+#include "ops/autocast.h"
 #include "ops/cost.h"
 #include "ops/dispatch.h"
 #include "ops/tensor_util.h"
@@ -379,7 +380,8 @@ namespace {
 
 // y = op(x) with dx = backward(g, x).
 template <class Backward>
-Tensor unary_saving_input(OpKind op, const Tensor& x, Backward backward) {
+Tensor unary_saving_input(OpKind op, const Tensor& x_arg, Backward backward) {
+  const Tensor x = amp::cast(op, x_arg);
   Tensor out = unary_op(op, x);
   if (needs_grad(x)) {
     autograd::record(op, {}, out, {&x}, [sx = SavedTensor(x), backward](const Tensor& g, GradMask) -> Grads {
@@ -391,7 +393,8 @@ Tensor unary_saving_input(OpKind op, const Tensor& x, Backward backward) {
 
 // y = op(x) with dx = backward(g, y).
 template <class Backward>
-Tensor unary_saving_output(OpKind op, const Tensor& x, Backward backward) {
+Tensor unary_saving_output(OpKind op, const Tensor& x_arg, Backward backward) {
+  const Tensor x = amp::cast(op, x_arg);
   Tensor out = unary_op(op, x);
   if (needs_grad(x)) {
     autograd::record(op, {}, out, {&x}, [so = SavedTensor(out), backward](const Tensor& g, GradMask) -> Grads {

@@ -28,6 +28,7 @@
 
 #include "autograd/function.h"
 #include "ember/ops.h"
+#include "ops/autocast.h"
 #include "ops/cost.h"
 #include "ops/dispatch.h"
 #include "ops/reference.h"
@@ -114,8 +115,10 @@ Tensor class_grad_scale(const Tensor& grad, Reduction reduction, const Tensor& c
 
 }  // namespace
 
-Tensor cross_entropy(const Tensor& input, const Tensor& target, int64_t ignore_index, Reduction reduction,
+Tensor cross_entropy(const Tensor& input_arg, const Tensor& target_arg, int64_t ignore_index, Reduction reduction,
                      double label_smoothing) {
+  const Tensor input = amp::cast(OpKind::kCrossEntropy, input_arg);
+  const Tensor target = amp::cast(OpKind::kCrossEntropy, target_arg);
   EMBER_CHECK(label_smoothing >= 0.0 && label_smoothing <= 1.0,
               "[cross_entropy] label_smoothing must be in [0, 1], got ", label_smoothing);
   const ClassLossAttrs attrs{ignore_index, label_smoothing, reduction};
@@ -152,7 +155,9 @@ Tensor cross_entropy(const Tensor& input, const Tensor& target, int64_t ignore_i
   return out;
 }
 
-Tensor nll_loss(const Tensor& input, const Tensor& target, int64_t ignore_index, Reduction reduction) {
+Tensor nll_loss(const Tensor& input_arg, const Tensor& target_arg, int64_t ignore_index, Reduction reduction) {
+  const Tensor input = amp::cast(OpKind::kNllLoss, input_arg);
+  const Tensor target = amp::cast(OpKind::kNllLoss, target_arg);
   const ClassLossAttrs attrs{ignore_index, 0.0, reduction};
   const dispatch::Scope scope(OpKind::kNllLoss, {&input, &target}, attrs);
   const ClassProblem p = class_problem("nll_loss", input, target);
@@ -216,20 +221,29 @@ Tensor regression_loss(OpKind kind, const Tensor& input, const Tensor& target, R
 
 }  // namespace
 
-Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
+Tensor mse_loss(const Tensor& input_arg, const Tensor& target_arg, Reduction reduction) {
+  const Tensor input = amp::cast(OpKind::kMseLoss, input_arg);
+  const Tensor target = amp::cast(OpKind::kMseLoss, target_arg);
   return regression_loss(
       OpKind::kMseLoss, input, target, reduction, [](const Tensor& d) { return d * d; },
       [](const Tensor& d) { return d * 2.0; });
 }
 
-Tensor l1_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
+Tensor l1_loss(const Tensor& input_arg, const Tensor& target_arg, Reduction reduction) {
+  const Tensor input = amp::cast(OpKind::kL1Loss, input_arg);
+  const Tensor target = amp::cast(OpKind::kL1Loss, target_arg);
   return regression_loss(
       OpKind::kL1Loss, input, target, reduction, [](const Tensor& d) { return abs(d); },
       [](const Tensor& d) { return sign(d); });
 }
 
-Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& target, const std::optional<Tensor>& weight,
-                                        const std::optional<Tensor>& pos_weight, Reduction reduction) {
+Tensor binary_cross_entropy_with_logits(const Tensor& input_arg, const Tensor& target_arg,
+                                        const std::optional<Tensor>& weight_arg,
+                                        const std::optional<Tensor>& pos_weight_arg, Reduction reduction) {
+  const Tensor input = amp::cast(OpKind::kBceWithLogits, input_arg);
+  const Tensor target = amp::cast(OpKind::kBceWithLogits, target_arg);
+  const std::optional<Tensor> weight = amp::cast(OpKind::kBceWithLogits, weight_arg);
+  const std::optional<Tensor> pos_weight = amp::cast(OpKind::kBceWithLogits, pos_weight_arg);
   const dispatch::Scope scope(OpKind::kBceWithLogits, {&input, &target}, LossAttrs{reduction});
   EMBER_CHECK(is_floating(input.dtype()) && is_floating(target.dtype()),
               "[binary_cross_entropy_with_logits] expects floating-point input and target, got ", input.dtype(),

@@ -27,6 +27,7 @@
 
 #include "autograd/function.h"
 #include "ember/ops.h"
+#include "ops/autocast.h"
 #include "ops/cost.h"
 #include "ops/dispatch.h"
 #include "ops/reference.h"
@@ -174,7 +175,9 @@ Grads matmul_backward(const Tensor& g, const Tensor& a, const Tensor& b, GradMas
 
 }  // namespace
 
-Tensor matmul(const Tensor& a, const Tensor& b) {
+Tensor matmul(const Tensor& a_arg, const Tensor& b_arg) {
+  const Tensor a = amp::cast(OpKind::kMatmul, a_arg);
+  const Tensor b = amp::cast(OpKind::kMatmul, b_arg);
   const MatmulShapes s = matmul_shapes(a, b);
   const Tensor full = detail::make_empty(s.full, a.dtype(), a.device());
   run_gemm(full, s, nullptr, 0.0);
@@ -270,7 +273,10 @@ Grads linear_backward(const Tensor& g, const Tensor& x, const Tensor& weight, co
 
 }  // namespace
 
-Tensor linear(const Tensor& x, const Tensor& weight, const std::optional<Tensor>& bias) {
+Tensor linear(const Tensor& x_arg, const Tensor& weight_arg, const std::optional<Tensor>& bias_arg) {
+  const Tensor x = amp::cast(OpKind::kLinear, x_arg);
+  const Tensor weight = amp::cast(OpKind::kLinear, weight_arg);
+  const std::optional<Tensor> bias = amp::cast(OpKind::kLinear, bias_arg);
   const dispatch::Scope scope(OpKind::kLinear, {&x, &weight, bias ? &*bias : nullptr});
   check_linear_args("linear", x, weight);
   Tensor out = linear_forward("linear", x, weight, bias);
@@ -285,8 +291,11 @@ Tensor linear(const Tensor& x, const Tensor& weight, const std::optional<Tensor>
   return out;
 }
 
-Tensor linear_gelu(const Tensor& x, const Tensor& weight, const std::optional<Tensor>& bias,
+Tensor linear_gelu(const Tensor& x_arg, const Tensor& weight_arg, const std::optional<Tensor>& bias_arg,
                    std::string_view approximate) {
+  const Tensor x = amp::cast(OpKind::kLinearGelu, x_arg);
+  const Tensor weight = amp::cast(OpKind::kLinearGelu, weight_arg);
+  const std::optional<Tensor> bias = amp::cast(OpKind::kLinearGelu, bias_arg);
   EMBER_CHECK(approximate == "none" || approximate == "tanh",
               "[linear_gelu] approximate must be \"none\" or \"tanh\", got \"", approximate, "\"");
   check_linear_args("linear_gelu", x, weight);

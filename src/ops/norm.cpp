@@ -26,6 +26,7 @@
 
 #include "autograd/function.h"
 #include "ember/ops.h"
+#include "ops/autocast.h"
 #include "ops/cost.h"
 #include "ops/dispatch.h"
 #include "ops/reference.h"
@@ -195,13 +196,18 @@ Tensor batch_norm(const Tensor& input, const Tensor& running_mean, const Tensor&
   return out;
 }
 
-Tensor layer_norm(const Tensor& input, const Shape& normalized_shape, const std::optional<Tensor>& weight,
-                  const std::optional<Tensor>& bias, double eps) {
+Tensor layer_norm(const Tensor& input_arg, const Shape& normalized_shape, const std::optional<Tensor>& weight_arg,
+                  const std::optional<Tensor>& bias_arg, double eps) {
+  const Tensor input = amp::cast(OpKind::kLayerNorm, input_arg);
+  const std::optional<Tensor> weight = amp::cast(OpKind::kLayerNorm, weight_arg);
+  const std::optional<Tensor> bias = amp::cast(OpKind::kLayerNorm, bias_arg);
   return row_norm(OpKind::kLayerNorm, input, normalized_shape, weight.value_or(Tensor()), bias.value_or(Tensor()), eps);
 }
 
-Tensor rms_norm(const Tensor& input, const Shape& normalized_shape, const std::optional<Tensor>& weight,
+Tensor rms_norm(const Tensor& input_arg, const Shape& normalized_shape, const std::optional<Tensor>& weight_arg,
                 std::optional<double> eps) {
+  const Tensor input = amp::cast(OpKind::kRmsNorm, input_arg);
+  const std::optional<Tensor> weight = amp::cast(OpKind::kRmsNorm, weight_arg);
   check_input("rms_norm", input);
   return row_norm(OpKind::kRmsNorm, input, normalized_shape, weight.value_or(Tensor()), Tensor(),
                   eps.value_or(machine_epsilon(input.dtype())));

@@ -26,6 +26,7 @@
 
 #include "autograd/function.h"
 #include "ember/ops.h"
+#include "ops/autocast.h"
 #include "ops/cost.h"
 #include "ops/dispatch.h"
 #include "ops/reference.h"
@@ -203,7 +204,8 @@ Tensor share_among(const Tensor& g, const Tensor& hits, const Shape& in_shape, c
 
 }  // namespace
 
-Tensor sum(const Tensor& x, const Axes& dims, bool keepdim) {
+Tensor sum(const Tensor& x_arg, const Axes& dims, bool keepdim) {
+  const Tensor x = amp::cast(OpKind::kSum, x_arg);
   Tensor out = sum_or_prod(OpKind::kSum, x, dims, keepdim);
   if (autograd::needs_grad(x)) {
     const ReducePlan r = plan("sum", x, dims, keepdim);
@@ -237,7 +239,8 @@ Tensor prod(const Tensor& x, const Axes& dims, bool keepdim) {
   return out;
 }
 
-Tensor mean(const Tensor& x, const Axes& dims, bool keepdim) {
+Tensor mean(const Tensor& x_arg, const Axes& dims, bool keepdim) {
+  const Tensor x = amp::cast(OpKind::kMean, x_arg);
   check_floating("mean", x);
   const ReducePlan r = plan("mean", x, dims, keepdim);
   const dispatch::Scope scope(OpKind::kMean, {&x}, r.attrs(x.dim()));
@@ -313,7 +316,8 @@ Tensor var_backward(const Tensor& scale, const Tensor& in, const ReducePlan& r, 
 
 }  // namespace
 
-Tensor var(const Tensor& x, const Axes& dims, int64_t correction, bool keepdim) {
+Tensor var(const Tensor& x_arg, const Axes& dims, int64_t correction, bool keepdim) {
+  const Tensor x = amp::cast(OpKind::kVar, x_arg);
   check_floating("var", x);
   const ReducePlan r = plan("var", x, dims, keepdim);
   const VarAttrs attrs{r.attrs(x.dim()).dims, keepdim, correction};
@@ -334,7 +338,8 @@ Tensor var(const Tensor& x, const Axes& dims, int64_t correction, bool keepdim) 
 }
 
 // std = sqrt(var): d std = d var / (2 std), taken as 0 where std is 0, as PyTorch.
-Tensor std(const Tensor& x, const Axes& dims, int64_t correction, bool keepdim) {
+Tensor std(const Tensor& x_arg, const Axes& dims, int64_t correction, bool keepdim) {
+  const Tensor x = amp::cast(OpKind::kStd, x_arg);
   check_floating("std", x);
   const ReducePlan r = plan("std", x, dims, keepdim);
   const VarAttrs attrs{r.attrs(x.dim()).dims, keepdim, correction};
@@ -360,7 +365,8 @@ Tensor std(const Tensor& x, const Axes& dims, int64_t correction, bool keepdim) 
 }
 
 // d logsumexp / dx = exp(x - logsumexp) (the softmax over the reduced dims).
-Tensor logsumexp(const Tensor& x, const Axes& dims, bool keepdim) {
+Tensor logsumexp(const Tensor& x_arg, const Axes& dims, bool keepdim) {
+  const Tensor x = amp::cast(OpKind::kLogSumExp, x_arg);
   const ReducePlan r = plan("logsumexp", x, dims, keepdim);
   const dispatch::Scope scope(OpKind::kLogSumExp, {&x}, r.attrs(x.dim()));
   const DType result_dtype = is_floating(x.dtype()) ? x.dtype() : kFloat32;
@@ -439,7 +445,8 @@ Tensor norm_backward(const Tensor& g, const Tensor& in, const Tensor& out, doubl
 
 }  // namespace
 
-Tensor norm(const Tensor& x, double p, const Axes& dims, bool keepdim) {
+Tensor norm(const Tensor& x_arg, double p, const Axes& dims, bool keepdim) {
+  const Tensor x = amp::cast(OpKind::kNorm, x_arg);
   check_floating("norm", x);
   EMBER_CHECK(!std::isnan(p), "[norm] p must be a number, got nan");
   const ReducePlan r = plan("norm", x, dims, keepdim);
@@ -482,7 +489,8 @@ Tensor softmax_backward(OpKind op, const Tensor& g, const Tensor& y, int64_t dim
 
 }  // namespace
 
-Tensor softmax(const Tensor& x, int64_t dim) {
+Tensor softmax(const Tensor& x_arg, int64_t dim) {
+  const Tensor x = amp::cast(OpKind::kSoftmax, x_arg);
   Tensor out = softmax_impl(OpKind::kSoftmax, x, dim);
   if (autograd::needs_grad(x)) {
     autograd::record(OpKind::kSoftmax, DimAttrs{normalize_axis(dim, x.dim(), "softmax")}, out, {&x},
@@ -492,7 +500,8 @@ Tensor softmax(const Tensor& x, int64_t dim) {
   }
   return out;
 }
-Tensor log_softmax(const Tensor& x, int64_t dim) {
+Tensor log_softmax(const Tensor& x_arg, int64_t dim) {
+  const Tensor x = amp::cast(OpKind::kLogSoftmax, x_arg);
   Tensor out = softmax_impl(OpKind::kLogSoftmax, x, dim);
   if (autograd::needs_grad(x)) {
     autograd::record(OpKind::kLogSoftmax, DimAttrs{normalize_axis(dim, x.dim(), "log_softmax")}, out, {&x},
