@@ -100,7 +100,8 @@ class BertAttention : public nn::Module {
   std::shared_ptr<BertResidualOutput> output;
 };
 
-/// The feed-forward network's first half: dense then the activation (fused into the GEMM).
+/// The feed-forward network's first half: dense then the activation (fused into the GEMM, unless
+/// dense is quantized).
 class BertIntermediate : public nn::Module {
  public:
   explicit BertIntermediate(const BertConfig& config);

@@ -61,7 +61,8 @@ class CausalSelfAttention : public nn::Module {
 class MLP : public nn::Module {
  public:
   explicit MLP(const GPTConfig& config);
-  Tensor forward(const Tensor& x) override;  // c_proj(gelu(c_fc(x))), the GELU in c_fc's epilogue
+  // c_proj(gelu(c_fc(x))), the GELU in c_fc's epilogue (after it when c_fc is quantized).
+  Tensor forward(const Tensor& x) override;
   std::string name() const override { return "MLP"; }
 
   std::shared_ptr<nn::Linear> c_fc;
