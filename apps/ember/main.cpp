@@ -44,6 +44,7 @@ int run_info(bool as_json) {
         {"simd_target", info.simd_target},
         {"simd_compiled", info.simd_compiled},
         {"gemm_kernel", info.gemm_kernel},
+        {"dot_isa", info.dot_isa},
         {"num_threads", info.num_threads},
         {"num_threads_source", info.num_threads_source},
         {"build_type", info.build_type},
@@ -64,6 +65,7 @@ int run_info(bool as_json) {
             << "  build type    " << info.build_type << "\n"
             << "  SIMD target   " << info.simd_target << " (compiled: " << info.simd_compiled << ")\n"
             << "  GEMM tile     " << info.gemm_kernel << "\n"
+            << "  int8/bf16 dot " << info.dot_isa << " (EMBER_MAX_CPU_ISA caps it)\n"
             << "  threads       " << info.num_threads << " (from " << info.num_threads_source << ")\n"
             << "  CUDA          "
             << (info.cuda ? "on (runtime " + ember::cuda::runtime_version() + ", " +

@@ -14,6 +14,7 @@ struct BuildInfo {
   std::string simd_target;    // the Highway target chosen at run time on this CPU
   std::string simd_compiled;  // every target compiled into the binary
   std::string gemm_kernel;    // the GEMM's register tile on this CPU, e.g. "AVX-512 14x32"
+  std::string dot_isa;        // the int8 / bfloat16 dot-product kernels' level, e.g. "AVX512_BF16"
   int num_threads = 1;
   std::string num_threads_source;  // see ember/threads.h
   bool cuda = false;

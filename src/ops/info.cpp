@@ -31,6 +31,7 @@ BuildInfo build_info() {
   info.simd_target = cpu_backend.simd_target;
   info.simd_compiled = cpu_backend.simd_compiled;
   info.gemm_kernel = cpu_backend.gemm_tile;
+  info.dot_isa = cpu_backend.dot_isa;
   info.num_threads = get_num_threads();
   info.num_threads_source = num_threads_source();
 #ifdef EMBER_WITH_CUDA

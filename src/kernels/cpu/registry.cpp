@@ -1,6 +1,7 @@
 // The CPU backend's kernel table: each family registers its kernels (kernels/cpu/registry.h).
 #include "kernels/cpu/registry.h"
 
+#include "kernels/cpu/cpu_isa.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/kernels.h"
 
@@ -26,6 +27,8 @@ void register_kernels(KernelTable& table) {
   register_quant_kernels(table);
 }
 
-BackendInfo backend_info() { return {simd_target_name(), simd_compiled_targets(), gemm_micro_kernel_name()}; }
+BackendInfo backend_info() {
+  return {simd_target_name(), simd_compiled_targets(), gemm_micro_kernel_name(), isa_name(cpu_isa())};
+}
 
 }  // namespace ember::cpu

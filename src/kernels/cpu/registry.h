@@ -16,6 +16,7 @@ struct BackendInfo {
   const char* simd_target;    // the Highway target chosen at run time
   const char* simd_compiled;  // every target compiled in
   const char* gemm_tile;      // the GEMM's register tile, e.g. "AVX-512 14x32"
+  const char* dot_isa;        // the hand-written dot-product kernels' level (cpu_isa.h)
 };
 BackendInfo backend_info();
 
