@@ -191,6 +191,36 @@ TEST(QuantKernels, EveryInt8PathMatchesTheScalarReference) {
   }
 }
 
+// Against a weight of 127 times the identity (q8_0: d = 1, one 127 per row), y[r][c] is 127 times
+// row r's c-th quantized value times its block's scale, so every path's activation quantizer
+// (rounding ties away from zero: input.npy has exact ties) must give the reference's values: one
+// step off would move y by 127 scales; the float sums across vector lanes move it by far less than
+// a quarter of that.
+TEST(QuantKernels, ActivationsQuantizeAsTheReference) {
+  const Tensor all = load_npy(kData + "input.npy");
+  const Tensor x = all.slice(0, 0, all.size(0) - 1).contiguous();  // the last row's scale overflows
+  const int64_t m = x.size(0), k = x.size(1);
+  const Tensor w = quantize(eye(k) * 127.0, kQ8_0);
+  std::vector<float> expected(static_cast<size_t>(m * k)), step(expected.size());
+  std::vector<BlockQ8_0> xq(static_cast<size_t>(k / kQuantBlock));
+  for (int64_t r = 0; r < m; ++r) {
+    quant_ref::quantize_q8_0(x.data_ptr<float>() + r * k, xq.data(), k);
+    for (int64_t c = 0; c < k; ++c) {
+      const auto* row = static_cast<const BlockQ8_0*>(w.data_ptr()) + c * (k / kQuantBlock);
+      expected[r * k + c] = quant_ref::vec_dot_q8_0(row, xq.data(), k);
+      step[r * k + c] = 127.0f * detail::half_bits_to_float(xq[c / kQuantBlock].scale);
+    }
+  }
+  for (const cpu::Isa isa : paths()) {
+    std::vector<float> y(expected.size());
+    cpu::quant::MatmulArgs args{kQ8_0, x.data_ptr<float>(), k, w.data_ptr(), nullptr, nullptr, y.data(), k, m, k, k};
+    ASSERT_TRUE(cpu::quant::matmul(args, isa, 2));
+    for (size_t i = 0; i < y.size(); ++i) {
+      ASSERT_NEAR(y[i], expected[i], 0.25f * step[i]) << cpu::isa_name(isa) << " at " << i;
+    }
+  }
+}
+
 TEST(QuantKernels, ExtremeValuesStayInRange) {
   // Weights at -128 (possible in a q8_0 file, never made by the quantizer) and activations at
   // +-127 in every lane: the sign and offset tricks must not overflow.

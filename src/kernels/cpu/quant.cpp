@@ -28,6 +28,7 @@
 #endif
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -66,42 +67,89 @@ int64_t blocks_of(int64_t k) { return (k + kQuantBlock - 1) / kQuantBlock; }
 int64_t pairs_of(int64_t k) { return (blocks_of(k) + 1) / 2; }
 int64_t row_bytes_of(DType wtype, int64_t k) { return storage_bytes(wtype, blocks_of(k) * kQuantBlock); }
 
-// Note [quantized activations]: the records of `rows` rows of x for weights of `wtype`.
-std::vector<PairRecord> quantize_activations(const MatmulArgs& a, int threads) {
+#define EMBER_AVX512 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,f16c,fma")))
+
+// Block b (0 or 1) of a record from 32 floats: the reference quantizer's values (ember/blocks.h),
+// their float16-rounded scale and the correction for weights stored with `offset` (128 for q8_0,
+// 8 for q4_0). Returns false, leaving the record undefined, when a value is NaN or Inf.
+bool quantize_block_scalar(const float* x, PairRecord& rec, int64_t b, int32_t offset) {
+  for (int64_t j = 0; j < kQuantBlock; ++j) {
+    if (!std::isfinite(x[j])) return false;
+  }
+  BlockQ8_0 block;
+  quant_ref::quantize_q8_0(x, &block, kQuantBlock);
+  int32_t sum = 0;
+  for (int64_t j = 0; j < kQuantBlock; ++j) {
+    rec.values[b * kQuantBlock + j] = block.values[j];
+    sum += block.values[j];
+  }
+  const float d = detail::half_bits_to_float(block.scale);
+  for (int64_t j = 0; j < 8; ++j) rec.scales[b * 8 + j] = d;
+  rec.correction[b * 8] = -offset * sum;
+  return true;
+}
+
+// Rounds half away from zero, as roundf: truncate, then step away from zero where the dropped
+// fraction is at least a half.
+EMBER_AVX512 inline __m512 round_half_away(__m512 v) {
+  const __m512 t = _mm512_roundscale_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+  const __mmask16 step = _mm512_cmp_ps_mask(_mm512_abs_ps(_mm512_sub_ps(v, t)), _mm512_set1_ps(0.5f), _CMP_GE_OQ);
+  const __m512 one = _mm512_or_ps(_mm512_set1_ps(1.0f), _mm512_and_ps(v, _mm512_set1_ps(-0.0f)));
+  return _mm512_mask_add_ps(t, step, t, one);
+}
+
+// The same in AVX-512, bit for bit.
+EMBER_AVX512 bool quantize_block_avx512(const float* x, PairRecord& rec, int64_t b, int32_t offset) {
+  const __m512 lo = _mm512_loadu_ps(x), hi = _mm512_loadu_ps(x + 16);
+  const __m512 abs_lo = _mm512_abs_ps(lo), abs_hi = _mm512_abs_ps(hi);
+  const __m512 inf = _mm512_set1_ps(INFINITY);
+  // Ordered less-than is false for NaN and for Inf.
+  if ((_mm512_cmp_ps_mask(abs_lo, inf, _CMP_LT_OQ) & _mm512_cmp_ps_mask(abs_hi, inf, _CMP_LT_OQ)) != 0xffff) {
+    return false;
+  }
+  const float amax = _mm512_reduce_max_ps(_mm512_max_ps(abs_lo, abs_hi));
+  const float d = amax / 127.0f;
+  const float id = d != 0.0f ? 1.0f / d : 0.0f;
+  const __m512i q_lo = _mm512_cvttps_epi32(round_half_away(_mm512_mul_ps(lo, _mm512_set1_ps(id))));
+  const __m512i q_hi = _mm512_cvttps_epi32(round_half_away(_mm512_mul_ps(hi, _mm512_set1_ps(id))));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(rec.values + b * kQuantBlock), _mm512_cvtepi32_epi8(q_lo));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(rec.values + b * kQuantBlock + 16), _mm512_cvtepi32_epi8(q_hi));
+  const int32_t sum = _mm512_reduce_add_epi32(_mm512_add_epi32(q_lo, q_hi));
+  const float rounded = detail::half_bits_to_float(detail::float_to_half_bits(d));
+  _mm256_storeu_ps(rec.scales + b * 8, _mm256_set1_ps(rounded));
+  rec.correction[b * 8] = -offset * sum;
+  return true;
+}
+
+// Note [quantized activations]: the records of the rows of x for weights of `a.wtype`; false when
+// x holds NaN or Inf.
+bool quantize_activations(const MatmulArgs& a, Isa isa, int threads, std::vector<PairRecord>& records) {
   const int64_t pairs = pairs_of(a.k);
-  std::vector<PairRecord> records(static_cast<size_t>(a.m * pairs));
+  records.assign(static_cast<size_t>(a.m * pairs), PairRecord{});
   const int32_t offset = a.wtype == kQ8_0 ? 128 : 8;
+  const auto block = supports(isa, Isa::kAvx512) ? quantize_block_avx512 : quantize_block_scalar;
+  std::atomic<bool> finite{true};
   parallel_for_threads(threads, 0, a.m, 1, [&](int64_t begin, int64_t end) {
-    BlockQ8_0 blocks[2];
-    float padded[kPairValues];
+    float padded[kQuantBlock];
     for (int64_t r = begin; r < end; ++r) {
       const float* x = a.x + r * a.x_stride;
       for (int64_t p = 0; p < pairs; ++p) {
         PairRecord& rec = records[static_cast<size_t>(r * pairs + p)];
-        std::memset(&rec, 0, sizeof(rec));
-        const int64_t count = std::min(kPairValues, a.k - p * kPairValues);
-        const float* values = x + p * kPairValues;
-        if (count % kQuantBlock != 0) {  // a row's last block, zero-padded as the weight rows are
-          std::fill(padded, padded + kPairValues, 0.0f);
-          std::copy(values, values + count, padded);
-          values = padded;
-        }
-        const int64_t block_count = (count + kQuantBlock - 1) / kQuantBlock;
-        quant_ref::quantize_q8_0(values, blocks, block_count * kQuantBlock);
-        for (int64_t b = 0; b < block_count; ++b) {
-          int32_t sum = 0;
-          for (int64_t j = 0; j < kQuantBlock; ++j) {
-            rec.values[b * kQuantBlock + j] = blocks[b].values[j];
-            sum += blocks[b].values[j];
+        for (int64_t b = 0; b < 2; ++b) {
+          const int64_t start = p * kPairValues + b * kQuantBlock, count = std::min(kQuantBlock, a.k - start);
+          if (count <= 0) break;
+          const float* values = x + start;
+          if (count < kQuantBlock) {  // a row's last block, zero-padded as the weight rows are
+            std::fill(padded, padded + kQuantBlock, 0.0f);
+            std::copy(values, values + count, padded);
+            values = padded;
           }
-          const float d = detail::half_bits_to_float(blocks[b].scale);
-          for (int64_t j = 0; j < 8; ++j) rec.scales[b * 8 + j] = d;
-          rec.correction[b * 8] = -offset * sum;
+          if (!block(values, rec, b, offset)) finite.store(false, std::memory_order_relaxed);
         }
       }
     }
   });
-  return records;
+  return finite.load();
 }
 
 Int8Rows quantize_int8_activations(const MatmulArgs& a, int threads) {
@@ -387,14 +435,6 @@ void tiles(int64_t m, int64_t n_begin, int64_t n_end, const Tile& tile) {
 
 bool matmul(const MatmulArgs& a, Isa isa, int threads) {
   if (a.m == 0 || a.n == 0) return true;
-  bool finite = true;
-  for (int64_t r = 0; r < a.m && finite; ++r) {
-    const float* x = a.x + r * a.x_stride;
-    float sum = 0.0f;  // NaN if any value is NaN or Inf (Inf - Inf or Inf * 0 below)
-    for (int64_t j = 0; j < a.k; ++j) sum += x[j] * 0.0f;
-    finite = sum == 0.0f;
-  }
-  if (!finite) return false;
   const bool vnni = supports(isa, Isa::kAvx512Vnni);
   const bool avx2 = supports(isa, Isa::kAvx2);
   // Weight rows per task: enough that a task's weights are worth a thread (a mat-vec product is
@@ -402,6 +442,11 @@ bool matmul(const MatmulArgs& a, Isa isa, int threads) {
   const int64_t row_bytes = a.wtype == kInt8 ? a.k : row_bytes_of(a.wtype, a.k);
   const int64_t grain = std::max<int64_t>(4, (a.m <= 4 ? 65536 : 262144) / std::max<int64_t>(row_bytes, 1)) / 4 * 4;
   if (a.wtype == kInt8) {
+    for (int64_t r = 0; r < a.m; ++r) {
+      for (int64_t j = 0; j < a.k; ++j) {
+        if (!std::isfinite(a.x[r * a.x_stride + j])) return false;
+      }
+    }
     const Int8Rows x = quantize_int8_activations(a, threads);
     parallel_for_threads(threads, 0, a.n, grain, [&](int64_t begin, int64_t end) {
       if (vnni) {
@@ -414,7 +459,8 @@ bool matmul(const MatmulArgs& a, Isa isa, int threads) {
     });
     return true;
   }
-  const std::vector<PairRecord> records = quantize_activations(a, threads);
+  std::vector<PairRecord> records;
+  if (!quantize_activations(a, isa, threads, records)) return false;
   parallel_for_threads(threads, 0, a.n, grain, [&](int64_t begin, int64_t end) {
     if (vnni && a.wtype == kQ8_0) {
       tiles(a.m, begin, end,
