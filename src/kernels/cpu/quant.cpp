@@ -11,11 +11,12 @@
 // sum(w * x) + correction, an integer, which the kernel scales by d_w * d_x in float32 and adds to
 // 16 float accumulators. The AVX2 and scalar paths read the same records.
 //
-// Note [quantized matmul tiling]: a task owns a range of weight rows; inside it, tiles of up to 4
-// rows of x by 4 rows of w keep 16 accumulators in registers while the pairs of blocks stream by:
-// each weight vector loaded is used by 4 rows of x, each activation vector by 4 rows of w. With one
-// row of x (a mat-vec product) the weights are read once, in order, which is all that matters
-// there: the product is limited by memory bandwidth (bench rows gemv_q8_0 / gemv_q4_0).
+// Note [quantized matmul tiling]: a task owns a block of rows of x (64) and of weight rows (as many
+// as fit in L2); inside it, tiles of up to 4 rows of x by 4 rows of w keep 16 accumulators in
+// registers while the pairs of blocks stream by: each weight vector loaded is used by 4 rows of x,
+// each activation vector by 4 rows of w. With one row of x (a mat-vec product) the tasks split the
+// weight rows alone, read once, in order, which is all that matters there: the product is limited
+// by memory bandwidth (bench rows gemv_q8_0 / gemv_q4_0).
 #include "kernels/cpu/quant.h"
 
 #include <immintrin.h>
@@ -196,10 +197,11 @@ float pair_dot_scalar(DType wtype, const uint8_t* w_row, int64_t p, int64_t bloc
   return sum;
 }
 
-void block_rows_scalar(const MatmulArgs& a, const PairRecord* records, int64_t n_begin, int64_t n_end) {
+void block_rows_scalar(const MatmulArgs& a, const PairRecord* records, int64_t m_begin, int64_t m_end, int64_t n_begin,
+                       int64_t n_end) {
   const int64_t pairs = pairs_of(a.k), blocks = blocks_of(a.k);
   const int64_t row_bytes = row_bytes_of(a.wtype, a.k);
-  for (int64_t r = 0; r < a.m; ++r) {
+  for (int64_t r = m_begin; r < m_end; ++r) {
     for (int64_t c = n_begin; c < n_end; ++c) {
       const auto* w_row = static_cast<const uint8_t*>(a.w) + c * row_bytes;
       float sum = 0.0f;
@@ -209,8 +211,9 @@ void block_rows_scalar(const MatmulArgs& a, const PairRecord* records, int64_t n
   }
 }
 
-void int8_rows_scalar(const MatmulArgs& a, const Int8Rows& x, int64_t n_begin, int64_t n_end) {
-  for (int64_t r = 0; r < a.m; ++r) {
+void int8_rows_scalar(const MatmulArgs& a, const Int8Rows& x, int64_t m_begin, int64_t m_end, int64_t n_begin,
+                      int64_t n_end) {
+  for (int64_t r = m_begin; r < m_end; ++r) {
     const int8_t* xq = x.values.data() + r * x.padded_k;
     for (int64_t c = n_begin; c < n_end; ++c) {
       const int32_t isum = quant_ref::dot_int8(static_cast<const int8_t*>(a.w) + c * a.k, xq, a.k);
@@ -259,10 +262,11 @@ EMBER_AVX2 inline __m256i load_block_avx2(DType wtype, const uint8_t* w_row, int
   return _mm256_sub_epi8(_mm256_and_si256(both, _mm256_set1_epi8(0x0f)), _mm256_set1_epi8(8));
 }
 
-EMBER_AVX2 void block_rows_avx2(const MatmulArgs& a, const PairRecord* records, int64_t n_begin, int64_t n_end) {
+EMBER_AVX2 void block_rows_avx2(const MatmulArgs& a, const PairRecord* records, int64_t m_begin, int64_t m_end,
+                                int64_t n_begin, int64_t n_end) {
   const int64_t pairs = pairs_of(a.k), blocks = blocks_of(a.k);
   const int64_t row_bytes = row_bytes_of(a.wtype, a.k);
-  for (int64_t r = 0; r < a.m; ++r) {
+  for (int64_t r = m_begin; r < m_end; ++r) {
     const PairRecord* rec = records + r * pairs;
     for (int64_t c = n_begin; c < n_end; ++c) {
       const auto* w_row = static_cast<const uint8_t*>(a.w) + c * row_bytes;
@@ -280,9 +284,10 @@ EMBER_AVX2 void block_rows_avx2(const MatmulArgs& a, const PairRecord* records, 
   }
 }
 
-EMBER_AVX2 void int8_rows_avx2(const MatmulArgs& a, const Int8Rows& x, int64_t n_begin, int64_t n_end) {
+EMBER_AVX2 void int8_rows_avx2(const MatmulArgs& a, const Int8Rows& x, int64_t m_begin, int64_t m_end, int64_t n_begin,
+                               int64_t n_end) {
   const int64_t full = a.k / 32 * 32;
-  for (int64_t r = 0; r < a.m; ++r) {
+  for (int64_t r = m_begin; r < m_end; ++r) {
     const int8_t* xq = x.values.data() + r * x.padded_k;
     for (int64_t c = n_begin; c < n_end; ++c) {
       const int8_t* w = static_cast<const int8_t*>(a.w) + c * a.k;
@@ -393,13 +398,13 @@ EMBER_VNNI void int8_tile_vnni(const MatmulArgs& a, const Int8Rows& x, int64_t r
   }
 }
 
-// Calls tile.template operator()<R, C>(r, c) over rows [0, m) x weight rows [n_begin, n_end) in
+// Calls tile.template operator()<R, C>(r, c) over rows [m_begin, m_end) x weight rows [n_begin, n_end) in
 // tiles of 4 x 4, smaller at the edges.
 template <class Tile>
-void tiles(int64_t m, int64_t n_begin, int64_t n_end, const Tile& tile) {
+void tiles(int64_t m_begin, int64_t m_end, int64_t n_begin, int64_t n_end, const Tile& tile) {
   constexpr int64_t kR = 4, kC = 4;
-  for (int64_t r = 0; r < m; r += kR) {
-    const int64_t rows = std::min(kR, m - r);
+  for (int64_t r = m_begin; r < m_end; r += kR) {
+    const int64_t rows = std::min(kR, m_end - r);
     for (int64_t c = n_begin; c < n_end; c += kC) {
       const int64_t cols = std::min(kC, n_end - c);
       const auto with_rows = [&]<int R>() {
@@ -440,7 +445,22 @@ bool matmul(const MatmulArgs& a, Isa isa, int threads) {
   // Weight rows per task: enough that a task's weights are worth a thread (a mat-vec product is
   // cut finer than a product with many rows of x, whose tasks each sweep all of x).
   const int64_t row_bytes = a.wtype == kInt8 ? a.k : row_bytes_of(a.wtype, a.k);
+  // Note [quantized matmul tiling]: a mat-vec product splits the weight rows among the threads; a
+  // product with more rows of x splits both: blocks of 64 rows of x by blocks of weight rows that
+  // stay in L2 (256 KiB) while the rows of x stream past them.
   const int64_t grain = std::max<int64_t>(4, (a.m <= 4 ? 65536 : 262144) / std::max<int64_t>(row_bytes, 1)) / 4 * 4;
+  const auto grid = [&](const auto& run) {
+    if (a.m <= 4) {
+      parallel_for_threads(threads, 0, a.n, grain, [&](int64_t begin, int64_t end) { run(0, a.m, begin, end); });
+      return;
+    }
+    constexpr int64_t kRowBlock = 64;
+    const int64_t m_blocks = (a.m + kRowBlock - 1) / kRowBlock, n_blocks = (a.n + grain - 1) / grain;
+    parallel_tasks(m_blocks * n_blocks, threads, [&](int64_t t) {
+      const int64_t m0 = t / n_blocks * kRowBlock, n0 = t % n_blocks * grain;
+      run(m0, std::min(a.m, m0 + kRowBlock), n0, std::min(a.n, n0 + grain));
+    });
+  };
   if (a.wtype == kInt8) {
     for (int64_t r = 0; r < a.m; ++r) {
       for (int64_t j = 0; j < a.k; ++j) {
@@ -448,30 +468,30 @@ bool matmul(const MatmulArgs& a, Isa isa, int threads) {
       }
     }
     const Int8Rows x = quantize_int8_activations(a, threads);
-    parallel_for_threads(threads, 0, a.n, grain, [&](int64_t begin, int64_t end) {
+    grid([&](int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
       if (vnni) {
-        tiles(a.m, begin, end, [&]<int R, int C>(int64_t r, int64_t c) { int8_tile_vnni<R, C>(a, x, r, c); });
+        tiles(m0, m1, n0, n1, [&]<int R, int C>(int64_t r, int64_t c) { int8_tile_vnni<R, C>(a, x, r, c); });
       } else if (avx2) {
-        int8_rows_avx2(a, x, begin, end);
+        int8_rows_avx2(a, x, m0, m1, n0, n1);
       } else {
-        int8_rows_scalar(a, x, begin, end);
+        int8_rows_scalar(a, x, m0, m1, n0, n1);
       }
     });
     return true;
   }
   std::vector<PairRecord> records;
   if (!quantize_activations(a, isa, threads, records)) return false;
-  parallel_for_threads(threads, 0, a.n, grain, [&](int64_t begin, int64_t end) {
+  grid([&](int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
     if (vnni && a.wtype == kQ8_0) {
-      tiles(a.m, begin, end,
+      tiles(m0, m1, n0, n1,
             [&]<int R, int C>(int64_t r, int64_t c) { block_tile_vnni<kQ8_0, R, C>(a, records.data(), r, c); });
     } else if (vnni) {
-      tiles(a.m, begin, end,
+      tiles(m0, m1, n0, n1,
             [&]<int R, int C>(int64_t r, int64_t c) { block_tile_vnni<kQ4_0, R, C>(a, records.data(), r, c); });
     } else if (avx2) {
-      block_rows_avx2(a, records.data(), begin, end);
+      block_rows_avx2(a, records.data(), m0, m1, n0, n1);
     } else {
-      block_rows_scalar(a, records.data(), begin, end);
+      block_rows_scalar(a, records.data(), m0, m1, n0, n1);
     }
   });
   return true;
