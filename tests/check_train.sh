@@ -2,7 +2,8 @@
 # `ember train mnist`: the --json line has every promised field, bad input is a clear error, and a
 # run stopped after one epoch and resumed from its checkpoint ends bit-identical to an
 # uninterrupted run (same final checkpoint bytes, same results), --compile ends with the same loss
-# as eager, and the default CNN's steady-state steps make no calls to the system allocator.
+# as eager, --amp bf16/f16 train as well as float32 (f16 resumes bit-identically with its loss
+# scaler), and the default CNN's steady-state steps make no calls to the system allocator.
 set -euo pipefail
 ember="$1"
 data="$2"
@@ -30,6 +31,33 @@ for key in ["test_accuracy", "final_loss"]:
     assert full[key] == resumed[key], (key, full[key], resumed[key])
 print("json and resume ok:", full["test_accuracy"], full["final_loss"])
 PY
+
+# --amp: bf16 and f16 autocast train as well as float32 (within 3 points of accuracy); an f16 run
+# stopped and resumed (its GradScaler state in the checkpoint) ends bit-identical to an
+# uninterrupted one; a float32 checkpoint does not resume an --amp run; --amp f16 refuses --compile.
+for amp in bf16 f16; do
+  "$ember" train mnist "${common[@]}" --amp "$amp" --save "$tmp/amp_$amp.safetensors" --json > "$tmp/amp_$amp.txt"
+done
+"$ember" train mnist "${common[@]}" --amp f16 --stop-after 1 --save "$tmp/amp_part.safetensors" --json > /dev/null
+"$ember" train mnist "${common[@]}" --amp f16 --resume "$tmp/amp_part.safetensors" --save "$tmp/amp_part.safetensors" \
+  --json > /dev/null
+cmp "$tmp/amp_f16.safetensors" "$tmp/amp_part.safetensors" || { echo "resumed --amp f16 checkpoint differs"; exit 1; }
+python3 - "$tmp/full.txt" "$tmp/amp_bf16.txt" "$tmp/amp_f16.txt" <<'PY'
+import json, sys
+full, bf16, f16 = (json.loads(open(p).read().strip().splitlines()[-1]) for p in sys.argv[1:4])
+for run in (bf16, f16):
+    assert abs(run["test_accuracy"] - full["test_accuracy"]) <= 0.03, (run, full)
+print("amp ok:", full["test_accuracy"], bf16["test_accuracy"], f16["test_accuracy"])
+PY
+grep -q '"grad_scaler.scale"' "$tmp/amp_f16.safetensors" || { echo "no GradScaler state in the f16 checkpoint"; exit 1; }
+if "$ember" train mnist "${common[@]}" --amp bf16 --resume "$tmp/full.safetensors" > "$tmp/err.txt" 2>&1; then
+  echo "an --amp run resumed a float32 checkpoint"; exit 1
+fi
+grep -q "amp" "$tmp/err.txt" || { cat "$tmp/err.txt"; exit 1; }
+if "$ember" train mnist "${common[@]}" --amp f16 --compile > "$tmp/err.txt" 2>&1; then
+  echo "--amp f16 --compile ran"; exit 1
+fi
+grep -q -- "--amp f16 cannot run with --compile" "$tmp/err.txt" || { cat "$tmp/err.txt"; exit 1; }
 
 # --compile: the same run with each step through ember::compile (a second plan for the last, smaller
 # batch of each epoch: 4,000 images in batches of 64) ends with the same loss to 4 significant digits.

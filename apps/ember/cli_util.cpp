@@ -10,6 +10,13 @@ StateDict with_prefix(const StateDict& dict, const std::string& prefix) {
   return out;
 }
 
+std::optional<DType> amp_option(const std::string& value, const char* command) {
+  if (value == "bf16") return kBFloat16;
+  if (value == "f16") return kFloat16;
+  EMBER_CHECK(value == "none" || value.empty(), "[", command, "] --amp must be bf16, f16 or none, got \"", value, "\"");
+  return std::nullopt;
+}
+
 StateDict strip_prefix(const StateDict& dict, const std::string& prefix) {
   StateDict out;
   for (const auto& [key, value] : dict) {

@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <ostream>
 #include <string>
 
@@ -22,6 +23,13 @@ inline double seconds_since(Clock::time_point start) {
 // A checkpoint holds several state dicts under prefixes ("model.", "optimizer.", ...).
 StateDict with_prefix(const StateDict& dict, const std::string& prefix);
 StateDict strip_prefix(const StateDict& dict, const std::string& prefix);
+
+// The GradScaler's state in a checkpoint of an --amp f16 run.
+inline constexpr const char* kScalerPrefix = "grad_scaler.";
+
+// --amp: "bf16" -> bfloat16, "f16" -> float16, "none" -> no autocast; anything else is an error
+// naming the command.
+std::optional<DType> amp_option(const std::string& value, const char* command);
 
 // --profile: the run's totals, then the 15 ops that took the most time with their share of this
 // machine's roofline, and how to plot the trace written to trace_path.

@@ -191,6 +191,9 @@ int main(int argc, char** argv) {
       ->check(kPositiveCount);
   mnist->add_option("--resume", train.resume_path, "Continue from a checkpoint written by --save");
   mnist->add_flag("--json", train.json, "End with one JSON line of results");
+  mnist->add_option("--amp", train.amp, "Mixed precision: bf16 or f16 autocast (f16 scales the loss), or none")
+      ->check(CLI::IsMember({"none", "bf16", "f16"}))
+      ->capture_default_str();
   mnist->add_flag("--compile", train.compile,
                   "Run each training step (zero_grad, forward, loss, backward, optimizer and schedule steps) "
                   "through ember::compile: the first batch traces it, later batches replay the plan; the last, "
@@ -234,6 +237,9 @@ int main(int argc, char** argv) {
       ->check(kThreadCount)
       ->capture_default_str();
   gpt_cmd->add_flag("--json", gpt.json, "End with one JSON line of results");
+  gpt_cmd->add_option("--amp", gpt.amp, "Mixed precision: bf16 or f16 autocast (f16 scales the loss), or none")
+      ->check(CLI::IsMember({"none", "bf16", "f16"}))
+      ->capture_default_str();
   gpt_cmd->add_flag("--compile", gpt.compile,
                     "Run each training step (loss, zero_grad, backward, clipping, AdamW step) through "
                     "ember::compile: the first step traces it, later steps replay the plan (the learning rate is "

@@ -120,7 +120,16 @@ int run_train_mnist(const TrainOptions& options) {
   if (options.schedule == "cosine") {
     schedule = std::make_unique<optim::CosineAnnealingLR>(*optimizer, batches_per_epoch * options.epochs);
   }
-  const std::map<std::string, std::string> settings = run_settings(options, lr);
+  std::map<std::string, std::string> settings = run_settings(options, lr);
+  // --amp: the forward and the loss under autocast; float16 also scales the loss (GradScaler,
+  // whose state goes into the checkpoint). Checkpoints of float32 runs carry no "amp" entry.
+  const std::optional<DType> amp_dtype = amp_option(options.amp, "train");
+  if (amp_dtype) settings["amp"] = options.amp;
+  std::optional<amp::GradScaler> scaler;
+  if (amp_dtype == kFloat16) scaler.emplace();
+  EMBER_CHECK(!(scaler && options.compile),
+              "[train] --amp f16 cannot run with --compile: the loss scaler reads the "
+              "gradients on the host to decide whether to step (--amp bf16 can)");
 
   int first_epoch = 0;
   if (!options.resume_path.empty()) {
@@ -133,6 +142,7 @@ int run_train_mnist(const TrainOptions& options) {
     model->load_state_dict(strip_prefix(checkpoint, kModelPrefix));
     optimizer->load_state_dict(strip_prefix(checkpoint, kOptimizerPrefix));
     if (schedule) schedule->load_state_dict(strip_prefix(checkpoint, kSchedulePrefix));
+    if (scaler) scaler->load_state_dict(strip_prefix(checkpoint, kScalerPrefix));
     const std::string& done = meta["epochs_done"];
     EMBER_CHECK(!done.empty() && done.find_first_not_of("0123456789") == std::string::npos && done.size() < 9,
                 "[train] checkpoint ", options.resume_path, " has no valid epochs_done entry (got \"", done, "\")");
@@ -146,10 +156,20 @@ int run_train_mnist(const TrainOptions& options) {
   // steps. Returns the loss and the logits (for the accuracy, read outside the step).
   auto step = [&](const Tensor& inputs, const Tensor& targets) {
     optimizer->zero_grad();
-    Tensor logits = (*model)(inputs);
-    Tensor loss = nn::functional::cross_entropy(logits, targets);
-    loss.backward();
-    optimizer->step();
+    Tensor logits, loss;
+    {
+      const amp::Autocast autocast(amp_dtype.value_or(kBFloat16), amp_dtype.has_value());
+      logits = (*model)(inputs);
+      loss = nn::functional::cross_entropy(logits, targets);
+    }
+    if (scaler) {
+      scaler->scale(loss).backward();
+      scaler->step(*optimizer);
+      scaler->update();
+    } else {
+      loss.backward();
+      optimizer->step();
+    }
     if (schedule) schedule->step();
     return std::tuple<Tensor, Tensor>{loss, logits};
   };
@@ -164,10 +184,10 @@ int run_train_mnist(const TrainOptions& options) {
   if (!options.json) {
     std::printf(
         "ember train mnist: %s, %s (lr %g, %s), batch %d, shifts of up to %d px, %lld train / %lld test "
-        "images, %d threads%s\n",
+        "images, %d threads%s%s\n",
         options.model.c_str(), options.optimizer.c_str(), lr, options.schedule.c_str(), options.batch_size,
         options.shift, static_cast<long long>(n_train), static_cast<long long>(test_set.size()), get_num_threads(),
-        options.compile ? ", compiled step" : "");
+        options.compile ? ", compiled step" : "", amp_dtype ? (", autocast " + options.amp).c_str() : "");
   }
 
   // The value of a blank pixel after normalization, for the pixels a shift uncovers.
@@ -225,6 +245,7 @@ int run_train_mnist(const TrainOptions& options) {
       StateDict checkpoint = with_prefix(model->state_dict(), kModelPrefix);
       checkpoint.merge(with_prefix(optimizer->state_dict(), kOptimizerPrefix));
       if (schedule) checkpoint.merge(with_prefix(schedule->state_dict(), kSchedulePrefix));
+      if (scaler) checkpoint.merge(with_prefix(scaler->state_dict(), kScalerPrefix));
       std::map<std::string, std::string> meta = settings;
       meta["epochs_done"] = std::to_string(epoch + 1);
       save(checkpoint, options.save_path, meta);

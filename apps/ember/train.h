@@ -23,7 +23,8 @@ struct TrainOptions {
   std::string resume_path;              // continue from a checkpoint
   std::string profile_path;             // write a Chrome trace of the training steps and print the top ops
   bool json = false;
-  bool compile = false;  // run the training step through ember::compile
+  bool compile = false;      // run the training step through ember::compile
+  std::string amp = "none";  // mixed precision: "bf16" or "f16" autocast (f16 with loss scaling), or "none"
 };
 
 // Trains, evaluates and prints; returns the process exit code. Throws ember::Error on bad input.

@@ -89,7 +89,15 @@ int run_train_gpt(const TrainGptOptions& o) {
   }
   const data::CharTokenizer tokenizer = data::CharTokenizer::from_text(text);
   const data::TextSplit split(tokenizer.encode(text));
-  const std::map<std::string, std::string> settings = run_settings(o, tokenizer.vocabulary());
+  std::map<std::string, std::string> settings = run_settings(o, tokenizer.vocabulary());
+  // --amp: the loss under autocast; float16 also scales it (GradScaler, in the checkpoint).
+  const std::optional<DType> amp_dtype = amp_option(o.amp, "train gpt");
+  if (amp_dtype) settings["amp"] = o.amp;
+  std::optional<amp::GradScaler> scaler;
+  if (amp_dtype == kFloat16) scaler.emplace();
+  EMBER_CHECK(!(scaler && o.compile),
+              "[train gpt] --amp f16 cannot run with --compile: the loss scaler reads the "
+              "gradients on the host to decide whether to step (--amp bf16 can)");
 
   manual_seed(o.seed);
   models::GPT model({.vocab_size = tokenizer.vocab_size(),
@@ -122,6 +130,7 @@ int run_train_gpt(const TrainGptOptions& o) {
     }
     model.load_state_dict(strip_prefix(checkpoint, kModelPrefix));
     optimizer.load_state_dict(strip_prefix(checkpoint, kOptimizerPrefix));
+    if (scaler) scaler->load_state_dict(strip_prefix(checkpoint, kScalerPrefix));
     first_step = whole_number(meta, "steps_done", o.resume_path);
     batch_state = std::stoull(meta["batch_state"]);
     EMBER_CHECK(first_step <= o.steps, "[train gpt] checkpoint ", o.resume_path, " already has ", first_step,
@@ -131,6 +140,7 @@ int run_train_gpt(const TrainGptOptions& o) {
     if (o.save_path.empty()) return;
     StateDict checkpoint = with_prefix(model.state_dict(), kModelPrefix);
     checkpoint.merge(with_prefix(optimizer.state_dict(), kOptimizerPrefix));
+    if (scaler) checkpoint.merge(with_prefix(scaler->state_dict(), kScalerPrefix));
     std::map<std::string, std::string> meta = settings;
     meta["steps_done"] = std::to_string(steps_done);
     meta["batch_state"] = std::to_string(batch_state);
@@ -143,12 +153,12 @@ int run_train_gpt(const TrainGptOptions& o) {
     std::printf(
         "ember train gpt: %lld layers, %lld heads, %lld dims, context %lld (%.2fM parameters), batch %lld, %lld "
         "steps, AdamW lr %g (warmup %lld, cosine to %g), dropout %g, %lld train / %lld val characters, %d "
-        "threads%s\n",
+        "threads%s%s\n",
         static_cast<long long>(o.layers), static_cast<long long>(o.heads), static_cast<long long>(o.dim),
         static_cast<long long>(o.context), static_cast<double>(model.num_parameters()) / 1e6,
         static_cast<long long>(o.batch_size), static_cast<long long>(o.steps), o.lr, static_cast<long long>(o.warmup),
         o.lr / 10, o.dropout, static_cast<long long>(split.train_size()), static_cast<long long>(split.val_size()),
-        get_num_threads(), o.compile ? ", compiled step" : "");
+        get_num_threads(), o.compile ? ", compiled step" : "", amp_dtype ? (", autocast " + o.amp).c_str() : "");
   }
   std::unique_ptr<profiler::Profiler> profile;
   if (!o.profile_path.empty()) profile = std::make_unique<profiler::Profiler>();
@@ -177,11 +187,23 @@ int run_train_gpt(const TrainGptOptions& o) {
   // One training step: the loss, zero_grad, backward, clipping, AdamW's step (the learning rate is
   // set before it, outside: a replayed AdamW step reads its param groups' current options).
   auto train_step = [&](const Tensor& x, const Tensor& y) {
-    Tensor loss = model.loss(x, y);
+    Tensor loss;
+    {
+      const amp::Autocast autocast(amp_dtype.value_or(kBFloat16), amp_dtype.has_value());
+      loss = model.loss(x, y);
+    }
     optimizer.zero_grad();
-    loss.backward();
-    optim::clip_grad_norm_(model.parameters(), 1.0);
-    optimizer.step();
+    if (scaler) {
+      scaler->scale(loss).backward();
+      scaler->unscale_(optimizer);  // clip the true gradients
+      optim::clip_grad_norm_(model.parameters(), 1.0);
+      scaler->step(optimizer);
+      scaler->update();
+    } else {
+      loss.backward();
+      optim::clip_grad_norm_(model.parameters(), 1.0);
+      optimizer.step();
+    }
     return loss;
   };
   // --compile: the first step traces it, later steps replay the plan (every batch has one shape).

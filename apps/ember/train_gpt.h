@@ -30,7 +30,8 @@ struct TrainGptOptions {
   std::string resume_path;
   std::string profile_path;
   bool json = false;
-  bool compile = false;  // run the training step through ember::compile
+  bool compile = false;      // run the training step through ember::compile
+  std::string amp = "none";  // mixed precision: "bf16" or "f16" autocast (f16 with loss scaling), or "none"
 };
 
 int run_train_gpt(const TrainGptOptions& options);
