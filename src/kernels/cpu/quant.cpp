@@ -153,22 +153,58 @@ bool quantize_activations(const MatmulArgs& a, Isa isa, int threads, std::vector
   return finite.load();
 }
 
-Int8Rows quantize_int8_activations(const MatmulArgs& a, int threads) {
-  Int8Rows rows;
+// A row of k floats to int8 as quant_ref::quantize_int8_row does, bit for bit; returns its scale
+// and writes sum(q) to *sum, or returns NaN when the row holds NaN or Inf.
+float quantize_int8_row_scalar(const float* x, int64_t k, int8_t* q, int32_t* sum) {
+  for (int64_t j = 0; j < k; ++j) {
+    if (!std::isfinite(x[j])) return NAN;
+  }
+  const float scale = quant_ref::quantize_int8_row(x, q, k);
+  *sum = 0;
+  for (int64_t j = 0; j < k; ++j) *sum += q[j];
+  return scale;
+}
+
+EMBER_AVX512 float quantize_int8_row_avx512(const float* x, int64_t k, int8_t* q, int32_t* sum) {
+  const __m512 inf = _mm512_set1_ps(INFINITY);
+  __m512 amax = _mm512_setzero_ps();
+  for (int64_t j = 0; j < k; j += 16) {
+    const __mmask16 mask = k - j >= 16 ? __mmask16(0xffff) : static_cast<__mmask16>((1u << (k - j)) - 1);
+    const __m512 v = _mm512_abs_ps(_mm512_maskz_loadu_ps(mask, x + j));
+    if (_mm512_cmp_ps_mask(v, inf, _CMP_LT_OQ) != 0xffff) return NAN;  // ordered: false for NaN and Inf
+    amax = _mm512_max_ps(amax, v);
+  }
+  const float scale = _mm512_reduce_max_ps(amax) / 127.0f;
+  const __m512 inverse = _mm512_set1_ps(scale != 0.0f ? 1.0f / scale : 0.0f);
+  __m512i total = _mm512_setzero_si512();
+  for (int64_t j = 0; j < k; j += 16) {
+    const __mmask16 mask = k - j >= 16 ? __mmask16(0xffff) : static_cast<__mmask16>((1u << (k - j)) - 1);
+    const __m512i v = _mm512_cvttps_epi32(round_half_away(_mm512_mul_ps(_mm512_maskz_loadu_ps(mask, x + j), inverse)));
+    _mm_mask_storeu_epi8(q + j, mask, _mm512_cvtepi32_epi8(v));
+    total = _mm512_add_epi32(total, v);
+  }
+  *sum = _mm512_reduce_add_epi32(total);
+  return scale;
+}
+
+// Rows of x as int8 with their scales and corrections; false when x holds NaN or Inf.
+bool quantize_int8_activations(const MatmulArgs& a, Isa isa, int threads, Int8Rows& rows) {
   rows.padded_k = (a.k + kPairValues - 1) / kPairValues * kPairValues;
   rows.values.assign(static_cast<size_t>(a.m * rows.padded_k), 0);
   rows.scales.resize(static_cast<size_t>(a.m));
   rows.corrections.resize(static_cast<size_t>(a.m));
+  const auto quantize_row = supports(isa, Isa::kAvx512) ? quantize_int8_row_avx512 : quantize_int8_row_scalar;
+  std::atomic<bool> finite{true};
   parallel_for_threads(threads, 0, a.m, 1, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
-      int8_t* q = rows.values.data() + r * rows.padded_k;
-      rows.scales[static_cast<size_t>(r)] = quant_ref::quantize_int8_row(a.x + r * a.x_stride, q, a.k);
       int32_t sum = 0;
-      for (int64_t j = 0; j < a.k; ++j) sum += q[j];
+      const float scale = quantize_row(a.x + r * a.x_stride, a.k, rows.values.data() + r * rows.padded_k, &sum);
+      if (std::isnan(scale)) finite.store(false, std::memory_order_relaxed);
+      rows.scales[static_cast<size_t>(r)] = scale;
       rows.corrections[static_cast<size_t>(r)] = -128 * sum;
     }
   });
-  return rows;
+  return finite.load();
 }
 
 // --- scalar ---------------------------------------------------------------------------------------
@@ -462,12 +498,8 @@ bool matmul(const MatmulArgs& a, Isa isa, int threads) {
     });
   };
   if (a.wtype == kInt8) {
-    for (int64_t r = 0; r < a.m; ++r) {
-      for (int64_t j = 0; j < a.k; ++j) {
-        if (!std::isfinite(a.x[r * a.x_stride + j])) return false;
-      }
-    }
-    const Int8Rows x = quantize_int8_activations(a, threads);
+    Int8Rows x;
+    if (!quantize_int8_activations(a, isa, threads, x)) return false;
     grid([&](int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
       if (vnni) {
         tiles(m0, m1, n0, n1, [&]<int R, int C>(int64_t r, int64_t c) { int8_tile_vnni<R, C>(a, x, r, c); });
