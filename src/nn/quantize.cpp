@@ -1,6 +1,7 @@
 // Post-training quantization of a model's Linear layers (ember/nn/quantize.h).
 #include "ember/nn/quantize.h"
 
+#include <cstdio>
 #include <sstream>
 
 #include "ember/nn/modules.h"
@@ -45,8 +46,9 @@ std::string Summary::report() const {
   std::ostringstream out;
   out << "quantized " << quantized.size() << " Linear layer" << (quantized.size() == 1 ? "" : "s");
   if (float_bytes > 0) {
-    out << ": weights " << float_bytes << " -> " << quantized_bytes << " bytes ("
-        << static_cast<double>(float_bytes) / static_cast<double>(quantized_bytes) << "x smaller)";
+    char ratio[32];
+    std::snprintf(ratio, sizeof ratio, "%.2f", static_cast<double>(float_bytes) / static_cast<double>(quantized_bytes));
+    out << ": weights " << float_bytes << " -> " << quantized_bytes << " bytes (" << ratio << "x smaller)";
   }
   out << "\n";
   for (const auto& [name, why] : skipped) out << "  kept " << name << " in float: " << why << "\n";
