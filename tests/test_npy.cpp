@@ -164,31 +164,7 @@ void expect_same_tensor(const Tensor& actual, const Tensor& expected) {
   EXPECT_TRUE(bitwise_equal(actual, expected));
 }
 
-// A fresh folder per test, removed afterwards.
-class NpyFolder : public ::testing::Test {
- protected:
-  void SetUp() override {
-    static std::atomic<int> counter{0};
-    dir_ = fs::temp_directory_path() /
-           ("ember_npy_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter.fetch_add(1)));
-    fs::create_directories(dir_);
-  }
-  void TearDown() override {
-    std::error_code error;
-    fs::permissions(dir_, fs::perms::owner_all, fs::perm_options::add, error);
-    fs::remove_all(dir_, error);
-  }
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
-  // Names in the folder other than `keep` (a failed save must leave no temporary file behind).
-  std::vector<std::string> other_files(const std::string& keep) const {
-    std::vector<std::string> names;
-    for (const auto& entry : fs::directory_iterator(dir_)) {
-      if (entry.path().filename() != keep) names.push_back(entry.path().filename().string());
-    }
-    return names;
-  }
-  fs::path dir_;
-};
+using NpyFolder = test_util::TempFolderTest;
 
 using NpyNumpyFiles = NpyFolder;
 using NpyRoundTrip = NpyFolder;

@@ -3,9 +3,12 @@
 
 #include <gtest/gtest.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
+#include <atomic>
 #include <csignal>
 #include <cstring>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -86,5 +89,32 @@ inline ember::OpCost cost_of(ember::OpKind kind, const ember::Attrs& attrs, cons
                                std::span(operands.data() + inputs.size(), outputs.size())};
   return ember::op_cost(call);
 }
+
+// A fresh folder per test, removed afterwards (with its permissions restored first, so a test that
+// made it read-only still cleans up).
+class TempFolderTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    static std::atomic<int> counter{0};
+    dir_ = std::filesystem::temp_directory_path() /
+           ("ember_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter.fetch_add(1)));
+    std::filesystem::create_directories(dir_);
+  }
+  void TearDown() override {
+    std::error_code error;
+    std::filesystem::permissions(dir_, std::filesystem::perms::owner_all, std::filesystem::perm_options::add, error);
+    std::filesystem::remove_all(dir_, error);
+  }
+  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+  // Names in the folder other than `keep` (a failed save must leave no temporary file behind).
+  std::vector<std::string> other_files(const std::string& keep) const {
+    std::vector<std::string> names;
+    for (const auto& entry : std::filesystem::directory_iterator(dir_)) {
+      if (entry.path().filename() != keep) names.push_back(entry.path().filename().string());
+    }
+    return names;
+  }
+  std::filesystem::path dir_;
+};
 
 }  // namespace test_util
