@@ -101,7 +101,9 @@ TEST(Views, ErrorsNameTheOp) {
   EXPECT_TRUE(starts_with([&] { (void)x.data_ptr<double>(); }, "[data_ptr]"));
   EXPECT_TRUE(starts_with([&] { ember::zeros({1, 1, 1, 1, 1, 1, 1, 1, 1}); }, "[shape]"));
   EXPECT_TRUE(starts_with([&] { ember::zeros({2, -1}); }, "[empty]"));
-  EXPECT_TRUE(starts_with([&] { ember::ones({2}, ember::Device{ember::DeviceType::kCUDA, 0}); }, "[allocate]"));
+  // A CUDA device past the last one (cuda:0 on a machine without a GPU).
+  const ember::Device missing{ember::DeviceType::kCUDA, ember::cuda::device_count()};
+  EXPECT_TRUE(starts_with([&] { ember::ones({2}, missing); }, "[allocate]"));
   EXPECT_TRUE(starts_with([&] { ember::arange(0, 5, -1); }, "[arange]"));
   EXPECT_TRUE(starts_with([&] { ember::randint(5, 5, {2}); }, "[randint]"));
 }
