@@ -343,89 +343,106 @@ EMBER_AVX2 void int8_rows_avx2(const MatmulArgs& a, const Int8Rows& x, int64_t m
 
 #define EMBER_VNNI __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,f16c,fma")))
 
+#define EMBER_UNROLL _Pragma("GCC unroll 16")
+
 // A pair of weight blocks as 64 unsigned bytes for vpdpbusd (Note [quantized activations]) and
-// their scales spread over the 16 lanes; `second` is false for a row's odd last block.
-template <DType W>
-EMBER_VNNI inline __m512i load_pair_vnni(const uint8_t* w_row, int64_t p, bool second, __m512* dw) {
+// their scales spread over the 16 lanes; `kSecond` is false for a row's odd last block, whose
+// missing partner reads as zero values with a zero scale.
+template <DType W, bool kSecond>
+EMBER_VNNI inline __m512i load_pair_vnni(const uint8_t* w_row, int64_t p, __m512* dw) {
   if constexpr (W == kQ8_0) {
     const auto* b = reinterpret_cast<const BlockQ8_0*>(w_row) + 2 * p;
     const __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b[0].values));
     const __m256i hi =
-        second ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b[1].values)) : _mm256_setzero_si256();
-    *dw = _mm512_cvtph_ps(_mm256_set_m128i(_mm_set1_epi16(static_cast<int16_t>(second ? b[1].scale : 0)),
+        kSecond ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b[1].values)) : _mm256_setzero_si256();
+    *dw = _mm512_cvtph_ps(_mm256_set_m128i(_mm_set1_epi16(static_cast<int16_t>(kSecond ? b[1].scale : 0)),
                                            _mm_set1_epi16(static_cast<int16_t>(b[0].scale))));
     return _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1), _mm512_set1_epi8(-128));
   } else {
-    const auto* b = reinterpret_cast<const BlockQ4_0*>(w_row) + 2 * p;
-    const __m128i n0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b[0].nibbles));
-    const __m128i n1 = second ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(b[1].nibbles)) : _mm_setzero_si128();
-    *dw = _mm512_cvtph_ps(_mm256_set_m128i(_mm_set1_epi16(static_cast<int16_t>(second ? b[1].scale : 0)),
-                                           _mm_set1_epi16(static_cast<int16_t>(b[0].scale))));
-    const __m256i both = _mm256_set_m128i(n1, n0);
-    const __m256i mask = _mm256_set1_epi8(0x0f);
-    const __m256i lo = _mm256_and_si256(both, mask);                        // [block 0 low, block 1 low]
-    const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(both, 4), mask);  // [block 0 high, block 1 high]
-    const __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
-    return _mm512_shuffle_i64x2(z, z, _MM_SHUFFLE(3, 1, 2, 0));  // [0 low, 0 high, 1 low, 1 high]
+    // Both blocks (36 bytes) in one load; as 16-bit words, block 0's scale is word 0 and its 16
+    // bytes of nibbles words 1-8, block 1's scale word 9 and its nibbles words 10-17.
+    static_assert(sizeof(BlockQ4_0) == 18);
+    const __m512i raw = _mm512_maskz_loadu_epi8(kSecond ? 0xfffffffffULL : 0x3ffffULL, w_row + p * 36);
+    const __m256i scale_words = _mm256_setr_epi16(0, 0, 0, 0, 0, 0, 0, 0, 9, 9, 9, 9, 9, 9, 9, 9);
+    *dw = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutexvar_epi16(_mm512_castsi256_si512(scale_words), raw)));
+    // [block 0, block 0, block 1, block 1] by 128-bit lanes, then the high nibbles of lanes 1
+    // and 3: [0 low, 0 high, 1 low, 1 high], the order of the values in a block.
+    alignas(64) static constexpr int16_t kNibbleWords[32] = {
+        1, 2, 3, 4, 5, 6, 7, 8, 1, 2, 3, 4, 5, 6, 7, 8, 10, 11, 12, 13, 14, 15, 16, 17, 10, 11, 12, 13, 14, 15, 16, 17};
+    const __m512i spread = _mm512_permutexvar_epi16(_mm512_load_si512(kNibbleWords), raw);
+    return _mm512_and_si512(_mm512_mask_srli_epi16(spread, 0xff00ff00u, spread, 4), _mm512_set1_epi8(0x0f));
+  }
+}
+
+// One pair of blocks of an R x C tile: weights of rows w_rows at pair p against the records of R
+// rows of x (`records` at pair p, `pairs` apart).
+template <DType W, int R, int C, bool kSecond>
+EMBER_VNNI inline void block_pair_vnni(const uint8_t* const* w_rows, const PairRecord* records, int64_t pairs,
+                                       int64_t p, __m512 (&acc)[R][C]) {
+  __m512i w[C];
+  __m512 dw[C];
+  EMBER_UNROLL for (int c = 0; c < C; ++c) w[c] = load_pair_vnni<W, kSecond>(w_rows[c], p, &dw[c]);
+  EMBER_UNROLL for (int r = 0; r < R; ++r) {
+    const PairRecord& rec = records[r * pairs + p];
+    const __m512i x = _mm512_load_si512(rec.values);
+    const __m512i correction = _mm512_load_si512(rec.correction);
+    const __m512 dx = _mm512_load_ps(rec.scales);
+    EMBER_UNROLL for (int c = 0; c < C; ++c) {
+      const __m512 products = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(correction, w[c], x));
+      acc[r][c] = _mm512_fmadd_ps(products, _mm512_mul_ps(dw[c], dx), acc[r][c]);
+    }
   }
 }
 
 // An R x C tile of y: rows r0.. of x against weight rows c0.. (Note [quantized matmul tiling]).
 template <DType W, int R, int C>
 EMBER_VNNI void block_tile_vnni(const MatmulArgs& a, const PairRecord* records, int64_t r0, int64_t c0) {
-  const int64_t pairs = pairs_of(a.k), blocks = blocks_of(a.k);
+  const int64_t pairs = pairs_of(a.k), full_pairs = blocks_of(a.k) / 2;
   const int64_t row_bytes = row_bytes_of(W, a.k);
   __m512 acc[R][C];
-  for (int r = 0; r < R; ++r) {
-    for (int c = 0; c < C; ++c) acc[r][c] = _mm512_setzero_ps();
-  }
+  EMBER_UNROLL for (int r = 0; r < R; ++r) { EMBER_UNROLL for (int c = 0; c < C; ++c) acc[r][c] = _mm512_setzero_ps(); }
   const uint8_t* w_rows[C];
-  for (int c = 0; c < C; ++c) w_rows[c] = static_cast<const uint8_t*>(a.w) + (c0 + c) * row_bytes;
-  for (int64_t p = 0; p < pairs; ++p) {
-    const bool second = 2 * p + 1 < blocks;
-    __m512i w[C];
-    __m512 dw[C];
-    for (int c = 0; c < C; ++c) w[c] = load_pair_vnni<W>(w_rows[c], p, second, &dw[c]);
-    for (int r = 0; r < R; ++r) {
-      const PairRecord& rec = records[(r0 + r) * pairs + p];
-      const __m512i x = _mm512_load_si512(rec.values);
-      const __m512i correction = _mm512_load_si512(rec.correction);
-      const __m512 dx = _mm512_load_ps(rec.scales);
-      for (int c = 0; c < C; ++c) {
-        const __m512 products = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(correction, w[c], x));
-        acc[r][c] = _mm512_fmadd_ps(products, _mm512_mul_ps(dw[c], dx), acc[r][c]);
-      }
-    }
-  }
-  for (int r = 0; r < R; ++r) {
-    for (int c = 0; c < C; ++c) {
+  EMBER_UNROLL for (int c = 0; c < C; ++c) w_rows[c] = static_cast<const uint8_t*>(a.w) + (c0 + c) * row_bytes;
+  const PairRecord* x = records + r0 * pairs;
+  for (int64_t p = 0; p < full_pairs; ++p) block_pair_vnni<W, R, C, true>(w_rows, x, pairs, p, acc);
+  if (full_pairs < pairs) block_pair_vnni<W, R, C, false>(w_rows, x, pairs, full_pairs, acc);
+  EMBER_UNROLL for (int r = 0; r < R; ++r) {
+    EMBER_UNROLL for (int c = 0; c < C; ++c) {
       a.y[(r0 + r) * a.y_stride + c0 + c] =
           _mm512_reduce_add_ps(acc[r][c]) + (a.bias != nullptr ? a.bias[c0 + c] : 0.0f);
     }
   }
 }
 
+// 64 values of an R x C int8 tile from column j, the weights' bytes past `mask` read as zero.
+template <int R, int C>
+EMBER_VNNI inline void int8_step_vnni(const int8_t* const* w_rows, const int8_t* x, int64_t x_stride, int64_t j,
+                                      __mmask64 mask, __m512i (&acc)[R][C]) {
+  __m512i w[C];
+  EMBER_UNROLL for (int c = 0; c < C; ++c) {
+    w[c] = _mm512_xor_si512(_mm512_maskz_loadu_epi8(mask, w_rows[c] + j), _mm512_set1_epi8(-128));
+  }
+  EMBER_UNROLL for (int r = 0; r < R; ++r) {
+    const __m512i xv = _mm512_loadu_si512(x + r * x_stride + j);
+    EMBER_UNROLL for (int c = 0; c < C; ++c) acc[r][c] = _mm512_dpbusd_epi32(acc[r][c], w[c], xv);
+  }
+}
+
 template <int R, int C>
 EMBER_VNNI void int8_tile_vnni(const MatmulArgs& a, const Int8Rows& x, int64_t r0, int64_t c0) {
   __m512i acc[R][C];
-  for (int r = 0; r < R; ++r) {
-    for (int c = 0; c < C; ++c) acc[r][c] = _mm512_setzero_si512();
+  EMBER_UNROLL for (int r = 0; r < R; ++r) {
+    EMBER_UNROLL for (int c = 0; c < C; ++c) acc[r][c] = _mm512_setzero_si512();
   }
   const int8_t* w_rows[C];
-  for (int c = 0; c < C; ++c) w_rows[c] = static_cast<const int8_t*>(a.w) + (c0 + c) * a.k;
+  EMBER_UNROLL for (int c = 0; c < C; ++c) w_rows[c] = static_cast<const int8_t*>(a.w) + (c0 + c) * a.k;
+  const int8_t* xr = x.values.data() + r0 * x.padded_k;
   for (int64_t j = 0; j < a.k; j += kPairValues) {
     const __mmask64 mask = a.k - j >= kPairValues ? ~__mmask64{0} : (__mmask64{1} << (a.k - j)) - 1;
-    __m512i w[C];
-    for (int c = 0; c < C; ++c) {
-      w[c] = _mm512_xor_si512(_mm512_maskz_loadu_epi8(mask, w_rows[c] + j), _mm512_set1_epi8(-128));
-    }
-    for (int r = 0; r < R; ++r) {
-      const __m512i xv = _mm512_loadu_si512(x.values.data() + (r0 + r) * x.padded_k + j);
-      for (int c = 0; c < C; ++c) acc[r][c] = _mm512_dpbusd_epi32(acc[r][c], w[c], xv);
-    }
+    int8_step_vnni<R, C>(w_rows, xr, x.padded_k, j, mask, acc);
   }
-  for (int r = 0; r < R; ++r) {
-    for (int c = 0; c < C; ++c) {
+  EMBER_UNROLL for (int r = 0; r < R; ++r) {
+    EMBER_UNROLL for (int c = 0; c < C; ++c) {
       const int32_t isum = _mm512_reduce_add_epi32(acc[r][c]) + x.corrections[static_cast<size_t>(r0 + r)];
       a.y[(r0 + r) * a.y_stride + c0 + c] =
           static_cast<float>(isum) * (x.scales[static_cast<size_t>(r0 + r)] * a.w_scale[c0 + c]) +
