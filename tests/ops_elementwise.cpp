@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "op_registry.h"
+#include "test_util.h"
 
 namespace op_registry {
 namespace {
@@ -176,6 +177,24 @@ std::vector<Entry> unary_entries() {
                       ember::gelu(x32, form).sum().backward();
                       ember::gelu(x64, form).sum().backward();
                       EXPECT_TRUE(golden::all_close(x32.grad(), x64.grad().to(ember::kFloat32), {2e-6, 3e-6})) << form;
+                    }
+                  }},
+                 // float16 and bfloat16 run the same fused pass in float32 and round once: bit for bit
+                 // the float32 gradient of the same values, rounded (relu's too).
+                 {"gelu_grad_16_bit",
+                  [] {
+                    ember::manual_seed(4);
+                    for (const ember::DType dtype : {ember::kBFloat16, ember::kFloat16}) {
+                      const Tensor x = (ember::randn({1001}) * 3.0).to(dtype), g = ember::randn({1001}).to(dtype);
+                      for (const char* form : {"none", "tanh", "relu"}) {
+                        const Tensor x16 = x.clone().requires_grad_(), x32 = x.to(ember::kFloat32).requires_grad_();
+                        const auto f = [&](const Tensor& t) {
+                          return std::string(form) == "relu" ? ember::relu(t) : ember::gelu(t, form);
+                        };
+                        f(x16).backward(g);
+                        f(x32).backward(g.to(ember::kFloat32));
+                        EXPECT_TRUE(test_util::bitwise_equal(x16.grad(), x32.grad().to(dtype))) << form << " " << dtype;
+                      }
                     }
                   }}},
             .gradchecks = {unary_gradcheck("gelu", [](const Tensor& x) { return ember::gelu(x); }),

@@ -5,8 +5,10 @@
 
 #include <cmath>
 #include <functional>
+#include <limits>
 
 #include "golden.h"
+#include "test_util.h"
 
 using ember::Tensor;
 
@@ -122,6 +124,34 @@ TEST(Elementwise, ResultsDoNotDependOnPositionInTheRow) {
     EXPECT_TRUE(golden::all_close(ember::exp(xs), whole_exp.slice(0, i, 67), {0, 0})) << "offset " << i;
     EXPECT_TRUE(golden::all_close(ember::tanh(xs), whole_tanh.slice(0, i, 67), {0, 0})) << "offset " << i;
     EXPECT_TRUE(golden::all_close(xs / ys, whole_div.slice(0, i, 67), {0, 0})) << "offset " << i;
+  }
+}
+
+// float16 and bfloat16 rows run the float32 vector code on converted values and round each result
+// once to nearest even: bit for bit the float32 op followed by a conversion, nan, infinities,
+// overflow, float16 subnormals and rounding ties included, in the vectors and in the tails.
+TEST(Elementwise, SixteenBitFloatsComputeInFloat32AndRoundOnce) {
+  ember::manual_seed(12);
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  const Tensor specials = ember::tensor<float>({nan, inf, -inf, 0.0f, -0.0f, 65504.0f, 3.0e38f, 1.0e-6f, -2.5e-7f});
+  for (const ember::DType dtype : {ember::kBFloat16, ember::kFloat16}) {
+    for (const int64_t n : {9, 16, 37, 200}) {
+      Tensor x32 = ember::cat({specials, ember::randn({n}) * 4.0}).to(dtype).to(ember::kFloat32);
+      Tensor y32 = (ember::randn({n + 9}) * 0.01 + 1.0).to(dtype).to(ember::kFloat32);
+      const Tensor x = x32.to(dtype), y = y32.to(dtype);
+      const auto check = [&](const char* op, const Tensor& got, const Tensor& want32) {
+        EXPECT_TRUE(test_util::bitwise_equal(got, want32.to(dtype))) << op << " " << dtype << " n=" << n;
+      };
+      check("add", x + y, x32 + y32);
+      check("mul", x * y, x32 * y32);
+      check("div", x / y, x32 / y32);
+      check("mul scalar", x * 3.0, x32 * 3.0);
+      check("rsub", 0.5 - x, 0.5 - x32);
+      check("exp", ember::exp(x), ember::exp(x32));
+      check("tanh", ember::tanh(x), ember::tanh(x32));
+      check("gelu", ember::gelu(x), ember::gelu(x32));
+      check("neg", -x, -x32);
+    }
   }
 }
 

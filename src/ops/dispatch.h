@@ -113,6 +113,11 @@ const KernelTable& kernel_table();
 // Whether `device`'s backend has a kernel for `kind` (fused ops fall back to their decomposition
 // where it has not).
 inline bool has_kernel(OpKind kind, Device device) { return kernel_table().at(kind, device.type).fn != nullptr; }
+// And whether that kernel writes results of `dtype`.
+inline bool has_kernel(OpKind kind, Device device, DType dtype) {
+  const KernelEntry& entry = kernel_table().at(kind, device.type);
+  return entry.fn != nullptr && entry.dtypes.contains(dtype);
+}
 // Makes sure the device backends are registered with core (for code that touches a device before
 // any op runs: factories, memory_stats).
 void ensure_backends();

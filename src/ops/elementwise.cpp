@@ -468,9 +468,9 @@ Tensor relu(const Tensor& x) {  // the gradient passes where the output is posit
     // ThresholdBackward primitive) unless this backward is itself differentiated, the layout or
     // dtype does not suit it, or the device has no kernel for it; then the decomposition, which is
     // also its reference.
-    const bool fused_dtype = g.dtype() == y.dtype() && (g.dtype() == kFloat32 || g.dtype() == kFloat64);
-    if (!needs_grad(g) && fused_dtype && dispatch::has_kernel(OpKind::kThresholdBackward, g.device()) &&
-        g.shape() == y.shape() && g.is_contiguous() && y.is_contiguous()) {
+    if (!needs_grad(g) && g.dtype() == y.dtype() &&
+        dispatch::has_kernel(OpKind::kThresholdBackward, g.device(), g.dtype()) && g.shape() == y.shape() &&
+        g.is_contiguous() && y.is_contiguous()) {
       Tensor result = detail::make_empty(y.shape(), y.dtype(), y.device());
       dispatch::run(OpKind::kThresholdBackward, {}, {&g, &y}, {&result});
       return result;
@@ -491,9 +491,9 @@ namespace {
 // itself differentiated and the layout, dtype and device suit the kernel; otherwise nothing (the
 // caller's decomposition, which is also the reference).
 Tensor fused_gelu_grad(const Tensor& g, const Tensor& x, Activation form) {
-  const bool fused_dtype = g.dtype() == x.dtype() && (g.dtype() == kFloat32 || g.dtype() == kFloat64);
-  if (needs_grad(g) || needs_grad(x) || !fused_dtype || !dispatch::has_kernel(OpKind::kGeluGrad, g.device()) ||
-      g.shape() != x.shape() || !g.is_contiguous() || !x.is_contiguous()) {
+  if (needs_grad(g) || needs_grad(x) || g.dtype() != x.dtype() ||
+      !dispatch::has_kernel(OpKind::kGeluGrad, g.device(), g.dtype()) || g.shape() != x.shape() || !g.is_contiguous() ||
+      !x.is_contiguous()) {
     return Tensor();
   }
   Tensor result = detail::make_empty(x.shape(), x.dtype(), x.device());

@@ -21,8 +21,10 @@ template <OpKind op, class T>
 constexpr bool kAccepts = !(has_trait(op, kFloatResult) && !is_floating(dtype_of<T>())) &&
                           !(has_trait(op, kNoBool) && std::is_same_v<T, bool>);
 
+// The float types with SIMD rows (the 16-bit ones computed in float32 there, rounded once).
 template <class T>
-constexpr bool kSimdType = std::is_same_v<T, float> || std::is_same_v<T, double>;
+constexpr bool kSimdType =
+    std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>;
 
 template <OpKind op, class F>
 void run_unary(DType dtype, void* out, const void* in, const Loop& loop) {

@@ -1,6 +1,6 @@
-// Contiguous float/double rows of the elementwise ops, for every Highway target (see
-// elementwise_simd.h). Only the vector forms live here, so this file stays small to compile.
-// foreach_target.h must come first, right after HWY_TARGET_INCLUDE.
+// Contiguous float rows (float16 and bfloat16 computed in float32) of the elementwise ops, for every Highway target
+// (see elementwise_simd.h). Only the vector forms live here, so this file stays small to compile. foreach_target.h must
+// come first, right after HWY_TARGET_INCLUDE.
 // clang-format off
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/cpu/elementwise_simd.cpp"
@@ -28,25 +28,29 @@ namespace ember::cpu {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
+#include "kernels/cpu/float_vector-inl.h"  // load_vector, store_vector, kVectorLoad
 #include "kernels/cpu/functors-inl.h"
 #include "kernels/cpu/transpose-inl.h"
 
+// T is the element type; vectors hold compute_t<T> (float for the 16-bit floats, loaded and
+// stored through float_vector-inl.h: computed in float32 and rounded once, as the scalar path).
 template <class F, class T>
 int64_t unary_vectors(void* out_ptr, const void* in_ptr, int64_t n) {
-  if constexpr (!F::template kVector<T>) {
+  using C = compute_t<T>;
+  if constexpr (!F::template kVector<C> || !kVectorLoad<T>) {
     return 0;
   } else {
     T* out = static_cast<T*>(out_ptr);
     const T* in = static_cast<const T*>(in_ptr);
-    const hn::ScalableTag<T> d;
+    const hn::ScalableTag<C> d;
     const F f;
     const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
     int64_t i = 0;
-    for (; i + lanes <= n; i += lanes) hn::StoreU(f(d, hn::LoadU(d, in + i)), d, out + i);
+    for (; i + lanes <= n; i += lanes) store_vector(d, f(d, load_vector(d, in + i)), out + i);
     if (i < n) {
       // The tail takes the same vector path through a padded copy, so an element's result does
       // not depend on where it falls in the row (scalar and vector math differ in the last ulp).
-      alignas(HWY_MAX_BYTES) T buf[HWY_MAX_BYTES / sizeof(T)] = {};
+      alignas(HWY_MAX_BYTES) C buf[HWY_MAX_BYTES / sizeof(C)] = {};
       std::copy(in + i, in + n, buf);
       hn::Store(f(d, hn::Load(d, buf)), d, buf);
       std::copy(buf, buf + (n - i), out + i);
@@ -57,36 +61,37 @@ int64_t unary_vectors(void* out_ptr, const void* in_ptr, int64_t n) {
 
 template <class F, class T>
 int64_t binary_vectors(void* out_ptr, const void* a_ptr, bool a_scalar, const void* b_ptr, bool b_scalar, int64_t n) {
-  if constexpr (!F::template kVector<T>) {
+  using C = compute_t<T>;
+  if constexpr (!F::template kVector<C> || !kVectorLoad<T>) {
     return 0;
   } else {
     T* out = static_cast<T*>(out_ptr);
     const T* a = static_cast<const T*>(a_ptr);
     const T* b = static_cast<const T*>(b_ptr);
-    const hn::ScalableTag<T> d;
+    const hn::ScalableTag<C> d;
     const F f;
     const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
     int64_t i = 0;
     if (!a_scalar && !b_scalar) {
-      for (; i + lanes <= n; i += lanes) hn::StoreU(f(d, hn::LoadU(d, a + i), hn::LoadU(d, b + i)), d, out + i);
+      for (; i + lanes <= n; i += lanes) store_vector(d, f(d, load_vector(d, a + i), load_vector(d, b + i)), out + i);
     } else if (!a_scalar) {
-      const auto vb = hn::Set(d, *b);
-      for (; i + lanes <= n; i += lanes) hn::StoreU(f(d, hn::LoadU(d, a + i), vb), d, out + i);
+      const auto vb = hn::Set(d, static_cast<C>(*b));
+      for (; i + lanes <= n; i += lanes) store_vector(d, f(d, load_vector(d, a + i), vb), out + i);
     } else if (!b_scalar) {
-      const auto va = hn::Set(d, *a);
-      for (; i + lanes <= n; i += lanes) hn::StoreU(f(d, va, hn::LoadU(d, b + i)), d, out + i);
+      const auto va = hn::Set(d, static_cast<C>(*a));
+      for (; i + lanes <= n; i += lanes) store_vector(d, f(d, va, load_vector(d, b + i)), out + i);
     } else {
       return 0;
     }
     if (i < n) {  // the tail through padded copies, as in unary_vectors
-      alignas(HWY_MAX_BYTES) T buf_a[HWY_MAX_BYTES / sizeof(T)] = {};
-      alignas(HWY_MAX_BYTES) T buf_b[HWY_MAX_BYTES / sizeof(T)] = {};
+      alignas(HWY_MAX_BYTES) C buf_a[HWY_MAX_BYTES / sizeof(C)] = {};
+      alignas(HWY_MAX_BYTES) C buf_b[HWY_MAX_BYTES / sizeof(C)] = {};
       if (a_scalar)
-        std::fill(buf_a, buf_a + lanes, *a);
+        std::fill(buf_a, buf_a + lanes, static_cast<C>(*a));
       else
         std::copy(a + i, a + n, buf_a);
       if (b_scalar)
-        std::fill(buf_b, buf_b + lanes, *b);
+        std::fill(buf_b, buf_b + lanes, static_cast<C>(*b));
       else
         std::copy(b + i, b + n, buf_b);
       hn::Store(f(d, hn::Load(d, buf_a), hn::Load(d, buf_b)), d, buf_a);
@@ -98,10 +103,12 @@ int64_t binary_vectors(void* out_ptr, const void* a_ptr, bool a_scalar, const vo
 
 int64_t UnaryRow(OpKind op, DType dtype, void* out, const void* in, int64_t n) {
   switch (op) {
-#define EMBER_UNARY_CASE(kind, name, traits, attrs, flops)                      \
-  case OpKind::k##kind:                                                         \
-    if (dtype == kFloat32) return unary_vectors<vec::kind, float>(out, in, n);  \
-    if (dtype == kFloat64) return unary_vectors<vec::kind, double>(out, in, n); \
+#define EMBER_UNARY_CASE(kind, name, traits, attrs, flops)                         \
+  case OpKind::k##kind:                                                            \
+    if (dtype == kFloat32) return unary_vectors<vec::kind, float>(out, in, n);     \
+    if (dtype == kFloat64) return unary_vectors<vec::kind, double>(out, in, n);    \
+    if (dtype == kBFloat16) return unary_vectors<vec::kind, BFloat16>(out, in, n); \
+    if (dtype == kFloat16) return unary_vectors<vec::kind, Half>(out, in, n);      \
     return 0;
     EMBER_UNARY_PRIMITIVES(EMBER_UNARY_CASE)
 #undef EMBER_UNARY_CASE
@@ -113,10 +120,12 @@ int64_t UnaryRow(OpKind op, DType dtype, void* out, const void* in, int64_t n) {
 int64_t BinaryRow(OpKind op, DType dtype, void* out, const void* a, bool a_scalar, const void* b, bool b_scalar,
                   int64_t n) {
   switch (op) {
-#define EMBER_BINARY_CASE(kind, name, traits, attrs, flops)                                            \
-  case OpKind::k##kind:                                                                                \
-    if (dtype == kFloat32) return binary_vectors<vec::kind, float>(out, a, a_scalar, b, b_scalar, n);  \
-    if (dtype == kFloat64) return binary_vectors<vec::kind, double>(out, a, a_scalar, b, b_scalar, n); \
+#define EMBER_BINARY_CASE(kind, name, traits, attrs, flops)                                               \
+  case OpKind::k##kind:                                                                                   \
+    if (dtype == kFloat32) return binary_vectors<vec::kind, float>(out, a, a_scalar, b, b_scalar, n);     \
+    if (dtype == kFloat64) return binary_vectors<vec::kind, double>(out, a, a_scalar, b, b_scalar, n);    \
+    if (dtype == kBFloat16) return binary_vectors<vec::kind, BFloat16>(out, a, a_scalar, b, b_scalar, n); \
+    if (dtype == kFloat16) return binary_vectors<vec::kind, Half>(out, a, a_scalar, b, b_scalar, n);      \
     return 0;
     EMBER_BINARY_PRIMITIVES(EMBER_BINARY_CASE)
 #undef EMBER_BINARY_CASE

@@ -1,6 +1,7 @@
-// The SIMD part of the elementwise kernels: contiguous float/double rows, compiled for every
-// Highway target and chosen at run time. Each returns how many leading elements it wrote (a whole
-// number of vectors, or 0 when the op has no vector form); the caller finishes the tail in scalar.
+// The SIMD part of the elementwise kernels: contiguous rows of the float types (the 16-bit ones
+// computed in float32), compiled for every Highway target and chosen at run time. Each returns how
+// many leading elements it wrote (a whole number of vectors, or 0 when the op has no vector form);
+// the caller finishes the tail in scalar.
 #pragma once
 
 #include <cstdint>

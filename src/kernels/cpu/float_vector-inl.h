@@ -28,10 +28,20 @@ HWY_INLINE hn::Vec<D> load_vector(D d, const T* p) {
   }
 }
 
-// Stores a vector of compute_t<T> as T, rounding 16-bit floats to nearest even like Half/BFloat16.
+// Stores a vector of compute_t<T> as T, rounding 16-bit floats to nearest even like Half/BFloat16
+// (bfloat16 in vector integer steps, bit for bit detail::float_to_bfloat16_bits, nan included).
 template <class D, class T>
 HWY_INLINE void store_vector(D d, hn::Vec<D> v, T* p) {
-  if constexpr (kHalfType<T>) {
+  if constexpr (std::is_same_v<T, BFloat16>) {
+    const hn::RebindToSigned<D> di;
+    const auto bits = hn::BitCast(di, v);
+    const auto high = hn::And(hn::ShiftRight<16>(bits), hn::Set(di, 0xffff));
+    const auto rounded = hn::ShiftRight<16>(hn::Add(bits, hn::Add(hn::Set(di, 0x7fff), hn::And(high, hn::Set(di, 1)))));
+    const auto quiet_nan = hn::Or(high, hn::Set(di, 0x40));
+    const auto out = hn::IfThenElse(hn::RebindMask(di, hn::IsNaN(v)), quiet_nan, hn::And(rounded, hn::Set(di, 0xffff)));
+    const hn::Rebind<uint16_t, D> du16;
+    hn::StoreU(hn::DemoteTo(du16, out), du16, reinterpret_cast<uint16_t*>(p));
+  } else if constexpr (kHalfType<T>) {
     HWY_ALIGN hn::TFromD<D> lanes[hn::MaxLanes(d)];
     hn::Store(v, d, lanes);
     for (size_t i = 0; i < hn::Lanes(d); ++i) p[i] = T(lanes[i]);

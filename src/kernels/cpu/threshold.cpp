@@ -1,4 +1,5 @@
-// The activations' fused backwards (threshold.h) for every Highway target: ReLU's (one read of grad
+// The activations' fused backwards (threshold.h) for every Highway target and float type (float16
+// and bfloat16 computed in float32 vectors, rounded once): ReLU's (one read of grad
 // and of the saved output, one write, instead of gt() into a bool tensor and where() over three
 // operands) and GELU's (one pass instead of the nine elementwise ops of its decomposition).
 // clang-format off
@@ -22,26 +23,37 @@ namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
 namespace {
-#include "kernels/cpu/functors-inl.h"  // vec::erf_f32
+#include "kernels/cpu/float_vector-inl.h"  // load_vector, store_vector, kVectorLoad
+#include "kernels/cpu/functors-inl.h"      // vec::erf_f32
 }  // namespace
 
+// float16 and bfloat16 are computed in float32 vectors (float_vector-inl.h) and rounded once.
 template <class T>
 void relu_backward_range(const T* grad, const T* out, T* result, int64_t begin, int64_t end) {
-  const hn::ScalableTag<T> d;
-  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
-  const auto zero = hn::Zero(d);
+  using C = compute_t<T>;
   int64_t i = begin;
-  // Le is false for NaN, so a NaN output lets the gradient through (PyTorch's `out <= 0 ? 0 : g`).
-  for (; i + lanes <= end; i += lanes) {
-    hn::StoreU(hn::IfThenZeroElse(hn::Le(hn::LoadU(d, out + i), zero), hn::LoadU(d, grad + i)), d, result + i);
+  if constexpr (kVectorLoad<T>) {
+    const hn::ScalableTag<C> d;
+    const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+    const auto zero = hn::Zero(d);
+    // Le is false for NaN, so a NaN output lets the gradient through (PyTorch's `out <= 0 ? 0 : g`).
+    for (; i + lanes <= end; i += lanes) {
+      store_vector(d, hn::IfThenZeroElse(hn::Le(load_vector(d, out + i), zero), load_vector(d, grad + i)), result + i);
+    }
   }
-  for (; i < end; ++i) result[i] = out[i] <= T(0) ? T(0) : grad[i];
+  for (; i < end; ++i) result[i] = static_cast<C>(out[i]) <= C(0) ? T(C(0)) : grad[i];
 }
 
 void ReluBackwardF32(const float* grad, const float* out, float* result, int64_t begin, int64_t end) {
   relu_backward_range(grad, out, result, begin, end);
 }
 void ReluBackwardF64(const double* grad, const double* out, double* result, int64_t begin, int64_t end) {
+  relu_backward_range(grad, out, result, begin, end);
+}
+void ReluBackwardF16(const Half* grad, const Half* out, Half* result, int64_t begin, int64_t end) {
+  relu_backward_range(grad, out, result, begin, end);
+}
+void ReluBackwardBF16(const BFloat16* grad, const BFloat16* out, BFloat16* result, int64_t begin, int64_t end) {
   relu_backward_range(grad, out, result, begin, end);
 }
 
@@ -62,30 +74,45 @@ T gelu_slope(T x, bool tanh_form) {
   return T(0.5) * (T(1) + std::erf(x * T(kInvSqrt2))) + x * T(kInvSqrt2Pi) * std::exp(T(-0.5) * x * x);
 }
 
-void GeluBackwardF32(const float* grad, const float* x, float* result, int64_t begin, int64_t end, bool tanh_form) {
+template <class T>
+void gelu_backward_range(const T* grad, const T* x, T* result, int64_t begin, int64_t end, bool tanh_form) {
   const hn::ScalableTag<float> d;
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
   const auto half = hn::Set(d, 0.5f), one = hn::Set(d, 1.0f);
   int64_t i = begin;
-  for (; i + lanes <= end; i += lanes) {
-    const auto v = hn::LoadU(d, x + i);
-    const auto v2 = hn::Mul(v, v);
-    hn::Vec<decltype(d)> slope;
-    if (tanh_form) {
-      const auto k = hn::Set(d, static_cast<float>(kSqrt2OverPi));
-      const auto t =
-          hn::Tanh(d, hn::Mul(k, hn::Mul(v, hn::MulAdd(hn::Set(d, static_cast<float>(kTanhCoefficient)), v2, one))));
-      const auto du = hn::Mul(k, hn::MulAdd(hn::Set(d, static_cast<float>(3 * kTanhCoefficient)), v2, one));
-      slope = hn::MulAdd(hn::Mul(half, v), hn::Mul(hn::NegMulAdd(t, t, one), du), hn::Mul(half, hn::Add(one, t)));
-    } else {
-      const auto cdf =
-          hn::Mul(half, hn::Add(one, vec::erf_f32(d, hn::Mul(v, hn::Set(d, static_cast<float>(kInvSqrt2))))));
-      const auto pdf = hn::Mul(hn::Set(d, static_cast<float>(kInvSqrt2Pi)), hn::Exp(d, hn::Mul(hn::Set(d, -0.5f), v2)));
-      slope = hn::MulAdd(v, pdf, cdf);
+  if constexpr (kVectorLoad<T>) {
+    for (; i + lanes <= end; i += lanes) {
+      const auto v = load_vector(d, x + i);
+      const auto v2 = hn::Mul(v, v);
+      hn::Vec<decltype(d)> slope;
+      if (tanh_form) {
+        const auto k = hn::Set(d, static_cast<float>(kSqrt2OverPi));
+        const auto t =
+            hn::Tanh(d, hn::Mul(k, hn::Mul(v, hn::MulAdd(hn::Set(d, static_cast<float>(kTanhCoefficient)), v2, one))));
+        const auto du = hn::Mul(k, hn::MulAdd(hn::Set(d, static_cast<float>(3 * kTanhCoefficient)), v2, one));
+        slope = hn::MulAdd(hn::Mul(half, v), hn::Mul(hn::NegMulAdd(t, t, one), du), hn::Mul(half, hn::Add(one, t)));
+      } else {
+        const auto cdf =
+            hn::Mul(half, hn::Add(one, vec::erf_f32(d, hn::Mul(v, hn::Set(d, static_cast<float>(kInvSqrt2))))));
+        const auto pdf =
+            hn::Mul(hn::Set(d, static_cast<float>(kInvSqrt2Pi)), hn::Exp(d, hn::Mul(hn::Set(d, -0.5f), v2)));
+        slope = hn::MulAdd(v, pdf, cdf);
+      }
+      store_vector(d, hn::Mul(load_vector(d, grad + i), slope), result + i);
     }
-    hn::StoreU(hn::Mul(hn::LoadU(d, grad + i), slope), d, result + i);
   }
-  for (; i < end; ++i) result[i] = grad[i] * gelu_slope(x[i], tanh_form);
+  for (; i < end; ++i) result[i] = T(static_cast<float>(grad[i]) * gelu_slope(static_cast<float>(x[i]), tanh_form));
+}
+
+void GeluBackwardF32(const float* grad, const float* x, float* result, int64_t begin, int64_t end, bool tanh_form) {
+  gelu_backward_range(grad, x, result, begin, end, tanh_form);
+}
+void GeluBackwardF16(const Half* grad, const Half* x, Half* result, int64_t begin, int64_t end, bool tanh_form) {
+  gelu_backward_range(grad, x, result, begin, end, tanh_form);
+}
+void GeluBackwardBF16(const BFloat16* grad, const BFloat16* x, BFloat16* result, int64_t begin, int64_t end,
+                      bool tanh_form) {
+  gelu_backward_range(grad, x, result, begin, end, tanh_form);
 }
 
 // float64 keeps the standard library's erf, exp and tanh.
@@ -106,47 +133,62 @@ namespace ember::cpu {
 
 HWY_EXPORT(ReluBackwardF32);
 HWY_EXPORT(ReluBackwardF64);
+HWY_EXPORT(ReluBackwardF16);
+HWY_EXPORT(ReluBackwardBF16);
 HWY_EXPORT(GeluBackwardF32);
 HWY_EXPORT(GeluBackwardF64);
+HWY_EXPORT(GeluBackwardF16);
+HWY_EXPORT(GeluBackwardBF16);
 
-void relu_backward(DType dtype, const void* grad, const void* out, void* result, int64_t n) {
-  if (dtype == kFloat32) {
-    const auto* g = static_cast<const float*>(grad);
-    const auto* y = static_cast<const float*>(out);
-    auto* r = static_cast<float*>(result);
-    parallel_for(0, n, kElementwiseGrain, [&](int64_t begin, int64_t end) {
-      HWY_DYNAMIC_DISPATCH(ReluBackwardF32)(g, y, r, begin, end);
-    });
-  } else if (dtype == kFloat64) {
-    const auto* g = static_cast<const double*>(grad);
-    const auto* y = static_cast<const double*>(out);
-    auto* r = static_cast<double*>(result);
-    parallel_for(0, n, kElementwiseGrain, [&](int64_t begin, int64_t end) {
-      HWY_DYNAMIC_DISPATCH(ReluBackwardF64)(g, y, r, begin, end);
-    });
-  } else {
-    EMBER_FAIL("[threshold_backward] the CPU kernel takes float32 or float64, got ", dtype);
+namespace {
+
+// Calls fn(T*) with the element type of dtype, one of the float types.
+template <class Fn>
+void with_float_type(DType dtype, const char* op, Fn&& fn) {
+  switch (dtype) {
+    case kFloat32:
+      return fn(static_cast<float*>(nullptr));
+    case kFloat64:
+      return fn(static_cast<double*>(nullptr));
+    case kFloat16:
+      return fn(static_cast<Half*>(nullptr));
+    case kBFloat16:
+      return fn(static_cast<BFloat16*>(nullptr));
+    default:
+      EMBER_FAIL("[", op, "] the CPU kernel takes a float type, got ", dtype);
   }
 }
 
+}  // namespace
+
+void relu_backward(DType dtype, const void* grad, const void* out, void* result, int64_t n) {
+  with_float_type(dtype, "threshold_backward", [&]<class T>(T*) {
+    const auto* g = static_cast<const T*>(grad);
+    const auto* y = static_cast<const T*>(out);
+    auto* r = static_cast<T*>(result);
+    parallel_for(0, n, kElementwiseGrain, [&](int64_t begin, int64_t end) {
+      if constexpr (std::is_same_v<T, float>) HWY_DYNAMIC_DISPATCH(ReluBackwardF32)(g, y, r, begin, end);
+      if constexpr (std::is_same_v<T, double>) HWY_DYNAMIC_DISPATCH(ReluBackwardF64)(g, y, r, begin, end);
+      if constexpr (std::is_same_v<T, Half>) HWY_DYNAMIC_DISPATCH(ReluBackwardF16)(g, y, r, begin, end);
+      if constexpr (std::is_same_v<T, BFloat16>) HWY_DYNAMIC_DISPATCH(ReluBackwardBF16)(g, y, r, begin, end);
+    });
+  });
+}
+
 void gelu_backward(DType dtype, const void* grad, const void* x, void* result, int64_t n, bool tanh_form) {
-  if (dtype == kFloat32) {
-    const auto* g = static_cast<const float*>(grad);
-    const auto* in = static_cast<const float*>(x);
-    auto* r = static_cast<float*>(result);
+  with_float_type(dtype, "gelu_grad", [&]<class T>(T*) {
+    const auto* g = static_cast<const T*>(grad);
+    const auto* in = static_cast<const T*>(x);
+    auto* r = static_cast<T*>(result);
     parallel_for(0, n, kElementwiseGrain / 4, [&](int64_t begin, int64_t end) {
-      HWY_DYNAMIC_DISPATCH(GeluBackwardF32)(g, in, r, begin, end, tanh_form);
+      if constexpr (std::is_same_v<T, float>) HWY_DYNAMIC_DISPATCH(GeluBackwardF32)(g, in, r, begin, end, tanh_form);
+      if constexpr (std::is_same_v<T, double>) HWY_DYNAMIC_DISPATCH(GeluBackwardF64)(g, in, r, begin, end, tanh_form);
+      if constexpr (std::is_same_v<T, Half>) HWY_DYNAMIC_DISPATCH(GeluBackwardF16)(g, in, r, begin, end, tanh_form);
+      if constexpr (std::is_same_v<T, BFloat16>) {
+        HWY_DYNAMIC_DISPATCH(GeluBackwardBF16)(g, in, r, begin, end, tanh_form);
+      }
     });
-  } else if (dtype == kFloat64) {
-    const auto* g = static_cast<const double*>(grad);
-    const auto* in = static_cast<const double*>(x);
-    auto* r = static_cast<double*>(result);
-    parallel_for(0, n, kElementwiseGrain / 4, [&](int64_t begin, int64_t end) {
-      HWY_DYNAMIC_DISPATCH(GeluBackwardF64)(g, in, r, begin, end, tanh_form);
-    });
-  } else {
-    EMBER_FAIL("[gelu_grad] the CPU kernel takes float32 or float64, got ", dtype);
-  }
+  });
 }
 
 namespace {
@@ -169,8 +211,8 @@ void threshold_backward_kernel(const KernelCall& c) {
 }  // namespace
 
 void register_threshold_kernels(KernelTable& table) {
-  table.add(OpKind::kThresholdBackward, DeviceType::kCPU, threshold_backward_kernel, kFloat32Or64);
-  table.add(OpKind::kGeluGrad, DeviceType::kCPU, gelu_backward_kernel, kFloat32Or64);
+  table.add(OpKind::kThresholdBackward, DeviceType::kCPU, threshold_backward_kernel, kFloatTypes);
+  table.add(OpKind::kGeluGrad, DeviceType::kCPU, gelu_backward_kernel, kFloatTypes);
 }
 
 }  // namespace ember::cpu

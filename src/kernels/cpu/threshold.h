@@ -10,13 +10,14 @@
 
 namespace ember::cpu {
 
-// result[i] = out[i] <= 0 ? 0 : grad[i] for n contiguous elements; float32 and float64. result
+// result[i] = out[i] <= 0 ? 0 : grad[i] for n contiguous elements of a float type. result
 // may alias grad. Threads split the range above kElementwiseGrain elements.
 void relu_backward(DType dtype, const void* grad, const void* out, void* result, int64_t n);
 
 // GELU's backward in one pass: result[i] = grad[i] * gelu'(x[i]) for the erf form, or the tanh
-// form's derivative (tanh_form), over n contiguous elements; float32 (vectorized, erf to ~1e-7
-// relative) and float64 (the standard library's erf). The decomposition in src/ops/elementwise.cpp
+// form's derivative (tanh_form), over n contiguous elements; float32, float16 and bfloat16
+// (vectorized in float32, erf to ~1e-7 relative, rounded once) and float64 (the standard library's
+// erf). The decomposition in src/ops/elementwise.cpp
 // (gelu) is the reference and the path for other dtypes and layouts.
 void gelu_backward(DType dtype, const void* grad, const void* x, void* result, int64_t n, bool tanh_form);
 
