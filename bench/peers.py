@@ -485,7 +485,12 @@ def mnist_cnn() -> torch.nn.Sequential:
                          nn.MaxPool2d(2), nn.Flatten(), nn.Linear(512, 10))
 
 
-def _train_step_setups(make_model, make_optimizer, input_shape) -> dict[str, Setup]:
+def _autocast(amp: bool):
+    """torch.autocast on the CPU in bfloat16 for the *_amp rows (a no-op context otherwise)."""
+    return torch.autocast("cpu", dtype=torch.bfloat16, enabled=amp)
+
+
+def _train_step_setups(make_model, make_optimizer, input_shape, amp: bool = False) -> dict[str, Setup]:
     def make(compiled: bool):
         torch.manual_seed(0)
         model = make_model()
@@ -502,12 +507,15 @@ def _train_step_setups(make_model, make_optimizer, input_shape) -> dict[str, Set
 
         def step():
             opt.zero_grad()
-            loss = loss_fn(x, y)
+            with _autocast(amp):
+                loss = loss_fn(x, y)
             loss.backward()
             opt.step()
 
         return step
 
+    if amp:
+        return {"torch": lambda: make(False)}
     return {"torch": lambda: make(False), "torch_compile": lambda: make(True)}
 
 
@@ -517,9 +525,9 @@ def train_step_mlp() -> dict[str, Setup]:
                               lambda params: torch.optim.Adam(params, lr=1e-3), (64, 784))
 
 
-def train_step_cnn() -> dict[str, Setup]:
+def train_step_cnn(amp: bool = False) -> dict[str, Setup]:
     return _train_step_setups(mnist_cnn, lambda params: torch.optim.SGD(params, lr=0.01, momentum=0.9),
-                              (64, 1, 28, 28))
+                              (64, 1, 28, 28), amp)
 
 
 MNIST_MEAN, MNIST_STD = np.float32(0.1307), np.float32(0.3081)
@@ -712,8 +720,9 @@ def _gpt(config: dict):
     return GPT(config)
 
 
-def train_gpt(config: dict, batch: int, steps: int) -> dict[str, Setup]:
-    """apps/ember/bench_workloads.cpp's train_gpt: `steps` steps of AdamW (nanoGPT's groups), clipping."""
+def train_gpt(config: dict, batch: int, steps: int, amp: bool = False) -> dict[str, Setup]:
+    """apps/ember/bench_workloads.cpp's train_gpt: `steps` steps of AdamW (nanoGPT's groups), clipping;
+    with `amp`, the loss under bfloat16 autocast."""
 
     def make(compiled: bool):
         model = _gpt(config)
@@ -727,7 +736,8 @@ def train_gpt(config: dict, batch: int, steps: int) -> dict[str, Setup]:
 
         def run():
             for _ in range(steps):
-                loss = loss_fn(x, y)
+                with _autocast(amp):
+                    loss = loss_fn(x, y)
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
                 torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -737,7 +747,7 @@ def train_gpt(config: dict, batch: int, steps: int) -> dict[str, Setup]:
         return run
 
     setups = {"torch": lambda: make(False)}
-    if steps == 1:
+    if steps == 1 and not amp:
         setups["torch_compile"] = lambda: make(True)
     return setups
 
@@ -830,10 +840,12 @@ def workloads(data_dir: str = "data/mnist") -> dict[str, dict[str, Setup]]:
     # The compiled training steps (ember::compile of the whole step) against the same peers.
     w["train_step_mlp"] = w["train_step_mlp_compiled"] = train_step_mlp()
     w["train_step_cnn"] = w["train_step_cnn_compiled"] = train_step_cnn()
+    w["train_step_cnn_amp"] = train_step_cnn(amp=True)
     w["train_mnist_epoch"] = train_mnist_epoch(os.path.join(data_dir, "mnist_5k.csv.gz"))
     gpt = dict(vocab_size=84, block_size=128, n_layer=4, n_head=4, n_embd=192)
     baby = dict(vocab_size=84, block_size=64, n_layer=4, n_head=4, n_embd=128)
     w["train_step_gpt"] = w["train_step_gpt_compiled"] = train_gpt(gpt, 16, 1)
+    w["train_step_gpt_amp"] = train_gpt(gpt, 16, 1, amp=True)
     w["generate_gpt"] = generate_gpt(gpt, 128)
     w["train_gpt_baby"] = train_gpt(baby, 12, 2000)
     w["minilm_b1_s128"] = minilm_embed(1, 128)

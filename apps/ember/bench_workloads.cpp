@@ -13,6 +13,7 @@
 #include <string>
 
 #include "bench.h"
+#include "ember/amp.h"
 #include "ember/data.h"
 #include "ember/ember.h"
 #include "ember/models/bert.h"
@@ -341,12 +342,19 @@ constexpr double kCnnForwardFlopsPerImage =
 
 // zero_grad, forward, cross-entropy, backward, step on one fixed random batch; with `compiled`, the
 // step goes through ember::compile (traced in the setup).
+// `amp`: the forward and the loss under bfloat16 autocast (the rows *_amp, beside PyTorch's CPU
+// autocast).
 Workload train_step(const std::shared_ptr<nn::Module>& model, const std::shared_ptr<optim::Optimizer>& optimizer,
                     const Tensor& inputs, const Tensor& targets, double forward_flops, double optimizer_passes,
-                    bool compiled) {
+                    bool compiled, bool amp = false) {
   auto step = [=](const Tensor& x, const Tensor& y) {
     optimizer->zero_grad();
-    Tensor loss = nn::functional::cross_entropy((*model)(x), y);
+    Tensor loss;
+    {
+      std::optional<amp::Autocast> autocast;
+      if (amp) autocast.emplace(kBFloat16);
+      loss = nn::functional::cross_entropy((*model)(x), y);
+    }
     loss.backward();
     optimizer->step();
     return loss;
@@ -391,7 +399,7 @@ WorkloadSpec train_step_mlp(const std::string& name, bool compiled) {
           }};
 }
 
-WorkloadSpec train_step_cnn(const std::string& name, bool compiled) {
+WorkloadSpec train_step_cnn(const std::string& name, bool compiled, bool amp = false) {
   return {name, false, [=] {
             manual_seed(0);
             std::shared_ptr<nn::Sequential> model = models::mnist_cnn();
@@ -399,7 +407,7 @@ WorkloadSpec train_step_cnn(const std::string& name, bool compiled) {
                 std::make_shared<optim::SGD>(model->parameters(), optim::SGDOptions{.lr = 0.01, .momentum = 0.9});
             const int64_t batch = 64;
             return train_step(model, optimizer, randn({batch, 1, 28, 28}), randint(0, 10, {batch}),
-                              batch * kCnnForwardFlopsPerImage, 5, compiled);
+                              batch * kCnnForwardFlopsPerImage, 5, compiled, amp);
           }};
 }
 
@@ -417,9 +425,10 @@ double gpt_parameters(const models::GPTConfig& c) {
 
 // `steps` training steps of `ember train gpt` on random tokens: the loss, backward, clipping and
 // AdamW with nanoGPT's decay groups, and the loss read back; with `compiled`, the step (not the
-// read) goes through ember::compile, traced in the setup.
+// read) goes through ember::compile, traced in the setup; with `amp`, the loss runs under bfloat16
+// autocast.
 WorkloadSpec train_gpt(const std::string& name, const models::GPTConfig& config, int64_t batch, int64_t steps,
-                       bool slow, bool compiled = false) {
+                       bool slow, bool compiled = false, bool amp = false) {
   return {name, slow, [=] {
             manual_seed(0);
             auto model = std::make_shared<models::GPT>(config);
@@ -433,7 +442,12 @@ WorkloadSpec train_gpt(const std::string& name, const models::GPTConfig& config,
             const double attention = 6.0 * as_double(config.n_layer) * as_double(config.block_size) *
                                      as_double(config.n_embd) * tokens;  // causal: half of 12 L T C
             auto train_step = [=](const Tensor& x_, const Tensor& y_) {
-              Tensor loss = model->loss(x_, y_);
+              Tensor loss;
+              {
+                std::optional<amp::Autocast> autocast;
+                if (amp) autocast.emplace(kBFloat16);
+                loss = model->loss(x_, y_);
+              }
               optimizer->zero_grad();
               loss.backward();
               optim::clip_grad_norm_(model->parameters(), 1.0);
@@ -701,12 +715,14 @@ std::vector<WorkloadSpec> bench_workloads(const BenchOptions& options) {
   w.push_back(train_step_mlp("train_step_mlp_compiled", true));
   w.push_back(train_step_cnn("train_step_cnn", false));
   w.push_back(train_step_cnn("train_step_cnn_compiled", true));
+  w.push_back(train_step_cnn("train_step_cnn_amp", false, /*amp=*/true));
   w.push_back(train_mnist_epoch("train_mnist_epoch", options.data_dir));
   // `ember train gpt`'s defaults, and nanoGPT's small character model (2,000 steps, slow).
   const models::GPTConfig gpt{.vocab_size = 84, .block_size = 128, .n_layer = 4, .n_head = 4, .n_embd = 192};
   const models::GPTConfig baby{.vocab_size = 84, .block_size = 64, .n_layer = 4, .n_head = 4, .n_embd = 128};
   w.push_back(train_gpt("train_step_gpt", gpt, 16, 1, /*slow=*/false));
   w.push_back(train_gpt("train_step_gpt_compiled", gpt, 16, 1, /*slow=*/false, /*compiled=*/true));
+  w.push_back(train_gpt("train_step_gpt_amp", gpt, 16, 1, /*slow=*/false, /*compiled=*/false, /*amp=*/true));
   w.push_back(generate_gpt("generate_gpt", gpt, 128));
   w.push_back(train_gpt("train_gpt_baby", baby, 12, 2000, /*slow=*/true));
   w.push_back(minilm_embed("minilm_b1_s128", 1, 128, /*slow=*/false));
