@@ -19,6 +19,7 @@ namespace {
 struct Case {
   int64_t m, n, k;
   bool a_transposed, b_transposed;
+  int64_t spread = 1;  // both operands' elements `spread` apart in memory (no unit stride: the generic packing)
 };
 
 TEST(GemmBf16, MatchesFloat64SumsOfTheSameValues) {
@@ -26,23 +27,29 @@ TEST(GemmBf16, MatchesFloat64SumsOfTheSameValues) {
   std::mt19937 rng(9);
   std::normal_distribution<float> normal;
   const std::vector<Case> cases = {
-      {1, 1, 1, false, true},     {1, 37, 100, false, true},    {3, 5000, 64, false, true}, {4, 33, 1031, false, true},
-      {5, 33, 3, false, false},   {14, 32, 512, false, true},   {15, 31, 513, true, false}, {29, 65, 1030, false, true},
-      {130, 70, 257, true, true}, {113, 2100, 40, false, false}};
+      {1, 1, 1, false, true},        {1, 37, 100, false, true},    {3, 5000, 64, false, true},
+      {4, 33, 1031, false, true},    {5, 33, 3, false, false},     {14, 32, 512, false, true},
+      {15, 31, 513, true, false},    {29, 65, 1030, false, true},  {130, 70, 257, true, true},
+      {113, 2100, 40, false, false}, {20, 40, 67, false, true, 2}, {17, 35, 66, true, false, 3}};
   for (const Case& c : cases) {
     SCOPED_TRACE("m=" + std::to_string(c.m) + " n=" + std::to_string(c.n) + " k=" + std::to_string(c.k) +
                  (c.a_transposed ? " A^T" : "") + (c.b_transposed ? " B^T" : ""));
-    std::vector<BFloat16> a(static_cast<size_t>(c.m * c.k)), b(static_cast<size_t>(c.k * c.n));
+    const int64_t s = c.spread;
+    std::vector<BFloat16> a(static_cast<size_t>(c.m * c.k * s)), b(static_cast<size_t>(c.k * c.n * s));
     for (BFloat16& v : a) v = BFloat16(normal(rng));
     for (BFloat16& v : b) v = BFloat16(normal(rng));
     // A (m x k) stored row-major or as its transpose; B (k x n) likewise.
-    const auto a_at = [&](int64_t i, int64_t p) { return c.a_transposed ? a[p * c.m + i] : a[i * c.k + p]; };
-    const auto b_at = [&](int64_t p, int64_t j) { return c.b_transposed ? b[j * c.k + p] : b[p * c.n + j]; };
-    const cpu::Bf16Matrix am{reinterpret_cast<const uint16_t*>(a.data()), c.a_transposed ? 1 : c.k,
-                             c.a_transposed ? c.m : 1};
+    const auto a_at = [&](int64_t i, int64_t p) {
+      return c.a_transposed ? a[(p * c.m + i) * s] : a[(i * c.k + p) * s];
+    };
+    const auto b_at = [&](int64_t p, int64_t j) {
+      return c.b_transposed ? b[(j * c.k + p) * s] : b[(p * c.n + j) * s];
+    };
+    const cpu::Bf16Matrix am{reinterpret_cast<const uint16_t*>(a.data()), (c.a_transposed ? 1 : c.k) * s,
+                             (c.a_transposed ? c.m : 1) * s};
     // bt (n x k): B seen transposed.
-    const cpu::Bf16Matrix bt{reinterpret_cast<const uint16_t*>(b.data()), c.b_transposed ? c.k : 1,
-                             c.b_transposed ? 1 : c.n};
+    const cpu::Bf16Matrix bt{reinterpret_cast<const uint16_t*>(b.data()), (c.b_transposed ? c.k : 1) * s,
+                             (c.b_transposed ? 1 : c.n) * s};
     std::vector<float> out(static_cast<size_t>(c.m * c.n), NAN);
     for (const int threads : {1, 2}) {
       cpu::gemm_bf16(am, bt, c.m, c.n, c.k, out.data(), threads);
