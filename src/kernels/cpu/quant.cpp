@@ -16,7 +16,8 @@
 // registers while the pairs of blocks stream by: each weight vector loaded is used by 4 rows of x,
 // each activation vector by 4 rows of w. With one row of x (a mat-vec product) the tasks split the
 // weight rows alone, read once, in order, which is all that matters there: the product is limited
-// by memory bandwidth (bench rows gemv_q8_0 / gemv_q4_0).
+// by memory bandwidth (bench rows gemv_q8_0 / gemv_q4_0). With more rows of x than packing costs,
+// block weights go through int8 panels instead (Note [packed block GEMM]).
 #include "kernels/cpu/quant.h"
 
 #include <immintrin.h>
@@ -451,6 +452,201 @@ EMBER_VNNI void int8_tile_vnni(const MatmulArgs& a, const Int8Rows& x, int64_t r
   }
 }
 
+// --- AVX-512 VNNI, many rows: weights packed into int8 panels --------------------------------------
+//
+// Note [packed block GEMM]: with more than a few rows of x, the weights of a task's 32 columns are
+// unpacked once into an int8 panel laid out for vpdpbusd with the columns across the lanes: for
+// block b and group g of 4 values, 128 bytes hold the 4 signed weights of each of the 32 columns
+// (two vectors of 16 columns). The activations become unsigned (x + 128) and each row's 4 bytes of
+// a group are broadcast, so one vpdpbusd adds 4 products to 16 columns at once, and a block's 8
+// groups sum into int32 lanes that are exact block sums; one conversion and one multiply-add per 16
+// columns then apply d_w * d_x. The + 128 adds 128 * sum(w) to each block sum, which the panel
+// stores negated per column and block as the integer accumulators' starting value. Per block of
+// 4 rows x 32 columns: 64 vpdpbusd against 8 conversions and 8 multiply-adds, where the record
+// tiles above spend a conversion, a multiply and a multiply-add on every vpdpbusd. k runs in slices
+// of 8 blocks (a 10 KiB slice of the panel stays in L1 while the rows stream past it); y holds the
+// float32 sums between slices.
+
+constexpr int64_t kPanelColumns = 32;
+constexpr int64_t kPanelBlockBytes = kQuantBlock * kPanelColumns;  // 1024
+constexpr int64_t kSliceBlocks = 8;
+
+struct Panel {
+  const uint8_t* values;  // blocks x 1024 bytes
+  const int32_t* starts;  // blocks x 32: -128 * sum(w) of each column's block
+  const float* scales;    // blocks x 32: d_w
+};
+
+// 32-bit words at base + lane_offsets + offset for the lanes in `lanes`, zero elsewhere.
+EMBER_VNNI inline __m512i gather_words(const uint8_t* base, __m512i lane_offsets, __mmask16 lanes, int64_t offset) {
+  return _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), lanes,
+                                     _mm512_add_epi32(lane_offsets, _mm512_set1_epi32(static_cast<int32_t>(offset))),
+                                     base, 1);
+}
+
+// Unpacks weight rows n0.. (cols of them; the panel's other columns are zero) into `storage`: for
+// each block and 16 columns, the columns' words of 4 values are gathered and land, as they are,
+// across the lanes of the 8 vectors of groups (q4_0's nibbles masked or shifted, minus 8), and a
+// vpdpbusd with ones sums each column's block for its starting value.
+EMBER_VNNI Panel pack_panel(const MatmulArgs& a, int64_t n0, int64_t cols, std::vector<uint8_t>& storage) {
+  const int64_t blocks = blocks_of(a.k), row_bytes = row_bytes_of(a.wtype, a.k);
+  const int64_t block_bytes = a.wtype == kQ8_0 ? sizeof(BlockQ8_0) : sizeof(BlockQ4_0);
+  const size_t values_bytes = static_cast<size_t>(blocks * kPanelBlockBytes);
+  const size_t meta = static_cast<size_t>(blocks * kPanelColumns);
+  storage.resize(values_bytes + meta * (sizeof(int32_t) + sizeof(float)));
+  uint8_t* values = storage.data();
+  auto* starts = reinterpret_cast<int32_t*>(values + values_bytes);
+  auto* scales = reinterpret_cast<float*>(starts + meta);
+  const __m512i lane_offsets =
+      _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                         _mm512_set1_epi32(static_cast<int32_t>(row_bytes)));
+  const __m512i ones = _mm512_set1_epi8(1), low = _mm512_set1_epi8(0x0f), eight = _mm512_set1_epi8(8);
+  for (int64_t half = 0; half < 2; ++half) {
+    const int64_t first = half * 16, count = std::clamp<int64_t>(cols - first, 0, 16);
+    const __mmask16 lanes = static_cast<__mmask16>((1u << count) - 1);
+    const uint8_t* rows = static_cast<const uint8_t*>(a.w) + (n0 + std::min(first, cols)) * row_bytes;
+    for (int64_t b = 0; b < blocks; ++b) {
+      const uint8_t* base = rows + b * block_bytes;
+      uint8_t* dst = values + b * kPanelBlockBytes + half * 64;
+      __m512i sum = _mm512_setzero_si512();
+      if (a.wtype == kQ8_0) {
+        for (int64_t g = 0; g < 8; ++g) {
+          const __m512i w = gather_words(base, lane_offsets, lanes, 2 + 4 * g);
+          _mm512_storeu_si512(dst + g * 128, w);
+          sum = _mm512_dpbusd_epi32(sum, ones, w);
+        }
+      } else {
+        for (int64_t g = 0; g < 4; ++g) {
+          const __m512i nibbles = gather_words(base, lane_offsets, lanes, 2 + 4 * g);
+          const __m512i lo = _mm512_sub_epi8(_mm512_and_si512(nibbles, low), eight);
+          const __m512i hi = _mm512_sub_epi8(_mm512_and_si512(_mm512_srli_epi16(nibbles, 4), low), eight);
+          _mm512_storeu_si512(dst + g * 128, _mm512_maskz_mov_epi32(lanes, lo));
+          _mm512_storeu_si512(dst + (g + 4) * 128, _mm512_maskz_mov_epi32(lanes, hi));
+          sum = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(sum, ones, _mm512_maskz_mov_epi32(lanes, lo)), ones,
+                                    _mm512_maskz_mov_epi32(lanes, hi));
+        }
+      }
+      _mm512_storeu_si512(starts + b * kPanelColumns + first, _mm512_mullo_epi32(sum, _mm512_set1_epi32(-128)));
+      const __m256i scale_bits =
+          _mm512_cvtepi32_epi16(gather_words(base, lane_offsets, lanes, 0));  // the low 16 bits of each word
+      _mm512_storeu_ps(scales + b * kPanelColumns + first, _mm512_cvtph_ps(scale_bits));
+    }
+  }
+  return {values, starts, scales};
+}
+
+// Rows of x as unsigned bytes (x + 128, the records' values xor 0x80) and their block scales.
+struct UnsignedRows {
+  std::vector<uint8_t> values;  // rows x blocks * 32
+  std::vector<float> scales;    // rows x blocks
+};
+
+UnsignedRows unsigned_rows(const MatmulArgs& a, const std::vector<PairRecord>& records, int threads) {
+  const int64_t blocks = blocks_of(a.k), pairs = pairs_of(a.k);
+  UnsignedRows x;
+  x.values.resize(static_cast<size_t>(a.m * blocks * kQuantBlock));
+  x.scales.resize(static_cast<size_t>(a.m * blocks));
+  parallel_for_threads(threads, 0, a.m, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      for (int64_t b = 0; b < blocks; ++b) {
+        const PairRecord& rec = records[static_cast<size_t>(r * pairs + b / 2)];
+        uint8_t* dst = x.values.data() + (r * blocks + b) * kQuantBlock;
+        for (int64_t j = 0; j < kQuantBlock; ++j)
+          dst[j] = static_cast<uint8_t>(rec.values[(b % 2) * kQuantBlock + j]) ^ 0x80;
+        x.scales[static_cast<size_t>(r * blocks + b)] = rec.scales[(b % 2) * 8];
+      }
+    }
+  });
+  return x;
+}
+
+// y[r0..r0+R, n0..n0+cols] (+)= rows r0.. of x against the panel over blocks [b0, b1); `first`
+// stores instead of adding, `bias` (the columns' own, or null) is added with the last slice.
+template <int R>
+EMBER_VNNI void packed_tile(const MatmulArgs& a, const UnsignedRows& x, const Panel& panel, int64_t r0, int64_t n0,
+                            int64_t cols, int64_t b0, int64_t b1, bool first, const float* bias) {
+  const int64_t blocks = blocks_of(a.k);
+  __m512 acc[R][2];
+  EMBER_UNROLL for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+  for (int64_t b = b0; b < b1; ++b) {
+    const __m512i start0 = _mm512_loadu_si512(panel.starts + b * kPanelColumns);
+    const __m512i start1 = _mm512_loadu_si512(panel.starts + b * kPanelColumns + 16);
+    __m512i sums[R][2];
+    EMBER_UNROLL for (int r = 0; r < R; ++r) {
+      sums[r][0] = start0;
+      sums[r][1] = start1;
+    }
+    const uint8_t* w = panel.values + b * kPanelBlockBytes;
+    EMBER_UNROLL for (int64_t g = 0; g < kQuantBlock / 4; ++g) {
+      const __m512i w0 = _mm512_loadu_si512(w + g * 128), w1 = _mm512_loadu_si512(w + g * 128 + 64);
+      EMBER_UNROLL for (int r = 0; r < R; ++r) {
+        int32_t word;
+        std::memcpy(&word, x.values.data() + ((r0 + r) * blocks + b) * kQuantBlock + 4 * g, 4);
+        const __m512i xb = _mm512_set1_epi32(word);
+        sums[r][0] = _mm512_dpbusd_epi32(sums[r][0], xb, w0);
+        sums[r][1] = _mm512_dpbusd_epi32(sums[r][1], xb, w1);
+      }
+    }
+    const __m512 d0 = _mm512_loadu_ps(panel.scales + b * kPanelColumns);
+    const __m512 d1 = _mm512_loadu_ps(panel.scales + b * kPanelColumns + 16);
+    EMBER_UNROLL for (int r = 0; r < R; ++r) {
+      const __m512 dx = _mm512_set1_ps(x.scales[static_cast<size_t>((r0 + r) * blocks + b)]);
+      acc[r][0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums[r][0]), _mm512_mul_ps(d0, dx), acc[r][0]);
+      acc[r][1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums[r][1]), _mm512_mul_ps(d1, dx), acc[r][1]);
+    }
+  }
+  const __mmask16 m0 = cols >= 16 ? __mmask16(0xffff) : static_cast<__mmask16>((1u << cols) - 1);
+  const __mmask16 m1 = cols >= 32   ? __mmask16(0xffff)
+                       : cols <= 16 ? __mmask16(0)
+                                    : static_cast<__mmask16>((1u << (cols - 16)) - 1);
+  EMBER_UNROLL for (int r = 0; r < R; ++r) {
+    float* y = a.y + (r0 + r) * a.y_stride + n0;
+    __m512 v0 = acc[r][0], v1 = acc[r][1];
+    if (!first) {
+      v0 = _mm512_add_ps(v0, _mm512_maskz_loadu_ps(m0, y));
+      v1 = _mm512_add_ps(v1, _mm512_maskz_loadu_ps(m1, y + 16));
+    }
+    if (bias != nullptr) {
+      v0 = _mm512_add_ps(v0, _mm512_maskz_loadu_ps(m0, bias));
+      v1 = _mm512_add_ps(v1, _mm512_maskz_loadu_ps(m1, bias + 16));
+    }
+    _mm512_mask_storeu_ps(y, m0, v0);
+    _mm512_mask_storeu_ps(y + 16, m1, v1);
+  }
+}
+
+// Note [packed block GEMM]: tasks of 32 weight rows (columns of y), each packed once and run
+// against every row of x.
+void packed_matmul(const MatmulArgs& a, const std::vector<PairRecord>& records, int threads) {
+  const UnsignedRows x = unsigned_rows(a, records, threads);
+  const int64_t blocks = blocks_of(a.k), panels = (a.n + kPanelColumns - 1) / kPanelColumns;
+  parallel_tasks(panels, threads, [&](int64_t t) {
+    thread_local std::vector<uint8_t> storage;
+    const int64_t n0 = t * kPanelColumns, cols = std::min(kPanelColumns, a.n - n0);
+    const Panel panel = pack_panel(a, n0, cols, storage);
+    const float* bias = a.bias != nullptr ? a.bias + n0 : nullptr;
+    for (int64_t b0 = 0; b0 < blocks; b0 += kSliceBlocks) {
+      const int64_t b1 = std::min(blocks, b0 + kSliceBlocks);
+      const float* slice_bias = b1 == blocks ? bias : nullptr;
+      for (int64_t r = 0; r < a.m; r += 4) {
+        switch (std::min<int64_t>(4, a.m - r)) {
+          case 1:
+            packed_tile<1>(a, x, panel, r, n0, cols, b0, b1, b0 == 0, slice_bias);
+            break;
+          case 2:
+            packed_tile<2>(a, x, panel, r, n0, cols, b0, b1, b0 == 0, slice_bias);
+            break;
+          case 3:
+            packed_tile<3>(a, x, panel, r, n0, cols, b0, b1, b0 == 0, slice_bias);
+            break;
+          default:
+            packed_tile<4>(a, x, panel, r, n0, cols, b0, b1, b0 == 0, slice_bias);
+        }
+      }
+    }
+  });
+}
+
 // Calls tile.template operator()<R, C>(r, c) over rows [m_begin, m_end) x weight rows [n_begin, n_end) in
 // tiles of 4 x 4, smaller at the edges.
 template <class Tile>
@@ -530,6 +726,12 @@ bool matmul(const MatmulArgs& a, Isa isa, int threads) {
   }
   std::vector<PairRecord> records;
   if (!quantize_activations(a, isa, threads, records)) return false;
+  // Packing costs about as much as 16 rows of q8_0 (whose blocks take twice the gathers) or 6 of
+  // q4_0 against the tiles (4096 x 4096 weights, 2 threads).
+  if (vnni && a.m > (a.wtype == kQ8_0 ? 16 : 8)) {
+    packed_matmul(a, records, threads);
+    return true;
+  }
   grid([&](int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
     if (vnni && a.wtype == kQ8_0) {
       tiles(m0, m1, n0, n1,
