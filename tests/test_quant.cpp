@@ -97,12 +97,13 @@ struct Problem {
   int64_t m, n, k;
 };
 
-// m, n, k across the tile edges (4 x 4 tiles, pairs of blocks, odd block counts, tails of 64) and,
+// m, n, k across the tile edges (4 x 4 tiles, 1 x 8 for one row, pairs of blocks, odd block counts,
+// tails of 64) and,
 // from 9 rows of q4_0 and 17 of q8_0, the packed panels' (32 columns in halves of 16, slices of 8
 // blocks, rows in fours).
-const std::vector<Problem> kProblems = {{1, 1, 32},   {1, 7, 96},     {3, 5, 64},    {4, 4, 128},
-                                        {5, 9, 160},  {17, 13, 320},  {2, 33, 1056}, {6, 3, 4096},
-                                        {9, 40, 100}, {18, 45, 1056}, {23, 16, 64},  {33, 70, 544}};
+const std::vector<Problem> kProblems = {{1, 1, 32},    {1, 7, 96},    {3, 5, 64},   {4, 4, 128},  {5, 9, 160},
+                                        {17, 13, 320}, {2, 33, 1056}, {6, 3, 4096}, {9, 40, 100}, {18, 45, 1056},
+                                        {23, 16, 64},  {33, 70, 544}, {1, 19, 200}};
 
 std::vector<float> random_floats(std::mt19937& rng, int64_t count, float scale) {
   std::normal_distribution<float> normal(0.0f, scale);

@@ -652,6 +652,9 @@ void packed_matmul(const MatmulArgs& a, const std::vector<PairRecord>& records, 
 template <class Tile>
 void tiles(int64_t m_begin, int64_t m_end, int64_t n_begin, int64_t n_end, const Tile& tile) {
   constexpr int64_t kR = 4, kC = 4;
+  if (m_end - m_begin == 1) {  // a mat-vec product: 8 weight rows at a time, the rest below
+    for (; n_begin + 8 <= n_end; n_begin += 8) tile.template operator()<1, 8>(m_begin, n_begin);
+  }
   for (int64_t r = m_begin; r < m_end; r += kR) {
     const int64_t rows = std::min(kR, m_end - r);
     for (int64_t c = n_begin; c < n_end; c += kC) {
