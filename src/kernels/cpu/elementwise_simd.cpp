@@ -28,7 +28,7 @@ namespace ember::cpu {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
-#include "kernels/cpu/float_vector-inl.h"  // load_vector, store_vector, kVectorLoad
+#include "kernels/cpu/float_vector-inl.h"  // load_vector, store_vector
 #include "kernels/cpu/functors-inl.h"
 #include "kernels/cpu/transpose-inl.h"
 
@@ -37,7 +37,7 @@ namespace hn = hwy::HWY_NAMESPACE;
 template <class F, class T>
 int64_t unary_vectors(void* out_ptr, const void* in_ptr, int64_t n) {
   using C = compute_t<T>;
-  if constexpr (!F::template kVector<C> || !kVectorLoad<T>) {
+  if constexpr (!F::template kVector<C>) {
     return 0;
   } else {
     T* out = static_cast<T*>(out_ptr);
@@ -62,7 +62,7 @@ int64_t unary_vectors(void* out_ptr, const void* in_ptr, int64_t n) {
 template <class F, class T>
 int64_t binary_vectors(void* out_ptr, const void* a_ptr, bool a_scalar, const void* b_ptr, bool b_scalar, int64_t n) {
   using C = compute_t<T>;
-  if constexpr (!F::template kVector<C> || !kVectorLoad<T>) {
+  if constexpr (!F::template kVector<C>) {
     return 0;
   } else {
     T* out = static_cast<T*>(out_ptr);

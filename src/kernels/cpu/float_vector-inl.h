@@ -14,10 +14,15 @@ inline constexpr bool kVectorLoad = std::is_same_v<T, float> || std::is_same_v<T
                                     std::is_same_v<T, BFloat16> ||
                                     (std::is_same_v<T, Half> && HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2);
 
-// Lanes(d) elements of T, from p on, as a vector of compute_t<T>.
+// Lanes(d) elements of T, from p on, as a vector of compute_t<T> (float16 converted one lane at a
+// time where kVectorLoad is false, so that every target computes the same values).
 template <class D, class T>
 HWY_INLINE hn::Vec<D> load_vector(D d, const T* p) {
-  if constexpr (std::is_same_v<T, Half>) {
+  if constexpr (std::is_same_v<T, Half> && !kVectorLoad<T>) {
+    HWY_ALIGN hn::TFromD<D> lanes[hn::MaxLanes(d)];
+    for (size_t i = 0; i < hn::Lanes(d); ++i) lanes[i] = static_cast<float>(p[i]);
+    return hn::Load(d, lanes);
+  } else if constexpr (std::is_same_v<T, Half>) {
     const hn::Rebind<hwy::float16_t, D> dh;
     return hn::PromoteTo(d, hn::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(p)));
   } else if constexpr (std::is_same_v<T, BFloat16>) {

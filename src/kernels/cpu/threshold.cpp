@@ -23,7 +23,7 @@ namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
 namespace {
-#include "kernels/cpu/float_vector-inl.h"  // load_vector, store_vector, kVectorLoad
+#include "kernels/cpu/float_vector-inl.h"  // load_vector, store_vector
 #include "kernels/cpu/functors-inl.h"      // vec::erf_f32
 }  // namespace
 
@@ -32,14 +32,12 @@ template <class T>
 void relu_backward_range(const T* grad, const T* out, T* result, int64_t begin, int64_t end) {
   using C = compute_t<T>;
   int64_t i = begin;
-  if constexpr (kVectorLoad<T>) {
-    const hn::ScalableTag<C> d;
-    const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
-    const auto zero = hn::Zero(d);
-    // Le is false for NaN, so a NaN output lets the gradient through (PyTorch's `out <= 0 ? 0 : g`).
-    for (; i + lanes <= end; i += lanes) {
-      store_vector(d, hn::IfThenZeroElse(hn::Le(load_vector(d, out + i), zero), load_vector(d, grad + i)), result + i);
-    }
+  const hn::ScalableTag<C> d;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+  const auto zero = hn::Zero(d);
+  // Le is false for NaN, so a NaN output lets the gradient through (PyTorch's `out <= 0 ? 0 : g`).
+  for (; i + lanes <= end; i += lanes) {
+    store_vector(d, hn::IfThenZeroElse(hn::Le(load_vector(d, out + i), zero), load_vector(d, grad + i)), result + i);
   }
   for (; i < end; ++i) result[i] = static_cast<C>(out[i]) <= C(0) ? T(C(0)) : grad[i];
 }
@@ -80,26 +78,23 @@ void gelu_backward_range(const T* grad, const T* x, T* result, int64_t begin, in
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
   const auto half = hn::Set(d, 0.5f), one = hn::Set(d, 1.0f);
   int64_t i = begin;
-  if constexpr (kVectorLoad<T>) {
-    for (; i + lanes <= end; i += lanes) {
-      const auto v = load_vector(d, x + i);
-      const auto v2 = hn::Mul(v, v);
-      hn::Vec<decltype(d)> slope;
-      if (tanh_form) {
-        const auto k = hn::Set(d, static_cast<float>(kSqrt2OverPi));
-        const auto t =
-            hn::Tanh(d, hn::Mul(k, hn::Mul(v, hn::MulAdd(hn::Set(d, static_cast<float>(kTanhCoefficient)), v2, one))));
-        const auto du = hn::Mul(k, hn::MulAdd(hn::Set(d, static_cast<float>(3 * kTanhCoefficient)), v2, one));
-        slope = hn::MulAdd(hn::Mul(half, v), hn::Mul(hn::NegMulAdd(t, t, one), du), hn::Mul(half, hn::Add(one, t)));
-      } else {
-        const auto cdf =
-            hn::Mul(half, hn::Add(one, vec::erf_f32(d, hn::Mul(v, hn::Set(d, static_cast<float>(kInvSqrt2))))));
-        const auto pdf =
-            hn::Mul(hn::Set(d, static_cast<float>(kInvSqrt2Pi)), hn::Exp(d, hn::Mul(hn::Set(d, -0.5f), v2)));
-        slope = hn::MulAdd(v, pdf, cdf);
-      }
-      store_vector(d, hn::Mul(load_vector(d, grad + i), slope), result + i);
+  for (; i + lanes <= end; i += lanes) {
+    const auto v = load_vector(d, x + i);
+    const auto v2 = hn::Mul(v, v);
+    hn::Vec<decltype(d)> slope;
+    if (tanh_form) {
+      const auto k = hn::Set(d, static_cast<float>(kSqrt2OverPi));
+      const auto t =
+          hn::Tanh(d, hn::Mul(k, hn::Mul(v, hn::MulAdd(hn::Set(d, static_cast<float>(kTanhCoefficient)), v2, one))));
+      const auto du = hn::Mul(k, hn::MulAdd(hn::Set(d, static_cast<float>(3 * kTanhCoefficient)), v2, one));
+      slope = hn::MulAdd(hn::Mul(half, v), hn::Mul(hn::NegMulAdd(t, t, one), du), hn::Mul(half, hn::Add(one, t)));
+    } else {
+      const auto cdf =
+          hn::Mul(half, hn::Add(one, vec::erf_f32(d, hn::Mul(v, hn::Set(d, static_cast<float>(kInvSqrt2))))));
+      const auto pdf = hn::Mul(hn::Set(d, static_cast<float>(kInvSqrt2Pi)), hn::Exp(d, hn::Mul(hn::Set(d, -0.5f), v2)));
+      slope = hn::MulAdd(v, pdf, cdf);
     }
+    store_vector(d, hn::Mul(load_vector(d, grad + i), slope), result + i);
   }
   for (; i < end; ++i) result[i] = T(static_cast<float>(grad[i]) * gelu_slope(static_cast<float>(x[i]), tanh_form));
 }
