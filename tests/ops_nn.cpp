@@ -1,4 +1,5 @@
-// The nn::functional ops' registry entries: convolution, pooling, normalization, losses and dropout.
+// The nn::functional ops' registry entries: convolution, pooling, interpolation, normalization, losses
+// and dropout.
 // Their golden cases (tests/golden/nn.json, cases_nn.py) hold PyTorch's output and the gradient of
 // every input that requires grad, for float32 and float64, so they check the backward primitives
 // (conv2d_input_grad, max_pool2d_grad, cross_entropy_grad, ...) against PyTorch too; the float64
@@ -275,6 +276,37 @@ std::vector<Entry> conv_and_pool_entries() {
                                                   [](const std::vector<Tensor>& x) {
                                                     return F::adaptive_avg_pool2d(x[0], {3, 4});
                                                   })}},
+      // A composite of index_select, and of scatter_add in its backward (Note [interpolate]).
+      Entry{
+          .name = "interpolate",
+          .ops = {OpKind::kInterpolate, OpKind::kIndexSelect, OpKind::kScatterAdd},
+          .golden =
+              {nn_golden("interpolate",
+                         [](const Case& c, const std::vector<Tensor>& x) {
+                           const golden::json &size = c.attrs.at("size"), &scale = c.attrs.at("scale_factor"),
+                                              &align = c.attrs.at("align_corners");
+                           return F::interpolate(
+                               x[0], size.is_null() ? std::nullopt : std::optional(size.get<std::vector<int64_t>>()),
+                               scale.is_null() ? std::nullopt : std::optional(scale.get<std::vector<double>>()),
+                               c.attrs.at("mode").get<std::string>(),
+                               align.is_null() ? std::nullopt : std::optional(align.get<bool>()));
+                         })},
+          .gradchecks =
+              {both_layouts_gradcheck(
+                   "interpolate_bilinear",
+                   {1, 2, 4, 5}, {},
+                   [](const std::vector<Tensor>& x) {
+                     return F::interpolate(x[0], std::vector<int64_t>{7, 3}, std::nullopt, "bilinear", false);
+                   }),
+               both_layouts_gradcheck("interpolate_bilinear_align_corners", {2, 1, 3, 4}, {},
+                                      [](const std::vector<Tensor>& x) {
+                                        return F::interpolate(x[0], std::nullopt, std::vector<double>{2.0, 1.5},
+                                                              "bilinear", true);
+                                      }),
+               both_layouts_gradcheck("interpolate_nearest", {1, 3, 4, 3}, {},
+                                      [](const std::vector<Tensor>& x) {
+                                        return F::interpolate(x[0], std::vector<int64_t>{5, 7});
+                                      })}},
   };
 }
 
@@ -323,6 +355,22 @@ std::vector<Entry> norm_entries() {
                            both_layouts_gradcheck("rms_norm_eps", {4, 3}, {},
                                                   [](const std::vector<Tensor>& x) {
                                                     return F::rms_norm(x[0], {3}, std::nullopt, 1e-3);
+                                                  })}},
+      // A composite over layer_norm's kernel, with its own backward made of ops (Note [group_norm]).
+      Entry{.name = "group_norm",
+            .ops = {OpKind::kGroupNorm, OpKind::kLayerNorm},
+            .golden = {nn_golden("group_norm",
+                                 [](const Case& c, const std::vector<Tensor>& x) {
+                                   return F::group_norm(x[0], c.attrs.at("num_groups").get<int64_t>(),
+                                                        optional_tensor(x, 1), optional_tensor(x, 2),
+                                                        c.attrs.at("eps").get<double>());
+                                 })},
+            .gradchecks = {both_layouts_gradcheck(
+                               "group_norm_affine", {2, 4, 3, 2}, {in({4}, kUnit), in({4}, kUnit)},
+                               [](const std::vector<Tensor>& x) { return F::group_norm(x[0], 2, x[1], x[2]); }),
+                           both_layouts_gradcheck("group_norm_one_group", {3, 4}, {},
+                                                  [](const std::vector<Tensor>& x) {
+                                                    return F::group_norm(x[0], 1, std::nullopt, std::nullopt, 1e-3);
                                                   })}},
   };
 }

@@ -912,6 +912,46 @@ TEST(NnLayers, LayerNormAndRMSNormModules) {
   expect_same_values((*rms)(x), nn::functional::rms_norm(x, {4}, rms->weight, 1e-6), 1e-6);
 }
 
+TEST(NnLayers, GroupNormAndUpsampleModules) {
+  manual_seed(27);
+  const Tensor x = randn({2, 6, 3, 4});
+  auto gn = make_shared<nn::GroupNorm>(3, 6);
+  EXPECT_EQ(names_of(gn->named_parameters()), (std::vector<std::string>{"weight", "bias"}));
+  nn::init::normal_(gn->weight);
+  nn::init::normal_(gn->bias);
+  expect_same_values((*gn)(x), nn::functional::group_norm(x, 3, gn->weight, gn->bias), 1e-6);
+  // Without the affine map each (sample, group) comes out with mean 0 and variance 1.
+  const Tensor normalized = (*make_shared<nn::GroupNorm>(3, 6, 1e-5, false))(x).reshape({2, 3, -1});
+  expect_near(normalized.mean({2}).flatten(), std::vector<double>(6, 0.0), 1e-5);
+  expect_near(normalized.var({2}, 0).flatten(), std::vector<double>(6, 1.0), 1e-3);
+  EXPECT_THAT(thrown_message([] { nn::GroupNorm(4, 6); }), HasSubstr("divisible by num_groups"));
+  EXPECT_EQ(gn->extra_repr(), "3, 6, eps=1e-05, affine=true");
+
+  auto up = make_shared<nn::Upsample>(std::nullopt, std::vector<double>{2.0});
+  const Tensor y = (*up)(x);
+  EXPECT_EQ(y.shape(), (Shape{2, 6, 6, 8}));
+  expect_same_values(y.slice(2, 0, 6, 2).slice(3, 0, 8, 2), x);  // nearest x2: each value four times
+  EXPECT_EQ(up->extra_repr(), "scale_factor=(2), mode='nearest'");
+  EXPECT_THAT(thrown_message([] { nn::Upsample(std::nullopt); }), HasSubstr("exactly one of size and scale_factor"));
+}
+
+// Empty batches pass through both (PyTorch's shapes; zero gradients for the parameters).
+TEST(NnLayers, GroupNormAndInterpolateTakeEmptyBatches) {
+  const Tensor x = zeros({0, 4, 3, 3}).requires_grad_();
+  const Tensor w = ones({4}).requires_grad_(), b = zeros({4}).requires_grad_();
+  Tensor y = nn::functional::group_norm(x, 2, w, b);
+  EXPECT_EQ(y.shape(), x.shape());
+  y.sum().backward();
+  EXPECT_EQ(x.grad().shape(), x.shape());
+  expect_near(w.grad(), std::vector<double>(4, 0.0), 0);
+  const Tensor up = nn::functional::interpolate(x, std::vector<int64_t>{5, 6}, std::nullopt, "bilinear", false);
+  EXPECT_EQ(up.shape(), (Shape{0, 4, 5, 6}));
+  EXPECT_THAT(thrown_message([] {
+                nn::functional::interpolate(zeros({1, 2, 0, 3}), std::vector<int64_t>{4, 4});
+              }),
+              HasSubstr("sizes should be greater than 0"));
+}
+
 // --- containers -----------------------------------------------------------------------------------
 
 TEST(NnContainers, SequentialIndexingIterationAndForward) {

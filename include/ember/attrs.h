@@ -205,6 +205,27 @@ struct LayerNormAttrs {
   auto fields() const { return std::tie(normalized_shape, eps); }
 };
 
+// group_norm: the channels (dim 1) in num_groups groups, each normalized with its spatial values.
+struct GroupNormAttrs {
+  int64_t num_groups = 1;
+  double eps = 1e-5;
+  bool operator==(const GroupNormAttrs&) const = default;
+  auto fields() const { return std::tie(num_groups, eps); }
+};
+
+// interpolate: the output's spatial size (dims 2..), the mode, and whether the corner pixels'
+// centres align (linear modes only); scales, when the caller gave them, set the source positions
+// (1 / scale, as PyTorch) instead of in / out. An absent scale is 0.
+enum class InterpolateMode { kNearest, kLinear };
+struct InterpolateAttrs {
+  Shape size;
+  std::vector<double> scales;
+  InterpolateMode mode = InterpolateMode::kNearest;
+  bool align_corners = false;
+  bool operator==(const InterpolateAttrs&) const = default;
+  auto fields() const { return std::tie(size, scales, mode, align_corners); }
+};
+
 // cross_entropy and nll_loss over class indices.
 struct ClassLossAttrs {
   int64_t ignore_index = -100;
@@ -360,12 +381,12 @@ struct RmspropAttrs {
   auto fields() const { return std::tie(lr, alpha, eps, weight_decay, momentum, centered); }
 };
 
-using Attrs =
-    std::variant<NoAttrs, FillAttrs, RangeAttrs, RandomAttrs, DropoutAttrs, ShapeAttrs, AxesAttrs, SliceAttrs,
-                 SelectAttrs, AsStridedAttrs, ReduceAttrs, VarAttrs, NormAttrs, DimAttrs, MatmulAttrs, Conv2dAttrs,
-                 Pool2dAttrs, BatchNormAttrs, LayerNormAttrs, ClassLossAttrs, LossAttrs, AttentionAttrs,
-                 ActivationAttrs, ClampAttrs, RollAttrs, PadAttrs, SgdAttrs, AdamAttrs, AdagradAttrs, RmspropAttrs,
-                 TriangleAttrs, SortAttrs, TopKAttrs, MultinomialAttrs, ConvTranspose2dAttrs>;
+using Attrs = std::variant<NoAttrs, FillAttrs, RangeAttrs, RandomAttrs, DropoutAttrs, ShapeAttrs, AxesAttrs, SliceAttrs,
+                           SelectAttrs, AsStridedAttrs, ReduceAttrs, VarAttrs, NormAttrs, DimAttrs, MatmulAttrs,
+                           Conv2dAttrs, Pool2dAttrs, BatchNormAttrs, LayerNormAttrs, ClassLossAttrs, LossAttrs,
+                           AttentionAttrs, ActivationAttrs, ClampAttrs, RollAttrs, PadAttrs, SgdAttrs, AdamAttrs,
+                           AdagradAttrs, RmspropAttrs, TriangleAttrs, SortAttrs, TopKAttrs, MultinomialAttrs,
+                           ConvTranspose2dAttrs, GroupNormAttrs, InterpolateAttrs>;
 
 // The index of attribute type T in Attrs (a compile error if T is not one of them).
 template <class T, size_t I = 0>

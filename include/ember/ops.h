@@ -230,6 +230,13 @@ Tensor max_pool2d(const Tensor& input, Pair kernel_size, std::optional<Pair> str
 Tensor avg_pool2d(const Tensor& input, Pair kernel_size, std::optional<Pair> stride = std::nullopt, Pair padding = 0,
                   bool ceil_mode = false, bool count_include_pad = true);
 Tensor adaptive_avg_pool2d(const Tensor& input, Pair output_size);
+// Resamples the spatial dims (2..) of input (N, C, d1[, d2[, d3]]) to `size`, or to floor(d *
+// scale_factor) (one value for every dim, or one per dim), as PyTorch's interpolate: mode
+// "nearest" (PyTorch's legacy nearest: source floor(i * in / out)), "linear" (3-D input),
+// "bilinear" (4-D) or "trilinear" (5-D), with align_corners for the linear modes.
+Tensor interpolate(const Tensor& input, const std::optional<std::vector<int64_t>>& size,
+                   const std::optional<std::vector<double>>& scale_factor = std::nullopt,
+                   std::string_view mode = "nearest", std::optional<bool> align_corners = std::nullopt);
 // input (N, C) or (N, C, ...). In training, normalizes with the batch statistics and updates the
 // running ones in place (unbiased variance, PyTorch's momentum convention) when they are given.
 Tensor batch_norm(const Tensor& input, const Tensor& running_mean, const Tensor& running_var,
@@ -239,6 +246,10 @@ Tensor batch_norm(const Tensor& input, const Tensor& running_mean, const Tensor&
 Tensor layer_norm(const Tensor& input, const Shape& normalized_shape,
                   const std::optional<Tensor>& weight = std::nullopt, const std::optional<Tensor>& bias = std::nullopt,
                   double eps = 1e-5);
+// input (N, C, ...): the C channels in num_groups groups (C divisible by it), each normalized over
+// its channels' values at every position (PyTorch's group_norm); weight and bias (C) per channel.
+Tensor group_norm(const Tensor& input, int64_t num_groups, const std::optional<Tensor>& weight = std::nullopt,
+                  const std::optional<Tensor>& bias = std::nullopt, double eps = 1e-5);
 // eps unset: the dtype's machine epsilon, as PyTorch.
 Tensor rms_norm(const Tensor& input, const Shape& normalized_shape, const std::optional<Tensor>& weight = std::nullopt,
                 std::optional<double> eps = std::nullopt);

@@ -152,6 +152,7 @@ inline constexpr uint32_t kComparison = kElementwise | kBoolResult;
   X(AvgPool2dGrad, "avg_pool2d_grad", 0, Pool2dAttrs, 0)                                           \
   X(AdaptiveAvgPool2d, "adaptive_avg_pool2d", kDifferentiable, Pool2dAttrs, 0)                     \
   X(AdaptiveAvgPool2dGrad, "adaptive_avg_pool2d_grad", 0, Pool2dAttrs, 0)                          \
+  X(Interpolate, "interpolate", kComposite | kDifferentiable, InterpolateAttrs, 0)                 \
   /* normalization */                                                                              \
   X(BatchNorm, "batch_norm", kComposite | kDifferentiable, BatchNormAttrs, 0)                      \
   X(BatchNormStats, "batch_norm_stats", 0, NoAttrs, 0)                                             \
@@ -161,6 +162,7 @@ inline constexpr uint32_t kComparison = kElementwise | kBoolResult;
   X(LayerNormGrad, "layer_norm_grad", 0, LayerNormAttrs, 0)                                        \
   X(RmsNorm, "rms_norm", kDifferentiable, LayerNormAttrs, 0)                                       \
   X(RmsNormGrad, "rms_norm_grad", 0, LayerNormAttrs, 0)                                            \
+  X(GroupNorm, "group_norm", kComposite | kDifferentiable, GroupNormAttrs, 0)                      \
   /* losses */                                                                                     \
   X(CrossEntropy, "cross_entropy", kComposite | kDifferentiable, ClassLossAttrs, 0)                \
   X(CrossEntropyForward, "cross_entropy_forward", 0, ClassLossAttrs, 0)                            \

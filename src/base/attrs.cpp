@@ -15,6 +15,7 @@ size_t hash_one(bool v) { return v ? 1 : 0; }
 size_t hash_one(double v) { return std::hash<uint64_t>{}(std::bit_cast<uint64_t>(v == 0.0 ? 0.0 : v)); }
 size_t hash_one(Reduction v) { return static_cast<size_t>(v); }
 size_t hash_one(Activation v) { return static_cast<size_t>(v); }
+size_t hash_one(InterpolateMode v) { return static_cast<size_t>(v); }
 size_t hash_one(const Pair& p) {
   size_t seed = hash_one(p.h);
   mix(seed, hash_one(p.w));
@@ -28,6 +29,11 @@ size_t hash_one(const Shape& s) {
 size_t hash_one(const std::vector<int64_t>& values) {
   size_t seed = values.size();
   for (int64_t v : values) mix(seed, hash_one(v));
+  return seed;
+}
+size_t hash_one(const std::vector<double>& values) {
+  size_t seed = values.size();
+  for (double v : values) mix(seed, hash_one(v));
   return seed;
 }
 size_t hash_one(const Scalar& s) {

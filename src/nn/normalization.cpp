@@ -142,4 +142,31 @@ std::string RMSNorm::extra_repr() const {
                       ", elementwise_affine=", repr::boolean(elementwise_affine));
 }
 
+// --- GroupNorm ------------------------------------------------------------------------------------
+
+GroupNorm::GroupNorm(int64_t groups, int64_t channels, double eps_, bool affine_)
+    : num_groups(groups), num_channels(channels), eps(eps_), affine(affine_) {
+  EMBER_CHECK(groups > 0 && channels >= 0 && channels % groups == 0,
+              "[GroupNorm] num_channels must be divisible by num_groups (a positive number), got num_groups=", groups,
+              " and num_channels=", channels);
+  if (affine) {
+    weight = register_parameter("weight", ember::empty({channels}));
+    bias = register_parameter("bias", ember::empty({channels}));
+  }
+  reset_parameters();
+}
+
+void GroupNorm::reset_parameters() {
+  if (weight.defined()) init::ones_(weight);
+  if (bias.defined()) init::zeros_(bias);
+}
+
+Tensor GroupNorm::forward(const Tensor& input) {
+  return functional::group_norm(input, num_groups, optional_tensor(weight), optional_tensor(bias), eps);
+}
+
+std::string GroupNorm::extra_repr() const {
+  return repr::concat(num_groups, ", ", num_channels, ", eps=", eps, ", affine=", repr::boolean(affine));
+}
+
 }  // namespace ember::nn

@@ -63,4 +63,34 @@ Tensor AdaptiveAvgPool2d::forward(const Tensor& input) { return functional::adap
 
 std::string AdaptiveAvgPool2d::extra_repr() const { return repr::concat("output_size=", repr::pair(output_size)); }
 
+// --- Upsample -------------------------------------------------------------------------------------
+
+Upsample::Upsample(std::optional<std::vector<int64_t>> size_, std::optional<std::vector<double>> scale_factor_,
+                   std::string mode_, std::optional<bool> align_corners_)
+    : size(std::move(size_)),
+      scale_factor(std::move(scale_factor_)),
+      mode(std::move(mode_)),
+      align_corners(align_corners_) {
+  EMBER_CHECK(size.has_value() != scale_factor.has_value(),
+              "[Upsample] exactly one of size and scale_factor must be given");
+}
+
+Tensor Upsample::forward(const Tensor& input) {
+  return functional::interpolate(input, size, scale_factor, mode, align_corners);
+}
+
+std::string Upsample::extra_repr() const {
+  std::string out;
+  if (size) {
+    out = "size=(";
+    for (size_t i = 0; i < size->size(); ++i) out += repr::concat(i > 0 ? ", " : "", (*size)[i]);
+    out += ")";
+  } else {
+    out = "scale_factor=(";
+    for (size_t i = 0; i < scale_factor->size(); ++i) out += repr::concat(i > 0 ? ", " : "", (*scale_factor)[i]);
+    out += ")";
+  }
+  return repr::concat(out, ", mode='", mode, "'");
+}
+
 }  // namespace ember::nn

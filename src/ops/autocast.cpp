@@ -28,6 +28,7 @@ Policy policy(OpKind kind) {
     case OpKind::kSoftmax:
     case OpKind::kLogSoftmax:
     case OpKind::kLayerNorm:
+    case OpKind::kGroupNorm:
     case OpKind::kRmsNorm:
     case OpKind::kCrossEntropy:
     case OpKind::kNllLoss:

@@ -204,6 +204,73 @@ Tensor layer_norm(const Tensor& input_arg, const Shape& normalized_shape, const 
   return row_norm(OpKind::kLayerNorm, input, normalized_shape, weight.value_or(Tensor()), bias.value_or(Tensor()), eps);
 }
 
+// Note [group_norm]: each (sample, group) is a row of (C / G) * spatial values, so the
+// normalization is layer_norm's fused kernel over input viewed as (N, G, row); the per-channel
+// affine map follows. Its backward, with z the normalized input of a row and rstd its
+// 1 / sqrt(var + eps): grad_z = grad * weight, grad_input = rstd * (grad_z - mean(grad_z) -
+// z * mean(grad_z * z)) over the row, grad_weight = sum(grad * z), grad_bias = sum(grad) over the
+// samples and positions; written with ember ops, so it is itself differentiable.
+Tensor group_norm(const Tensor& input_arg, int64_t num_groups, const std::optional<Tensor>& weight_arg,
+                  const std::optional<Tensor>& bias_arg, double eps) {
+  const Tensor input = amp::cast(OpKind::kGroupNorm, input_arg);
+  const Tensor w = amp::cast(OpKind::kGroupNorm, weight_arg).value_or(Tensor());
+  const Tensor b = amp::cast(OpKind::kGroupNorm, bias_arg).value_or(Tensor());
+  check_input("group_norm", input);
+  EMBER_CHECK(input.dim() >= 2, "[group_norm] expected an input of at least 2 dims (N, C, ...), got shape ",
+              input.shape());
+  EMBER_CHECK(num_groups > 0, "[group_norm] num_groups must be positive, got ", num_groups);
+  const int64_t n = input.size(0), channels = input.size(1);
+  EMBER_CHECK(channels % num_groups == 0, "[group_norm] expected the number of channels in the input (", channels,
+              ") to be divisible by num_groups, got input of shape ", input.shape(), " and num_groups=", num_groups);
+  check_parameter("group_norm", "weight", w, Shape{channels});
+  check_parameter("group_norm", "bias", b, Shape{channels});
+  const GroupNormAttrs attrs{num_groups, eps};
+  const dispatch::Scope scope(OpKind::kGroupNorm, {&input, &w, &b}, attrs);
+  int64_t row = channels / num_groups;
+  for (int d = 2; d < input.dim(); ++d) row *= input.size(d);
+  const Shape grouped{n, num_groups, row};
+  Shape per_channel(static_cast<size_t>(input.dim()), 1);  // (1, C, 1, ...)
+  per_channel[1] = channels;
+  Tensor out;
+  {
+    autograd::NoGradGuard no_grad;
+    out =
+        input.numel() == 0 ? input.clone() : layer_norm(input.reshape(grouped), {row}, std::nullopt, std::nullopt, eps);
+    out = out.reshape(input.shape());
+    if (w.defined()) out = out * w.reshape(per_channel);
+    if (b.defined()) out = out + b.reshape(per_channel);
+  }
+  if (autograd::needs_grad(input, w, b)) {
+    autograd::record(OpKind::kGroupNorm, attrs, out, {&input, &w, &b},
+                     [grouped, per_channel, eps, xs = autograd::SavedTensor(input), ws = autograd::SavedTensor(w)](
+                         const Tensor& grad, autograd::GradMask needs) -> autograd::Grads {
+                       const Tensor x = xs.get(), weight = ws.get();
+                       Axes reduced{0};  // every dim but the channels
+                       for (int d = 2; d < x.dim(); ++d) reduced.push_back(d);
+                       if (x.numel() == 0) {
+                         const Tensor zero = zeros({per_channel[1]}, grad.dtype());
+                         return {needs[0] ? zeros(x.shape(), grad.dtype()) : Tensor(), needs[1] ? zero : Tensor(),
+                                 needs[2] ? zero : Tensor()};
+                       }
+                       const Tensor rows = x.reshape(grouped);
+                       const Tensor mean_x = rows.mean({2}, true);
+                       const Tensor rstd = rsqrt(rows.var({2}, 0, true) + eps);
+                       const Tensor z = ((rows - mean_x) * rstd).reshape(x.shape());
+                       Tensor gi, gw, gb;
+                       if (needs[0]) {
+                         const Tensor gz =
+                             (weight.defined() ? grad * weight.reshape(per_channel) : grad).reshape(grouped);
+                         const Tensor zr = z.reshape(grouped);
+                         gi = (rstd * (gz - gz.mean({2}, true) - zr * (gz * zr).mean({2}, true))).reshape(x.shape());
+                       }
+                       if (needs[1]) gw = (grad * z).sum(reduced);
+                       if (needs[2]) gb = grad.sum(reduced);
+                       return {gi, gw, gb};
+                     });
+  }
+  return out;
+}
+
 Tensor rms_norm(const Tensor& input_arg, const Shape& normalized_shape, const std::optional<Tensor>& weight_arg,
                 std::optional<double> eps) {
   const Tensor input = amp::cast(OpKind::kRmsNorm, input_arg);

@@ -1,5 +1,5 @@
 """nn.functional reference data: conv2d, conv_transpose2d, max_pool2d, avg_pool2d, adaptive_avg_pool2d, batch_norm, layer_norm,
-rms_norm, cross_entropy, nll_loss, mse_loss, l1_loss and binary_cross_entropy_with_logits, in float32 and float64.
+rms_norm, group_norm, interpolate, cross_entropy, nll_loss, mse_loss, l1_loss and binary_cross_entropy_with_logits, in float32 and float64.
 
 Each case records the forward output AND the gradients: the last input is a cotangent `cot` (the gradient of
 the output), attrs["grad"] lists the inputs (by position) that require grad, and "expected" is
@@ -426,4 +426,74 @@ def build():
                 b = T(bs, dt) if bs is not None else None
                 record(r, rng, "conv_transpose2d", f"error_{name}", f_conv_transpose2d, [T(xs, dt), T(ws, dt), b],
                        attrs, [0, 1], dt)
+    build_group_norm_and_interpolate(r)
     return r
+
+
+def f_group_norm(x, w, b, num_groups, eps):
+    return F.group_norm(x, num_groups, w, b, eps)
+
+
+def f_interpolate(x, size, scale_factor, mode, align_corners):
+    return F.interpolate(x, size=size, scale_factor=scale_factor, mode=mode, align_corners=align_corners)
+
+
+def build_group_norm_and_interpolate(r):
+    """group_norm: (x, weight, bias, cot); interpolate: (x, cot). Their own generator, so that the cases
+    above keep their values."""
+    rng = np.random.default_rng(12)
+
+    def T(shape, dtype, **kw):
+        return Tensor(make(shape, dtype, rng, **kw))
+
+    for dt in FLOATS:
+        gn = [
+            # name, x, num_groups, affine, eps
+            ("two_groups", T([2, 4, 3, 3], dt), 2, True, 1e-5),
+            ("one_group", T([3, 6, 5], dt, low=2.0, high=6.0), 1, True, 1e-5),
+            ("group_per_channel", T([2, 3, 4, 2], dt), 3, True, 1e-3),
+            ("no_affine_2d", T([4, 8], dt), 2, False, 1e-3),
+            ("transposed_input", t_layout([2, 4, 5, 3], dt, rng), 2, True, 1e-5),
+            ("five_dims", T([1, 4, 2, 3, 2], dt), 2, True, 1e-5),
+        ]
+        for name, x, groups, affine, eps in gn:
+            channels = x.value().shape[1]
+            w = T([channels], dt) if affine else None
+            b = T([channels], dt) if affine else None
+            record(r, rng, "group_norm", f"{name}_{dt}", f_group_norm, [x, w, b], {"num_groups": groups, "eps": eps},
+                   [0, 1, 2] if affine else [0], dt)
+        if dt == "float32":
+            record(r, rng, "group_norm", "error_groups_not_dividing", f_group_norm, [T([2, 6, 3], dt), None, None],
+                   {"num_groups": 4, "eps": 1e-5}, [0], dt)
+            record(r, rng, "group_norm", "error_weight_shape", f_group_norm, [T([2, 6, 3], dt), T([3], dt), None],
+                   {"num_groups": 3, "eps": 1e-5}, [0], dt)
+
+        up = [
+            # name, x, size, scale_factor, mode, align_corners
+            ("nearest_double", T([2, 3, 4, 5], dt), None, [2.0, 2.0], "nearest", None),
+            ("nearest_size", T([1, 2, 5, 7], dt), [8, 3], None, "nearest", None),
+            ("nearest_fraction", T([1, 2, 5, 4], dt), None, [1.7, 0.6], "nearest", None),
+            ("nearest_1d", T([2, 3, 6], dt), [10], None, "nearest", None),
+            ("nearest_3d", T([1, 2, 3, 2, 4], dt), None, [2.0, 1.5, 0.5], "nearest", None),
+            ("bilinear_double", T([2, 3, 4, 5], dt), None, [2.0, 2.0], "bilinear", False),
+            ("bilinear_size", T([1, 2, 5, 7], dt), [8, 3], None, "bilinear", False),
+            ("bilinear_align_corners", T([1, 2, 5, 7], dt), [9, 4], None, "bilinear", True),
+            ("bilinear_fraction", T([1, 1, 6, 5], dt), None, [1.3, 2.5], "bilinear", False),
+            ("bilinear_to_one", T([1, 2, 4, 3], dt), [1, 1], None, "bilinear", True),
+            ("bilinear_transposed_input", t_layout([2, 2, 3, 4], dt, rng), [6, 5], None, "bilinear", False),
+            ("linear_1d", T([2, 3, 5], dt), [9], None, "linear", False),
+            ("trilinear", T([1, 2, 3, 4, 2], dt), [5, 3, 4], None, "trilinear", True),
+        ]
+        for name, x, size, scale, mode, align in up:
+            record(r, rng, "interpolate", f"{name}_{dt}", f_interpolate, [x],
+                   {"size": size, "scale_factor": scale, "mode": mode, "align_corners": align}, [0], dt)
+        if dt == "float32":
+            bad = [
+                ("error_align_corners_nearest", [1, 1, 4, 4], [8, 8], None, "nearest", True),
+                ("error_bilinear_3d", [1, 1, 4], [8], None, "bilinear", False),
+                ("error_both_size_and_scale", [1, 1, 4, 4], [8, 8], [2.0, 2.0], "nearest", None),
+                ("error_size_count", [1, 1, 4, 4], [8, 8, 8], None, "nearest", None),
+            ]
+            for name, xs, size, scale, mode, align in bad:
+                record(r, rng, "interpolate", name, f_interpolate, [T(xs, dt)],
+                       {"size": size, "scale_factor": scale, "mode": mode, "align_corners": align}, [0], dt)

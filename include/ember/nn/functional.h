@@ -23,6 +23,8 @@ using ember::batch_norm;
 using ember::conv2d;
 using ember::conv_transpose2d;
 using ember::dropout;
+using ember::group_norm;
+using ember::interpolate;
 using ember::layer_norm;
 using ember::linear;
 using ember::linear_gelu;

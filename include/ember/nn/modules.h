@@ -312,7 +312,40 @@ class RMSNorm : public Module {
   Tensor weight;  // undefined unless elementwise_affine
 };
 
+// The channels (dim 1) of (N, C, ...) in num_groups groups, each normalized over its channels and
+// positions; weight ones and bias zeros of shape (C) when affine.
+class GroupNorm : public Module {
+ public:
+  GroupNorm(int64_t num_groups, int64_t num_channels, double eps = 1e-5, bool affine = true);
+  Tensor forward(const Tensor& input) override;
+  std::string name() const override { return "GroupNorm"; }
+  std::string extra_repr() const override;
+  void reset_parameters();
+
+  const int64_t num_groups;
+  const int64_t num_channels;
+  const double eps;
+  const bool affine;
+  Tensor weight;  // undefined unless affine
+  Tensor bias;    // undefined unless affine
+};
+
 // --- regularization and reshaping -----------------------------------------------------------------
+
+// functional::interpolate as a layer (PyTorch's nn.Upsample): exactly one of size and scale_factor.
+class Upsample : public Module {
+ public:
+  Upsample(std::optional<std::vector<int64_t>> size, std::optional<std::vector<double>> scale_factor = std::nullopt,
+           std::string mode = "nearest", std::optional<bool> align_corners = std::nullopt);
+  Tensor forward(const Tensor& input) override;
+  std::string name() const override { return "Upsample"; }
+  std::string extra_repr() const override;
+
+  const std::optional<std::vector<int64_t>> size;
+  const std::optional<std::vector<double>> scale_factor;
+  const std::string mode;
+  const std::optional<bool> align_corners;
+};
 
 // Zeroes elements with probability p in training mode (scaling the rest by 1/(1-p)); the identity
 // in eval mode.
