@@ -475,8 +475,61 @@ std::vector<Entry> attention_entries() {
                                  attention(false, false, kNoMask, 0.3))}}};
 }
 
-[[maybe_unused]] const bool kRegistered =
-    add(conv_and_pool_entries()) && add(norm_entries()) && add(loss_and_dropout_entries()) && add(attention_entries());
+// selective_scan against PyTorch's sequential loop (tests/golden/cases_scan.py: states that are one
+// vector, two, or part of one; more channels than the backward's block; chunks of 1 to 64 steps),
+// the forward and all five gradients; float64 gradchecks with delta positive and A negative, as
+// Mamba feeds it; and the gradients do not depend on the chunk the forward saves states at.
+std::vector<Entry> scan_entries() {
+  const auto scan_case = [](const Case& c) {
+    std::vector<Tensor> x;
+    for (size_t i = 0; i < 5; ++i) x.push_back(c.inputs[i].tensor.value().detach().requires_grad_());
+    const Tensor y = ember::selective_scan(x[0], x[1], x[2], x[3], x[4], c.attrs.at("chunk").get<int64_t>());
+    y.backward(c.inputs[5].tensor.value());
+    std::vector<Tensor> out{y.detach()};
+    for (const Tensor& t : x) out.push_back(t.grad());
+    return out;
+  };
+  const auto scan = [](int64_t chunk) {
+    return [chunk](const std::vector<Tensor>& x) {
+      return ember::selective_scan(x[0], x[1] * 0.2 + 0.3, -x[2] - 0.2, x[3], x[4], chunk);
+    };
+  };
+  const auto chunks_agree = [] {
+    ember::manual_seed(3);
+    const Tensor u = ember::randn({2, 18, 37}), delta = ember::rand({2, 18, 37}) * 0.3;
+    const Tensor a = -ember::rand({18, 5}) - 0.1, b = ember::randn({2, 5, 37}), c = ember::randn({2, 5, 37});
+    const Tensor g = ember::randn({2, 18, 37});
+    std::vector<Tensor> first;
+    for (const int64_t chunk : {1, 7, 64}) {
+      std::vector<Tensor> x{u.clone().requires_grad_(), delta.clone().requires_grad_(), a.clone().requires_grad_(),
+                            b.clone().requires_grad_(), c.clone().requires_grad_()};
+      const Tensor y = ember::selective_scan(x[0], x[1], x[2], x[3], x[4], chunk);
+      y.backward(g);
+      std::vector<Tensor> values{y};
+      for (const Tensor& t : x) values.push_back(t.grad());
+      if (first.empty()) first = values;
+      for (size_t i = 0; i < values.size(); ++i) {
+        EXPECT_TRUE(golden::all_close(values[i], first[i], {0, 0})) << "chunk " << chunk << ", value " << i;
+      }
+    }
+  };
+  return {Entry{
+      .name = "selective_scan",
+      .ops = {OpKind::kSelectiveScan, OpKind::kSelectiveScanGrad},
+      .golden = {{"", "scan", "selective_scan", scan_case, tolerance}},
+      .checks = {{"selective_scan_chunks_agree", chunks_agree}},
+      .gradchecks = {
+          both_layouts_gradcheck("selective_scan", {2, 3, 5},
+                                 {in({2, 3, 5}, kUnit), in({3, 4}, kUnit), in({2, 4, 5}, kUnit), in({2, 4, 5}, kUnit)},
+                                 scan(2)),
+          both_layouts_gradcheck(
+              "selective_scan_one_chunk", {1, 2, 4},
+              {in({1, 2, 4}, kUnit), in({2, 17}, kUnit), in({1, 17, 4}, kUnit), in({1, 17, 4}, kUnit)}, scan(64))}}};
+}
+
+[[maybe_unused]] const bool kRegistered = add(conv_and_pool_entries()) && add(norm_entries()) &&
+                                          add(loss_and_dropout_entries()) && add(attention_entries()) &&
+                                          add(scan_entries());
 
 }  // namespace
 }  // namespace op_registry

@@ -226,6 +226,17 @@ struct InterpolateAttrs {
   auto fields() const { return std::tie(size, scales, mode, align_corners); }
 };
 
+// selective_scan: the forward saves the scan's state every `chunk` steps, which the backward
+// recomputes the steps between from.
+// The kernels take the state in whole vectors of every target (16 float32 values are one AVX-512
+// register); the front-end pads A, B and C with zeros, which leave the scan unchanged.
+inline constexpr int64_t kScanStateMultiple = 16;
+struct SelectiveScanAttrs {
+  int64_t chunk = 64;
+  bool operator==(const SelectiveScanAttrs&) const = default;
+  auto fields() const { return std::tie(chunk); }
+};
+
 // cross_entropy and nll_loss over class indices.
 struct ClassLossAttrs {
   int64_t ignore_index = -100;
@@ -386,7 +397,7 @@ using Attrs = std::variant<NoAttrs, FillAttrs, RangeAttrs, RandomAttrs, DropoutA
                            Conv2dAttrs, Pool2dAttrs, BatchNormAttrs, LayerNormAttrs, ClassLossAttrs, LossAttrs,
                            AttentionAttrs, ActivationAttrs, ClampAttrs, RollAttrs, PadAttrs, SgdAttrs, AdamAttrs,
                            AdagradAttrs, RmspropAttrs, TriangleAttrs, SortAttrs, TopKAttrs, MultinomialAttrs,
-                           ConvTranspose2dAttrs, GroupNormAttrs, InterpolateAttrs>;
+                           ConvTranspose2dAttrs, GroupNormAttrs, InterpolateAttrs, SelectiveScanAttrs>;
 
 // The index of attribute type T in Attrs (a compile error if T is not one of them).
 template <class T, size_t I = 0>

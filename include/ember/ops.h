@@ -250,6 +250,14 @@ Tensor layer_norm(const Tensor& input, const Shape& normalized_shape,
 // its channels' values at every position (PyTorch's group_norm); weight and bias (C) per channel.
 Tensor group_norm(const Tensor& input, int64_t num_groups, const std::optional<Tensor>& weight = std::nullopt,
                   const std::optional<Tensor>& bias = std::nullopt, double eps = 1e-5);
+// Mamba's selective scan (Gu & Dao 2023), per batch b and channel d, from h = 0:
+//   h_t = exp(delta_t * A_d) * h_t-1 + delta_t * u_t * B_t,   y_t = C_t . h_t
+// with u, delta (batch, channels, length), A (channels, state), B, C (batch, state, length); y has
+// u's shape. The state (one value per state index) never leaves the kernel: the forward keeps it
+// every `chunk` steps for the backward, which recomputes the steps in between (Note [selective
+// scan]). The caller adds Mamba's skip (u * D), gate and softplus(delta).
+Tensor selective_scan(const Tensor& u, const Tensor& delta, const Tensor& A, const Tensor& B, const Tensor& C,
+                      int64_t chunk = 64);
 // eps unset: the dtype's machine epsilon, as PyTorch.
 Tensor rms_norm(const Tensor& input, const Shape& normalized_shape, const std::optional<Tensor>& weight = std::nullopt,
                 std::optional<double> eps = std::nullopt);

@@ -163,6 +163,9 @@ inline constexpr uint32_t kComparison = kElementwise | kBoolResult;
   X(RmsNorm, "rms_norm", kDifferentiable, LayerNormAttrs, 0)                                       \
   X(RmsNormGrad, "rms_norm_grad", 0, LayerNormAttrs, 0)                                            \
   X(GroupNorm, "group_norm", kComposite | kDifferentiable, GroupNormAttrs, 0)                      \
+  /* state-space models */                                                                         \
+  X(SelectiveScan, "selective_scan", kDifferentiable, SelectiveScanAttrs, 0)                       \
+  X(SelectiveScanGrad, "selective_scan_grad", 0, SelectiveScanAttrs, 0)                            \
   /* losses */                                                                                     \
   X(CrossEntropy, "cross_entropy", kComposite | kDifferentiable, ClassLossAttrs, 0)                \
   X(CrossEntropyForward, "cross_entropy_forward", 0, ClassLossAttrs, 0)                            \

@@ -44,6 +44,7 @@ void define_matmul_ops(OpRuleTable& table);
 void define_conv_ops(OpRuleTable& table);
 void define_pool_ops(OpRuleTable& table);
 void define_norm_ops(OpRuleTable& table);
+void define_scan_ops(OpRuleTable& table);
 void define_attention_ops(OpRuleTable& table);
 void define_loss_ops(OpRuleTable& table);
 void define_indexing_ops(OpRuleTable& table);

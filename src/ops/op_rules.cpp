@@ -14,6 +14,7 @@ const OpRuleTable& op_rules() {
     define_conv_ops(t);
     define_pool_ops(t);
     define_norm_ops(t);
+    define_scan_ops(t);
     define_attention_ops(t);
     define_loss_ops(t);
     define_indexing_ops(t);

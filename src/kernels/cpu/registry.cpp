@@ -10,6 +10,7 @@ namespace ember::cpu {
 void register_kernels(KernelTable& table) {
   register_elementwise_kernels(table);
   register_threshold_kernels(table);
+  register_scan_kernels(table);
   register_random_kernels(table);
   register_reduce_kernels(table);
   register_softmax_kernels(table);

@@ -22,6 +22,7 @@ BackendInfo backend_info();
 
 void register_elementwise_kernels(KernelTable& table);  // elementwise.cpp
 void register_threshold_kernels(KernelTable& table);    // threshold.cpp
+void register_scan_kernels(KernelTable& table);         // scan.cpp
 void register_random_kernels(KernelTable& table);       // random.cpp
 void register_reduce_kernels(KernelTable& table);       // reduce.cpp
 void register_softmax_kernels(KernelTable& table);      // softmax.cpp
