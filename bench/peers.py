@@ -337,6 +337,43 @@ def sdpa(batch: int, heads: int, length: int, features: int, causal: bool, backw
     return {"torch": lambda: make(False), "torch_compile": lambda: make(True)}
 
 
+def selective_scan(backward: bool) -> dict[str, Setup]:
+    """apps/ember/bench_workloads.cpp's selective_scan_bench against the reference the issue names:
+    the scan as a sequential loop of PyTorch ops (tests/golden/cases_scan.py's scan_ref)."""
+
+    def make():
+        torch.manual_seed(0)
+        batch, channels, length, state = 2, 256, 256, 16
+        leaves = [torch.randn(batch, channels, length), torch.rand(batch, channels, length) * 0.1 + 0.01,
+                  -torch.rand(channels, state) - 0.1, torch.randn(batch, state, length),
+                  torch.randn(batch, state, length)]
+        for t in leaves:
+            t.requires_grad_(backward)
+
+        def scan(u, delta, A, B, C):
+            h = torch.zeros(batch, channels, state)
+            ys = []
+            for t in range(length):
+                h = torch.exp(delta[:, :, t, None] * A[None]) * h + delta[:, :, t, None] * u[:, :, t, None] * B[:, None, :, t]
+                ys.append((h * C[:, None, :, t]).sum(-1))
+            return torch.stack(ys, dim=-1)
+
+        if not backward:
+            def forward():
+                with torch.no_grad():
+                    return scan(*leaves)
+            return forward
+
+        def step():
+            for t in leaves:
+                t.grad = None
+            scan(*leaves).sum().backward()
+
+        return step
+
+    return {"torch": make}
+
+
 def maxpool2d() -> dict[str, Setup]:
     def torch_setup():
         x = torch.randn(32, 16, 24, 24)
@@ -834,6 +871,8 @@ def workloads(data_dir: str = "data/mnist") -> dict[str, dict[str, Setup]]:
         suffix = "_causal" if causal else ""
         w["sdpa_f32_b4h8l1024d64" + suffix] = sdpa(4, 8, 1024, 64, causal, False)
         w["sdpa_fwdbwd_f32_b4h8l1024d64" + suffix] = sdpa(4, 8, 1024, 64, causal, True)
+    w["selective_scan_f32"] = selective_scan(False)
+    w["selective_scan_fwdbwd_f32"] = selective_scan(True)
     w["dispatch_add_f32_4x4"] = dispatch_add()
     for suffix in ("", "_compiled", "_compiled_unfused"):
         w["executor_overhead_1000" + suffix] = executor_overhead(1000)

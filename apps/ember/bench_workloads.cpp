@@ -386,6 +386,29 @@ WorkloadSpec sdpa(const std::string& name, int64_t batch, int64_t heads, int64_t
           }};
 }
 
+// selective_scan (batch 2, 256 channels, 256 steps, state 16: a Mamba layer's inner width for a
+// 128-wide model), forward or forward and backward (the sum of y as the loss); FLOPs as its cost
+// rules count them, bytes its operands once.
+WorkloadSpec selective_scan_bench(const std::string& name, bool backward) {
+  return {name, false, [=] {
+            manual_seed(0);
+            const int64_t batch = 2, channels = 256, length = 256, state = 16;
+            const Tensor u = randn({batch, channels, length}).requires_grad_(backward);
+            const Tensor delta = (rand({batch, channels, length}) * 0.1 + 0.01).detach().requires_grad_(backward);
+            const Tensor a = (-rand({channels, state}) - 0.1).detach().requires_grad_(backward);
+            const Tensor b = randn({batch, state, length}).requires_grad_(backward);
+            const Tensor c = randn({batch, state, length}).requires_grad_(backward);
+            const double elements = as_double(batch * channels * length);
+            return Workload{.flops = elements * as_double(state) * (backward ? 54.0 : 12.0),
+                            .bytes = kFloatBytes * (elements * (backward ? 6.0 : 3.0) +
+                                                    as_double(batch * length * state) * (backward ? 4.0 : 2.0)),
+                            .run = [=] {
+                              const Tensor y = selective_scan(u, delta, a, b, c);
+                              if (backward) y.sum().backward();
+                            }};
+          }};
+}
+
 WorkloadSpec train_step_mlp(const std::string& name, bool compiled) {
   return {name, false, [=] {
             manual_seed(0);
@@ -698,6 +721,8 @@ std::vector<WorkloadSpec> bench_workloads(const BenchOptions& options) {
     w.push_back(sdpa("sdpa_f32_b4h8l1024d64" + suffix, 4, 8, 1024, 64, causal, false));
     w.push_back(sdpa("sdpa_fwdbwd_f32_b4h8l1024d64" + suffix, 4, 8, 1024, 64, causal, true));
   }
+  w.push_back(selective_scan_bench("selective_scan_f32", false));
+  w.push_back(selective_scan_bench("selective_scan_fwdbwd_f32", true));
   // Low precision: mat-vec products on llama.cpp's 4096 x 14336 weight (one token), and batched ones.
   for (const auto& [dtype, label] : {std::pair{kFloat32, "f32"}, std::pair{kBFloat16, "bf16"}, std::pair{kQ8_0, "q8_0"},
                                      std::pair{kQ4_0, "q4_0"}, std::pair{kInt8, "int8"}}) {
