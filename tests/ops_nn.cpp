@@ -513,11 +513,24 @@ std::vector<Entry> scan_entries() {
       }
     }
   };
+  // Generation's recurrent step, token by token, gives the scan's outputs.
+  const auto steps_agree = [] {
+    ember::manual_seed(4);
+    const Tensor u = ember::randn({2, 3, 9}), delta = ember::rand({2, 3, 9}) * 0.3;
+    const Tensor a = -ember::rand({3, 20}) - 0.1, b = ember::randn({2, 20, 9}), c = ember::randn({2, 20, 9});
+    const Tensor scanned = ember::selective_scan(u, delta, a, b, c);
+    Tensor state = ember::zeros({2, 3, 20});
+    for (int64_t t = 0; t < 9; ++t) {
+      const Tensor y =
+          ember::selective_scan_step(state, u.select(2, t), delta.select(2, t), a, b.select(2, t), c.select(2, t));
+      EXPECT_TRUE(golden::all_close(y, scanned.select(2, t), {1e-5, 1e-6})) << "step " << t;
+    }
+  };
   return {Entry{
       .name = "selective_scan",
       .ops = {OpKind::kSelectiveScan, OpKind::kSelectiveScanGrad},
       .golden = {{"", "scan", "selective_scan", scan_case, tolerance}},
-      .checks = {{"selective_scan_chunks_agree", chunks_agree}},
+      .checks = {{"selective_scan_chunks_agree", chunks_agree}, {"selective_scan_step_by_step", steps_agree}},
       .gradchecks = {
           both_layouts_gradcheck("selective_scan", {2, 3, 5},
                                  {in({2, 3, 5}, kUnit), in({3, 4}, kUnit), in({2, 4, 5}, kUnit), in({2, 4, 5}, kUnit)},

@@ -258,6 +258,11 @@ Tensor group_norm(const Tensor& input, int64_t num_groups, const std::optional<T
 // scan]). The caller adds Mamba's skip (u * D), gate and softplus(delta).
 Tensor selective_scan(const Tensor& u, const Tensor& delta, const Tensor& A, const Tensor& B, const Tensor& C,
                       int64_t chunk = 64);
+// One step of the same recurrence, for generation: state (batch, channels, state) is updated in
+// place from u, delta (batch, channels), B, C (batch, state); returns y (batch, channels). Made of
+// elementwise ops and a sum (differentiable), O(1) memory per token.
+Tensor selective_scan_step(Tensor& state, const Tensor& u, const Tensor& delta, const Tensor& A, const Tensor& B,
+                           const Tensor& C);
 // eps unset: the dtype's machine epsilon, as PyTorch.
 Tensor rms_norm(const Tensor& input, const Shape& normalized_shape, const std::optional<Tensor>& weight = std::nullopt,
                 std::optional<double> eps = std::nullopt);

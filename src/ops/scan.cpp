@@ -84,6 +84,22 @@ Tensor selective_scan(const Tensor& u, const Tensor& delta, const Tensor& A, con
   return out;
 }
 
+Tensor selective_scan_step(Tensor& state, const Tensor& u, const Tensor& delta, const Tensor& A, const Tensor& B,
+                           const Tensor& C) {
+  EMBER_CHECK(state.dim() == 3 && u.dim() == 2 && u.size(0) == state.size(0) && u.size(1) == state.size(1),
+              "[selective_scan_step] expected state (batch, channels, state) and u (batch, channels), got ",
+              state.shape(), " and ", u.shape());
+  EMBER_CHECK(delta.shape() == u.shape(), "[selective_scan_step] expected delta of u's shape ", u.shape(), ", got ",
+              delta.shape());
+  const Shape a_shape{state.size(1), state.size(2)}, bc_shape{state.size(0), state.size(2)};
+  EMBER_CHECK(A.shape() == a_shape, "[selective_scan_step] expected A of shape ", a_shape, ", got ", A.shape());
+  EMBER_CHECK(B.shape() == bc_shape && C.shape() == bc_shape, "[selective_scan_step] expected B and C of shape ",
+              bc_shape, ", got ", B.shape(), " and ", C.shape());
+  const Tensor dt = delta.unsqueeze(2);
+  state = exp(dt * A) * state + (dt * u.unsqueeze(2)) * B.unsqueeze(1);
+  return (state * C.unsqueeze(1)).sum({2});
+}
+
 // --- cost rules ----------------------------------------------------------------------------------
 //
 // Per (batch, channel, step, state value) the forward computes exp(delta A) (8, as the elementwise
