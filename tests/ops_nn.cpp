@@ -206,6 +206,27 @@ std::vector<Entry> conv_and_pool_entries() {
                                                   }),
                            both_layouts_gradcheck("conv2d_unbatched_pointwise", {3, 4, 4}, {in({2, 3, 1, 1}, kUnit)},
                                                   [](const std::vector<Tensor>& x) { return F::conv2d(x[0], x[1]); })}},
+      // A composite over conv2d's primitives (lines as images of height 1); its golden cases hold
+      // PyTorch's errors too, tests/test_nn_functional.cpp checks their messages.
+      Entry{.name = "conv1d",
+            .ops = {OpKind::kConv1d, OpKind::kConv2d, OpKind::kConv2dInputGrad, OpKind::kConv2dWeightGrad},
+            .golden = {nn_golden("conv1d",
+                                 [](const Case& c, const std::vector<Tensor>& x) {
+                                   return F::conv1d(
+                                       x[0], x[1], optional_tensor(x, 2), c.attrs.at("stride").get<int64_t>(),
+                                       c.attrs.at("padding").get<int64_t>(), c.attrs.at("dilation").get<int64_t>(),
+                                       c.attrs.at("groups").get<int64_t>());
+                                 })},
+            .gradchecks = {both_layouts_gradcheck(
+                               "conv1d_grouped_strided", {2, 4, 7}, {in({6, 2, 3}, kUnit), in({6}, kUnit)},
+                               [](const std::vector<Tensor>& x) { return F::conv1d(x[0], x[1], x[2], 2, 1, 2, 2); }),
+                           both_layouts_gradcheck("conv1d_causal_depthwise", {2, 3, 6},
+                                                  {in({3, 1, 4}, kUnit), in({3}, kUnit)},
+                                                  [](const std::vector<Tensor>& x) {
+                                                    return F::conv1d(x[0], x[1], x[2], 1, 3, 1, 3).narrow(2, 0, 6);
+                                                  }),
+                           both_layouts_gradcheck("conv1d_unbatched_no_bias", {3, 5}, {in({2, 3, 2}, kUnit)},
+                                                  [](const std::vector<Tensor>& x) { return F::conv1d(x[0], x[1]); })}},
       // A composite: conv2d_input_grad forward, conv2d and conv2d_weight_grad backward. The golden cases
       // hold PyTorch's errors too (output_padding not below stride or dilation, channels, groups, an
       // empty output, bias shape); tests/test_nn_functional.cpp checks their messages.

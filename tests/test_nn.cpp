@@ -832,6 +832,14 @@ TEST(NnLayers, ConvAndPoolingModulesCallTheirFunctions) {
   expect_same_values(y, nn::functional::conv2d(x, conv->weight, conv->bias, 2, 1, 1, 2), 1e-6);
   EXPECT_THAT(thrown_message([] { nn::Conv2d(4, 6, 3, 1, 0, 1, 4); }), HasSubstr("divisible by groups"));
 
+  auto conv1d = make_shared<nn::Conv1d>(4, 6, 3, 2, 1, 2, 2);
+  EXPECT_EQ(conv1d->weight.shape(), Shape({6, 2, 3}));
+  const Tensor line = randn({2, 4, 11});
+  expect_same_values((*conv1d)(line), nn::functional::conv1d(line, conv1d->weight, conv1d->bias, 2, 1, 2, 2), 1e-6);
+  EXPECT_EQ((*conv1d)(line).shape(), Shape({2, 6, 5}));
+  EXPECT_THAT(thrown_message([] { nn::Conv1d(4, 6, 3, 1, 0, 1, 4); }), HasSubstr("divisible by groups"));
+  EXPECT_THAT(thrown_message([] { nn::Conv1d(4, 6, 0); }), HasSubstr("[Conv1d] kernel_size must be positive"));
+
   auto max_pool = make_shared<nn::MaxPool2d>(3, 2, 1);
   EXPECT_EQ(max_pool->stride, nn::Pair(2));
   expect_same_values((*max_pool)(x), nn::functional::max_pool2d(x, 3, 2, 1));
@@ -1095,6 +1103,9 @@ TEST(NnRepr, LayersPrintLikePyTorch) {
   EXPECT_EQ(repr(nn::Conv2d(16, 32, nn::Pair(3, 5), 2, 1, 1, 2, false)),
             "Conv2d(16, 32, kernel_size=(3, 5), stride=(2, 2), padding=(1, 1), groups=2, bias=false)");
   EXPECT_EQ(repr(nn::Conv2d(3, 8, 3, 1, 0, 2)), "Conv2d(3, 8, kernel_size=(3, 3), stride=(1, 1), dilation=(2, 2))");
+  EXPECT_EQ(repr(nn::Conv1d(4, 8, 3)), "Conv1d(4, 8, kernel_size=(3,), stride=(1,))");
+  EXPECT_EQ(repr(nn::Conv1d(6, 6, 4, 1, 3, 2, 6, false)),
+            "Conv1d(6, 6, kernel_size=(4,), stride=(1,), padding=(3,), dilation=(2,), groups=6, bias=false)");
   EXPECT_EQ(repr(nn::ConvTranspose2d(16, 8, 4, 2, 1)),
             "ConvTranspose2d(16, 8, kernel_size=(4, 4), stride=(2, 2), padding=(1, 1))");
   EXPECT_EQ(repr(nn::ConvTranspose2d(4, 6, nn::Pair(3, 2), 2, 0, 1, 2, false)),

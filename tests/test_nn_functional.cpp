@@ -101,6 +101,28 @@ TEST(NNFunctional, ConvTranspose2dErrorsNameTheOpAndTheShapes) {
   expect_error([&] { F::conv_transpose2d(ember::zeros({2, 3, 4, 4}, ember::kInt64), w); }, {"floating-point"});
 }
 
+TEST(NNFunctional, Conv1dNamesWhatIsWrongInItsOwnTerms) {
+  const Tensor x = ember::zeros({2, 3, 8}), w = ember::zeros({4, 3, 3});
+  const auto expect_error = [](const std::function<void()>& fn, const std::vector<std::string>& parts) {
+    const std::string what = error_of(fn);
+    EXPECT_NE(what.find("[conv1d]"), std::string::npos) << what;
+    for (const std::string& part : parts) EXPECT_NE(what.find(part), std::string::npos) << what;
+  };
+  expect_error([&] { F::conv1d(ember::zeros({1, 2, 3, 8}), w); }, {"2-D (C, L) or 3-D (N, C, L)", "[1, 2, 3, 8]"});
+  expect_error([&] { F::conv1d(x, ember::zeros({4, 3})); }, {"3-D weight (C_out, C_in / groups, k)", "[4, 3]"});
+  expect_error([&] { F::conv1d(x, ember::zeros({4, 2, 3})); }, {"3 channels", "[4, 2, 3]"});
+  expect_error([&] { F::conv1d(x, ember::zeros({4, 3, 9})); }, {"padded input (8,", "dilated kernel (9,"});
+  expect_error([&] { F::conv1d(x, w, std::nullopt, 1, 0, 4); }, {"dilated kernel (9,"});
+  expect_error([&] { F::conv1d(x, w, ember::zeros({3})); }, {"bias of shape (4)", "[3]"});
+  expect_error([&] { F::conv1d(x, w, std::nullopt, 0); }, {"stride must be positive, got 0"});
+  expect_error([&] { F::conv1d(x, w, std::nullopt, 1, -1); }, {"padding must be non-negative, got -1"});
+  expect_error([&] { F::conv1d(x, w, std::nullopt, 1, 0, 1, 0); }, {"groups must be positive"});
+  expect_error([&] { F::conv1d(x.to(ember::kInt64), w); }, {"floating-point"});
+  // A size-0 batch and a size-1 length go through.
+  EXPECT_EQ(F::conv1d(ember::zeros({0, 3, 8}), w).shape(), ember::Shape({0, 4, 6}));
+  EXPECT_EQ(F::conv1d(ember::zeros({3, 1}), ember::zeros({4, 3, 1})).shape(), ember::Shape({4, 1}));
+}
+
 TEST(NNFunctional, BatchNormUpdatesRunningStatsWithoutRecording) {
   ember::manual_seed(11);
   const Tensor x = ember::randn({8, 2, 3}).requires_grad_();

@@ -163,6 +163,17 @@ struct Conv2dAttrs {
   auto fields() const { return std::tie(stride, padding, dilation, groups); }
 };
 
+// conv1d: conv2d's attributes along the length (a line is an image of height 1).
+struct Conv1dAttrs {
+  int64_t stride = 1;
+  int64_t padding = 0;
+  int64_t dilation = 1;
+  int64_t groups = 1;
+  Conv2dAttrs conv() const { return {{1, stride}, {0, padding}, {1, dilation}, groups}; }
+  bool operator==(const Conv1dAttrs&) const = default;
+  auto fields() const { return std::tie(stride, padding, dilation, groups); }
+};
+
 // conv_transpose2d: conv2d's attributes (the convolution it transposes) plus output_padding, the
 // extra rows and columns on the bottom and right of the output that the shape rule alone cannot tell.
 struct ConvTranspose2dAttrs {
@@ -397,7 +408,7 @@ using Attrs = std::variant<NoAttrs, FillAttrs, RangeAttrs, RandomAttrs, DropoutA
                            Conv2dAttrs, Pool2dAttrs, BatchNormAttrs, LayerNormAttrs, ClassLossAttrs, LossAttrs,
                            AttentionAttrs, ActivationAttrs, ClampAttrs, RollAttrs, PadAttrs, SgdAttrs, AdamAttrs,
                            AdagradAttrs, RmspropAttrs, TriangleAttrs, SortAttrs, TopKAttrs, MultinomialAttrs,
-                           ConvTranspose2dAttrs, GroupNormAttrs, InterpolateAttrs, SelectiveScanAttrs>;
+                           ConvTranspose2dAttrs, GroupNormAttrs, InterpolateAttrs, SelectiveScanAttrs, Conv1dAttrs>;
 
 // The index of attribute type T in Attrs (a compile error if T is not one of them).
 template <class T, size_t I = 0>

@@ -215,6 +215,12 @@ Tensor multinomial(const Tensor& weights, int64_t num_samples, bool replacement 
 // input (N, C_in, H, W) or (C_in, H, W); weight (C_out, C_in / groups, kH, kW); bias (C_out).
 Tensor conv2d(const Tensor& input, const Tensor& weight, const std::optional<Tensor>& bias = std::nullopt,
               Pair stride = 1, Pair padding = 0, Pair dilation = 1, int64_t groups = 1);
+// input (N, C_in, L) or (C_in, L); weight (C_out, C_in / groups, k); bias (C_out). Output length
+// (L + 2 * padding - dilation * (k - 1) - 1) / stride + 1. Runs as conv2d over lines of height 1.
+// A causal depthwise convolution (Mamba's) is groups = C_in = C_out with padding k - 1, keeping
+// the first L outputs.
+Tensor conv1d(const Tensor& input, const Tensor& weight, const std::optional<Tensor>& bias = std::nullopt,
+              int64_t stride = 1, int64_t padding = 0, int64_t dilation = 1, int64_t groups = 1);
 // The transposed convolution (the gradient of conv2d with respect to its input), as PyTorch's
 // conv_transpose2d. input (N, C_in, H, W) or (C_in, H, W); weight (C_in, C_out / groups, kH, kW);
 // bias (C_out). Output (N, C_out, H_out, W_out) with

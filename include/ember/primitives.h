@@ -146,6 +146,7 @@ inline constexpr uint32_t kComparison = kElementwise | kBoolResult;
   X(Conv2dInputGrad, "conv2d_input_grad", 0, Conv2dAttrs, 0)                                       \
   X(Conv2dWeightGrad, "conv2d_weight_grad", 0, Conv2dAttrs, 0)                                     \
   X(ConvTranspose2d, "conv_transpose2d", kComposite | kDifferentiable, ConvTranspose2dAttrs, 0)    \
+  X(Conv1d, "conv1d", kComposite | kDifferentiable, Conv1dAttrs, 0)                                \
   X(MaxPool2d, "max_pool2d", kDifferentiable, Pool2dAttrs, 0)                                      \
   X(MaxPool2dGrad, "max_pool2d_grad", 0, Pool2dAttrs, 0)                                           \
   X(AvgPool2d, "avg_pool2d", kDifferentiable, Pool2dAttrs, 0)                                      \

@@ -76,6 +76,47 @@ QuantizedLinear::QuantizedLinear(int64_t in, int64_t out, DType dtype, bool with
   quantize_(dtype);
 }
 
+// --- Conv1d ---------------------------------------------------------------------------------------
+
+Conv1d::Conv1d(int64_t in, int64_t out, int64_t kernel, int64_t stride_, int64_t padding_, int64_t dilation_,
+               int64_t groups_, bool with_bias)
+    : in_channels(in),
+      out_channels(out),
+      kernel_size(kernel),
+      stride(stride_),
+      padding(padding_),
+      dilation(dilation_),
+      groups(groups_) {
+  EMBER_CHECK(groups > 0, "[Conv1d] groups must be positive, got ", groups);
+  EMBER_CHECK(in > 0 && out > 0, "[Conv1d] in_channels and out_channels must be positive, got ", in, " and ", out);
+  EMBER_CHECK(in % groups == 0 && out % groups == 0, "[Conv1d] in_channels (", in, ") and out_channels (", out,
+              ") must both be divisible by groups (", groups, ")");
+  EMBER_CHECK(kernel > 0, "[Conv1d] kernel_size must be positive, got ", kernel);
+  EMBER_CHECK(stride > 0, "[Conv1d] stride must be positive, got ", stride);
+  EMBER_CHECK(padding >= 0, "[Conv1d] padding must be non-negative, got ", padding);
+  EMBER_CHECK(dilation > 0, "[Conv1d] dilation must be positive, got ", dilation);
+  weight = register_parameter("weight", ember::empty({out, in / groups, kernel}));
+  if (with_bias) bias = register_parameter("bias", ember::empty({out}));
+  reset_parameters();
+}
+
+void Conv1d::reset_parameters() { reset_weight_and_bias(weight, bias); }
+
+Tensor Conv1d::forward(const Tensor& input) {
+  return functional::conv1d(input, weight, optional_tensor(bias), stride, padding, dilation, groups);
+}
+
+std::string Conv1d::extra_repr() const {
+  // PyTorch's form, one-element tuples included: "4, 8, kernel_size=(3,), stride=(1,)".
+  std::ostringstream out;
+  out << in_channels << ", " << out_channels << ", kernel_size=(" << kernel_size << ",), stride=(" << stride << ",)";
+  if (padding != 0) out << ", padding=(" << padding << ",)";
+  if (dilation != 1) out << ", dilation=(" << dilation << ",)";
+  if (groups != 1) out << ", groups=" << groups;
+  if (!bias.defined()) out << ", bias=false";
+  return out.str();
+}
+
 // --- Conv2d ---------------------------------------------------------------------------------------
 
 Conv2d::Conv2d(int64_t in, int64_t out, Pair kernel, Pair stride_, Pair padding_, Pair dilation_, int64_t groups_,

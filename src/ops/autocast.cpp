@@ -21,6 +21,7 @@ Policy policy(OpKind kind) {
     case OpKind::kMatmul:
     case OpKind::kLinear:
     case OpKind::kLinearGelu:
+    case OpKind::kConv1d:
     case OpKind::kConv2d:
     case OpKind::kConvTranspose2d:
     case OpKind::kScaledDotProductAttention:

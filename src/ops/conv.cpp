@@ -18,6 +18,10 @@
 // (grad_out @ columns^T summed over the batch in a fixed order), grad_bias by sum; each computed
 // only when its input needs it.
 //
+// conv1d: a composite of the same primitives over lines as images of height 1 (input (N, C, 1, L),
+// weight (C_out, C_in / groups, 1, k)): the views cost nothing, and the kernels see a convolution
+// with kH = 1, no padding along H. Its cost is its primitives'.
+//
 // conv_transpose2d: a composite of the same three primitives. Its forward is conv2d's input
 // gradient: the convolution with conv2d's attributes that maps an (N, C_out, H_out, W_out) image to
 // the (N, C_in, H, W) input has weight (C_in, C_out / groups, kH, kW), so the transposed
@@ -29,6 +33,12 @@
 // is conv2d's forward of grad_out (Conv2d), grad_weight is conv2d's weight gradient with the roles
 // swapped (Conv2dWeightGrad of grad_out = input over input = grad_out), grad_bias the sum over
 // (N, H_out, W_out). Its cost is its primitives'.
+#include <algorithm>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
 #include "autograd/function.h"
 #include "ember/ops.h"
 #include "ops/autocast.h"
@@ -42,38 +52,56 @@ namespace {
 using detail::compute_dtype;
 using detail::kernel_operand;
 
-void check_conv_args(const Tensor& input, const Tensor& weight, const std::optional<Tensor>& bias, Pair stride,
-                     Pair padding, Pair dilation, int64_t groups) {
-  EMBER_CHECK(input.dim() == 3 || input.dim() == 4,
-              "[conv2d] expected a 3-D (C, H, W) or 4-D (N, C, H, W) input, got shape ", input.shape());
-  EMBER_CHECK(weight.dim() == 4, "[conv2d] expected a 4-D weight (C_out, C_in / groups, kH, kW), got shape ",
-              weight.shape());
-  EMBER_CHECK(is_floating(input.dtype()), "[conv2d] expects a floating-point input, got ", input.dtype());
-  EMBER_CHECK(input.dtype() == weight.dtype(), "[conv2d] input (", input.dtype(), ") and weight (", weight.dtype(),
+// conv2d's and conv1d's arguments, with the messages in the op's terms: `spatial` trailing dims
+// (2: H, W; 1: L), and stride, padding, dilation per spatial dim.
+void check_conv_args(std::string_view op, int spatial, const Tensor& input, const Tensor& weight,
+                     const std::optional<Tensor>& bias, std::span<const int64_t> stride,
+                     std::span<const int64_t> padding, std::span<const int64_t> dilation, int64_t groups) {
+  const char* dims = spatial == 2 ? "H, W" : "L";
+  const char* kernel = spatial == 2 ? "kH, kW" : "k";
+  EMBER_CHECK(input.dim() == spatial + 1 || input.dim() == spatial + 2, "[", op, "] expected a ", spatial + 1,
+              "-D (C, ", dims, ") or ", spatial + 2, "-D (N, C, ", dims, ") input, got shape ", input.shape());
+  EMBER_CHECK(weight.dim() == spatial + 2, "[", op, "] expected a ", spatial + 2, "-D weight (C_out, C_in / groups, ",
+              kernel, "), got shape ", weight.shape());
+  EMBER_CHECK(is_floating(input.dtype()), "[", op, "] expects a floating-point input, got ", input.dtype());
+  EMBER_CHECK(input.dtype() == weight.dtype(), "[", op, "] input (", input.dtype(), ") and weight (", weight.dtype(),
               ") must have the same dtype");
-  EMBER_CHECK(stride.h > 0 && stride.w > 0, "[conv2d] stride must be positive, got (", stride.h, ", ", stride.w, ")");
-  EMBER_CHECK(dilation.h > 0 && dilation.w > 0, "[conv2d] dilation must be positive, got (", dilation.h, ", ",
-              dilation.w, ")");
-  EMBER_CHECK(padding.h >= 0 && padding.w >= 0, "[conv2d] padding must be non-negative, got (", padding.h, ", ",
-              padding.w, ")");
-  EMBER_CHECK(groups > 0, "[conv2d] groups must be positive, got ", groups);
-  const int64_t in_channels = input.size(-3), out_channels = weight.size(0);
-  EMBER_CHECK(out_channels % groups == 0, "[conv2d] out_channels (", out_channels, ", weight shape ", weight.shape(),
+  const auto all = [](std::span<const int64_t> v, auto pred) { return std::all_of(v.begin(), v.end(), pred); };
+  const auto show = [](std::span<const int64_t> v) {
+    std::string text = v.size() == 1 ? "" : "(";
+    for (size_t i = 0; i < v.size(); ++i) text += (i > 0 ? ", " : "") + std::to_string(v[i]);
+    return v.size() == 1 ? text : text + ")";
+  };
+  EMBER_CHECK(all(stride, [](int64_t v) { return v > 0; }), "[", op, "] stride must be positive, got ", show(stride));
+  EMBER_CHECK(all(dilation, [](int64_t v) { return v > 0; }), "[", op, "] dilation must be positive, got ",
+              show(dilation));
+  EMBER_CHECK(all(padding, [](int64_t v) { return v >= 0; }), "[", op, "] padding must be non-negative, got ",
+              show(padding));
+  EMBER_CHECK(groups > 0, "[", op, "] groups must be positive, got ", groups);
+  const int64_t in_channels = input.size(-spatial - 1), out_channels = weight.size(0);
+  EMBER_CHECK(out_channels % groups == 0, "[", op, "] out_channels (", out_channels, ", weight shape ", weight.shape(),
               ") must be divisible by groups (", groups, ")");
-  EMBER_CHECK(in_channels == weight.size(1) * groups, "[conv2d] input of shape ", input.shape(), " has ", in_channels,
+  EMBER_CHECK(in_channels == weight.size(1) * groups, "[", op, "] input of shape ", input.shape(), " has ", in_channels,
               " channels, but weight of shape ", weight.shape(), " with groups = ", groups, " expects ",
               weight.size(1) * groups);
   if (bias) {
-    EMBER_CHECK(bias->dim() == 1 && bias->size(0) == out_channels, "[conv2d] expected a bias of shape (", out_channels,
-                "), got ", bias->shape());
-    EMBER_CHECK(bias->dtype() == input.dtype(), "[conv2d] bias (", bias->dtype(), ") and input (", input.dtype(),
+    EMBER_CHECK(bias->dim() == 1 && bias->size(0) == out_channels, "[", op, "] expected a bias of shape (",
+                out_channels, "), got ", bias->shape());
+    EMBER_CHECK(bias->dtype() == input.dtype(), "[", op, "] bias (", bias->dtype(), ") and input (", input.dtype(),
                 ") must have the same dtype");
   }
-  const int64_t reach_h = dilation.h * (weight.size(2) - 1) + 1, reach_w = dilation.w * (weight.size(3) - 1) + 1;
-  EMBER_CHECK(input.size(-2) + 2 * padding.h >= reach_h && input.size(-1) + 2 * padding.w >= reach_w,
-              "[conv2d] the padded input (", input.size(-2) + 2 * padding.h, " x ", input.size(-1) + 2 * padding.w,
-              ", input shape ", input.shape(), ") is smaller than the dilated kernel (", reach_h, " x ", reach_w,
-              ", weight shape ", weight.shape(), ")");
+  std::vector<int64_t> padded, reach;
+  bool fits = true;
+  for (int d = 0; d < spatial; ++d) {
+    padded.push_back(input.size(d - spatial) + 2 * padding[static_cast<size_t>(d)]);
+    reach.push_back(dilation[static_cast<size_t>(d)] * (weight.size(d - spatial) - 1) + 1);
+    fits = fits && padded.back() >= reach.back();
+  }
+  const auto extent = [](const std::vector<int64_t>& v) {
+    return v.size() == 1 ? std::to_string(v[0]) : std::to_string(v[0]) + " x " + std::to_string(v[1]);
+  };
+  EMBER_CHECK(fits, "[", op, "] the padded input (", extent(padded), ", input shape ", input.shape(),
+              ") is smaller than the dilated kernel (", extent(reach), ", weight shape ", weight.shape(), ")");
 }
 
 // A 4-D view (N, C, H, W) of a batched or unbatched (C, H, W) tensor.
@@ -135,52 +163,86 @@ void check_conv_transpose_args(const Tensor& input, const Tensor& weight, const 
 
 }  // namespace
 
-Tensor conv2d(const Tensor& input_arg, const Tensor& weight_arg, const std::optional<Tensor>& bias_arg, Pair stride,
-              Pair padding, Pair dilation, int64_t groups) {
-  const Tensor input = amp::cast(OpKind::kConv2d, input_arg);
-  const Tensor weight = amp::cast(OpKind::kConv2d, weight_arg);
-  const std::optional<Tensor> bias = amp::cast(OpKind::kConv2d, bias_arg);
-  check_conv_args(input, weight, bias, stride, padding, dilation, groups);
-  const Conv2dAttrs attrs{stride, padding, dilation, groups};
-  const int64_t out_height = (input.size(-2) + 2 * padding.h - dilation.h * (weight.size(2) - 1) - 1) / stride.h + 1;
-  const int64_t out_width = (input.size(-1) + 2 * padding.w - dilation.w * (weight.size(3) - 1) - 1) / stride.w + 1;
-  Shape out_shape{weight.size(0), out_height, out_width};
-  if (input.dim() == 4) out_shape.insert(0, input.size(0));
+namespace {
+
+// The (N, C, H, W) view the kernels take of a conv2d operand (batched or not) and of a conv1d
+// operand (a line is an image of height 1).
+Tensor image_of_image(const Tensor& t) { return batched(t); }
+Tensor image_of_line(const Tensor& t) { return batched(t.unsqueeze(-2)); }
+
+// conv2d's forward and backward on the kernels' views (as_image) of the caller's tensors; the
+// autograd node is `kind`'s, its gradients in the caller's shapes.
+Tensor convolve(OpKind kind, const Attrs& node_attrs, Tensor (*as_image)(const Tensor&), const Tensor& input,
+                const Tensor& weight, const std::optional<Tensor>& bias, const Conv2dAttrs& attrs,
+                const Shape& out_shape) {
   const DType dtype = input.dtype(), compute = compute_dtype(dtype);
   const Tensor bias_tensor = bias.value_or(Tensor());
   const bool grad_input = autograd::needs_grad(input), grad_weight = autograd::needs_grad(weight);
 
-  const Tensor x = batched(kernel_operand(input, compute)), w = kernel_operand(weight, compute);
+  const Tensor x = as_image(kernel_operand(input, compute));
+  const Tensor w = as_image(kernel_operand(weight, compute));
   const Tensor b = bias ? kernel_operand(*bias, compute) : Tensor();
   Tensor out = detail::make_empty(out_shape, compute, input.device());
-  const Tensor out4 = batched(out);
+  const Tensor out4 = as_image(out);
   dispatch::run(OpKind::kConv2d, attrs, {&x, &w, &b}, {&out4});
   if (compute != dtype) out = out.to(dtype);
 
   if (grad_input || grad_weight || autograd::needs_grad(bias_tensor)) {
     // Keep only what the gradients need: the input for grad_weight, the weight for grad_input.
     autograd::record(
-        OpKind::kConv2d, attrs, out, {&input, &weight, &bias_tensor},
-        [attrs, compute, x_saved = grad_weight ? autograd::SavedTensor(x) : autograd::SavedTensor(),
+        kind, node_attrs, out, {&input, &weight, &bias_tensor},
+        [attrs, compute, as_image, x_saved = grad_weight ? autograd::SavedTensor(x) : autograd::SavedTensor(),
          w_saved = grad_input ? autograd::SavedTensor(w) : autograd::SavedTensor(), in_shape = input.shape(),
          w_shape = weight.shape()](const Tensor& grad, autograd::GradMask needs) -> autograd::Grads {
           autograd::Grads grads(3);
-          const Tensor go = batched(kernel_operand(grad, compute));
+          const Tensor go = as_image(kernel_operand(grad, compute));
           if (needs[0]) {
             grads[0] = detail::make_empty(in_shape, compute, go.device());
-            const Tensor gi = batched(grads[0]), weight_value = w_saved.get();
+            const Tensor gi = as_image(grads[0]), weight_value = w_saved.get();
             dispatch::run(OpKind::kConv2dInputGrad, attrs, {&go, &weight_value}, {&gi});
           }
           if (needs[1]) {
-            grads[1] = detail::make_empty(w_shape, compute, go.device());
             const Tensor input_value = x_saved.get();
-            dispatch::run(OpKind::kConv2dWeightGrad, attrs, {&go, &input_value}, {&grads[1]});
+            grads[1] = detail::make_empty(w_shape, compute, go.device());
+            const Tensor gw4 = grads[1].view(as_image(grads[1]).shape());
+            dispatch::run(OpKind::kConv2dWeightGrad, attrs, {&go, &input_value}, {&gw4});
           }
           if (needs[2]) grads[2] = sum(go, {0, 2, 3});
           return grads;
         });
   }
   return out;
+}
+
+}  // namespace
+
+Tensor conv2d(const Tensor& input_arg, const Tensor& weight_arg, const std::optional<Tensor>& bias_arg, Pair stride,
+              Pair padding, Pair dilation, int64_t groups) {
+  const Tensor input = amp::cast(OpKind::kConv2d, input_arg);
+  const Tensor weight = amp::cast(OpKind::kConv2d, weight_arg);
+  const std::optional<Tensor> bias = amp::cast(OpKind::kConv2d, bias_arg);
+  const int64_t strides[] = {stride.h, stride.w}, paddings[] = {padding.h, padding.w},
+                dilations[] = {dilation.h, dilation.w};
+  check_conv_args("conv2d", 2, input, weight, bias, strides, paddings, dilations, groups);
+  const Conv2dAttrs attrs{stride, padding, dilation, groups};
+  const int64_t out_height = (input.size(-2) + 2 * padding.h - dilation.h * (weight.size(2) - 1) - 1) / stride.h + 1;
+  const int64_t out_width = (input.size(-1) + 2 * padding.w - dilation.w * (weight.size(3) - 1) - 1) / stride.w + 1;
+  Shape out_shape{weight.size(0), out_height, out_width};
+  if (input.dim() == 4) out_shape.insert(0, input.size(0));
+  return convolve(OpKind::kConv2d, attrs, image_of_image, input, weight, bias, attrs, out_shape);
+}
+
+Tensor conv1d(const Tensor& input_arg, const Tensor& weight_arg, const std::optional<Tensor>& bias_arg, int64_t stride,
+              int64_t padding, int64_t dilation, int64_t groups) {
+  const Tensor input = amp::cast(OpKind::kConv1d, input_arg);
+  const Tensor weight = amp::cast(OpKind::kConv1d, weight_arg);
+  const std::optional<Tensor> bias = amp::cast(OpKind::kConv1d, bias_arg);
+  const Conv1dAttrs attrs{stride, padding, dilation, groups};
+  const dispatch::Scope scope(OpKind::kConv1d, {&input, &weight, bias ? &*bias : nullptr}, attrs);
+  check_conv_args("conv1d", 1, input, weight, bias, {&stride, 1}, {&padding, 1}, {&dilation, 1}, groups);
+  Shape out_shape{weight.size(0), (input.size(-1) + 2 * padding - dilation * (weight.size(2) - 1) - 1) / stride + 1};
+  if (input.dim() == 3) out_shape.insert(0, input.size(0));
+  return convolve(OpKind::kConv1d, attrs, image_of_line, input, weight, bias, attrs.conv(), out_shape);
 }
 
 Tensor conv_transpose2d(const Tensor& input_arg, const Tensor& weight_arg, const std::optional<Tensor>& bias_arg,

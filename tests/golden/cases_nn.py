@@ -65,6 +65,10 @@ def f_conv2d(x, w, b, stride, padding, dilation, groups):
     return F.conv2d(x, w, b, stride=tuple(stride), padding=tuple(padding), dilation=tuple(dilation), groups=groups)
 
 
+def f_conv1d(x, w, b, stride, padding, dilation, groups):
+    return F.conv1d(x, w, b, stride=stride, padding=padding, dilation=dilation, groups=groups)
+
+
 def f_conv_transpose2d(x, w, b, stride, padding, output_padding, groups, dilation):
     return F.conv_transpose2d(x, w, b, stride=tuple(stride), padding=tuple(padding),
                               output_padding=tuple(output_padding), groups=groups, dilation=tuple(dilation))
@@ -427,6 +431,7 @@ def build():
                 record(r, rng, "conv_transpose2d", f"error_{name}", f_conv_transpose2d, [T(xs, dt), T(ws, dt), b],
                        attrs, [0, 1], dt)
     build_group_norm_and_interpolate(r)
+    build_conv1d(r)
     return r
 
 
@@ -497,3 +502,47 @@ def build_group_norm_and_interpolate(r):
             for name, xs, size, scale, mode, align in bad:
                 record(r, rng, "interpolate", name, f_interpolate, [T(xs, dt)],
                        {"size": size, "scale_factor": scale, "mode": mode, "align_corners": align}, [0], dt)
+
+
+def build_conv1d(r):
+    """conv1d: (x, w, b, cot); weight (C_out, C_in / groups, k). Its own generator, so that the cases
+    above keep their values. "causal_depthwise" is Mamba's convolution (padding k - 1; the caller keeps
+    the first L outputs)."""
+    rng = np.random.default_rng(13)
+
+    def T(shape, dtype, **kw):
+        return Tensor(make(shape, dtype, rng, **kw))
+
+    for dt in FLOATS:
+        conv = [
+            # name, x, w shape, bias, stride, padding, dilation, groups
+            ("basic", T([2, 3, 7], dt), [4, 3, 3], True, 1, 0, 1, 1),
+            ("stride2_padding1", T([2, 2, 9], dt), [3, 2, 3], True, 2, 1, 1, 1),
+            ("dilation2_padding2", T([1, 3, 8], dt), [2, 3, 3], True, 1, 2, 2, 1),
+            ("grouped", T([2, 4, 6], dt), [6, 2, 2], True, 1, 1, 1, 2),
+            ("causal_depthwise", T([2, 5, 9], dt), [5, 1, 4], True, 1, 3, 1, 5),
+            ("unbatched_nobias", T([3, 6], dt), [2, 3, 2], False, 1, 0, 1, 1),
+            ("pointwise", T([2, 4, 5], dt), [3, 4, 1], True, 1, 0, 1, 1),
+            ("transposed_input", t_layout([2, 6, 3], dt, rng), [4, 3, 3], True, 1, 1, 1, 1),
+            ("kernel_spans_input", T([1, 2, 4], dt), [2, 2, 4], True, 3, 0, 1, 1),
+        ]
+        for name, x, wshape, bias, stride, padding, dilation, groups in conv:
+            w = T(wshape, dt, low=-1.0, high=1.0)
+            b = T([wshape[0]], dt) if bias else None
+            attrs = {"stride": stride, "padding": padding, "dilation": dilation, "groups": groups}
+            record(r, rng, "conv1d", f"{name}_{dt}", f_conv1d, [x, w, b], attrs, [0, 1, 2] if bias else [0, 1], dt)
+        if dt == "float32":
+            bad = [
+                # name, x, w, bias shape, stride, padding, dilation, groups
+                ("input_4d", [1, 2, 3, 4], [2, 2, 3], None, 1, 0, 1, 1),
+                ("weight_2d", [1, 2, 5], [2, 2], None, 1, 0, 1, 1),
+                ("channel_mismatch", [1, 3, 5], [2, 2, 3], None, 1, 0, 1, 1),
+                ("groups_not_dividing_out", [1, 4, 5], [3, 2, 3], None, 1, 0, 1, 2),
+                ("kernel_longer_than_input", [1, 2, 3], [2, 2, 5], None, 1, 0, 1, 1),
+                ("bias_shape", [1, 2, 5], [3, 2, 3], [2], 1, 0, 1, 1),
+                ("stride_zero", [1, 2, 5], [3, 2, 3], None, 0, 0, 1, 1),
+            ]
+            for name, xs, ws, bs, stride, padding, dilation, groups in bad:
+                attrs = {"stride": stride, "padding": padding, "dilation": dilation, "groups": groups}
+                b = T(bs, dt) if bs is not None else None
+                record(r, rng, "conv1d", f"error_{name}", f_conv1d, [T(xs, dt), T(ws, dt), b], attrs, [0, 1], dt)

@@ -20,6 +20,7 @@ namespace functional {
 using ember::adaptive_avg_pool2d;
 using ember::avg_pool2d;
 using ember::batch_norm;
+using ember::conv1d;
 using ember::conv2d;
 using ember::conv_transpose2d;
 using ember::dropout;

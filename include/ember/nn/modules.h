@@ -123,6 +123,29 @@ class QuantizedLinear : public Linear {
   std::string name() const override { return "QuantizedLinear"; }
 };
 
+// 1-D convolution over (N, C_in, L) or (C_in, L) (functional::conv1d). weight (out_channels,
+// in_channels / groups, kernel_size) and bias (out_channels) start as U(-1/sqrt(fan_in),
+// 1/sqrt(fan_in)) with fan_in = in_channels / groups * kernel_size.
+class Conv1d : public Module {
+ public:
+  Conv1d(int64_t in_channels, int64_t out_channels, int64_t kernel_size, int64_t stride = 1, int64_t padding = 0,
+         int64_t dilation = 1, int64_t groups = 1, bool bias = true);
+  Tensor forward(const Tensor& input) override;
+  std::string name() const override { return "Conv1d"; }
+  std::string extra_repr() const override;
+  void reset_parameters();
+
+  const int64_t in_channels;
+  const int64_t out_channels;
+  const int64_t kernel_size;
+  const int64_t stride;
+  const int64_t padding;
+  const int64_t dilation;
+  const int64_t groups;
+  Tensor weight;
+  Tensor bias;  // undefined when made with bias = false
+};
+
 // 2-D convolution over (N, C_in, H, W) or (C_in, H, W). weight (out_channels, in_channels / groups,
 // kH, kW) and bias (out_channels) start as U(-1/sqrt(fan_in), 1/sqrt(fan_in)) with
 // fan_in = in_channels / groups * kH * kW.
