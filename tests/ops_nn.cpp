@@ -206,6 +206,21 @@ std::vector<Entry> conv_and_pool_entries() {
                                                   }),
                            both_layouts_gradcheck("conv2d_unbatched_pointwise", {3, 4, 4}, {in({2, 3, 1, 1}, kUnit)},
                                                   [](const std::vector<Tensor>& x) { return F::conv2d(x[0], x[1]); })}},
+      // A composite of exp, log1p and where; the threshold switches to x where exp would overflow.
+      Entry{.name = "softplus",
+            .ops = {OpKind::kSoftplus},
+            .golden = {nn_golden("softplus",
+                                 [](const Case& c, const std::vector<Tensor>& x) {
+                                   return F::softplus(x[0], c.attrs.at("beta").get<double>(),
+                                                      c.attrs.at("threshold").get<double>());
+                                 })},
+            .gradchecks = {both_layouts_gradcheck(
+                               "softplus", {3, 4}, {}, [](const std::vector<Tensor>& x) { return F::softplus(x[0]); },
+                               uniform(-4.0, 4.0)),
+                           both_layouts_gradcheck(
+                               "softplus_across_threshold", {3, 4}, {},
+                               [](const std::vector<Tensor>& x) { return F::softplus(x[0], 2.0, 1.0); },
+                               uniform(-1.2, 1.2))}},
       // A composite over conv2d's primitives (lines as images of height 1); its golden cases hold
       // PyTorch's errors too, tests/test_nn_functional.cpp checks their messages.
       Entry{.name = "conv1d",

@@ -1103,6 +1103,7 @@ TEST(NnRepr, LayersPrintLikePyTorch) {
   EXPECT_EQ(repr(nn::Conv2d(16, 32, nn::Pair(3, 5), 2, 1, 1, 2, false)),
             "Conv2d(16, 32, kernel_size=(3, 5), stride=(2, 2), padding=(1, 1), groups=2, bias=false)");
   EXPECT_EQ(repr(nn::Conv2d(3, 8, 3, 1, 0, 2)), "Conv2d(3, 8, kernel_size=(3, 3), stride=(1, 1), dilation=(2, 2))");
+  EXPECT_EQ(repr(nn::Softplus(2.0, 5.0)), "Softplus(beta=2, threshold=5)");
   EXPECT_EQ(repr(nn::Conv1d(4, 8, 3)), "Conv1d(4, 8, kernel_size=(3,), stride=(1,))");
   EXPECT_EQ(repr(nn::Conv1d(6, 6, 4, 1, 3, 2, 6, false)),
             "Conv1d(6, 6, kernel_size=(4,), stride=(1,), padding=(3,), dilation=(2,), groups=6, bias=false)");

@@ -330,6 +330,14 @@ struct ClampAttrs {
   auto fields() const { return std::tie(min, max); }
 };
 
+// softplus: log(1 + exp(beta x)) / beta, and x itself where beta x > threshold.
+struct SoftplusAttrs {
+  double beta = 1.0;
+  double threshold = 20.0;
+  bool operator==(const SoftplusAttrs&) const = default;
+  auto fields() const { return std::tie(beta, threshold); }
+};
+
 struct RollAttrs {
   Shape shifts;
   Axes dims;
@@ -403,12 +411,13 @@ struct RmspropAttrs {
   auto fields() const { return std::tie(lr, alpha, eps, weight_decay, momentum, centered); }
 };
 
-using Attrs = std::variant<NoAttrs, FillAttrs, RangeAttrs, RandomAttrs, DropoutAttrs, ShapeAttrs, AxesAttrs, SliceAttrs,
-                           SelectAttrs, AsStridedAttrs, ReduceAttrs, VarAttrs, NormAttrs, DimAttrs, MatmulAttrs,
-                           Conv2dAttrs, Pool2dAttrs, BatchNormAttrs, LayerNormAttrs, ClassLossAttrs, LossAttrs,
-                           AttentionAttrs, ActivationAttrs, ClampAttrs, RollAttrs, PadAttrs, SgdAttrs, AdamAttrs,
-                           AdagradAttrs, RmspropAttrs, TriangleAttrs, SortAttrs, TopKAttrs, MultinomialAttrs,
-                           ConvTranspose2dAttrs, GroupNormAttrs, InterpolateAttrs, SelectiveScanAttrs, Conv1dAttrs>;
+using Attrs =
+    std::variant<NoAttrs, FillAttrs, RangeAttrs, RandomAttrs, DropoutAttrs, ShapeAttrs, AxesAttrs, SliceAttrs,
+                 SelectAttrs, AsStridedAttrs, ReduceAttrs, VarAttrs, NormAttrs, DimAttrs, MatmulAttrs, Conv2dAttrs,
+                 Pool2dAttrs, BatchNormAttrs, LayerNormAttrs, ClassLossAttrs, LossAttrs, AttentionAttrs,
+                 ActivationAttrs, ClampAttrs, RollAttrs, PadAttrs, SgdAttrs, AdamAttrs, AdagradAttrs, RmspropAttrs,
+                 TriangleAttrs, SortAttrs, TopKAttrs, MultinomialAttrs, ConvTranspose2dAttrs, GroupNormAttrs,
+                 InterpolateAttrs, SelectiveScanAttrs, Conv1dAttrs, SoftplusAttrs>;
 
 // The index of attribute type T in Attrs (a compile error if T is not one of them).
 template <class T, size_t I = 0>

@@ -114,6 +114,9 @@ Tensor relu(const Tensor& x);
 // approximate: "none" (erf form) or "tanh".
 Tensor gelu(const Tensor& x, std::string_view approximate = "none");
 Tensor silu(const Tensor& x);
+// PyTorch's softplus: log(1 + exp(beta x)) / beta, and x where beta x > threshold (where the two
+// agree to float precision); the gradient is sigmoid(beta x), 1 above the threshold.
+Tensor softplus(const Tensor& x, double beta = 1.0, double threshold = 20.0);
 Tensor isnan(const Tensor& x);
 Tensor isinf(const Tensor& x);
 Tensor clamp(const Tensor& x, std::optional<Scalar> min, std::optional<Scalar> max);

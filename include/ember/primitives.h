@@ -94,6 +94,7 @@ inline constexpr uint32_t kComparison = kElementwise | kBoolResult;
   X(ThresholdBackward, "threshold_backward", kElementwise, NoAttrs, 1)                             \
   X(GeluGrad, "gelu_grad", kElementwise, ActivationAttrs, 24)                                      \
   X(Clamp, "clamp", kComposite | kDifferentiable, ClampAttrs, 0)                                   \
+  X(Softplus, "softplus", kComposite | kDifferentiable, SoftplusAttrs, 0)                          \
   X(MaskedFill, "masked_fill", kComposite | kDifferentiable, FillAttrs, 0)                         \
   /* copies and creation */                                                                        \
   X(Copy, "copy", kElementwise | kDifferentiable, NoAttrs, 0)                                      \

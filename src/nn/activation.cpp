@@ -7,6 +7,7 @@ namespace ember::nn {
 std::string Flatten::extra_repr() const { return repr::concat("start_dim=", start_dim, ", end_dim=", end_dim); }
 
 std::string GELU::extra_repr() const { return repr::concat("approximate='", approximate, "'"); }
+std::string Softplus::extra_repr() const { return repr::concat("beta=", beta, ", threshold=", threshold); }
 std::string Softmax::extra_repr() const { return repr::concat("dim=", dim); }
 std::string LogSoftmax::extra_repr() const { return repr::concat("dim=", dim); }
 

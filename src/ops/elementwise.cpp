@@ -485,6 +485,30 @@ Tensor silu(const Tensor& x) {  // d/dx [x s(x)] = s (1 + x (1 - s))
   });
 }
 
+Tensor softplus(const Tensor& x, double beta, double threshold) {
+  EMBER_CHECK(is_floating(x.dtype()), "[softplus] expects a floating-point input, got ", x.dtype());
+  EMBER_CHECK(std::isfinite(beta) && beta != 0.0 && !std::isnan(threshold),
+              "[softplus] beta must be finite and non-zero and threshold a number, got beta ", beta, ", threshold ",
+              threshold);
+  const SoftplusAttrs attrs{beta, threshold};
+  const dispatch::Scope scope(OpKind::kSoftplus, {&x}, attrs);
+  Tensor result;
+  {
+    autograd::NoGradGuard no_grad;
+    const Tensor scaled = mul(x, beta);
+    // exp overflows to inf exactly where the threshold takes x instead.
+    result = where(gt(scaled, threshold), x, div(log1p(exp(scaled)), beta));
+  }
+  if (needs_grad(x)) {
+    autograd::record(OpKind::kSoftplus, attrs, result, {&x},
+                     [sx = SavedTensor(x), beta, threshold](const Tensor& g, GradMask) -> Grads {
+                       const Tensor scaled = mul(sx.get(), beta);
+                       return {where(gt(scaled, threshold), g, mul(g, sigmoid(scaled)))};
+                     });
+  }
+  return result;
+}
+
 namespace {
 
 // GELU's gradient g * gelu'(x) in one pass (the GeluGrad primitive) when this backward is not

@@ -69,6 +69,10 @@ def f_conv1d(x, w, b, stride, padding, dilation, groups):
     return F.conv1d(x, w, b, stride=stride, padding=padding, dilation=dilation, groups=groups)
 
 
+def f_softplus(x, beta, threshold):
+    return F.softplus(x, beta=beta, threshold=threshold)
+
+
 def f_conv_transpose2d(x, w, b, stride, padding, output_padding, groups, dilation):
     return F.conv_transpose2d(x, w, b, stride=tuple(stride), padding=tuple(padding),
                               output_padding=tuple(output_padding), groups=groups, dilation=tuple(dilation))
@@ -432,6 +436,7 @@ def build():
                        attrs, [0, 1], dt)
     build_group_norm_and_interpolate(r)
     build_conv1d(r)
+    build_softplus(r)
     return r
 
 
@@ -546,3 +551,24 @@ def build_conv1d(r):
                 attrs = {"stride": stride, "padding": padding, "dilation": dilation, "groups": groups}
                 b = T(bs, dt) if bs is not None else None
                 record(r, rng, "conv1d", f"error_{name}", f_conv1d, [T(xs, dt), T(ws, dt), b], attrs, [0, 1], dt)
+
+
+def build_softplus(r):
+    """softplus: (x, cot), with inputs on both sides of the threshold. Its own generator."""
+    rng = np.random.default_rng(14)
+
+    def T(shape, dtype, **kw):
+        return Tensor(make(shape, dtype, rng, **kw))
+
+    for dt in FLOATS:
+        cases = [
+            # name, x, beta, threshold
+            ("default", T([3, 5], dt, low=-30.0, high=30.0), 1.0, 20.0),
+            ("beta2_threshold5", T([4, 6], dt, low=-6.0, high=6.0), 2.0, 5.0),
+            ("small_beta", T([2, 3, 4], dt, low=-4.0, high=4.0), 0.5, 20.0),
+            ("negative_beta", T([7], dt, low=-4.0, high=4.0), -1.5, 3.0),
+            ("transposed_input", t_layout([3, 4], dt, rng, low=-25.0, high=25.0), 1.0, 20.0),
+            ("empty", T([0, 3], dt), 1.0, 20.0),
+        ]
+        for name, x, beta, threshold in cases:
+            record(r, rng, "softplus", f"{name}_{dt}", f_softplus, [x], {"beta": beta, "threshold": threshold}, [0], dt)

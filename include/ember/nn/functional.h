@@ -42,6 +42,7 @@ using ember::relu;
 using ember::sigmoid;
 using ember::silu;
 using ember::softmax;
+using ember::softplus;
 using ember::tanh;
 
 // --- losses -----------------------------------------------------------------------------------------

@@ -419,6 +419,17 @@ class SiLU : public Module {
   std::string name() const override { return "SiLU"; }
 };
 
+class Softplus : public Module {
+ public:
+  explicit Softplus(double beta_ = 1.0, double threshold_ = 20.0) : beta(beta_), threshold(threshold_) {}
+  Tensor forward(const Tensor& input) override { return functional::softplus(input, beta, threshold); }
+  std::string name() const override { return "Softplus"; }
+  std::string extra_repr() const override;
+
+  const double beta;
+  const double threshold;
+};
+
 class Tanh : public Module {
  public:
   Tensor forward(const Tensor& input) override { return functional::tanh(input); }
