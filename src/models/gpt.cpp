@@ -196,65 +196,7 @@ int64_t GPT::num_parameters() const {
   return n;
 }
 
-// --- sampling and generation ----------------------------------------------------------------------
-
-Sampler::Sampler(const SamplingOptions& options) : options_(options), state_(options.seed ^ 0x9E3779B97F4A7C15ULL) {
-  EMBER_CHECK(options.temperature >= 0.0 && std::isfinite(options.temperature),
-              "[generate] temperature must be a finite number >= 0, got ", options.temperature);
-  EMBER_CHECK(options.top_k >= 0, "[generate] top_k must be >= 0, got ", options.top_k);
-  EMBER_CHECK(options.top_p > 0.0 && options.top_p <= 1.0, "[generate] top_p must be in (0, 1], got ", options.top_p);
-}
-
-int64_t Sampler::sample(const Tensor& logits) {
-  const Tensor row = logits.to(kFloat32).contiguous();
-  const float* x = row.data_ptr<float>();
-  const int64_t n = row.numel();
-  EMBER_CHECK(n > 0, "[generate] no logits to sample from");
-  if (options_.temperature == 0.0) return static_cast<int64_t>(std::max_element(x, x + n) - x);
-  candidates_.resize(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) candidates_[static_cast<size_t>(i)] = {x[i], i};
-  // The candidates, most likely first: all of them, or the top_k.
-  const int64_t k = options_.top_k > 0 ? std::min(options_.top_k, n) : n;
-  auto better = [](const std::pair<float, int64_t>& a, const std::pair<float, int64_t>& b) {
-    return a.first > b.first || (a.first == b.first && a.second < b.second);
-  };
-  std::partial_sort(candidates_.begin(), candidates_.begin() + k, candidates_.end(), better);
-  candidates_.resize(static_cast<size_t>(k));
-  // Softmax at the temperature, then the nucleus: the fewest tokens whose probabilities reach top_p.
-  const double top = candidates_[0].first;
-  std::vector<double> probs(candidates_.size());
-  double total = 0;
-  for (size_t i = 0; i < candidates_.size(); ++i) {
-    probs[i] = std::exp((candidates_[i].first - top) / options_.temperature);
-    total += probs[i];
-  }
-  size_t kept = probs.size();
-  if (options_.top_p < 1.0) {
-    double cumulative = 0;
-    for (size_t i = 0; i < probs.size(); ++i) {
-      cumulative += probs[i] / total;
-      if (cumulative >= options_.top_p) {
-        kept = i + 1;
-        break;
-      }
-    }
-  }
-  double kept_total = 0;
-  for (size_t i = 0; i < kept; ++i) kept_total += probs[i];
-  // splitmix64: a uniform double in [0, 1) from the sampler's own stream.
-  state_ += 0x9E3779B97F4A7C15ULL;
-  uint64_t z = state_;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-  z ^= z >> 31;
-  const double u = static_cast<double>(z >> 11) * (1.0 / 9007199254740992.0) * kept_total;
-  double cumulative = 0;
-  for (size_t i = 0; i < kept; ++i) {
-    cumulative += probs[i];
-    if (u < cumulative) return candidates_[i].second;
-  }
-  return candidates_[kept - 1].second;
-}
+// --- generation -----------------------------------------------------------------------------------
 
 std::vector<int64_t> generate(GPT& model, const std::vector<int64_t>& prompt, int64_t tokens,
                               const SamplingOptions& options, bool use_cache,

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "ember/models/sampling.h"
 #include "ember/nn.h"
 
 namespace ember::models {
@@ -124,27 +125,6 @@ class GPT : public nn::Module {
 
  private:
   Block& block(int64_t layer) const;
-};
-
-struct SamplingOptions {
-  double temperature = 1.0;  // 0: greedy (the most likely token)
-  int64_t top_k = 0;         // > 0: sample among the k most likely tokens only
-  double top_p = 1.0;        // < 1: sample among the most likely tokens whose probabilities sum to top_p
-  uint64_t seed = 0;
-};
-
-// Draws tokens from next-token logits with temperature, top-k and top-p (nucleus), from its own
-// seeded stream (the same seed gives the same text).
-class Sampler {
- public:
-  explicit Sampler(const SamplingOptions& options);
-  // logits: vocab_size values (float32, contiguous, any device the host can read).
-  int64_t sample(const Tensor& logits);
-
- private:
-  SamplingOptions options_;
-  uint64_t state_;
-  std::vector<std::pair<float, int64_t>> candidates_;
 };
 
 // Continues `prompt` (token ids, not empty) by `tokens` tokens in evaluation mode without
