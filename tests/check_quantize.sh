@@ -110,7 +110,7 @@ expect_error "\[quantize\] .* is already quantized (q8_0)" \
   "$ember" quantize "$tmp/gpt-q8_0.gguf" "$tmp/x.gguf" --type q4_0
 expect_error "\[quantize\] --skip \"lm_head\" names no module of the gpt model (the GPT's output layer is tied" \
   "$ember" quantize "$tmp/gpt.safetensors" "$tmp/x.gguf" --type q8_0 --skip lm_head
-expect_error "\[generate\] checkpoint .*mlp-int8.gguf is not a GPT checkpoint .* (it holds a mnist_mlp model)" \
+expect_error "\[generate\] checkpoint .*mlp-int8.gguf is not a language model from .* (it holds a mnist_mlp model)" \
   "$ember" generate --checkpoint "$tmp/mlp-int8.gguf"
 expect_error "\[eval mnist\] checkpoint .*gpt-q4_0.gguf is not an MNIST checkpoint .* (it holds a gpt model)" \
   "$ember" eval mnist --checkpoint "$tmp/gpt-q4_0.gguf" --data "$data/mnist"

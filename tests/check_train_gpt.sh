@@ -85,7 +85,7 @@ expect_error "\[generate\] --prompt cannot be encoded .* '~' at offset 3" \
   "$ember" generate --checkpoint "$tmp/full.safetensors" --prompt "abc~"
 expect_error "\[generate\] the prompt has 17 characters, more than the model's context of 16" \
   "$ember" generate --checkpoint "$tmp/full.safetensors" --prompt "abcdefghijklmnopq"
-expect_error "\[generate\] checkpoint .* is not a GPT checkpoint" \
+expect_error "\[generate\] checkpoint .* is not a language model from" \
   "$ember" generate --checkpoint "$(dirname "$0")/golden/torch_small.safetensors"
 expect_error "\[generate\] cannot open .*missing.safetensors" "$ember" generate --checkpoint "$tmp/missing.safetensors"
 echo "errors ok"

@@ -151,8 +151,11 @@ TEST(Mamba, BadConfigsAndInputsAreErrors) {
   Mamba model(tiny());
   test_util::expect_error([&] { model.forward(ember::zeros({2, 3})); }, {"[Mamba]", "int64"});
   test_util::expect_error([&] { model.forward(ember::zeros({2, 0}, ember::kInt64)); }, {"[Mamba]", "T >= 1"});
-  test_util::expect_error([&] { model.loss(ember::zeros({2, 3}, ember::kInt64), ember::zeros({2, 4}, ember::kInt64)); },
-                          {"[Mamba]", "targets"});
+  test_util::expect_error(
+      [&] {
+        model.loss(ember::zeros({2, 3}, ember::kInt64), ember::zeros({2, 4}, ember::kInt64));
+      },
+      {"[Mamba]", "targets"});
   std::vector<ember::models::MambaLayerState> state = model.make_state(1);
   test_util::expect_error([&] { model.step(ember::zeros({2}, ember::kInt64), state); }, {"[Mamba]", "batch of 1"});
   test_util::expect_error([&] { ember::models::generate(model, {11}, 3, {}); }, {"[generate]", "token id 11"});

@@ -91,7 +91,7 @@ Checkpoint read_checkpoint(const std::string& path, std::string_view op) {
   if (c.format == FileFormat::kSafetensors) {
     c.settings = load_metadata(path);
     const std::string task = c.settings.count("task") != 0 ? c.settings.at("task") : "";
-    if (task == "gpt") c.kind = "gpt";
+    if (task == "gpt" || task == "ssm") c.kind = task;
     if (task == "mnist" && c.settings.count("model") != 0) c.kind = "mnist_" + c.settings.at("model");
     c.state = strip_prefix(load(path), kModelPrefix);
     return c;
@@ -168,6 +168,43 @@ GptCheckpoint load_gpt_checkpoint(Checkpoint checkpoint, std::string_view op) {
   load_model_state(*model, checkpoint, op);
   checkpoint.state.clear();
   return {.model = std::move(model), .tokenizer = std::move(tokenizer), .source = std::move(checkpoint)};
+}
+
+std::vector<std::string> architecture_keys(std::string_view task) {
+  if (task == "ssm") return {std::begin(kSsmArchitectureKeys), std::end(kSsmArchitectureKeys)};
+  return {std::begin(kGptArchitectureKeys), std::end(kGptArchitectureKeys)};
+}
+
+TextModelCheckpoint load_text_model_checkpoint(const std::string& path, std::string_view op) {
+  Checkpoint checkpoint = read_checkpoint(path, op);
+  if (checkpoint.kind == "gpt") {
+    GptCheckpoint gpt = load_gpt_checkpoint(std::move(checkpoint), op);
+    const int64_t context = gpt.model->config.block_size;
+    return {.model = std::move(gpt.model),
+            .tokenizer = std::move(gpt.tokenizer),
+            .context = context,
+            .source = std::move(gpt.source)};
+  }
+  EMBER_CHECK(checkpoint.kind == "ssm", "[", op, "] checkpoint ", checkpoint.path,
+              " is not a language model from `ember train gpt|ssm` (it holds ", checkpoint.describe(), ")");
+  for (const std::string& key : architecture_keys("ssm")) {
+    EMBER_CHECK(checkpoint.settings.count(key) != 0, "[", op, "] checkpoint ", checkpoint.path, " has no ", key,
+                " entry");
+  }
+  data::CharTokenizer tokenizer(from_hex(checkpoint.settings.at("vocabulary"), checkpoint.path, op));
+  auto model = std::make_shared<models::Mamba>(models::MambaConfig{.vocab_size = tokenizer.vocab_size(),
+                                                                   .d_model = setting_count(checkpoint, "dim", op),
+                                                                   .n_layer = setting_count(checkpoint, "layers", op),
+                                                                   .d_state = setting_count(checkpoint, "state", op),
+                                                                   .d_conv = setting_count(checkpoint, "conv", op),
+                                                                   .expand = setting_count(checkpoint, "expand", op)});
+  load_model_state(*model, checkpoint, op);
+  checkpoint.state.clear();
+  const int64_t context = setting_count(checkpoint, "context", op);
+  return {.model = std::move(model),
+          .tokenizer = std::move(tokenizer),
+          .context = context,
+          .source = std::move(checkpoint)};
 }
 
 // --- MNIST ----------------------------------------------------------------------------------------------

@@ -1,5 +1,5 @@
 // The model files the CLI reads and writes, and the models rebuilt from them:
-// - safetensors checkpoints of `ember train gpt|mnist --save`: the model's tensors under "model.",
+// - safetensors checkpoints of `ember train gpt|ssm|mnist --save`: the model's tensors under "model.",
 //   the optimizer's (and schedule's) under their own prefixes, the run's settings as metadata;
 // - GGUF files of `ember quantize`: the model's tensors (Linear weights quantized or not), the
 //   source's settings carried over as string values under their own keys, and ember.* keys (the
@@ -19,6 +19,7 @@
 #include "ember/gguf.h"
 #include "ember/models/bert.h"
 #include "ember/models/gpt.h"
+#include "ember/models/mamba.h"
 #include "ember/state_dict.h"
 #include "ember/tokenizer.h"
 
@@ -40,7 +41,7 @@ FileFormat detect_format(const std::string& path, std::string_view op);
 struct Checkpoint {
   std::string path;
   FileFormat format = FileFormat::kSafetensors;
-  // "gpt", "mnist_mlp", "mnist_cnn", "minilm"; empty for a safetensors file no `ember train` wrote.
+  // "gpt", "ssm", "mnist_mlp", "mnist_cnn", "minilm"; empty for a safetensors file no `ember train` wrote.
   std::string kind;
   std::string quantization = "f32";
   bool dynamic_activations = true;
@@ -61,10 +62,13 @@ Checkpoint read_checkpoint(const std::string& path, std::string_view op);
 // state that does not fit is an ember::Error naming the file and listing the keys.
 void load_model_state(nn::Module& model, const Checkpoint& checkpoint, std::string_view op);
 
-// --- GPT (`ember train gpt`, `ember generate`, `ember eval gpt`) ------------------------------------
+// --- character language models: the GPT (`ember train gpt`) and Mamba (`ember train ssm`), read by
+// `ember generate` and `ember eval gpt` ---------------------------------------------------------------
 
 // The keys whose values make the model: a checkpoint that differs in one of them is another model.
 inline constexpr const char* kGptArchitectureKeys[] = {"layers", "heads", "dim", "context", "vocabulary"};
+inline constexpr const char* kSsmArchitectureKeys[] = {"layers", "dim", "state", "expand", "conv", "vocabulary"};
+std::vector<std::string> architecture_keys(std::string_view task);  // "gpt" or "ssm"
 
 // The vocabulary as hex, so any byte survives a checkpoint's JSON header.
 std::string vocabulary_to_hex(const std::string& vocabulary);
@@ -81,6 +85,15 @@ struct GptCheckpoint {
 // holds another kind of model is an ember::Error saying so.
 GptCheckpoint load_gpt_checkpoint(const std::string& path, std::string_view op);
 GptCheckpoint load_gpt_checkpoint(Checkpoint checkpoint, std::string_view op);
+
+// A GPT or Mamba checkpoint: the model, the vocabulary and the context it was trained with.
+struct TextModelCheckpoint {
+  std::shared_ptr<models::LanguageModel> model;  // a models::GPT or a models::Mamba
+  data::CharTokenizer tokenizer;
+  int64_t context = 0;  // the training context (the GPT's limit; the Mamba model has none)
+  Checkpoint source;
+};
+TextModelCheckpoint load_text_model_checkpoint(const std::string& path, std::string_view op);
 
 // --- MNIST (`ember train mnist`, `ember eval mnist`) ------------------------------------------------
 

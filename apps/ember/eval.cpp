@@ -1,5 +1,5 @@
-// `ember eval gpt|mnist` and the evaluations `ember train` runs (eval.h): the GPT's validation loss
-// on the batches train gpt evaluates (the same split, seed and batch size, read from the
+// `ember eval gpt|mnist` and the evaluations `ember train` runs (eval.h): a GPT's or Mamba model's
+// validation loss on the batches train gpt|ssm evaluates (the same split, seed and batch size, read from the
 // checkpoint), and the MNIST test accuracy.
 #include "eval.h"
 
@@ -17,8 +17,8 @@
 
 namespace ember::cli {
 
-double gpt_split_loss(models::GPT& model, const data::TextSplit& split, std::string_view name, int64_t batches,
-                      int64_t batch_size, int64_t context, uint64_t seed) {
+double text_split_loss(models::LanguageModel& model, const data::TextSplit& split, std::string_view name,
+                       int64_t batches, int64_t batch_size, int64_t context, uint64_t seed) {
   autograd::NoGradGuard no_grad;
   const bool was_training = model.is_training();
   model.eval();
@@ -82,7 +82,7 @@ int run_eval_gpt(const EvalGptOptions& o) {
   EMBER_CHECK(o.batches >= 1, "[eval gpt] --batches must be at least 1, got ", o.batches);
   if (o.threads > 0) set_num_threads(o.threads);
   const auto start = Clock::now();
-  GptCheckpoint checkpoint = load_gpt_checkpoint(o.checkpoint, "eval gpt");
+  TextModelCheckpoint checkpoint = load_text_model_checkpoint(o.checkpoint, "eval gpt");
   const Checkpoint& source = checkpoint.source;
   // The run's batch size and seed, as its evaluations used them (a checkpoint without them: the defaults).
   const TrainGptOptions defaults;
@@ -103,13 +103,13 @@ int run_eval_gpt(const EvalGptOptions& o) {
     EMBER_FAIL("[eval gpt] ", o.data_path, " cannot be encoded with the checkpoint's vocabulary: ", e.what());
   }
   const data::TextSplit split(std::move(tokens));
-  const int64_t context = checkpoint.model->config.block_size;
+  const int64_t context = checkpoint.context;
   const uint64_t val_seed = gpt_eval_seed(seed, "val");
-  const double loss = gpt_split_loss(*checkpoint.model, split, "val", o.batches, batch_size, context, val_seed);
+  const double loss = text_split_loss(*checkpoint.model, split, "val", o.batches, batch_size, context, val_seed);
   const double seconds = seconds_since(start);
   if (o.json) {
     nlohmann::json result = file_json(source);
-    result.update({{"task", "gpt"},
+    result.update({{"task", source.kind},
                    {"val_loss", loss},
                    {"batches", o.batches},
                    {"batch_size", batch_size},

@@ -17,8 +17,8 @@ namespace ember::cli {
 
 // The mean loss over `batches` batches of a split, without gradients, in eval mode (nanoGPT's
 // estimate_loss). The batches depend only on `seed`, so every evaluation sees the same ones.
-double gpt_split_loss(models::GPT& model, const data::TextSplit& split, std::string_view name, int64_t batches,
-                      int64_t batch_size, int64_t context, uint64_t seed);
+double text_split_loss(models::LanguageModel& model, const data::TextSplit& split, std::string_view name,
+                       int64_t batches, int64_t batch_size, int64_t context, uint64_t seed);
 // The seed of the evaluation batches of `split` ("train" or "val") in a run seeded with run_seed.
 uint64_t gpt_eval_seed(uint64_t run_seed, std::string_view split);
 

@@ -1,7 +1,8 @@
-// `ember generate`: rebuilds a GPT from a checkpoint of `ember train gpt --save` or a GGUF file of
-// `ember quantize` (architecture and vocabulary from its metadata) and streams a continuation of
-// the prompt to stdout, a character at a time, with the KV cache (or, with --no-cache, recomputing
-// the window per character); the rate goes to stderr so stdout holds only the text.
+// `ember generate`: rebuilds a GPT or Mamba model from a checkpoint of `ember train gpt|ssm --save`
+// or a GGUF file of `ember quantize` (architecture and vocabulary from its metadata) and streams a
+// continuation of the prompt to stdout, a character at a time: the GPT with its KV cache (or, with
+// --no-cache, recomputing the window per character), the Mamba model with its recurrent state. The
+// rate goes to stderr so stdout holds only the text.
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -17,8 +18,11 @@ namespace ember::cli {
 int run_generate(const GenerateOptions& o) {
   EMBER_CHECK(!o.checkpoint.empty(), "[generate] --checkpoint is required");
   if (o.threads > 0) set_num_threads(o.threads);
-  const GptCheckpoint checkpoint = load_gpt_checkpoint(o.checkpoint, "generate");
-  models::GPT& model = *checkpoint.model;
+  const TextModelCheckpoint checkpoint = load_text_model_checkpoint(o.checkpoint, "generate");
+  const bool gpt = checkpoint.source.kind == "gpt";
+  EMBER_CHECK(gpt || !o.no_cache, "[generate] --no-cache applies to GPT checkpoints; ", o.checkpoint,
+              " holds a Mamba model, which carries a fixed-size state instead of a cache");
+  models::LanguageModel& model = *checkpoint.model;
   const data::CharTokenizer& tokenizer = checkpoint.tokenizer;
   std::vector<int64_t> prompt;
   try {
@@ -27,11 +31,11 @@ int run_generate(const GenerateOptions& o) {
     EMBER_FAIL("[generate] --prompt cannot be encoded with the checkpoint's vocabulary: ", e.what());
   }
   EMBER_CHECK(!prompt.empty(), "[generate] --prompt must not be empty");
-  EMBER_CHECK(static_cast<int64_t>(prompt.size()) <= model.config.block_size, "[generate] the prompt has ",
-              prompt.size(), " characters, more than the model's context of ", model.config.block_size);
+  EMBER_CHECK(!gpt || static_cast<int64_t>(prompt.size()) <= checkpoint.context, "[generate] the prompt has ",
+              prompt.size(), " characters, more than the model's context of ", checkpoint.context);
   std::fwrite(o.prompt.data(), 1, o.prompt.size(), stdout);
   const auto start = Clock::now();
-  const std::vector<int64_t> out = models::generate(
+  const std::vector<int64_t> out = generate_text(
       model, prompt, o.tokens, {.temperature = o.temperature, .top_k = o.top_k, .top_p = o.top_p, .seed = o.seed},
       !o.no_cache, [&](int64_t id) {
         std::fputc(tokenizer.vocabulary()[static_cast<size_t>(id)], stdout);
@@ -40,7 +44,10 @@ int run_generate(const GenerateOptions& o) {
   const double seconds = seconds_since(start);
   std::printf("\n");
   std::fprintf(stderr, "%zu tokens in %.2fs: %.0f tokens/s (%s)\n", out.size(), seconds,
-               seconds > 0 ? static_cast<double>(out.size()) / seconds : 0.0, o.no_cache ? "no cache" : "KV cache");
+               seconds > 0 ? static_cast<double>(out.size()) / seconds : 0.0,
+               !gpt         ? "recurrent state"
+               : o.no_cache ? "no cache"
+                            : "KV cache");
   return 0;
 }
 

@@ -1,8 +1,8 @@
 // The ember command-line tool: `ember info` reports the build and this machine's SIMD target;
 // `ember train mnist` trains a model on MNIST (the main job); `ember bench` times the benchmark's
 // workloads (scripts/bench compares them with PyTorch and NumPy); `ember roofline` places ops and
-// workloads under this machine's measured peaks; `ember train gpt` trains a character GPT on
-// Shakespeare and `ember generate` writes with it; `ember embed` prints sentence similarities;
+// workloads under this machine's measured peaks; `ember train gpt|ssm` trains a character GPT or
+// Mamba model on Shakespeare and `ember generate` writes with it; `ember embed` prints sentence similarities;
 // `ember quantize` writes a trained model's Linear layers quantized as GGUF, and `ember eval` measures
 // a checkpoint (safetensors or GGUF) as training does.
 #include <CLI/CLI.hpp>
@@ -202,56 +202,82 @@ int main(int argc, char** argv) {
       "--profile", train.profile_path,
       "Profile the training steps: write a Chrome trace (open in ui.perfetto.dev) and print the top-15 ops");
 
+  // `train gpt` and `train ssm` share the recipe, the schedule and the files; the architecture options differ.
+  auto add_language_model_options = [&](CLI::App* cmd, ember::cli::TrainGptOptions& o) {
+    const bool ssm = o.model == "ssm";
+    cmd->add_option("--layers", o.layers, ssm ? "Mamba blocks" : "Transformer blocks")
+        ->check(kPositiveCount)
+        ->capture_default_str();
+    if (ssm) {
+      cmd->add_option("--dim", o.dim, "Model width (the residual stream)")
+          ->check(kPositiveCount)
+          ->capture_default_str();
+      cmd->add_option("--state", o.state, "The selective scan's state per channel")
+          ->check(kPositiveCount)
+          ->capture_default_str();
+      cmd->add_option("--expand", o.expand, "Channels inside a mixer per model dim")
+          ->check(kPositiveCount)
+          ->capture_default_str();
+      cmd->add_option("--conv", o.conv, "Width of the causal depthwise convolution")
+          ->check(kPositiveCount)
+          ->capture_default_str();
+    } else {
+      cmd->add_option("--heads", o.heads, "Attention heads per block")->check(kPositiveCount)->capture_default_str();
+      cmd->add_option("--dim", o.dim, "Embedding width")->check(kPositiveCount)->capture_default_str();
+    }
+    cmd->add_option("--context", o.context, "Context length in characters (of each training sequence)")
+        ->check(kPositiveCount)
+        ->capture_default_str();
+    cmd->add_option("--batch-size", o.batch_size, "Sequences per step")->check(kPositiveCount)->capture_default_str();
+    cmd->add_option("--steps", o.steps, "Training steps")->check(kPositiveCount)->capture_default_str();
+    cmd->add_option("--lr", o.lr, "Peak learning rate (cosine decay to a tenth of it)")->capture_default_str();
+    cmd->add_option("--warmup", o.warmup, "Steps of linear warmup")->check(kThreadCount)->capture_default_str();
+    if (!ssm) {
+      cmd->add_option("--dropout", o.dropout, "Dropout probability")
+          ->check(CLI::Range(0.0, 0.99))
+          ->capture_default_str();
+    }
+    cmd->add_option("--seed", o.seed, "Seed for initialization and batches")->capture_default_str();
+    cmd->add_option("--threads", o.threads, "Threads (default: all cores)")->check(kThreadCount);
+    cmd->add_option("--data", o.data_path, "A text file (scripts/setup fetches Shakespeare)")->capture_default_str();
+    cmd->add_option("--eval-every", o.eval_every, "Steps between evaluations of both splits")
+        ->check(kPositiveCount)
+        ->capture_default_str();
+    cmd->add_option("--eval-batches", o.eval_batches, "Batches per split in an evaluation")
+        ->check(kPositiveCount)
+        ->capture_default_str();
+    cmd->add_option("--save", o.save_path, "Write a checkpoint (safetensors) at every evaluation");
+    cmd->add_option("--stop-after", o.stop_after, "Train only this many steps now (continue later with --resume)")
+        ->check(kPositiveCount);
+    cmd->add_option("--resume", o.resume_path, "Continue from a checkpoint written by --save");
+    cmd->add_option("--sample", o.sample_tokens, "Characters to generate at the end")
+        ->check(kThreadCount)
+        ->capture_default_str();
+    cmd->add_flag("--json", o.json, "End with one JSON line of results");
+    cmd->add_option("--amp", o.amp, "Mixed precision: bf16 or f16 autocast (f16 scales the loss), or none")
+        ->check(CLI::IsMember({"none", "bf16", "f16"}))
+        ->capture_default_str();
+    cmd->add_flag("--compile", o.compile,
+                  "Run each training step (loss, zero_grad, backward, clipping, AdamW step) through "
+                  "ember::compile: the first step traces it, later steps replay the plan (the learning rate is "
+                  "set outside the step and read by each replayed AdamW step)");
+    cmd->add_option("--profile", o.profile_path,
+                    "Profile the training steps: write a Chrome trace and print the top-15 ops");
+  };
   ember::cli::TrainGptOptions gpt;
   CLI::App* gpt_cmd = train_cmd->add_subcommand("gpt", "Train a character-level GPT (nanoGPT) on Shakespeare");
-  gpt_cmd->add_option("--layers", gpt.layers, "Transformer blocks")->check(kPositiveCount)->capture_default_str();
-  gpt_cmd->add_option("--heads", gpt.heads, "Attention heads per block")->check(kPositiveCount)->capture_default_str();
-  gpt_cmd->add_option("--dim", gpt.dim, "Embedding width")->check(kPositiveCount)->capture_default_str();
-  gpt_cmd->add_option("--context", gpt.context, "Context length in characters")
-      ->check(kPositiveCount)
-      ->capture_default_str();
-  gpt_cmd->add_option("--batch-size", gpt.batch_size, "Sequences per step")
-      ->check(kPositiveCount)
-      ->capture_default_str();
-  gpt_cmd->add_option("--steps", gpt.steps, "Training steps")->check(kPositiveCount)->capture_default_str();
-  gpt_cmd->add_option("--lr", gpt.lr, "Peak learning rate (cosine decay to a tenth of it)")->capture_default_str();
-  gpt_cmd->add_option("--warmup", gpt.warmup, "Steps of linear warmup")->check(kThreadCount)->capture_default_str();
-  gpt_cmd->add_option("--dropout", gpt.dropout, "Dropout probability")
-      ->check(CLI::Range(0.0, 0.99))
-      ->capture_default_str();
-  gpt_cmd->add_option("--seed", gpt.seed, "Seed for initialization and batches")->capture_default_str();
-  gpt_cmd->add_option("--threads", gpt.threads, "Threads (default: all cores)")->check(kThreadCount);
-  gpt_cmd->add_option("--data", gpt.data_path, "A text file (scripts/setup fetches Shakespeare)")
-      ->capture_default_str();
-  gpt_cmd->add_option("--eval-every", gpt.eval_every, "Steps between evaluations of both splits")
-      ->check(kPositiveCount)
-      ->capture_default_str();
-  gpt_cmd->add_option("--eval-batches", gpt.eval_batches, "Batches per split in an evaluation")
-      ->check(kPositiveCount)
-      ->capture_default_str();
-  gpt_cmd->add_option("--save", gpt.save_path, "Write a checkpoint (safetensors) at every evaluation");
-  gpt_cmd->add_option("--stop-after", gpt.stop_after, "Train only this many steps now (continue later with --resume)")
-      ->check(kPositiveCount);
-  gpt_cmd->add_option("--resume", gpt.resume_path, "Continue from a checkpoint written by --save");
-  gpt_cmd->add_option("--sample", gpt.sample_tokens, "Characters to generate at the end")
-      ->check(kThreadCount)
-      ->capture_default_str();
-  gpt_cmd->add_flag("--json", gpt.json, "End with one JSON line of results");
-  gpt_cmd->add_option("--amp", gpt.amp, "Mixed precision: bf16 or f16 autocast (f16 scales the loss), or none")
-      ->check(CLI::IsMember({"none", "bf16", "f16"}))
-      ->capture_default_str();
-  gpt_cmd->add_flag("--compile", gpt.compile,
-                    "Run each training step (loss, zero_grad, backward, clipping, AdamW step) through "
-                    "ember::compile: the first step traces it, later steps replay the plan (the learning rate is "
-                    "set outside the step and read by each replayed AdamW step)");
-  gpt_cmd->add_option("--profile", gpt.profile_path,
-                      "Profile the training steps: write a Chrome trace and print the top-15 ops");
+  add_language_model_options(gpt_cmd, gpt);
+  ember::cli::TrainGptOptions ssm = ember::cli::TrainGptOptions::ssm_defaults();
+  CLI::App* ssm_cmd = train_cmd->add_subcommand(
+      "ssm", "Train a character-level Mamba model (selective state spaces, no attention) on Shakespeare");
+  add_language_model_options(ssm_cmd, ssm);
 
   ember::cli::GenerateOptions generate;
-  CLI::App* generate_cmd = app.add_subcommand("generate", "Stream text from a checkpoint of `ember train gpt`");
+  CLI::App* generate_cmd =
+      app.add_subcommand("generate", "Stream text from a checkpoint of `ember train gpt` or `ember train ssm`");
   generate_cmd
       ->add_option("--checkpoint", generate.checkpoint,
-                   "A checkpoint written by `ember train gpt --save`, or a GGUF file of `ember quantize`")
+                   "A checkpoint written by `ember train gpt|ssm --save`, or a GGUF file of `ember quantize`")
       ->required();
   generate_cmd->add_option("--prompt", generate.prompt, "Text to continue (default: a newline)");
   generate_cmd->add_option("--tokens", generate.tokens, "Characters to generate")
@@ -316,8 +342,9 @@ int main(int argc, char** argv) {
   ember::cli::EvalMnistOptions eval_mnist;
   CLI::App* eval_cmd = app.add_subcommand("eval", "Evaluate a checkpoint (safetensors or GGUF) as training does");
   eval_cmd->require_subcommand(1);
-  CLI::App* eval_gpt_cmd = eval_cmd->add_subcommand("gpt", "The validation loss of `ember train gpt`'s evaluation");
-  eval_gpt_cmd->add_option("--checkpoint", eval_gpt.checkpoint, "`ember train gpt --save`'s or `ember quantize`'s")
+  CLI::App* eval_gpt_cmd =
+      eval_cmd->add_subcommand("gpt", "The validation loss of `ember train gpt`'s (or `train ssm`'s) evaluation");
+  eval_gpt_cmd->add_option("--checkpoint", eval_gpt.checkpoint, "`ember train gpt|ssm --save`'s or `ember quantize`'s")
       ->required();
   eval_gpt_cmd->add_option("--data", eval_gpt.data_path, "The text the model was trained on")->capture_default_str();
   eval_gpt_cmd->add_option("--batches", eval_gpt.batches, "Batches of the validation split")
@@ -371,6 +398,7 @@ int main(int argc, char** argv) {
     if (info->parsed()) return list_ops ? run_ops(as_json) : run_info(as_json);
     if (mnist->parsed()) return ember::cli::run_train_mnist(train);
     if (gpt_cmd->parsed()) return ember::cli::run_train_gpt(gpt);
+    if (ssm_cmd->parsed()) return ember::cli::run_train_gpt(ssm);
     if (generate_cmd->parsed()) return ember::cli::run_generate(generate);
     if (bench_cmd->parsed()) return ember::cli::run_bench(bench);
     if (roofline_cmd->parsed()) return ember::cli::run_roofline(roofline);

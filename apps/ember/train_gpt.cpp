@@ -1,4 +1,5 @@
-// `ember train gpt`: nanoGPT's character model on Shakespeare (AdamW with decay on the 2-D weights,
+// `ember train gpt` and `ember train ssm`: nanoGPT's character model, or a Mamba model of the same
+// characters, on Shakespeare, with nanoGPT's recipe for both (AdamW with decay on the 2-D weights,
 // betas (0.9, 0.99), gradient clipping at 1, linear warmup then cosine decay to lr / 10), with
 // evaluations of both splits (eval.h), checkpoints that record the architecture and the vocabulary
 // (which checkpoint.h reads back for `ember generate`, `ember eval gpt` and `ember quantize`), and a
@@ -19,6 +20,7 @@
 #include "ember/ember.h"
 #include "ember/io.h"
 #include "ember/models/gpt.h"
+#include "ember/models/mamba.h"
 #include "ember/optim.h"
 #include "ember/profiler.h"
 #include "eval.h"
@@ -37,25 +39,65 @@ std::map<std::string, std::string> run_settings(const TrainGptOptions& o, const 
     std::snprintf(text, sizeof text, "%.17g", v);
     return std::string(text);
   };
-  return {{"task", "gpt"},
-          {"layers", std::to_string(o.layers)},
-          {"heads", std::to_string(o.heads)},
-          {"dim", std::to_string(o.dim)},
-          {"context", std::to_string(o.context)},
-          {"dropout", number(o.dropout)},
-          {"vocabulary", vocabulary_to_hex(vocabulary)},
-          {"lr", number(o.lr)},
-          {"warmup", std::to_string(o.warmup)},
-          {"steps", std::to_string(o.steps)},
-          {"batch_size", std::to_string(o.batch_size)},
-          {"seed", std::to_string(o.seed)}};
+  std::map<std::string, std::string> settings = {{"task", o.model},
+                                                 {"layers", std::to_string(o.layers)},
+                                                 {"dim", std::to_string(o.dim)},
+                                                 {"context", std::to_string(o.context)},
+                                                 {"vocabulary", vocabulary_to_hex(vocabulary)},
+                                                 {"lr", number(o.lr)},
+                                                 {"warmup", std::to_string(o.warmup)},
+                                                 {"steps", std::to_string(o.steps)},
+                                                 {"batch_size", std::to_string(o.batch_size)},
+                                                 {"seed", std::to_string(o.seed)}};
+  if (o.model == "ssm") {
+    settings.insert(
+        {{"state", std::to_string(o.state)}, {"expand", std::to_string(o.expand)}, {"conv", std::to_string(o.conv)}});
+  } else {
+    settings.insert({{"heads", std::to_string(o.heads)}, {"dropout", number(o.dropout)}});
+  }
+  return settings;
 }
 
-int64_t whole_number(const std::map<std::string, std::string>& meta, const std::string& key, const std::string& path) {
+std::shared_ptr<models::LanguageModel> make_model(const TrainGptOptions& o, int64_t vocab_size) {
+  if (o.model == "ssm") {
+    return std::make_shared<models::Mamba>(models::MambaConfig{.vocab_size = vocab_size,
+                                                               .d_model = o.dim,
+                                                               .n_layer = o.layers,
+                                                               .d_state = o.state,
+                                                               .d_conv = o.conv,
+                                                               .expand = o.expand});
+  }
+  return std::make_shared<models::GPT>(models::GPTConfig{.vocab_size = vocab_size,
+                                                         .block_size = o.context,
+                                                         .n_layer = o.layers,
+                                                         .n_head = o.heads,
+                                                         .n_embd = o.dim,
+                                                         .dropout = o.dropout});
+}
+
+// "4 layers, 4 heads, 192 dims, context 128, dropout 0" or "4 layers, 256 dims (512 inner), state 16, conv 4, context
+// 128".
+std::string describe_architecture(const TrainGptOptions& o) {
+  char text[160];
+  if (o.model == "ssm") {
+    std::snprintf(text, sizeof text, "%lld layers, %lld dims (%lld inner), state %lld, conv %lld, context %lld",
+                  static_cast<long long>(o.layers), static_cast<long long>(o.dim),
+                  static_cast<long long>(o.expand * o.dim), static_cast<long long>(o.state),
+                  static_cast<long long>(o.conv), static_cast<long long>(o.context));
+  } else {
+    std::snprintf(text, sizeof text, "%lld layers, %lld heads, %lld dims, context %lld, dropout %g",
+                  static_cast<long long>(o.layers), static_cast<long long>(o.heads), static_cast<long long>(o.dim),
+                  static_cast<long long>(o.context), o.dropout);
+  }
+  return text;
+}
+
+int64_t whole_number(const std::map<std::string, std::string>& meta, const std::string& key, const std::string& path,
+                     const std::string& op) {
   const auto it = meta.find(key);
   const bool ok = it != meta.end() && !it->second.empty() && it->second.size() < 12 &&
                   it->second.find_first_not_of("0123456789") == std::string::npos;
-  EMBER_CHECK(ok, "[train gpt] checkpoint ", path, " has no valid ", key, " entry");
+  EMBER_CHECK(ok, "[", op, "] checkpoint ", path, " has no valid ", key, " entry");
   return std::stoll(it->second);
 }
 
@@ -68,24 +110,39 @@ double lr_at(int64_t step, const TrainGptOptions& o) {
   return min_lr + 0.5 * (1.0 + std::cos(M_PI * ratio)) * (o.lr - min_lr);
 }
 
-std::string sample_text(models::GPT& model, const data::CharTokenizer& tokenizer, int64_t tokens, uint64_t seed) {
+}  // namespace
+
+std::vector<int64_t> generate_text(models::LanguageModel& model, const std::vector<int64_t>& prompt, int64_t tokens,
+                                   const models::SamplingOptions& options, bool use_cache,
+                                   const std::function<void(int64_t)>& on_token) {
+  if (auto* mamba = dynamic_cast<models::Mamba*>(&model))
+    return models::generate(*mamba, prompt, tokens, options, on_token);
+  return models::generate(dynamic_cast<models::GPT&>(model), prompt, tokens, options, use_cache, on_token);
+}
+
+namespace {
+
+std::string sample_text(models::LanguageModel& model, const data::CharTokenizer& tokenizer, int64_t tokens,
+                        uint64_t seed) {
   const std::vector<int64_t> prompt = tokenizer.encode("\n");
-  return tokenizer.decode(models::generate(model, prompt, tokens, {.temperature = 0.8, .top_k = 40, .seed = seed}));
+  return tokenizer.decode(generate_text(model, prompt, tokens, {.temperature = 0.8, .top_k = 40, .seed = seed}));
 }
 
 }  // namespace
 
 int run_train_gpt(const TrainGptOptions& o) {
-  EMBER_CHECK(o.steps >= 1 && o.batch_size >= 1 && o.context >= 1 && o.eval_every >= 1 && o.eval_batches >= 1,
-              "[train gpt] --steps, --batch-size, --context, --eval-every and --eval-batches must be at least 1");
-  EMBER_CHECK(o.warmup >= 0 && o.warmup < o.steps, "[train gpt] --warmup must be in [0, --steps), got ", o.warmup);
-  EMBER_CHECK(o.lr > 0 && std::isfinite(o.lr), "[train gpt] --lr must be a positive number, got ", o.lr);
+  const std::string op = "train " + o.model;
+  EMBER_CHECK(o.model == "gpt" || o.model == "ssm", "[train] unknown language model \"", o.model, "\"");
+  EMBER_CHECK(o.steps >= 1 && o.batch_size >= 1 && o.context >= 1 && o.eval_every >= 1 && o.eval_batches >= 1, "[", op,
+              "] --steps, --batch-size, --context, --eval-every and --eval-batches must be at least 1");
+  EMBER_CHECK(o.warmup >= 0 && o.warmup < o.steps, "[", op, "] --warmup must be in [0, --steps), got ", o.warmup);
+  EMBER_CHECK(o.lr > 0 && std::isfinite(o.lr), "[", op, "] --lr must be a positive number, got ", o.lr);
   if (o.threads > 0) set_num_threads(o.threads);
   std::string text;
   try {
     text = data::read_text_file(o.data_path);
   } catch (const Error&) {
-    EMBER_FAIL("[train gpt] cannot read ", o.data_path, ": run scripts/setup, which downloads Shakespeare there");
+    EMBER_FAIL("[", op, "] cannot read ", o.data_path, ": run scripts/setup, which downloads Shakespeare there");
   }
   const data::CharTokenizer tokenizer = data::CharTokenizer::from_text(text);
   const data::TextSplit split(tokenizer.encode(text));
@@ -95,17 +152,13 @@ int run_train_gpt(const TrainGptOptions& o) {
   if (amp_dtype) settings["amp"] = o.amp;
   std::optional<amp::GradScaler> scaler;
   if (amp_dtype == kFloat16) scaler.emplace();
-  EMBER_CHECK(!(scaler && o.compile),
-              "[train gpt] --amp f16 cannot run with --compile: the loss scaler reads the "
+  EMBER_CHECK(!(scaler && o.compile), "[", op,
+              "] --amp f16 cannot run with --compile: the loss scaler reads the "
               "gradients on the host to decide whether to step (--amp bf16 can)");
 
   manual_seed(o.seed);
-  models::GPT model({.vocab_size = tokenizer.vocab_size(),
-                     .block_size = o.context,
-                     .n_layer = o.layers,
-                     .n_head = o.heads,
-                     .n_embd = o.dim,
-                     .dropout = o.dropout});
+  const std::shared_ptr<models::LanguageModel> model_ptr = make_model(o, tokenizer.vocab_size());
+  models::LanguageModel& model = *model_ptr;
   optim::AdamW optimizer(
       {{model.decayed_parameters(), {{"weight_decay", 0.1}}}, {model.undecayed_parameters(), {{"weight_decay", 0.0}}}},
       {.lr = o.lr, .beta1 = 0.9, .beta2 = 0.99});
@@ -114,26 +167,26 @@ int run_train_gpt(const TrainGptOptions& o) {
   if (!o.resume_path.empty()) {
     const StateDict checkpoint = load(o.resume_path);
     std::map<std::string, std::string> meta = load_metadata(o.resume_path);
-    EMBER_CHECK(meta["task"] == "gpt", "[train gpt] checkpoint ", o.resume_path, " is not a GPT checkpoint (task \"",
-                meta["task"], "\")");
+    EMBER_CHECK(meta["task"] == o.model, "[", op, "] checkpoint ", o.resume_path, " is not a checkpoint of `ember ", op,
+                "` (task \"", meta["task"], "\")");
     // The architecture first (a different model, whatever the schedule), then the schedule.
-    EMBER_CHECK(meta["vocabulary"] == settings.at("vocabulary"), "[train gpt] checkpoint ", o.resume_path,
+    EMBER_CHECK(meta["vocabulary"] == settings.at("vocabulary"), "[", op, "] checkpoint ", o.resume_path,
                 " was trained on a text with another vocabulary than ", o.data_path);
-    for (const char* key : kGptArchitectureKeys) {
-      EMBER_CHECK(meta[key] == settings.at(key), "[train gpt] checkpoint ", o.resume_path,
+    for (const std::string& key : architecture_keys(o.model)) {
+      EMBER_CHECK(meta[key] == settings.at(key), "[", op, "] checkpoint ", o.resume_path,
                   " holds a model of another architecture: --", key, " ", meta[key], " there, ", settings.at(key),
                   " in this run");
     }
     for (const auto& [key, value] : settings) {
-      EMBER_CHECK(meta[key] == value, "[train gpt] checkpoint ", o.resume_path, " was written with ", key, "=",
+      EMBER_CHECK(meta[key] == value, "[", op, "] checkpoint ", o.resume_path, " was written with ", key, "=",
                   meta[key], " but this run uses ", key, "=", value);
     }
     model.load_state_dict(strip_prefix(checkpoint, kModelPrefix));
     optimizer.load_state_dict(strip_prefix(checkpoint, kOptimizerPrefix));
     if (scaler) scaler->load_state_dict(strip_prefix(checkpoint, kScalerPrefix));
-    first_step = whole_number(meta, "steps_done", o.resume_path);
+    first_step = whole_number(meta, "steps_done", o.resume_path, op);
     batch_state = std::stoull(meta["batch_state"]);
-    EMBER_CHECK(first_step <= o.steps, "[train gpt] checkpoint ", o.resume_path, " already has ", first_step,
+    EMBER_CHECK(first_step <= o.steps, "[", op, "] checkpoint ", o.resume_path, " already has ", first_step,
                 " steps, more than --steps ", o.steps);
   }
   auto save_checkpoint = [&](int64_t steps_done) {
@@ -151,13 +204,11 @@ int run_train_gpt(const TrainGptOptions& o) {
   const int64_t tokens_per_step = o.batch_size * o.context;
   if (!o.json) {
     std::printf(
-        "ember train gpt: %lld layers, %lld heads, %lld dims, context %lld (%.2fM parameters), batch %lld, %lld "
-        "steps, AdamW lr %g (warmup %lld, cosine to %g), dropout %g, %lld train / %lld val characters, %d "
-        "threads%s%s\n",
-        static_cast<long long>(o.layers), static_cast<long long>(o.heads), static_cast<long long>(o.dim),
-        static_cast<long long>(o.context), static_cast<double>(model.num_parameters()) / 1e6,
+        "ember %s: %s (%.2fM parameters), batch %lld, %lld steps, AdamW lr %g (warmup %lld, cosine to %g), "
+        "%lld train / %lld val characters, %d threads%s%s\n",
+        op.c_str(), describe_architecture(o).c_str(), static_cast<double>(model.num_parameters()) / 1e6,
         static_cast<long long>(o.batch_size), static_cast<long long>(o.steps), o.lr, static_cast<long long>(o.warmup),
-        o.lr / 10, o.dropout, static_cast<long long>(split.train_size()), static_cast<long long>(split.val_size()),
+        o.lr / 10, static_cast<long long>(split.train_size()), static_cast<long long>(split.val_size()),
         get_num_threads(), o.compile ? ", compiled step" : "", amp_dtype ? (", autocast " + o.amp).c_str() : "");
   }
   std::unique_ptr<profiler::Profiler> profile;
@@ -171,9 +222,9 @@ int run_train_gpt(const TrainGptOptions& o) {
     const profiler::Range eval_range("evaluation");
     // The same batches at every evaluation, so the curve compares like with like.
     train_loss =
-        gpt_split_loss(model, split, "train", o.eval_batches, o.batch_size, o.context, gpt_eval_seed(o.seed, "train"));
+        text_split_loss(model, split, "train", o.eval_batches, o.batch_size, o.context, gpt_eval_seed(o.seed, "train"));
     val_loss =
-        gpt_split_loss(model, split, "val", o.eval_batches, o.batch_size, o.context, gpt_eval_seed(o.seed, "val"));
+        text_split_loss(model, split, "val", o.eval_batches, o.batch_size, o.context, gpt_eval_seed(o.seed, "val"));
     const double rate =
         train_seconds > 0 ? static_cast<double>((step - first_step) * tokens_per_step) / train_seconds : 0.0;
     evals.push_back({{"step", step}, {"train_loss", train_loss}, {"val_loss", val_loss}, {"tokens_per_second", rate}});
@@ -246,7 +297,7 @@ int run_train_gpt(const TrainGptOptions& o) {
   const double rate =
       train_seconds > 0 ? static_cast<double>((last_step - first_step) * tokens_per_step) / train_seconds : 0.0;
   if (o.json) {
-    nlohmann::json result = {{"task", "gpt"},
+    nlohmann::json result = {{"task", o.model},
                              {"steps", last_step},
                              {"parameters", model.num_parameters()},
                              {"train_loss", std::isnan(train_loss) ? nlohmann::json() : nlohmann::json(train_loss)},

@@ -31,7 +31,8 @@ MambaMixer::MambaMixer(const MambaConfig& c) : config(c) {
   x_proj = register_module("x_proj", std::make_shared<nn::Linear>(inner, rank + 2 * c.d_state, /*bias=*/false));
   dt_proj = register_module("dt_proj", std::make_shared<nn::Linear>(rank, inner, /*bias=*/true));
   out_proj = register_module("out_proj", std::make_shared<nn::Linear>(inner, c.d_model, /*bias=*/false));
-  A_log = register_parameter("A_log", log(arange(1, c.d_state + 1).to(kFloat32)).unsqueeze(0).expand({inner, c.d_state}).contiguous());
+  A_log = register_parameter(
+      "A_log", log(arange(1, c.d_state + 1).to(kFloat32)).unsqueeze(0).expand({inner, c.d_state}).contiguous());
   D = register_parameter("D", ones({inner}));
   // delta's projection: weights U(+-rank^-0.5); the bias softplus^-1(dt) for dt log-uniform in
   // [0.001, 0.1] (floored at 1e-4), so that delta starts in that range.
@@ -62,9 +63,9 @@ Tensor MambaMixer::forward(const Tensor& x) {
   Tensor delta, B, C;
   selection(xc.transpose(1, 2), delta, B, C);  // (B, L, d_inner), (B, L, N), (B, L, N)
   const Tensor A = -exp(A_log);
-  const Tensor y = selective_scan(xc, delta.transpose(1, 2), A, B.transpose(1, 2), C.transpose(1, 2),
-                                  config.scan_chunk) +
-                   xc * D.unsqueeze(1);
+  const Tensor y =
+      selective_scan(xc, delta.transpose(1, 2), A, B.transpose(1, 2), C.transpose(1, 2), config.scan_chunk) +
+      xc * D.unsqueeze(1);
   return (*out_proj)(y.transpose(1, 2) * silu(z));
 }
 

@@ -30,6 +30,8 @@ Policy policy(OpKind kind) {
     case OpKind::kLogSoftmax:
     case OpKind::kLayerNorm:
     case OpKind::kGroupNorm:
+    case OpKind::kSelectiveScan:
+    case OpKind::kSoftplus:
     case OpKind::kRmsNorm:
     case OpKind::kCrossEntropy:
     case OpKind::kNllLoss:

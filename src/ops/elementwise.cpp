@@ -485,7 +485,8 @@ Tensor silu(const Tensor& x) {  // d/dx [x s(x)] = s (1 + x (1 - s))
   });
 }
 
-Tensor softplus(const Tensor& x, double beta, double threshold) {
+Tensor softplus(const Tensor& x_arg, double beta, double threshold) {
+  const Tensor x = amp::cast(OpKind::kSoftplus, x_arg);
   EMBER_CHECK(is_floating(x.dtype()), "[softplus] expects a floating-point input, got ", x.dtype());
   EMBER_CHECK(std::isfinite(beta) && beta != 0.0 && !std::isnan(threshold),
               "[softplus] beta must be finite and non-zero and threshold a number, got beta ", beta, ", threshold ",

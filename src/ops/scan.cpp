@@ -4,6 +4,7 @@
 
 #include "autograd/function.h"
 #include "ember/ops.h"
+#include "ops/autocast.h"
 #include "ops/cost.h"
 #include "ops/dispatch.h"
 #include "ops/tensor_util.h"
@@ -23,8 +24,12 @@ Tensor padded_state(const Tensor& t, int64_t padded, DType compute) {
 
 }  // namespace
 
-Tensor selective_scan(const Tensor& u, const Tensor& delta, const Tensor& A, const Tensor& B, const Tensor& C,
-                      int64_t chunk) {
+Tensor selective_scan(const Tensor& u_arg, const Tensor& delta_arg, const Tensor& A_arg, const Tensor& B_arg,
+                      const Tensor& C_arg, int64_t chunk) {
+  // Under autocast the recurrence runs in float32 (a 16-bit state would lose the small updates).
+  const Tensor u = amp::cast(OpKind::kSelectiveScan, u_arg), delta = amp::cast(OpKind::kSelectiveScan, delta_arg);
+  const Tensor A = amp::cast(OpKind::kSelectiveScan, A_arg), B = amp::cast(OpKind::kSelectiveScan, B_arg);
+  const Tensor C = amp::cast(OpKind::kSelectiveScan, C_arg);
   EMBER_CHECK(is_floating(u.dtype()), "[selective_scan] expects floating-point tensors, got u of dtype ", u.dtype());
   for (const Tensor* t : {&delta, &A, &B, &C}) {
     EMBER_CHECK(t->dtype() == u.dtype(), "[selective_scan] expects every tensor in u's dtype ", u.dtype(), ", got ",

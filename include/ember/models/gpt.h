@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "ember/models/sampling.h"
+#include "ember/models/language_model.h"
 #include "ember/nn.h"
 
 namespace ember::models {
@@ -97,7 +97,7 @@ class GPTTransformer : public nn::Module {
   std::shared_ptr<nn::LayerNorm> ln_f;
 };
 
-class GPT : public nn::Module {
+class GPT : public LanguageModel {
  public:
   // nanoGPT's initialization: N(0, 0.02) for Linear and Embedding weights, N(0, 0.02 /
   // sqrt(2 n_layer)) for the residual projections (c_proj), zero biases; draws from ember's
@@ -106,7 +106,7 @@ class GPT : public nn::Module {
   // idx (B, T) int64 token ids, T <= block_size -> logits (B, T, vocab_size).
   Tensor forward(const Tensor& idx) override;
   // The mean cross-entropy of the next-token logits against targets (B, T).
-  Tensor loss(const Tensor& idx, const Tensor& targets);
+  Tensor loss(const Tensor& idx, const Tensor& targets) override;
   // A cache for `batch` sequences of up to block_size positions.
   KVCache make_cache(int64_t batch) const;
   // Logits (B, T, vocab_size) of the positions [cache.length, cache.length + T) of idx (B, T),
@@ -114,10 +114,10 @@ class GPT : public nn::Module {
   Tensor forward_cached(const Tensor& idx, KVCache& cache);
   // nanoGPT's AdamW groups: the 2-D weights (embeddings and Linear weights) decay, biases and
   // LayerNorm parameters do not.
-  std::vector<Tensor> decayed_parameters() const;
-  std::vector<Tensor> undecayed_parameters() const;
+  std::vector<Tensor> decayed_parameters() const override;
+  std::vector<Tensor> undecayed_parameters() const override;
   // Parameters counted once (the tied output weight is the token embedding).
-  int64_t num_parameters() const;
+  int64_t num_parameters() const override;
   std::string name() const override { return "GPT"; }
 
   const GPTConfig config;

@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "ember/models/sampling.h"
+#include "ember/models/language_model.h"
 #include "ember/nn.h"
 
 namespace ember::models {
@@ -27,10 +27,10 @@ struct MambaConfig {
   int64_t vocab_size = 65;
   int64_t d_model = 128;
   int64_t n_layer = 4;
-  int64_t d_state = 16;  // N: the state per channel
-  int64_t d_conv = 4;    // the causal convolution's width
-  int64_t expand = 2;    // d_inner = expand * d_model channels inside a mixer
-  int64_t dt_rank = 0;   // the rank of delta's projection; 0: ceil(d_model / 16), as the reference
+  int64_t d_state = 16;     // N: the state per channel
+  int64_t d_conv = 4;       // the causal convolution's width
+  int64_t expand = 2;       // d_inner = expand * d_model channels inside a mixer
+  int64_t dt_rank = 0;      // the rank of delta's projection; 0: ceil(d_model / 16), as the reference
   int64_t scan_chunk = 64;  // selective_scan's checkpoint interval (memory against recomputation)
   bool operator==(const MambaConfig&) const = default;
 
@@ -94,7 +94,7 @@ class MambaBackbone : public nn::Module {
   std::shared_ptr<nn::RMSNorm> norm_f;
 };
 
-class Mamba : public nn::Module {
+class Mamba : public LanguageModel {
  public:
   // The reference's initialization, from ember's generator (manual_seed): embedding N(0, 0.02);
   // Linear and Conv1d layers PyTorch's defaults with zero Linear biases, out_proj's weight scaled
@@ -105,15 +105,15 @@ class Mamba : public nn::Module {
   // idx (B, T) int64 token ids -> logits (B, T, vocab_size). Any T >= 1: no context limit.
   Tensor forward(const Tensor& idx) override;
   // The mean cross-entropy of the next-token logits against targets (B, T).
-  Tensor loss(const Tensor& idx, const Tensor& targets);
+  Tensor loss(const Tensor& idx, const Tensor& targets) override;
   // Zero states for `batch` sequences, one per layer.
   std::vector<MambaLayerState> make_state(int64_t batch) const;
   // Logits (B, vocab_size) of one token per sequence, ids (B) int64, advancing `state`.
   Tensor step(const Tensor& ids, std::vector<MambaLayerState>& state);
   // AdamW's groups as the GPT's: 2-D weights decay; biases, norms, A_log and D do not.
-  std::vector<Tensor> decayed_parameters() const;
-  std::vector<Tensor> undecayed_parameters() const;
-  int64_t num_parameters() const;  // the tied output weight counted once
+  std::vector<Tensor> decayed_parameters() const override;
+  std::vector<Tensor> undecayed_parameters() const override;
+  int64_t num_parameters() const override;  // the tied output weight counted once
   std::string name() const override { return "MambaLMHeadModel"; }
 
   const MambaConfig config;

@@ -1,5 +1,5 @@
-// Next-token sampling with temperature, top-k and top-p (include/ember/models/sampling.h).
-#include "ember/models/sampling.h"
+// Next-token sampling with temperature, top-k and top-p (include/ember/models/language_model.h).
+#include "ember/models/language_model.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,14 +1,27 @@
-// Drawing the next token from a language model's logits, shared by the GPT (gpt.h) and the Mamba
-// model (mamba.h).
+// What the token-level language models (the GPT of gpt.h, the Mamba model of mamba.h) share: the
+// interface training and evaluation use, and drawing the next token from logits.
 #pragma once
 
 #include <cstdint>
 #include <utility>
 #include <vector>
 
+#include "ember/nn/module.h"
 #include "ember/tensor.h"
 
 namespace ember::models {
+
+// A model of token ids (B, T) int64 to next-token logits (B, T, vocab_size).
+class LanguageModel : public nn::Module {
+ public:
+  // The mean cross-entropy of the next-token logits against targets (B, T).
+  virtual Tensor loss(const Tensor& idx, const Tensor& targets) = 0;
+  // AdamW's groups (nanoGPT's recipe): the weights that decay, and the rest (biases, norms, ...).
+  virtual std::vector<Tensor> decayed_parameters() const = 0;
+  virtual std::vector<Tensor> undecayed_parameters() const = 0;
+  // Parameters counted once (a tied output weight is the embedding).
+  virtual int64_t num_parameters() const = 0;
+};
 
 struct SamplingOptions {
   double temperature = 1.0;  // 0: greedy (the most likely token)
