@@ -3,8 +3,8 @@
 // workloads (scripts/bench compares them with PyTorch and NumPy); `ember roofline` places ops and
 // workloads under this machine's measured peaks; `ember train gpt|ssm` trains a character GPT or
 // Mamba model on Shakespeare and `ember generate` writes with it; `ember embed` prints sentence similarities;
-// `ember quantize` writes a trained model's Linear layers quantized as GGUF, and `ember eval` measures
-// a checkpoint (safetensors or GGUF) as training does.
+// `ember quantize` writes a trained model's Linear layers quantized as GGUF, `ember eval` measures
+// a checkpoint (safetensors or GGUF) as training does, and `ember nas mnist` searches architectures.
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <iostream>
@@ -16,6 +16,7 @@
 #include "embed.h"
 #include "ember/ember.h"
 #include "eval.h"
+#include "nas.h"
 #include "onnx.h"
 #include "quantize.h"
 #include "roofline.h"
@@ -374,6 +375,39 @@ int main(int argc, char** argv) {
   roofline_cmd->add_flag("--refresh", roofline.refresh,
                          "Measure the peaks again (the cache keeps the best of old and new)");
   roofline_cmd->add_option("--threads", roofline.threads, "Threads (default: all cores)")->check(kThreadCount);
+  ember::cli::NasOptions nas;
+  CLI::App* nas_cmd = app.add_subcommand("nas", "Search for an architecture (evolutionary, two objectives)");
+  nas_cmd->require_subcommand(1);
+  CLI::App* nas_mnist = nas_cmd->add_subcommand(
+      "mnist", "Evolve small CNNs and MLPs for MNIST: validation accuracy against parameter count");
+  nas_mnist->add_option("--population", nas.population, "Candidates per generation")
+      ->check(count_at_least(2))
+      ->capture_default_str();
+  nas_mnist->add_option("--generations", nas.generations, "Generations at most")
+      ->check(kPositiveCount)
+      ->capture_default_str();
+  nas_mnist->add_option("--budget-minutes", nas.budget_minutes, "No generation starts after this")
+      ->capture_default_str();
+  nas_mnist->add_option("--candidate-epochs", nas.candidate_epochs, "Epochs of the training that scores a candidate")
+      ->check(kPositiveCount)
+      ->capture_default_str();
+  nas_mnist->add_option("--final-epochs", nas.final_epochs, "Epochs of the winner's and the default CNN's training")
+      ->check(kPositiveCount)
+      ->capture_default_str();
+  nas_mnist->add_option("--validation", nas.validation, "Training images held out to score candidates")
+      ->capture_default_str();
+  nas_mnist->add_option("--tournament", nas.tournament, "Candidates drawn per parent selection")
+      ->check(kPositiveCount)
+      ->capture_default_str();
+  nas_mnist->add_option("--crossover", nas.crossover, "Probability that a child mixes two parents")
+      ->capture_default_str();
+  nas_mnist->add_option("--max-parameters", nas.max_parameters, "The winner's limit (default: the default CNN's)")
+      ->check(kThreadCount);
+  nas_mnist->add_option("--seed", nas.seed, "Seed of the whole search")->capture_default_str();
+  nas_mnist->add_option("--threads", nas.threads, "Threads (default: all cores)")->check(kThreadCount);
+  nas_mnist->add_option("--data", nas.data_dir, "MNIST IDX files, else the offline subset")->capture_default_str();
+  nas_mnist->add_option("--save-search", nas.json_path, "Write the whole search (every generation) as JSON");
+  nas_mnist->add_flag("--json", nas.json, "End with one JSON line of the result");
   ember::cli::OnnxOptions onnx;
   CLI::App* onnx_cmd = app.add_subcommand("onnx", "Import ONNX models: what they use, and run them");
   onnx_cmd->require_subcommand(1);
@@ -408,6 +442,7 @@ int main(int argc, char** argv) {
     if (quantize_cmd->parsed()) return ember::cli::run_quantize(quantize);
     if (eval_gpt_cmd->parsed()) return ember::cli::run_eval_gpt(eval_gpt);
     if (eval_mnist_cmd->parsed()) return ember::cli::run_eval_mnist(eval_mnist);
+    if (nas_mnist->parsed()) return ember::cli::run_nas_mnist(nas);
   } catch (const ember::Error& e) {
     std::cerr << "error: " << e.what() << "\n";
     return 1;

@@ -10,6 +10,7 @@
 
 #include <map>
 #include <string>
+#include <string_view>
 
 #include "ember/state_dict.h"
 
@@ -38,6 +39,10 @@ void save(const StateDict& tensors, const std::string& path, const std::map<std:
 /// tensor entry are ignored, as the reference implementation ignores them. BOOL bytes other than
 /// 0 and 1 are read as true.
 StateDict load(const std::string& path);
+
+/// Writes `bytes` to `path` atomically, as save() writes: a failed write leaves whatever was at `path`
+/// untouched, and the ember::Error starts with [op] and names the path and the reason.
+void save_bytes(const std::string& path, std::string_view bytes, std::string_view op = "save");
 
 /// Reads only the "__metadata__" of a safetensors file (validating the header as load() does);
 /// empty when the file has none.

@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "ember/error.h"
+#include "ember/io.h"
 
 namespace ember::detail {
 namespace {
@@ -123,3 +124,13 @@ void AtomicFile::commit() {
 }
 
 }  // namespace ember::detail
+
+namespace ember {
+
+void save_bytes(const std::string& path, std::string_view bytes, std::string_view op) {
+  detail::AtomicFile file(path, std::string(op));
+  file.write(bytes.data(), bytes.size());
+  file.commit();
+}
+
+}  // namespace ember
