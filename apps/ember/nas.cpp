@@ -294,8 +294,12 @@ void assign_ranks(std::vector<Candidate>& population) {
 }
 
 nlohmann::json to_json(const Candidate& c) {
-  return {{"id", c.id},           {"generation", c.generation}, {"genome", describe(c.genome)},
-          {"parameters", c.parameters}, {"val_accuracy", c.val_accuracy}, {"rank", c.rank},
+  return {{"id", c.id},
+          {"generation", c.generation},
+          {"genome", describe(c.genome)},
+          {"parameters", c.parameters},
+          {"val_accuracy", c.val_accuracy},
+          {"rank", c.rank},
           {"seconds", c.seconds}};
 }
 
@@ -312,8 +316,8 @@ int run_nas_mnist(const NasOptions& o) {
   const data::MNIST train_set(o.data_dir, data::Split::kTrain);
   const data::MNIST test_set(o.data_dir, data::Split::kTest);
   const int64_t n = train_set.size();
-  EMBER_CHECK(o.validation >= 10 && o.validation <= n / 2, "[nas] --validation must be in [10, ", n / 2,
-              "] of the ", n, " training images, got ", o.validation);
+  EMBER_CHECK(o.validation >= 10 && o.validation <= n / 2, "[nas] --validation must be in [10, ", n / 2, "] of the ", n,
+              " training images, got ", o.validation);
   // The validation images: a seeded draw from the training images.
   const std::vector<int64_t> order = data::random_permutation(n, o.seed ^ 0xC0FFEEULL, 0);
   const Tensor val_index = from_vector(std::vector<int64_t>(order.begin(), order.begin() + o.validation));
@@ -374,14 +378,15 @@ int run_nas_mnist(const NasOptions& o) {
     std::sort(population.begin(), population.end(), better);
     nlohmann::json members = nlohmann::json::array();
     for (const Candidate& c : population) members.push_back(to_json(c));
-    generations.push_back({{"generation", generation}, {"seconds", seconds_since(search_start)}, {"population", members}});
+    generations.push_back(
+        {{"generation", generation}, {"seconds", seconds_since(search_start)}, {"population", members}});
     const Candidate& best = population.front();
-    const int64_t front = std::count_if(population.begin(), population.end(), [](const Candidate& c) { return c.rank == 0; });
+    const int64_t front =
+        std::count_if(population.begin(), population.end(), [](const Candidate& c) { return c.rank == 0; });
     if (!o.json) {
-      std::printf("generation %2d  best val %.1f%% (%s, %lld parameters)  front %lld  trained %zu  %.0fs\n",
-                  generation, 100 * best.val_accuracy, describe(best.genome).c_str(),
-                  static_cast<long long>(best.parameters), static_cast<long long>(front), scored.size(),
-                  seconds_since(search_start));
+      std::printf("generation %2d  best val %.1f%% (%s, %lld parameters)  front %lld  trained %zu  %.0fs\n", generation,
+                  100 * best.val_accuracy, describe(best.genome).c_str(), static_cast<long long>(best.parameters),
+                  static_cast<long long>(front), scored.size(), seconds_since(search_start));
       std::fflush(stdout);
     }
     if (generation + 1 >= o.generations || seconds_since(search_start) >= 60 * o.budget_minutes) break;

@@ -190,23 +190,12 @@ std::vector<Tensor> GPT::undecayed_parameters() const {
   return out;
 }
 
-int64_t GPT::num_parameters() const {
-  int64_t n = 0;
-  for (const Tensor& p : parameters()) n += p.numel();
-  return n;
-}
-
 // --- generation -----------------------------------------------------------------------------------
 
 std::vector<int64_t> generate(GPT& model, const std::vector<int64_t>& prompt, int64_t tokens,
                               const SamplingOptions& options, bool use_cache,
                               const std::function<void(int64_t)>& on_token) {
-  EMBER_CHECK(!prompt.empty(), "[generate] the prompt must hold at least one token");
-  EMBER_CHECK(tokens >= 0, "[generate] the number of tokens must be >= 0, got ", tokens);
-  for (const int64_t id : prompt) {
-    EMBER_CHECK(id >= 0 && id < model.config.vocab_size, "[generate] token id ", id, " is outside the vocabulary of ",
-                model.config.vocab_size);
-  }
+  check_generation(prompt, tokens, model.config.vocab_size);
   const bool was_training = model.is_training();
   model.eval();
   autograd::NoGradGuard no_grad;

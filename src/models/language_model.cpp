@@ -9,6 +9,20 @@
 
 namespace ember::models {
 
+int64_t LanguageModel::num_parameters() const {
+  int64_t n = 0;
+  for (const Tensor& p : parameters()) n += p.numel();
+  return n;
+}
+
+void check_generation(const std::vector<int64_t>& prompt, int64_t tokens, int64_t vocab_size) {
+  EMBER_CHECK(!prompt.empty(), "[generate] the prompt must hold at least one token");
+  EMBER_CHECK(tokens >= 0, "[generate] the number of tokens must be >= 0, got ", tokens);
+  for (const int64_t id : prompt) {
+    EMBER_CHECK(id >= 0 && id < vocab_size, "[generate] token id ", id, " is outside the vocabulary of ", vocab_size);
+  }
+}
+
 Sampler::Sampler(const SamplingOptions& options) : options_(options), state_(options.seed ^ 0x9E3779B97F4A7C15ULL) {
   EMBER_CHECK(options.temperature >= 0.0 && std::isfinite(options.temperature),
               "[generate] temperature must be a finite number >= 0, got ", options.temperature);

@@ -116,8 +116,6 @@ class GPT : public LanguageModel {
   // LayerNorm parameters do not.
   std::vector<Tensor> decayed_parameters() const override;
   std::vector<Tensor> undecayed_parameters() const override;
-  // Parameters counted once (the tied output weight is the token embedding).
-  int64_t num_parameters() const override;
   std::string name() const override { return "GPT"; }
 
   const GPTConfig config;

@@ -20,8 +20,12 @@ class LanguageModel : public nn::Module {
   virtual std::vector<Tensor> decayed_parameters() const = 0;
   virtual std::vector<Tensor> undecayed_parameters() const = 0;
   // Parameters counted once (a tied output weight is the embedding).
-  virtual int64_t num_parameters() const = 0;
+  int64_t num_parameters() const;
 };
+
+// What generation accepts: a non-empty prompt of ids in the vocabulary, tokens >= 0; otherwise an
+// ember::Error starting with [generate].
+void check_generation(const std::vector<int64_t>& prompt, int64_t tokens, int64_t vocab_size);
 
 struct SamplingOptions {
   double temperature = 1.0;  // 0: greedy (the most likely token)

@@ -113,7 +113,6 @@ class Mamba : public LanguageModel {
   // AdamW's groups as the GPT's: 2-D weights decay; biases, norms, A_log and D do not.
   std::vector<Tensor> decayed_parameters() const override;
   std::vector<Tensor> undecayed_parameters() const override;
-  int64_t num_parameters() const override;  // the tied output weight counted once
   std::string name() const override { return "MambaLMHeadModel"; }
 
   const MambaConfig config;
