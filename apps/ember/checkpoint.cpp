@@ -91,7 +91,7 @@ Checkpoint read_checkpoint(const std::string& path, std::string_view op) {
   if (c.format == FileFormat::kSafetensors) {
     c.settings = load_metadata(path);
     const std::string task = c.settings.count("task") != 0 ? c.settings.at("task") : "";
-    if (task == "gpt" || task == "ssm") c.kind = task;
+    if (task == "gpt" || task == "ssm" || task == "diffusion") c.kind = task;
     if (task == "mnist" && c.settings.count("model") != 0) c.kind = "mnist_" + c.settings.at("model");
     c.state = strip_prefix(load(path), kModelPrefix);
     return c;

@@ -41,7 +41,8 @@ FileFormat detect_format(const std::string& path, std::string_view op);
 struct Checkpoint {
   std::string path;
   FileFormat format = FileFormat::kSafetensors;
-  // "gpt", "ssm", "mnist_mlp", "mnist_cnn", "minilm"; empty for a safetensors file no `ember train` wrote.
+  // "gpt", "ssm", "diffusion", "mnist_mlp", "mnist_cnn", "minilm"; empty for a safetensors file no
+  // `ember train` wrote.
   std::string kind;
   std::string quantization = "f32";
   bool dynamic_activations = true;

@@ -4,7 +4,8 @@
 // workloads under this machine's measured peaks; `ember train gpt|ssm` trains a character GPT or
 // Mamba model on Shakespeare and `ember generate` writes with it; `ember embed` prints sentence similarities;
 // `ember quantize` writes a trained model's Linear layers quantized as GGUF, `ember eval` measures
-// a checkpoint (safetensors or GGUF) as training does, and `ember nas mnist` searches architectures.
+// a checkpoint (safetensors or GGUF) as training does, `ember nas mnist` searches architectures, and
+// `ember train diffusion` / `ember sample diffusion` train a class-conditional DDPM and draw digits from it.
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <iostream>
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "bench.h"
+#include "diffusion.h"
 #include "embed.h"
 #include "ember/ember.h"
 #include "eval.h"
@@ -273,6 +275,83 @@ int main(int argc, char** argv) {
       "ssm", "Train a character-level Mamba model (selective state spaces, no attention) on Shakespeare");
   add_language_model_options(ssm_cmd, ssm);
 
+  ember::cli::TrainDiffusionOptions diffusion;
+  CLI::App* diffusion_cmd = train_cmd->add_subcommand(
+      "diffusion", "Train a class-conditional diffusion model (DDPM, U-Net) on MNIST; sample it with `ember sample`");
+  diffusion_cmd->add_option("--channels", diffusion.channels, "The U-Net's width at 28x28 (x2 at 14x14 and 7x7)")
+      ->check(kPositiveCount)
+      ->capture_default_str();
+  diffusion_cmd->add_option("--timesteps", diffusion.timesteps, "Diffusion time steps T")
+      ->check(kPositiveCount)
+      ->capture_default_str();
+  diffusion_cmd->add_option("--schedule", diffusion.schedule, "Noise schedule: cosine or linear")
+      ->check(CLI::IsMember({"cosine", "linear"}))
+      ->capture_default_str();
+  diffusion_cmd->add_option("--steps", diffusion.steps, "Training steps")->check(kPositiveCount)->capture_default_str();
+  diffusion_cmd->add_option("--batch-size", diffusion.batch_size, "Images per step")
+      ->check(kPositiveCount)
+      ->capture_default_str();
+  diffusion_cmd->add_option("--lr", diffusion.lr, "Peak learning rate (cosine decay to a tenth of it)")
+      ->capture_default_str();
+  diffusion_cmd->add_option("--warmup", diffusion.warmup, "Steps of linear warmup")
+      ->check(kThreadCount)
+      ->capture_default_str();
+  diffusion_cmd->add_option("--drop-class", diffusion.drop_class, "Fraction of images trained without their class")
+      ->capture_default_str();
+  diffusion_cmd->add_option("--ema", diffusion.ema, "Decay of the weights' moving average (what sampling uses)")
+      ->capture_default_str();
+  diffusion_cmd->add_option("--seed", diffusion.seed, "Seed for initialization, batches and noise")
+      ->capture_default_str();
+  diffusion_cmd->add_option("--threads", diffusion.threads, "Threads (default: all cores)")->check(kThreadCount);
+  diffusion_cmd->add_option("--data", diffusion.data_dir, "MNIST IDX files, else the offline subset")
+      ->capture_default_str();
+  diffusion_cmd->add_option("--save", diffusion.save_path, "Write a checkpoint (safetensors) every --save-every steps");
+  diffusion_cmd->add_option("--save-every", diffusion.save_every, "Steps between checkpoints")
+      ->check(kPositiveCount)
+      ->capture_default_str();
+  diffusion_cmd->add_option("--stop-after", diffusion.stop_after, "Train only this many steps now (then --resume)")
+      ->check(kPositiveCount);
+  diffusion_cmd->add_option("--resume", diffusion.resume_path, "Continue from a checkpoint written by --save");
+  diffusion_cmd->add_flag("--json", diffusion.json, "End with one JSON line of results");
+
+  ember::cli::SampleDiffusionOptions sample;
+  CLI::App* sample_cmd = app.add_subcommand("sample", "Draw samples from a generative model");
+  sample_cmd->require_subcommand(1);
+  CLI::App* sample_diffusion = sample_cmd->add_subcommand(
+      "diffusion", "Draw digits from a checkpoint of `ember train diffusion`: a PNG grid, and a classifier's verdict");
+  sample_diffusion->add_option("--checkpoint", sample.checkpoint, "A checkpoint of `ember train diffusion --save`")
+      ->required();
+  sample_diffusion->add_option("--sampler", sample.sampler, "ddim or ddpm (ancestral)")
+      ->check(CLI::IsMember({"ddim", "ddpm"}))
+      ->capture_default_str();
+  sample_diffusion->add_option("--steps", sample.steps, "Sampling steps (several values: one run each)")
+      ->check(kPositiveCount)
+      ->capture_default_str();
+  sample_diffusion
+      ->add_option("--guidance", sample.guidance,
+                   "Classifier-free guidance scale: 0 unconditional, 1 conditional, more pushes "
+                   "toward the class (several values: one run each)")
+      ->capture_default_str();
+  sample_diffusion->add_option("--eta", sample.eta, "DDIM's noise (0: deterministic, 1: as DDPM)")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
+  sample_diffusion->add_option("--per-class", sample.per_class, "Samples of each digit (the grid's columns)")
+      ->check(kPositiveCount)
+      ->capture_default_str();
+  sample_diffusion->add_option("--out", sample.out, "Write the samples as a PNG grid, a row per digit");
+  sample_diffusion->add_option("--classifier", sample.classifier,
+                               "A checkpoint of `ember train mnist --save`: report the fraction of samples "
+                               "classified as their digit");
+  sample_diffusion->add_flag("--raw-weights", sample.raw_weights, "Use the trained weights, not their moving average");
+  sample_diffusion->add_option("--batch-size", sample.batch_size, "Samples drawn at once")
+      ->check(kPositiveCount)
+      ->capture_default_str();
+  sample_diffusion->add_option("--seed", sample.seed, "Seed of the noise")->capture_default_str();
+  sample_diffusion->add_option("--threads", sample.threads, "Threads (default: all cores)")->check(kThreadCount);
+  sample_diffusion->add_option("--data", sample.data_dir, "MNIST, for the classifier's accuracy on real digits")
+      ->capture_default_str();
+  sample_diffusion->add_flag("--json", sample.json, "End with one JSON line of results");
+
   ember::cli::GenerateOptions generate;
   CLI::App* generate_cmd =
       app.add_subcommand("generate", "Stream text from a checkpoint of `ember train gpt` or `ember train ssm`");
@@ -433,6 +512,8 @@ int main(int argc, char** argv) {
     if (mnist->parsed()) return ember::cli::run_train_mnist(train);
     if (gpt_cmd->parsed()) return ember::cli::run_train_gpt(gpt);
     if (ssm_cmd->parsed()) return ember::cli::run_train_gpt(ssm);
+    if (diffusion_cmd->parsed()) return ember::cli::run_train_diffusion(diffusion);
+    if (sample_diffusion->parsed()) return ember::cli::run_sample_diffusion(sample);
     if (generate_cmd->parsed()) return ember::cli::run_generate(generate);
     if (bench_cmd->parsed()) return ember::cli::run_bench(bench);
     if (roofline_cmd->parsed()) return ember::cli::run_roofline(roofline);
