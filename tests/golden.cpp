@@ -8,6 +8,14 @@
 
 namespace golden {
 
+ember::StateDict with_prefix_removed(const ember::StateDict& all, const std::string& prefix) {
+  ember::StateDict out;
+  for (const auto& [key, value] : all) {
+    if (key.rfind(prefix, 0) == 0) out.emplace(key.substr(prefix.size()), value);
+  }
+  return out;
+}
+
 const ember::Tensor& Case::tensor(size_t i) const {
   if (i >= inputs.size() || !inputs[i].tensor)
     throw std::runtime_error("case " + name + ": input " + std::to_string(i) + " is not a tensor");

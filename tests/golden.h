@@ -50,6 +50,9 @@ struct Tolerance {
 };
 Tolerance tolerance_for(ember::DType dtype);
 
+// The entries of a reference file whose names start with `prefix` ("init.", "final."), without it.
+ember::StateDict with_prefix_removed(const ember::StateDict& all, const std::string& prefix);
+
 // Same shape, same dtype, values within tolerance (NaN matches NaN, infinities match exactly).
 ::testing::AssertionResult all_close(const ember::Tensor& actual, const ember::Tensor& expected, Tolerance tol);
 

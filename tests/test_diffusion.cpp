@@ -19,19 +19,12 @@
 namespace {
 
 using ember::Tensor;
+using golden::with_prefix_removed;
 namespace models = ember::models;
 
 #define EXPECT_ERROR(statement, message) test_util::expect_error([&] { (void)(statement); }, {message})
 
 const std::string kParity = std::string(EMBER_GOLDEN_DIR) + "/diffusion_parity.safetensors";
-
-ember::StateDict with_prefix_removed(const ember::StateDict& all, const std::string& prefix) {
-  ember::StateDict out;
-  for (const auto& [key, value] : all) {
-    if (key.rfind(prefix, 0) == 0) out.emplace(key.substr(prefix.size()), value);
-  }
-  return out;
-}
 
 models::UNetConfig parity_config(const std::map<std::string, std::string>& meta) {
   models::UNetConfig config{.image_channels = std::stoll(meta.at("image_channels")),

@@ -20,16 +20,9 @@ namespace {
 using ember::Tensor;
 using ember::models::GPT;
 using ember::models::GPTConfig;
+using golden::with_prefix_removed;
 
 const std::string kParity = std::string(EMBER_GOLDEN_DIR) + "/gpt_parity.safetensors";
-
-ember::StateDict with_prefix_removed(const ember::StateDict& all, const std::string& prefix) {
-  ember::StateDict out;
-  for (const auto& [key, value] : all) {
-    if (key.rfind(prefix, 0) == 0) out.emplace(key.substr(prefix.size()), value);
-  }
-  return out;
-}
 
 TEST(GptParity, FiftyStepsMatchPyTorch) {
   const ember::StateDict golden = ember::load(kParity);

@@ -21,16 +21,9 @@ namespace {
 using ember::Tensor;
 using ember::models::Mamba;
 using ember::models::MambaConfig;
+using golden::with_prefix_removed;
 
 const std::string kParity = std::string(EMBER_GOLDEN_DIR) + "/mamba_parity.safetensors";
-
-ember::StateDict with_prefix_removed(const ember::StateDict& all, const std::string& prefix) {
-  ember::StateDict out;
-  for (const auto& [key, value] : all) {
-    if (key.rfind(prefix, 0) == 0) out.emplace(key.substr(prefix.size()), value);
-  }
-  return out;
-}
 
 TEST(MambaParity, ThirtyStepsMatchPyTorch) {
   const ember::StateDict golden = ember::load(kParity);

@@ -1,5 +1,7 @@
 #include "cli_util.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 
 namespace ember::cli {
@@ -8,6 +10,14 @@ StateDict with_prefix(const StateDict& dict, const std::string& prefix) {
   StateDict out;
   for (const auto& [key, value] : dict) out.emplace(prefix + key, value);
   return out;
+}
+
+double warmup_cosine_lr(int64_t step, double lr, int64_t warmup, int64_t steps) {
+  const double min_lr = lr / 10;
+  if (step < warmup) return lr * static_cast<double>(step + 1) / static_cast<double>(warmup + 1);
+  const double span = static_cast<double>(std::max<int64_t>(steps - warmup, 1));
+  const double ratio = std::min(1.0, static_cast<double>(step - warmup) / span);
+  return min_lr + 0.5 * (1.0 + std::cos(M_PI * ratio)) * (lr - min_lr);
 }
 
 std::optional<DType> amp_option(const std::string& value, const char* command) {

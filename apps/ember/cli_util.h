@@ -24,6 +24,10 @@ inline double seconds_since(Clock::time_point start) {
 StateDict with_prefix(const StateDict& dict, const std::string& prefix);
 StateDict strip_prefix(const StateDict& dict, const std::string& prefix);
 
+// nanoGPT's get_lr: linear warmup to lr over `warmup` steps, then cosine decay to lr / 10 at
+// step `steps`.
+double warmup_cosine_lr(int64_t step, double lr, int64_t warmup, int64_t steps);
+
 // The GradScaler's state in a checkpoint of an --amp f16 run.
 inline constexpr const char* kScalerPrefix = "grad_scaler.";
 

@@ -74,14 +74,6 @@ std::map<std::string, std::string> run_settings(const TrainDiffusionOptions& o) 
           {"seed", std::to_string(o.seed)}};
 }
 
-double lr_at(int64_t step, const TrainDiffusionOptions& o) {
-  const double min_lr = o.lr / 10;
-  if (step < o.warmup) return o.lr * static_cast<double>(step + 1) / static_cast<double>(o.warmup + 1);
-  const double span = static_cast<double>(std::max<int64_t>(o.steps - o.warmup, 1));
-  const double ratio = std::min(1.0, static_cast<double>(step - o.warmup) / span);
-  return min_lr + 0.5 * (1.0 + std::cos(M_PI * ratio)) * (o.lr - min_lr);
-}
-
 // A seed for step `step` of a run seeded `seed` (splitmix64 of both).
 uint64_t step_seed(uint64_t seed, int64_t step) {
   uint64_t z = seed * 0x9E3779B97F4A7C15ULL + static_cast<uint64_t>(step) + 1;
@@ -223,7 +215,8 @@ int run_train_diffusion(const TrainDiffusionOptions& o) {
     optimizer.zero_grad();
     loss.backward();
     optim::clip_grad_norm_(parameters, 1.0);
-    for (optim::ParamGroup& group : optimizer.param_groups()) group.set_lr(lr_at(step, o));
+    for (optim::ParamGroup& group : optimizer.param_groups())
+      group.set_lr(warmup_cosine_lr(step, o.lr, o.warmup, o.steps));
     optimizer.step();
     {
       // The moving average, with the usual warmup of its decay (short runs are not held at the start).

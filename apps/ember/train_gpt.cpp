@@ -101,15 +101,6 @@ int64_t whole_number(const std::map<std::string, std::string>& meta, const std::
   return std::stoll(it->second);
 }
 
-// nanoGPT's get_lr: linear warmup to lr, then cosine decay to lr / 10 at the last step.
-double lr_at(int64_t step, const TrainGptOptions& o) {
-  const double min_lr = o.lr / 10;
-  if (step < o.warmup) return o.lr * static_cast<double>(step + 1) / static_cast<double>(o.warmup + 1);
-  const double span = static_cast<double>(std::max<int64_t>(o.steps - o.warmup, 1));
-  const double ratio = std::min(1.0, static_cast<double>(step - o.warmup) / span);
-  return min_lr + 0.5 * (1.0 + std::cos(M_PI * ratio)) * (o.lr - min_lr);
-}
-
 }  // namespace
 
 std::vector<int64_t> generate_text(models::LanguageModel& model, const std::vector<int64_t>& prompt, int64_t tokens,
@@ -265,7 +256,8 @@ int run_train_gpt(const TrainGptOptions& o) {
     const auto step_start = Clock::now();
     {
       const profiler::Range step_range("train step");
-      for (optim::ParamGroup& group : optimizer.param_groups()) group.set_lr(lr_at(step, o));
+      for (optim::ParamGroup& group : optimizer.param_groups())
+        group.set_lr(warmup_cosine_lr(step, o.lr, o.warmup, o.steps));
       const auto [x, y] = split.batch("train", o.batch_size, o.context, batch_state);
       const Tensor loss = compiled_step ? (*compiled_step)(x, y) : train_step(x, y);
       last_loss = loss.item<double>();
