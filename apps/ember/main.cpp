@@ -16,6 +16,7 @@
 #include "bench.h"
 #include "diffusion.h"
 #include "embed.h"
+#include "ember/dist.h"
 #include "ember/ember.h"
 #include "eval.h"
 #include "nas.h"
@@ -201,6 +202,14 @@ int main(int argc, char** argv) {
                   "Run each training step (zero_grad, forward, loss, backward, optimizer and schedule steps) "
                   "through ember::compile: the first batch traces it, later batches replay the plan; the last, "
                   "smaller batch of an epoch compiles a second plan for its shape (nothing is dropped or padded)");
+  mnist->add_flag("--ddp", train.ddp,
+                  "Data-parallel: run as one rank of `mpirun -np N ember train mnist --ddp` (or of a Gloo job: "
+                  "EMBER_RANK, EMBER_WORLD_SIZE, EMBER_MASTER_ADDR, EMBER_MASTER_PORT); --batch-size is the "
+                  "global batch; rank 0 prints and saves");
+  mnist->add_flag("--zero", train.zero, "With --ddp: shard the optimizer state over the ranks (ZeRO-1)");
+  mnist->add_option("--bucket-mb", train.bucket_cap_mb, "With --ddp: gradient bucket size in MB")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   mnist->add_option(
       "--profile", train.profile_path,
       "Profile the training steps: write a Chrome trace (open in ui.perfetto.dev) and print the top-15 ops");
@@ -526,6 +535,9 @@ int main(int argc, char** argv) {
     if (nas_mnist->parsed()) return ember::cli::run_nas_mnist(nas);
   } catch (const ember::Error& e) {
     std::cerr << "error: " << e.what() << "\n";
+    // A rank of a data-parallel job may have a collective stuck in the communication library: end
+    // at once (mpirun then stops the other ranks) instead of waiting for it at exit.
+    if (train.ddp) ember::dist::abort_job(1);
     return 1;
   }
   return 0;

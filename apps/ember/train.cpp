@@ -14,6 +14,7 @@
 
 #include "cli_util.h"
 #include "ember/data.h"
+#include "ember/dist.h"
 #include "ember/ember.h"
 #include "ember/io.h"
 #include "ember/models/mnist.h"
@@ -111,9 +112,35 @@ int run_train_mnist(const TrainOptions& options) {
   const data::MNIST train_set(options.data_dir, data::Split::kTrain);
   const data::MNIST test_set(options.data_dir, data::Split::kTest);
 
+  // --ddp: this process is one rank; the others run the same command.
+  EMBER_CHECK(options.ddp || !options.zero, "[train] --zero needs --ddp");
+  EMBER_CHECK(!(options.ddp && options.compile), "[train] --ddp cannot run with --compile yet: the compiled step ",
+              "has no place for the gradient all-reduce");
+  std::shared_ptr<dist::ProcessGroup> group;
+  if (options.ddp) {
+    group = dist::init_process_group();
+    EMBER_CHECK(options.batch_size % group->world_size() == 0, "[train] --batch-size ", options.batch_size,
+                " is not divisible by the ", group->world_size(), " ranks");
+  }
+  const int world = group ? group->world_size() : 1;
+  const int rank = group ? group->rank() : 0;
+  const bool speaks = rank == 0;  // prints and writes checkpoints
+
   manual_seed(options.seed);
   std::shared_ptr<nn::Sequential> model = models::mnist_model(options.model);
-  std::unique_ptr<optim::Optimizer> optimizer = make_optimizer(options.optimizer, model->parameters(), lr);
+  std::unique_ptr<dist::ZeroRedundancyOptimizer> sharded;
+  std::unique_ptr<optim::Optimizer> whole;
+  if (options.zero) {
+    sharded = std::make_unique<dist::ZeroRedundancyOptimizer>(
+        model->parameters(), group,
+        [&](std::vector<Tensor> params) { return make_optimizer(options.optimizer, params, lr); });
+  } else {
+    whole = make_optimizer(options.optimizer, model->parameters(), lr);
+  }
+  // The optimizer the schedule and the loss scaler drive: this rank's shard's under --zero.
+  optim::Optimizer* const optimizer = sharded ? &sharded->local_optimizer() : whole.get();
+  auto zero_grad = [&] { sharded ? sharded->zero_grad() : optimizer->zero_grad(); };
+  auto optimizer_step = [&] { sharded ? sharded->step() : optimizer->step(); };
   // The learning rate follows a cosine from lr down to 0 over the whole run, stepped per batch.
   const int64_t batches_per_epoch = (train_set.size() + options.batch_size - 1) / options.batch_size;
   std::unique_ptr<optim::LRScheduler> schedule;
@@ -130,6 +157,9 @@ int run_train_mnist(const TrainOptions& options) {
   EMBER_CHECK(!(scaler && options.compile),
               "[train] --amp f16 cannot run with --compile: the loss scaler reads the "
               "gradients on the host to decide whether to step (--amp bf16 can)");
+  EMBER_CHECK(!(scaler && sharded),
+              "[train] --amp f16 cannot run with --zero: the loss scaler steps one optimizer, "
+              "not a sharded one (--amp bf16 can)");
 
   int first_epoch = 0;
   if (!options.resume_path.empty()) {
@@ -140,7 +170,11 @@ int run_train_mnist(const TrainOptions& options) {
                   meta[key], " but this run uses ", key, "=", value);
     }
     model->load_state_dict(strip_prefix(checkpoint, kModelPrefix));
-    optimizer->load_state_dict(strip_prefix(checkpoint, kOptimizerPrefix));
+    if (sharded) {
+      sharded->load_state_dict(strip_prefix(checkpoint, kOptimizerPrefix));
+    } else {
+      optimizer->load_state_dict(strip_prefix(checkpoint, kOptimizerPrefix));
+    }
     if (schedule) schedule->load_state_dict(strip_prefix(checkpoint, kSchedulePrefix));
     if (scaler) scaler->load_state_dict(strip_prefix(checkpoint, kScalerPrefix));
     const std::string& done = meta["epochs_done"];
@@ -151,11 +185,20 @@ int run_train_mnist(const TrainOptions& options) {
                 " epochs, more than --epochs ", options.epochs);
   }
 
-  data::DataLoader loader(train_set, options.batch_size, /*shuffle=*/true, options.seed);
+  // Under --ddp each rank takes every world-th example of the shuffled epoch (DistributedSampler),
+  // so that batch i of the ranks together is batch i of a single process.
+  std::optional<dist::DistributedDataParallel> ddp;
+  if (group) ddp.emplace(model, group, dist::DdpOptions{.bucket_cap_mb = options.bucket_cap_mb});
+  data::DataLoader loader(train_set, options.batch_size / world, /*shuffle=*/true, options.seed);
+  if (group) {
+    const dist::DistributedSampler sampler(train_set.size(), world, rank, /*shuffle=*/true, options.seed);
+    loader.set_sampler([sampler](uint64_t epoch) { return sampler.indices(epoch); }, sampler.num_samples());
+  }
+  double communication_seconds = 0, exposed_seconds = 0;
   // One training step: zero_grad, forward, loss, backward, the optimizer's and the schedule's
   // steps. Returns the loss and the logits (for the accuracy, read outside the step).
   auto step = [&](const Tensor& inputs, const Tensor& targets) {
-    optimizer->zero_grad();
+    zero_grad();
     Tensor logits, loss;
     {
       const amp::Autocast autocast(amp_dtype.value_or(kBFloat16), amp_dtype.has_value());
@@ -168,7 +211,11 @@ int run_train_mnist(const TrainOptions& options) {
       scaler->update();
     } else {
       loss.backward();
-      optimizer->step();
+      optimizer_step();
+    }
+    if (ddp) {
+      communication_seconds += ddp->last_stats().communication_seconds;
+      exposed_seconds += ddp->last_stats().exposed_seconds;
     }
     if (schedule) schedule->step();
     return std::tuple<Tensor, Tensor>{loss, logits};
@@ -179,15 +226,20 @@ int run_train_mnist(const TrainOptions& options) {
   std::optional<CompiledStep> compiled_step;
   if (options.compile) compiled_step.emplace(ember::compile(step));
 
-  const bool live = ::isatty(::fileno(stdout)) != 0 && !options.json;
+  const bool live = ::isatty(::fileno(stdout)) != 0 && !options.json && speaks;
   const int64_t n_train = train_set.size();
-  if (!options.json) {
+  if (!options.json && speaks) {
     std::printf(
         "ember train mnist: %s, %s (lr %g, %s), batch %d, shifts of up to %d px, %lld train / %lld test "
         "images, %d threads%s%s\n",
         options.model.c_str(), options.optimizer.c_str(), lr, options.schedule.c_str(), options.batch_size,
         options.shift, static_cast<long long>(n_train), static_cast<long long>(test_set.size()), get_num_threads(),
         options.compile ? ", compiled step" : "", amp_dtype ? (", autocast " + options.amp).c_str() : "");
+    if (group) {
+      std::printf("data-parallel: %d ranks (%s), %d images per rank per step, %zu gradient buckets%s\n", world,
+                  dist::backend_name(group->backend()), options.batch_size / world, ddp->buckets().size(),
+                  sharded ? ", optimizer state sharded (ZeRO-1)" : "");
+    }
   }
 
   // The value of a blank pixel after normalization, for the pixels a shift uncovers.
@@ -217,20 +269,32 @@ int run_train_mnist(const TrainOptions& options) {
     for (const data::Batch& batch : loader) {
       if (measure_allocs && batch_index == 1) allocs_at_second_step = memory_stats().system_allocations;
       // Shifts depend on (seed, epoch, batch) only, so a resumed run replays them.
+      // Each rank draws its own shifts.
+      const uint64_t stream = (static_cast<uint64_t>(rank) << 56) + (static_cast<uint64_t>(epoch) << 32) + batch_index;
       const Tensor inputs = options.shift > 0 ? data::random_shift(batch.inputs, options.shift, background,
-                                                                   options.seed + kShiftSeedOffset,
-                                                                   (static_cast<uint64_t>(epoch) << 32) + batch_index)
+                                                                   options.seed + kShiftSeedOffset, stream)
                                               : batch.inputs;
       ++batch_index;
       const profiler::Range step_range("train step");
       const auto [loss, logits] = compiled_step ? (*compiled_step)(inputs, batch.targets) : step(inputs, batch.targets);
-      const int64_t n = batch.inputs.size(0);
+      int64_t n = batch.inputs.size(0);
       last_loss = loss.item<double>();
+      int64_t right = logits.argmax(1).eq(batch.targets).sum().item<int64_t>();
+      if (group) {  // the global batch's loss and accuracy
+        const Tensor totals = from_vector(std::vector<double>{last_loss * static_cast<double>(n),
+                                                              static_cast<double>(right), static_cast<double>(n)});
+        group->all_reduce(totals)->wait();
+        const double* t = static_cast<const double*>(totals.data_ptr());
+        n = static_cast<int64_t>(t[2]);
+        last_loss = t[0] / t[2];
+        right = static_cast<int64_t>(t[1]);
+      }
       loss_sum += last_loss * static_cast<double>(n);
-      correct += logits.argmax(1).eq(batch.targets).sum().item<int64_t>();
+      correct += right;
       seen += n;
-      progress.update(seen, loss_sum / static_cast<double>(seen),
-                      static_cast<double>(correct) / static_cast<double>(seen), seconds_since(epoch_start), false);
+      if (speaks)
+        progress.update(seen, loss_sum / static_cast<double>(seen),
+                        static_cast<double>(correct) / static_cast<double>(seen), seconds_since(epoch_start), false);
     }
     const double elapsed = seconds_since(epoch_start);
     if (measure_allocs && batch_index > 1) {
@@ -239,11 +303,15 @@ int run_train_mnist(const TrainOptions& options) {
     }
     train_seconds += elapsed;
     samples_seen += seen;
-    progress.update(seen, loss_sum / static_cast<double>(std::max<int64_t>(seen, 1)),
-                    static_cast<double>(correct) / static_cast<double>(std::max<int64_t>(seen, 1)), elapsed, true);
+    if (speaks)
+      progress.update(seen, loss_sum / static_cast<double>(std::max<int64_t>(seen, 1)),
+                      static_cast<double>(correct) / static_cast<double>(std::max<int64_t>(seen, 1)), elapsed, true);
     if (!options.save_path.empty()) {
+      // Under --zero every rank sends its shard of the optimizer state (a collective), rank 0 saves.
+      StateDict optimizer_state = sharded ? sharded->consolidated_state_dict() : optimizer->state_dict();
+      if (!speaks) continue;
       StateDict checkpoint = with_prefix(model->state_dict(), kModelPrefix);
-      checkpoint.merge(with_prefix(optimizer->state_dict(), kOptimizerPrefix));
+      checkpoint.merge(with_prefix(optimizer_state, kOptimizerPrefix));
       if (schedule) checkpoint.merge(with_prefix(schedule->state_dict(), kSchedulePrefix));
       if (scaler) checkpoint.merge(with_prefix(scaler->state_dict(), kScalerPrefix));
       std::map<std::string, std::string> meta = settings;
@@ -254,8 +322,9 @@ int run_train_mnist(const TrainOptions& options) {
 
   if (profile) {
     profile->stop();
-    profile->export_chrome_trace(options.profile_path);
+    if (speaks) profile->export_chrome_trace(options.profile_path);
   }
+  if (!speaks) return 0;
 
   const double accuracy = mnist_accuracy(*model, test_set.images(), test_set.labels());
   const double total_seconds = seconds_since(start);
@@ -276,12 +345,27 @@ int run_train_mnist(const TrainOptions& options) {
          std::isnan(system_allocs_per_step) ? nlohmann::json(nullptr) : nlohmann::json(system_allocs_per_step)},
         {"compiled", compiled_step.has_value()},
     };
+    if (group) {
+      result["ranks"] = world;
+      result["backend"] = dist::backend_name(group->backend());
+      result["zero"] = options.zero;
+      result["buckets"] = ddp->buckets().size();
+      result["communication_seconds"] = communication_seconds;
+      result["exposed_communication_seconds"] = exposed_seconds;
+      if (sharded) result["optimizer_state_bytes_per_rank"] = sharded->local_state_bytes();
+    }
     if (compiled_step) add_compile_stats(result, compiled_step->stats());
     std::cout << result.dump() << std::endl;
   } else {
     std::printf("test accuracy %.2f%% on %lld images  |  %.1fs wall, %.0f samples/s\n", 100 * accuracy,
                 static_cast<long long>(test_set.size()), total_seconds, rate);
     if (compiled_step) print_compile_stats(compiled_step->stats());
+    if (group) {
+      std::printf(
+          "all-reduce: %.2fs on the communication thread, %.2fs of it not hidden behind backward (%.0f%% hidden)\n",
+          communication_seconds, exposed_seconds,
+          communication_seconds > 0 ? 100 * (1 - exposed_seconds / communication_seconds) : 0.0);
+    }
   }
   if (profile) print_profile(*profile, options.profile_path, options.json ? std::cerr : std::cout);
   return 0;

@@ -25,6 +25,11 @@ struct TrainOptions {
   bool json = false;
   bool compile = false;      // run the training step through ember::compile
   std::string amp = "none";  // mixed precision: "bf16" or "f16" autocast (f16 with loss scaling), or "none"
+  // Data-parallel over the ranks of an mpirun (or Gloo) job: --batch-size is the global batch, each
+  // rank takes its share; rank 0 alone prints and writes checkpoints.
+  bool ddp = false;
+  bool zero = false;  // with --ddp: shard the optimizer state over the ranks (ZeRO-1)
+  double bucket_cap_mb = 25;
 };
 
 // Trains, evaluates and prints; returns the process exit code. Throws ember::Error on bad input.

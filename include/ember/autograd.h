@@ -118,7 +118,16 @@ class Node {
 // The node a leaf tensor that requires grad uses to receive its gradient (one per leaf).
 std::shared_ptr<Node> grad_accumulator(const Tensor& leaf);
 
+// Runs hook(leaf) each time a backward pass has accumulated a gradient into leaf.grad (PyTorch's
+// register_post_accumulate_grad_hook): the hook may read and change leaf.grad.
+RemovableHandle register_post_accumulate_grad_hook(const Tensor& leaf, std::function<void(const Tensor& leaf)> hook);
+
 // --- running backward ---------------------------------------------------------------------------
+
+// Runs fn once when the backward pass now running has finished, before backward() returns (as
+// PyTorch's queue_callback); callbacks run in the order queued and may throw. Only valid while a
+// backward pass runs (from a hook).
+void queue_callback(std::function<void()> fn);
 
 // Computes the gradients of `roots` (with the given output gradients; undefined means ones for a
 // one-element root) and accumulates them into the leaves' .grad. Frees the graph unless

@@ -6,6 +6,7 @@
 
 #include <concepts>
 #include <cstdint>
+#include <functional>
 #include <iterator>
 #include <memory>
 #include <span>
@@ -132,6 +133,12 @@ class DataLoader {
   /// The order in which epoch `epoch` visits the examples (all of them, before drop_last).
   std::vector<int64_t> order(uint64_t epoch) const;
 
+  /// Replaces the order: epoch e visits sampler(e), which must give num_samples indices (e.g. one
+  /// rank's share, dist::DistributedSampler::indices); shuffle and seed are then unused. An empty
+  /// function restores the loader's own order.
+  using Sampler = std::function<std::vector<int64_t>(uint64_t epoch)>;
+  void set_sampler(Sampler sampler, int64_t num_samples);
+
  private:
   std::shared_ptr<const Dataset> dataset_;
   int64_t batch_size_;
@@ -140,6 +147,8 @@ class DataLoader {
   bool drop_last_;
   int64_t prefetch_;
   uint64_t epoch_ = 0;
+  Sampler sampler_;
+  int64_t num_samples_ = 0;
   std::unique_ptr<detail::EpochRunner> runner_;
 };
 

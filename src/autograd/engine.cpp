@@ -2,8 +2,10 @@
 // latest-created first, summing the gradients that reach a node from several consumers.
 #include "autograd/engine.h"
 
+#include <functional>
 #include <queue>
 #include <unordered_map>
+#include <utility>
 
 #include "autograd/function.h"
 #include "ember/ops.h"
@@ -13,6 +15,7 @@ namespace ember::autograd {
 namespace {
 
 thread_local const char* t_current_node = nullptr;
+thread_local std::vector<std::function<void()>>* t_callbacks = nullptr;  // the running pass's
 
 struct LaterFirst {
   bool operator()(const Node* a, const Node* b) const { return a->sequence_nr() < b->sequence_nr(); }
@@ -39,7 +42,23 @@ Tensor conform(const Node& node, size_t index, Tensor grad) {
   return grad;
 }
 
+void run_nodes(const std::vector<std::pair<std::shared_ptr<Node>, Tensor>>& roots, GraphTask& task);
+
+// One backward pass, then the callbacks queued during it (a callback may queue another).
 void execute(const std::vector<std::pair<std::shared_ptr<Node>, Tensor>>& roots, GraphTask& task) {
+  std::vector<std::function<void()>> callbacks;
+  struct Restore {
+    std::vector<std::function<void()>>* outer;
+    ~Restore() { t_callbacks = outer; }
+  } restore{std::exchange(t_callbacks, &callbacks)};
+  run_nodes(roots, task);
+  for (size_t i = 0; i < callbacks.size(); ++i) {
+    const std::function<void()> callback = callbacks[i];  // queueing may reallocate
+    callback();
+  }
+}
+
+void run_nodes(const std::vector<std::pair<std::shared_ptr<Node>, Tensor>>& roots, GraphTask& task) {
   NoGradGuard no_grad;
   const PhaseGuard phase(Phase::kBackward);
   // Consumers per node, over everything reachable from the roots.
@@ -153,6 +172,11 @@ std::vector<std::pair<std::shared_ptr<Node>, Tensor>> make_roots(const std::vect
 }
 
 }  // namespace
+
+void queue_callback(std::function<void()> fn) {
+  EMBER_CHECK(t_callbacks != nullptr, "[queue_callback] called outside a backward pass");
+  t_callbacks->push_back(std::move(fn));
+}
 
 const char* current_node_name() { return t_current_node != nullptr ? t_current_node : "an op"; }
 

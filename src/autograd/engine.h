@@ -1,6 +1,7 @@
 // Internals shared by the graph and the engine.
 #pragma once
 
+#include <functional>
 #include <memory>
 
 #include "ember/autograd.h"
@@ -14,8 +15,14 @@ class AccumulateGrad final : public Node {
   explicit AccumulateGrad(const std::shared_ptr<TensorImpl>& leaf);
   std::vector<Tensor> apply(const Tensor& grad) override;
 
+  // Hooks run after each accumulation, given the leaf (register_post_accumulate_grad_hook).
+  uint64_t add_post_hook(std::function<void(const Tensor& leaf)> hook);
+  void remove_post_hook(uint64_t id);
+
  private:
   std::weak_ptr<TensorImpl> leaf_;
+  std::vector<std::pair<uint64_t, std::function<void(const Tensor&)>>> post_hooks_;
+  uint64_t next_post_hook_id_ = 0;
 };
 
 // slot += grad (or slot = grad, kept without a copy when nothing else refers to it).

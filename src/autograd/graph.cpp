@@ -112,7 +112,31 @@ std::vector<Tensor> AccumulateGrad::apply(const Tensor& grad) {
   const std::shared_ptr<TensorImpl> leaf = leaf_.lock();
   if (!leaf || !grad.defined()) return {};
   accumulate_into(leaf->grad, grad, Tensor(leaf));
+  if (!post_hooks_.empty()) {
+    const auto hooks = post_hooks_;  // a hook may remove itself
+    const Tensor owner(leaf);
+    for (const auto& [id, hook] : hooks) hook(owner);
+  }
   return {};
+}
+
+uint64_t AccumulateGrad::add_post_hook(std::function<void(const Tensor& leaf)> hook) {
+  post_hooks_.emplace_back(next_post_hook_id_, std::move(hook));
+  return next_post_hook_id_++;
+}
+
+void AccumulateGrad::remove_post_hook(uint64_t id) {
+  std::erase_if(post_hooks_, [id](const auto& entry) { return entry.first == id; });
+}
+
+RemovableHandle register_post_accumulate_grad_hook(const Tensor& leaf, std::function<void(const Tensor& leaf)> hook) {
+  EMBER_CHECK(leaf.defined() && leaf.is_leaf() && leaf.requires_grad(),
+              "[register_post_accumulate_grad_hook] needs a leaf tensor that requires grad");
+  const auto node = std::static_pointer_cast<AccumulateGrad>(grad_accumulator(leaf));
+  const uint64_t id = node->add_post_hook(std::move(hook));
+  return RemovableHandle([weak = std::weak_ptr<AccumulateGrad>(node), id] {
+    if (auto n = weak.lock()) n->remove_post_hook(id);
+  });
 }
 
 void accumulate_into(std::shared_ptr<TensorImpl>& slot, const Tensor& grad, const Tensor& owner) {

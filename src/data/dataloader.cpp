@@ -145,12 +145,25 @@ DataLoader::~DataLoader() = default;
 DataLoader::DataLoader(DataLoader&&) noexcept = default;
 DataLoader& DataLoader::operator=(DataLoader&&) noexcept = default;
 
+void DataLoader::set_sampler(Sampler sampler, int64_t num_samples) {
+  EMBER_CHECK(!sampler || num_samples >= 0, "[DataLoader] the sampler's num_samples must be non-negative, got ",
+              num_samples);
+  sampler_ = std::move(sampler);
+  num_samples_ = num_samples;
+}
+
 int64_t DataLoader::size() const {
-  const int64_t n = dataset_->size();
+  const int64_t n = sampler_ ? num_samples_ : dataset_->size();
   return drop_last_ ? n / batch_size_ : (n + batch_size_ - 1) / batch_size_;
 }
 
 std::vector<int64_t> DataLoader::order(uint64_t epoch) const {
+  if (sampler_) {
+    std::vector<int64_t> indices = sampler_(epoch);
+    EMBER_CHECK(static_cast<int64_t>(indices.size()) == num_samples_, "[DataLoader] the sampler gave ", indices.size(),
+                " indices for epoch ", epoch, ", not the ", num_samples_, " it announced");
+    return indices;
+  }
   const int64_t n = dataset_->size();
   if (shuffle_) return random_permutation(n, seed_, epoch);
   std::vector<int64_t> identity(static_cast<size_t>(n));
