@@ -287,6 +287,7 @@ class GroupImpl final : public ProcessGroup {
   // Which ranks are stuck where (Note [timeouts]); a sentence starting with ": ", or "".
   std::string diagnose(uint64_t seq) {
     if (!store_ || world_size() == 1) return "";
+    const std::lock_guard lock(diagnose_mutex_);  // the store's client is one connection
     const auto grace = std::min<std::chrono::milliseconds>(timeout(), std::chrono::seconds(5));
     std::vector<int64_t> answers(static_cast<size_t>(world_size()), -1);
     try {
@@ -341,6 +342,7 @@ class GroupImpl final : public ProcessGroup {
   std::shared_ptr<WorkImpl> running_;
   Clock::time_point running_since_{};
   std::atomic<bool> broken_{false};
+  std::mutex diagnose_mutex_;
 };
 
 void WorkImpl::wait() {

@@ -3,9 +3,10 @@
 // sockets and bound every wait with poll(). A GET carries its timeout: the server answers "not found"
 // at the deadline, so a GET that timed out leaves the connection in step with the server.
 //
-// Numbers (a GET's timeout in milliseconds, an ADD's delta, a counter's value) travel and are stored
-// as decimal text, so that get() on a counter reads as the number. An answer is a status byte and a
-// length-prefixed value.
+// Numbers (a GET's timeout in milliseconds, an ADD's delta, a counter's value) travel in the value
+// field and are stored as decimal text, so that get() on a counter reads as the number; CHECK's keys
+// travel in the value field, each length-prefixed. An answer is a status byte and a length-prefixed
+// value. wait() is a GET per key. A connection that sends a malformed request is closed.
 #include "dist/store.h"
 
 #include <arpa/inet.h>
@@ -355,16 +356,16 @@ struct TcpStore::Server {
       const char* begin = connection.input.data() + used;
       const size_t size = connection.input.size() - used;
       if (size < 5) break;
+      const auto command = static_cast<uint8_t>(begin[0]);
       const uint32_t key_size = read_u32(begin + 1);
-      if (key_size > kMaxFieldBytes || static_cast<uint8_t>(begin[0]) > static_cast<uint8_t>(Command::kAdd))
-        return false;
+      if (command > static_cast<uint8_t>(Command::kAdd) || key_size > kMaxFieldBytes) return false;
       if (size < 9 + size_t{key_size}) break;
       const uint32_t value_size = read_u32(begin + 5 + key_size);
       if (value_size > kMaxFieldBytes) return false;
       if (size < 9 + size_t{key_size} + value_size) break;
       const std::string key(begin + 5, key_size);
       const std::string_view value(begin + 9 + key_size, value_size);
-      if (!handle(fd, static_cast<Command>(begin[0]), key, value)) return false;
+      if (!handle(fd, static_cast<Command>(command), key, value)) return false;
       used += 9 + size_t{key_size} + value_size;
     }
     connection.input.erase(connection.input.begin(), connection.input.begin() + static_cast<std::ptrdiff_t>(used));
