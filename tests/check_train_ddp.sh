@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# `ember train mnist --ddp` as 2 real ranks: on MPI and on Gloo the global batch's losses equal one
-# process's (the ranks split each batch); --zero too, and its checkpoint (the optimizer state
+# `ember train mnist|gpt --ddp` as 2 real ranks: on MPI and on Gloo the global batch's losses equal
+# one process's (the ranks split each batch); --zero too, and its checkpoint (the optimizer state
 # gathered from the shards) resumes in a plain run; a rank killed (Gloo) or stopped (MPI) makes the
 # other exit within the timeout with an error naming the rank and the collective.
 set -euo pipefail
 ember="$1"
 data="$2"
 run_ranks="$3"
+shakespeare="$4"
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 common=(--epochs 1 --batch-size 64 --shift 0 --optimizer adamw --data "$data" --json)
@@ -35,6 +36,20 @@ EMBER_NUM_THREADS=1 "$ember" train mnist "${two[@]}" > "$tmp/plain2.txt"
 EMBER_NUM_THREADS=1 "$ember" train mnist "${two[@]}" --resume "$tmp/zero.safetensors" > "$tmp/resumed.txt"
 close "$(field "$tmp/resumed.txt" final_loss)" "$(field "$tmp/plain2.txt" final_loss)" "resumed --zero checkpoint"
 
+# The GPT: 2 ranks (MPI; Gloo with --zero) give one process's losses; a --zero checkpoint taken
+# halfway resumes in one plain process to the end of an uninterrupted plain run.
+gpt=(--layers 1 --dim 32 --heads 2 --context 32 --batch-size 8 --steps 20 --warmup 2 --eval-every 10
+     --eval-batches 2 --sample 10 --data "$shakespeare" --json)
+EMBER_NUM_THREADS=1 "$ember" train gpt "${gpt[@]}" > "$tmp/gpt.txt"
+"$run_ranks" mpi 2 "$ember" train gpt "${gpt[@]}" --ddp --bucket-mb 0.01 > "$tmp/gpt_mpi.txt"
+"$run_ranks" gloo 2 "$ember" train gpt "${gpt[@]}" --ddp --zero --stop-after 10 --save "$tmp/gpt.safetensors" \
+  > /dev/null
+EMBER_NUM_THREADS=1 "$ember" train gpt "${gpt[@]}" --resume "$tmp/gpt.safetensors" > "$tmp/gpt_resumed.txt"
+close "$(field "$tmp/gpt_mpi.txt" final_loss)" "$(field "$tmp/gpt.txt" final_loss)" "gpt mpi final loss"
+close "$(field "$tmp/gpt_mpi.txt" val_loss)" "$(field "$tmp/gpt.txt" val_loss)" "gpt mpi val loss"
+close "$(field "$tmp/gpt_resumed.txt" final_loss)" "$(field "$tmp/gpt.txt" final_loss)" "gpt resumed --zero checkpoint"
+[ "$(field "$tmp/gpt_mpi.txt" buckets)" -gt 1 ]
+
 # Errors.
 if "$ember" train mnist --data "$data" --zero > /dev/null 2> "$tmp/err.txt"; then exit 1; fi
 grep -q "\-\-zero needs \-\-ddp" "$tmp/err.txt"
@@ -43,6 +58,8 @@ if EMBER_RANK=0 EMBER_WORLD_SIZE=1 EMBER_MASTER_PORT=0 "$ember" train mnist --da
 grep -q "\-\-ddp cannot run with \-\-compile" "$tmp/err.txt"
 if "$ember" train mnist --data "$data" --ddp > /dev/null 2> "$tmp/err.txt"; then exit 1; fi
 grep -q "needs EMBER_RANK and EMBER_WORLD_SIZE" "$tmp/err.txt"
+if "$ember" train gpt "${gpt[@]}" --zero > /dev/null 2> "$tmp/err.txt"; then exit 1; fi
+grep -q "\-\-zero needs \-\-ddp" "$tmp/err.txt"
 
 # Gloo: rank 1 killed mid-training; rank 0 must stop with an error naming rank 1 and the collective.
 long=(--epochs 20 --data "$data" --ddp)

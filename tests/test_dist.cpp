@@ -13,6 +13,7 @@
 #include "ember/nn.h"
 #include "ember/ops.h"
 #include "ember/optim.h"
+#include "ember/profiler.h"
 #include "test_util.h"
 
 namespace ember {
@@ -125,6 +126,19 @@ TEST(ProcessGroup, OneRankGlooGroupRunsEveryCollective) {
   group->reduce_scatter(out, t)->wait();
   group->barrier()->wait();
   EXPECT_EQ(group->sequence_number(), 4u);
+  {  // In a profile the collectives are ranges on a track of their own: the communication thread's.
+    profiler::Profiler profile;
+    group->all_reduce(t)->wait();
+    profile.stop();
+    int found = 0;
+    for (const profiler::Event& event : profile.events()) {
+      if (event.name != "all_reduce #4 (float32, 4 elements)") continue;
+      ++found;
+      EXPECT_EQ(event.kind, profiler::EventKind::kRange);
+      EXPECT_NE(event.thread, 0);
+    }
+    EXPECT_EQ(found, 1);
+  }
 
   // DDP and ZeRO-1 over one rank train exactly as without them.
   manual_seed(1);
@@ -133,8 +147,8 @@ TEST(ProcessGroup, OneRankGlooGroupRunsEveryCollective) {
   reference->load_state_dict(model->state_dict());
   dist::DistributedDataParallel ddp(model, group, {.bucket_cap_mb = 0.01});
   EXPECT_GT(ddp.buckets().size(), 2u);
-  dist::ZeroRedundancyOptimizer zero(model->parameters(), group, [](std::vector<Tensor> params) {
-    return std::make_unique<optim::Adam>(std::move(params), optim::AdamOptions{.lr = 1e-2});
+  dist::ZeroRedundancyOptimizer zero(model->parameters(), group, [](std::vector<optim::ParamGroup> groups) {
+    return std::make_unique<optim::Adam>(std::move(groups), optim::AdamOptions{.lr = 1e-2});
   });
   optim::Adam plain(reference->parameters(), {.lr = 1e-2});
   const Tensor x = randn({8, 1, 28, 28});
@@ -147,7 +161,10 @@ TEST(ProcessGroup, OneRankGlooGroupRunsEveryCollective) {
     zero.step();
     plain.step();
   }
-  EXPECT_EQ(ddp.last_stats().buckets, static_cast<int64_t>(ddp.buckets().size()));
+  const dist::DdpStats& stats = ddp.last_stats();
+  EXPECT_EQ(stats.buckets, static_cast<int64_t>(ddp.buckets().size()));
+  EXPECT_EQ(stats.bytes, 18378 * 4);  // every gradient, once
+  EXPECT_LE(stats.hidden_seconds, stats.communication_seconds);
   const auto a = model->parameters(), b = reference->parameters();
   for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(a[i].eq(b[i]).all().item<bool>()) << i;
   EXPECT_GT(zero.local_state_bytes(), 0);

@@ -275,6 +275,13 @@ int main(int argc, char** argv) {
                   "set outside the step and read by each replayed AdamW step)");
     cmd->add_option("--profile", o.profile_path,
                     "Profile the training steps: write a Chrome trace and print the top-15 ops");
+    cmd->add_flag("--ddp", o.ddp,
+                  "Data-parallel: run as one rank of `mpirun -np N ember train ... --ddp` (or of a Gloo job); "
+                  "--batch-size is the global batch; rank 0 evaluates, prints and saves");
+    cmd->add_flag("--zero", o.zero, "With --ddp: shard AdamW's state over the ranks (ZeRO-1)");
+    cmd->add_option("--bucket-mb", o.bucket_cap_mb, "With --ddp: gradient bucket size in MB")
+        ->check(CLI::PositiveNumber)
+        ->capture_default_str();
   };
   ember::cli::TrainGptOptions gpt;
   CLI::App* gpt_cmd = train_cmd->add_subcommand("gpt", "Train a character-level GPT (nanoGPT) on Shakespeare");
@@ -537,7 +544,7 @@ int main(int argc, char** argv) {
     std::cerr << "error: " << e.what() << "\n";
     // A rank of a data-parallel job may have a collective stuck in the communication library: end
     // at once (mpirun then stops the other ranks) instead of waiting for it at exit.
-    if (train.ddp) ember::dist::abort_job(1);
+    if (train.ddp || gpt.ddp || ssm.ddp) ember::dist::abort_job(1);
     return 1;
   }
   return 0;

@@ -17,6 +17,7 @@
 
 #include "checkpoint.h"
 #include "cli_util.h"
+#include "ember/dist.h"
 #include "ember/ember.h"
 #include "ember/io.h"
 #include "ember/models/gpt.h"
@@ -147,12 +148,40 @@ int run_train_gpt(const TrainGptOptions& o) {
               "] --amp f16 cannot run with --compile: the loss scaler reads the "
               "gradients on the host to decide whether to step (--amp bf16 can)");
 
+  // --ddp: this process is one rank; the others run the same command.
+  EMBER_CHECK(o.ddp || !o.zero, "[", op, "] --zero needs --ddp");
+  EMBER_CHECK(!(o.ddp && o.compile), "[", op, "] --ddp cannot run with --compile yet: the compiled step has no ",
+              "place for the gradient all-reduce");
+  EMBER_CHECK(!(scaler && o.zero), "[", op, "] --amp f16 cannot run with --zero: the loss scaler steps one ",
+              "optimizer, not a sharded one (--amp bf16 can)");
+  std::shared_ptr<dist::ProcessGroup> group;
+  if (o.ddp) {
+    group = dist::init_process_group();
+    EMBER_CHECK(o.batch_size % group->world_size() == 0, "[", op, "] --batch-size ", o.batch_size,
+                " is not divisible by the ", group->world_size(), " ranks");
+  }
+  const int world = group ? group->world_size() : 1;
+  const int rank = group ? group->rank() : 0;
+  const bool speaks = rank == 0;  // evaluates, prints and writes checkpoints
+
   manual_seed(o.seed);
   const std::shared_ptr<models::LanguageModel> model_ptr = make_model(o, tokenizer.vocab_size());
   models::LanguageModel& model = *model_ptr;
-  optim::AdamW optimizer(
-      {{model.decayed_parameters(), {{"weight_decay", 0.1}}}, {model.undecayed_parameters(), {{"weight_decay", 0.0}}}},
-      {.lr = o.lr, .beta1 = 0.9, .beta2 = 0.99});
+  // AdamW with weight decay on the matrices only; under --zero each rank holds its shard's state.
+  std::vector<optim::ParamGroup> groups = {
+      {.params = model.decayed_parameters(), .options = {{"weight_decay", 0.1}}},
+      {.params = model.undecayed_parameters(), .options = {{"weight_decay", 0.0}}}};
+  auto make_adamw = [&](std::vector<optim::ParamGroup> g) {
+    return std::make_unique<optim::AdamW>(std::move(g), optim::AdamWOptions{.lr = o.lr, .beta1 = 0.9, .beta2 = 0.99});
+  };
+  std::unique_ptr<dist::ZeroRedundancyOptimizer> sharded;
+  std::unique_ptr<optim::Optimizer> whole;
+  if (o.zero) {
+    sharded = std::make_unique<dist::ZeroRedundancyOptimizer>(groups, group, make_adamw);
+  } else {
+    whole = make_adamw(groups);
+  }
+  optim::Optimizer& optimizer = sharded ? sharded->local_optimizer() : *whole;
   uint64_t batch_state = o.seed;
   int64_t first_step = 0;
   if (!o.resume_path.empty()) {
@@ -173,17 +202,27 @@ int run_train_gpt(const TrainGptOptions& o) {
                   meta[key], " but this run uses ", key, "=", value);
     }
     model.load_state_dict(strip_prefix(checkpoint, kModelPrefix));
-    optimizer.load_state_dict(strip_prefix(checkpoint, kOptimizerPrefix));
+    if (sharded) {
+      sharded->load_state_dict(strip_prefix(checkpoint, kOptimizerPrefix));
+    } else {
+      optimizer.load_state_dict(strip_prefix(checkpoint, kOptimizerPrefix));
+    }
     if (scaler) scaler->load_state_dict(strip_prefix(checkpoint, kScalerPrefix));
     first_step = whole_number(meta, "steps_done", o.resume_path, op);
     batch_state = std::stoull(meta["batch_state"]);
     EMBER_CHECK(first_step <= o.steps, "[", op, "] checkpoint ", o.resume_path, " already has ", first_step,
                 " steps, more than --steps ", o.steps);
   }
+  std::optional<dist::DistributedDataParallel> ddp;
+  if (group) ddp.emplace(model_ptr, group, dist::DdpOptions{.bucket_cap_mb = o.bucket_cap_mb});
+  double communication_seconds = 0, hidden_seconds = 0, exposed_seconds = 0;
   auto save_checkpoint = [&](int64_t steps_done) {
     if (o.save_path.empty()) return;
+    // Under --zero every rank sends its shard of the optimizer state (a collective), rank 0 saves.
+    StateDict optimizer_state = sharded ? sharded->consolidated_state_dict() : optimizer.state_dict();
+    if (!speaks) return;
     StateDict checkpoint = with_prefix(model.state_dict(), kModelPrefix);
-    checkpoint.merge(with_prefix(optimizer.state_dict(), kOptimizerPrefix));
+    checkpoint.merge(with_prefix(optimizer_state, kOptimizerPrefix));
     if (scaler) checkpoint.merge(with_prefix(scaler->state_dict(), kScalerPrefix));
     std::map<std::string, std::string> meta = settings;
     meta["steps_done"] = std::to_string(steps_done);
@@ -191,9 +230,9 @@ int run_train_gpt(const TrainGptOptions& o) {
     save(checkpoint, o.save_path, meta);
   };
 
-  const bool live = ::isatty(::fileno(stdout)) != 0 && !o.json;
+  const bool live = ::isatty(::fileno(stdout)) != 0 && !o.json && speaks;
   const int64_t tokens_per_step = o.batch_size * o.context;
-  if (!o.json) {
+  if (!o.json && speaks) {
     std::printf(
         "ember %s: %s (%.2fM parameters), batch %lld, %lld steps, AdamW lr %g (warmup %lld, cosine to %g), "
         "%lld train / %lld val characters, %d threads%s%s\n",
@@ -201,6 +240,11 @@ int run_train_gpt(const TrainGptOptions& o) {
         static_cast<long long>(o.batch_size), static_cast<long long>(o.steps), o.lr, static_cast<long long>(o.warmup),
         o.lr / 10, static_cast<long long>(split.train_size()), static_cast<long long>(split.val_size()),
         get_num_threads(), o.compile ? ", compiled step" : "", amp_dtype ? (", autocast " + o.amp).c_str() : "");
+    if (group) {
+      std::printf("data-parallel: %d ranks (%s), %lld sequences per rank per step, %zu gradient buckets%s\n", world,
+                  dist::backend_name(group->backend()), static_cast<long long>(o.batch_size / world),
+                  ddp->buckets().size(), sharded ? ", AdamW state sharded (ZeRO-1)" : "");
+    }
   }
   std::unique_ptr<profiler::Profiler> profile;
   if (!o.profile_path.empty()) profile = std::make_unique<profiler::Profiler>();
@@ -234,7 +278,7 @@ int run_train_gpt(const TrainGptOptions& o) {
       const amp::Autocast autocast(amp_dtype.value_or(kBFloat16), amp_dtype.has_value());
       loss = model.loss(x, y);
     }
-    optimizer.zero_grad();
+    sharded ? sharded->zero_grad() : optimizer.zero_grad();
     if (scaler) {
       scaler->scale(loss).backward();
       scaler->unscale_(optimizer);  // clip the true gradients
@@ -244,7 +288,12 @@ int run_train_gpt(const TrainGptOptions& o) {
     } else {
       loss.backward();
       optim::clip_grad_norm_(model.parameters(), 1.0);
-      optimizer.step();
+      sharded ? sharded->step() : optimizer.step();
+    }
+    if (ddp) {
+      communication_seconds += ddp->last_stats().communication_seconds;
+      hidden_seconds += ddp->last_stats().hidden_seconds;
+      exposed_seconds += ddp->last_stats().exposed_seconds;
     }
     return loss;
   };
@@ -252,15 +301,24 @@ int run_train_gpt(const TrainGptOptions& o) {
   std::optional<Compiled<decltype(train_step)>> compiled_step;
   if (o.compile) compiled_step.emplace(ember::compile(train_step));
   auto last_draw = Clock::now();
+  bool evaluated = false;  // (and saved) at some step of this run
   for (int64_t step = first_step; step < last_step; ++step) {
     const auto step_start = Clock::now();
     {
       const profiler::Range step_range("train step");
-      for (optim::ParamGroup& group : optimizer.param_groups())
-        group.set_lr(warmup_cosine_lr(step, o.lr, o.warmup, o.steps));
+      for (optim::ParamGroup& param_group : optimizer.param_groups())
+        param_group.set_lr(warmup_cosine_lr(step, o.lr, o.warmup, o.steps));
       const auto [x, y] = split.batch("train", o.batch_size, o.context, batch_state);
-      const Tensor loss = compiled_step ? (*compiled_step)(x, y) : train_step(x, y);
-      last_loss = loss.item<double>();
+      if (group) {  // this rank's rows of the global batch; the global batch's loss
+        const int64_t rows = o.batch_size / world;
+        const Tensor loss = train_step(x.narrow(0, rank * rows, rows), y.narrow(0, rank * rows, rows));
+        const Tensor global = loss.detach().to(kFloat64).reshape({1});
+        group->all_reduce(global, dist::ReduceOp::kAvg)->wait();
+        last_loss = global.item<double>();
+      } else {
+        const Tensor loss = compiled_step ? (*compiled_step)(x, y) : train_step(x, y);
+        last_loss = loss.item<double>();
+      }
     }
     train_seconds += seconds_since(step_start);
     const int64_t done = step + 1;
@@ -276,15 +334,17 @@ int run_train_gpt(const TrainGptOptions& o) {
       std::fflush(stdout);
     }
     if (done % o.eval_every == 0 || done == o.steps) {
-      evaluate(done);
+      evaluated = true;
+      if (speaks) evaluate(done);
       save_checkpoint(done);
     }
   }
-  if (last_step < o.steps || evals.empty()) save_checkpoint(last_step);
+  if (last_step < o.steps || !evaluated) save_checkpoint(last_step);
   if (profile) {
     profile->stop();
-    profile->export_chrome_trace(o.profile_path);
+    if (speaks) profile->export_chrome_trace(o.profile_path);
   }
+  if (!speaks) return 0;
   const std::string sample = sample_text(model, tokenizer, o.sample_tokens, o.seed);
   const double rate =
       train_seconds > 0 ? static_cast<double>((last_step - first_step) * tokens_per_step) / train_seconds : 0.0;
@@ -302,11 +362,28 @@ int run_train_gpt(const TrainGptOptions& o) {
                              {"sample", sample},
                              {"compiled", compiled_step.has_value()}};
     if (compiled_step) add_compile_stats(result, compiled_step->stats());
+    if (group) {
+      result["ranks"] = world;
+      result["backend"] = dist::backend_name(group->backend());
+      result["zero"] = o.zero;
+      result["buckets"] = ddp->buckets().size();
+      result["communication_seconds"] = communication_seconds;
+      result["hidden_communication_seconds"] = hidden_seconds;
+      result["exposed_communication_seconds"] = exposed_seconds;
+      if (sharded) result["optimizer_state_bytes_per_rank"] = sharded->local_state_bytes();
+    }
     std::cout << result.dump() << std::endl;
   } else {
     std::printf("trained %lld steps in %.1fs (%.0f tokens/s)\n--- sample (temperature 0.8, top-k 40) ---\n%s\n",
                 static_cast<long long>(last_step - first_step), train_seconds, rate, sample.c_str());
     if (compiled_step) print_compile_stats(compiled_step->stats());
+    if (group) {
+      std::printf(
+          "all-reduce: %.2fs on the communication thread, %.0f%% of it while backward ran; backward's end "
+          "waited %.2fs\n",
+          communication_seconds, communication_seconds > 0 ? 100 * hidden_seconds / communication_seconds : 0.0,
+          exposed_seconds);
+    }
   }
   if (profile) print_profile(*profile, o.profile_path, o.json ? std::cerr : std::cout);
   return 0;

@@ -41,6 +41,11 @@ struct TrainGptOptions {
   bool json = false;
   bool compile = false;      // run the training step through ember::compile
   std::string amp = "none";  // mixed precision: "bf16" or "f16" autocast (f16 with loss scaling), or "none"
+  // Data-parallel (as `ember train mnist --ddp`): --batch-size is the global batch; each rank
+  // trains on its rows of every batch; rank 0 alone evaluates, prints and saves.
+  bool ddp = false;
+  bool zero = false;  // with --ddp: shard AdamW's state over the ranks (ZeRO-1)
+  double bucket_cap_mb = 25;
 
   // `ember train ssm`'s defaults: a Mamba model of about the default GPT's parameter count, trained
   // for about the default GPT's wall time.

@@ -21,16 +21,13 @@
 #include <vector>
 
 #include "ember/handle.h"
+#include "ember/optim/optimizer.h"
 #include "ember/state_dict.h"
 #include "ember/tensor.h"
 
 namespace ember::nn {
 class Module;
 }
-namespace ember::optim {
-class Optimizer;
-struct ParamGroup;
-}  // namespace ember::optim
 
 namespace ember::dist {
 
@@ -49,8 +46,10 @@ class Work {
   // passed, naming the collective (and its sequence number) and the ranks that did not reach it.
   virtual void wait() = 0;
   virtual bool is_completed() const = 0;
-  // Seconds the collective ran on the communication thread (0 until it completes).
+  // Seconds the collective ran on the communication thread (0 until it completes), and when it
+  // started there.
   virtual double seconds() const = 0;
+  virtual std::chrono::steady_clock::time_point started() const = 0;
 };
 using WorkHandle = std::shared_ptr<Work>;
 
@@ -139,7 +138,8 @@ struct DdpStats {
   int64_t buckets = 0;
   int64_t bytes = 0;                 // all-reduced, per rank
   double communication_seconds = 0;  // the buckets' all-reduces on the communication thread
-  double exposed_seconds = 0;        // of which backward waited for at its end (not hidden)
+  double hidden_seconds = 0;         // of which ran before backward ended
+  double exposed_seconds = 0;        // how long the end of backward waited for them
 };
 
 // Averages the gradients of `module`'s parameters over the group's ranks during backward, so that
@@ -191,17 +191,22 @@ class DistributedDataParallel {
 
 // Shards the optimizer state over the ranks: parameters are assigned to ranks greedily by size
 // (largest first, to the rank with the fewest elements, as PyTorch does), each rank runs the inner
-// optimizer on its own shard only, and after each step every parameter is broadcast from its owner.
-// The gradients must already be averaged (DistributedDataParallel does it).
+// optimizer (made by `make` from the groups cut down to its own parameters) on its shard only, and
+// after each step one all-gather gives every rank every updated parameter. The gradients must
+// already be averaged (DistributedDataParallel does it). Parameters are numbered across groups in
+// order, as in Optimizer::state_dict().
 class ZeroRedundancyOptimizer {
  public:
-  using Factory = std::function<std::unique_ptr<optim::Optimizer>(std::vector<Tensor> params)>;
+  using Factory = std::function<std::unique_ptr<optim::Optimizer>(std::vector<optim::ParamGroup> groups)>;
+  ZeroRedundancyOptimizer(std::vector<optim::ParamGroup> groups, std::shared_ptr<ProcessGroup> group,
+                          const Factory& make);
   ZeroRedundancyOptimizer(std::vector<Tensor> params, std::shared_ptr<ProcessGroup> group, const Factory& make);
   ~ZeroRedundancyOptimizer();
 
   void step();
   void zero_grad(bool set_to_none = true);
-  // The inner optimizer of this rank's shard (its learning rate is set through it).
+  // The inner optimizer of this rank's shard (its learning rate is set through it). Its groups are
+  // the non-empty ones of the shard, in order.
   optim::Optimizer& local_optimizer();
   // The rank that owns each parameter.
   const std::vector<int>& owners() const { return owners_; }
@@ -214,10 +219,13 @@ class ZeroRedundancyOptimizer {
   void load_state_dict(const StateDict& state_dict);
 
  private:
-  std::vector<Tensor> params_;
+  std::vector<Tensor> params_;    // every group's, in order
+  std::vector<size_t> group_of_;  // per parameter
+  size_t num_groups_ = 0;
   std::shared_ptr<ProcessGroup> group_;
   std::vector<int> owners_;
-  std::vector<size_t> local_indices_;  // this rank's parameters, by global index
+  std::vector<size_t> local_to_global_;  // the local optimizer's parameters, by global index
+  std::vector<size_t> local_groups_;     // the local optimizer's groups, by global group
   std::unique_ptr<optim::Optimizer> local_;
 };
 

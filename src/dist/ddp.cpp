@@ -1,4 +1,5 @@
 // DistributedDataParallel: averages gradients over the ranks while backward runs (Note [buckets]).
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <sstream>
@@ -98,12 +99,15 @@ struct DistributedDataParallel::State {
     }
     issue_ready();
     stats = DdpStats{};
-    const auto start = std::chrono::steady_clock::now();
+    const auto backward_end = std::chrono::steady_clock::now();
     for (Bucket& bucket : buckets) bucket.work->wait();
-    stats.exposed_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    stats.exposed_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - backward_end).count();
     const double scale = 1.0 / group->world_size();
     for (Bucket& bucket : buckets) {
-      stats.communication_seconds += bucket.work->seconds();
+      const double seconds = bucket.work->seconds();
+      const double before_end = std::chrono::duration<double>(backward_end - bucket.work->started()).count();
+      stats.communication_seconds += seconds;
+      stats.hidden_seconds += std::clamp(before_end, 0.0, seconds);
       stats.bytes += bucket.flat.numel() * dtype_size(bucket.flat.dtype());
       bucket.work.reset();
       bucket.flat.mul_(scale);

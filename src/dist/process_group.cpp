@@ -111,10 +111,15 @@ class WorkImpl final : public Work {
     std::lock_guard lock(mutex_);
     return seconds_;
   }
-  void finish(std::exception_ptr error, double seconds) {
+  Clock::time_point started() const override {
+    std::lock_guard lock(mutex_);
+    return started_;
+  }
+  void finish(std::exception_ptr error, Clock::time_point started, double seconds) {
     {
       std::lock_guard lock(mutex_);
       done_ = true;
+      started_ = started;
       seconds_ = seconds;
       error_ = std::move(error);
     }
@@ -133,6 +138,7 @@ class WorkImpl final : public Work {
   std::condition_variable cv_;
   bool done_ = false;
   double seconds_ = 0;
+  Clock::time_point started_{};
   std::exception_ptr error_;
 };
 
@@ -253,7 +259,7 @@ class GroupImpl final : public ProcessGroup {
         std::lock_guard lock(mutex_);
         running_.reset();
       }
-      item.work->finish(error, seconds);
+      item.work->finish(error, start, seconds);
     }
   }
 

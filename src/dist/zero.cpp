@@ -12,10 +12,16 @@
 
 namespace ember::dist {
 
-ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(std::vector<Tensor> params, std::shared_ptr<ProcessGroup> group,
-                                                 const Factory& make)
-    : params_(std::move(params)), group_(std::move(group)) {
+ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(std::vector<optim::ParamGroup> groups,
+                                                 std::shared_ptr<ProcessGroup> group, const Factory& make)
+    : num_groups_(groups.size()), group_(std::move(group)) {
   EMBER_CHECK(group_ != nullptr, "[zero] the process group is null");
+  for (size_t g = 0; g < groups.size(); ++g) {
+    for (const Tensor& p : groups[g].params) {
+      params_.push_back(p);
+      group_of_.push_back(g);
+    }
+  }
   EMBER_CHECK(!params_.empty(), "[zero] got an empty parameter list");
   for (size_t i = 0; i < params_.size(); ++i) {
     const Tensor& p = params_[i];
@@ -35,14 +41,26 @@ ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(std::vector<Tensor> params, std
     owners_[i] = static_cast<int>(lightest - load.begin());
     *lightest += params_[i].numel();
   }
-  std::vector<Tensor> local;
-  for (size_t i = 0; i < params_.size(); ++i) {
-    if (owners_[i] != group_->rank()) continue;
-    local_indices_.push_back(i);
-    local.push_back(params_[i]);
+  // This rank's groups: each group's own parameters, the empty ones left out.
+  std::vector<optim::ParamGroup> local;
+  for (size_t g = 0; g < groups.size(); ++g) {
+    optim::ParamGroup mine{.params = {}, .options = groups[g].options};
+    for (size_t i = 0; i < params_.size(); ++i) {
+      if (group_of_[i] != g || owners_[i] != group_->rank()) continue;
+      mine.params.push_back(params_[i]);
+      local_to_global_.push_back(i);
+    }
+    if (mine.params.empty()) continue;
+    local.push_back(std::move(mine));
+    local_groups_.push_back(g);
   }
   if (!local.empty()) local_ = make(std::move(local));
 }
+
+ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(std::vector<Tensor> params, std::shared_ptr<ProcessGroup> group,
+                                                 const Factory& make)
+    : ZeroRedundancyOptimizer(std::vector<optim::ParamGroup>{{.params = std::move(params), .options = {}}},
+                              std::move(group), make) {}
 
 ZeroRedundancyOptimizer::~ZeroRedundancyOptimizer() = default;
 
@@ -73,7 +91,7 @@ void ZeroRedundancyOptimizer::step() {
   const int64_t largest = *std::max_element(shard_size.begin(), shard_size.end());
   const Tensor mine = zeros({largest}, params_[0].dtype());
   int64_t offset = 0;
-  for (size_t i : local_indices_) {
+  for (size_t i : local_to_global_) {
     mine.narrow(0, offset, params_[i].numel()).copy_(params_[i].reshape({-1}));
     offset += params_[i].numel();
   }
@@ -101,12 +119,16 @@ int64_t ZeroRedundancyOptimizer::local_state_bytes() const {
 
 namespace {
 
-// "state.<index>.<rest>" -> (index, rest); nullopt for other keys.
-std::optional<std::pair<size_t, std::string>> split_state_key(const std::string& key) {
-  if (!key.starts_with("state.")) return std::nullopt;
-  const size_t dot = key.find('.', 6);
-  EMBER_CHECK(dot != std::string::npos, "[zero] malformed optimizer state key '", key, "'");
-  return std::make_pair(static_cast<size_t>(std::stoull(key.substr(6, dot - 6))), key.substr(dot + 1));
+// "<prefix><index>.<rest>" -> (index, rest); nullopt for keys without the prefix.
+std::optional<std::pair<size_t, std::string>> split_key(const std::string& key, const std::string& prefix) {
+  if (!key.starts_with(prefix)) return std::nullopt;
+  const size_t dot = key.find('.', prefix.size());
+  const std::string number =
+      key.substr(prefix.size(), dot == std::string::npos ? std::string::npos : dot - prefix.size());
+  EMBER_CHECK(dot != std::string::npos && !number.empty() && number.size() < 10 &&
+                  number.find_first_not_of("0123456789") == std::string::npos,
+              "[zero] malformed optimizer state key '", key, "'");
+  return std::make_pair(static_cast<size_t>(std::stoull(number)), key.substr(dot + 1));
 }
 
 // A string through a broadcast (as int64 words) from `root`.
@@ -114,7 +136,7 @@ std::string broadcast_string(ProcessGroup& group, const std::string& text, int r
   const Tensor length = from_vector(std::vector<int64_t>{static_cast<int64_t>(text.size())});
   group.broadcast(length, root)->wait();
   const int64_t size = static_cast<const int64_t*>(length.data_ptr())[0];
-  const Tensor words = zeros({(size + 7) / 8}, kInt64);
+  const Tensor words = zeros({std::max<int64_t>((size + 7) / 8, 1)}, kInt64);
   if (group.rank() == root) std::copy(text.begin(), text.end(), static_cast<char*>(words.data_ptr()));
   group.broadcast(words, root)->wait();
   return std::string(static_cast<const char*>(words.data_ptr()), static_cast<size_t>(size));
@@ -129,11 +151,12 @@ StateDict ZeroRedundancyOptimizer::consolidated_state_dict() {
     std::vector<std::pair<std::string, Tensor>> entries;
     if (r == group_->rank() && local_) {
       for (const auto& [key, value] : local_->state_dict()) {
-        if (const auto state = split_state_key(key)) {
-          entries.emplace_back("state." + std::to_string(local_indices_[state->first]) + "." + state->second,
+        if (const auto state = split_key(key, "state.")) {
+          entries.emplace_back("state." + std::to_string(local_to_global_[state->first]) + "." + state->second,
                                value.contiguous());
-        } else if (r == 0 || !key.starts_with("param_groups.")) {
-          if (!key.ends_with(".params")) entries.emplace_back(key, value.contiguous());
+        } else if (const auto option = split_key(key, "param_groups."); option && option->second != "params") {
+          entries.emplace_back("param_groups." + std::to_string(local_groups_[option->first]) + "." + option->second,
+                               value.contiguous());
         }
       }
     }
@@ -159,39 +182,53 @@ StateDict ZeroRedundancyOptimizer::consolidated_state_dict() {
       // Broadcasts carry float32, float64 and int64: other dtypes (none in the optimizers) go as float64.
       const bool direct = value.dtype() == kFloat32 || value.dtype() == kFloat64 || value.dtype() == kInt64;
       Tensor wire = direct ? value : value.to(kFloat64);
-      group_->broadcast(wire.numel() == 0 ? zeros({1}, wire.dtype()) : wire.reshape({-1}), r)->wait();
-      out[key] = direct ? wire : wire.to(value.dtype());
+      if (wire.numel() > 0) group_->broadcast(wire.reshape({-1}), r)->wait();
+      out.emplace(key, direct ? wire : wire.to(value.dtype()));  // a group's options: the first rank's
       ++index;
     }
   }
-  // The unsharded optimizer's one group holds every parameter.
-  std::vector<int64_t> all(params_.size());
-  std::iota(all.begin(), all.end(), int64_t{0});
-  out["param_groups.0.params"] = from_vector(all);
+  // Each group of the unsharded optimizer holds its parameters, numbered across groups.
+  for (size_t g = 0; g < num_groups_; ++g) {
+    std::vector<int64_t> members;
+    for (size_t i = 0; i < params_.size(); ++i) {
+      if (group_of_[i] == g) members.push_back(static_cast<int64_t>(i));
+    }
+    out["param_groups." + std::to_string(g) + ".params"] = from_vector(members);
+  }
   return out;
 }
 
 void ZeroRedundancyOptimizer::load_state_dict(const StateDict& state_dict) {
-  if (!local_) return;
   std::vector<int64_t> local_of(params_.size(), -1);
-  for (size_t j = 0; j < local_indices_.size(); ++j) local_of[local_indices_[j]] = static_cast<int64_t>(j);
+  for (size_t j = 0; j < local_to_global_.size(); ++j) local_of[local_to_global_[j]] = static_cast<int64_t>(j);
+  std::vector<int64_t> local_group_of(num_groups_, -1);
+  for (size_t lg = 0; lg < local_groups_.size(); ++lg) local_group_of[local_groups_[lg]] = static_cast<int64_t>(lg);
   StateDict local;
   for (const auto& [key, value] : state_dict) {
-    if (const auto state = split_state_key(key)) {
+    if (const auto state = split_key(key, "state.")) {
       EMBER_CHECK(state->first < params_.size(), "[zero] the state dict has state for parameter ", state->first, " of ",
                   params_.size());
       const int64_t j = local_of[state->first];
       if (j >= 0) local["state." + std::to_string(j) + "." + state->second] = value;
-    } else if (key.starts_with("param_groups.0.") && !key.ends_with(".params")) {
-      local[key] = value;
+    } else if (const auto option = split_key(key, "param_groups.")) {
+      EMBER_CHECK(option->first < num_groups_, "[zero] the state dict has options for group ", option->first, " of ",
+                  num_groups_);
+      const int64_t lg = local_group_of[option->first];
+      if (lg >= 0 && option->second != "params")
+        local["param_groups." + std::to_string(lg) + "." + option->second] = value;
     } else {
-      EMBER_CHECK(key == "param_groups.0.params", "[zero] unexpected key '", key,
-                  "' (ZeroRedundancyOptimizer has one parameter group)");
+      EMBER_FAIL("[zero] unexpected key '", key, "' in the optimizer's state dict");
     }
   }
-  std::vector<int64_t> indices(local_indices_.size());
-  std::iota(indices.begin(), indices.end(), int64_t{0});
-  local["param_groups.0.params"] = from_vector(indices);
+  if (!local_) return;
+  int64_t next = 0;
+  for (size_t lg = 0; lg < local_groups_.size(); ++lg) {
+    const size_t size = local_->param_groups()[lg].params.size();
+    std::vector<int64_t> indices(size);
+    std::iota(indices.begin(), indices.end(), next);
+    next += static_cast<int64_t>(size);
+    local["param_groups." + std::to_string(lg) + ".params"] = from_vector(indices);
+  }
   local_->load_state_dict(local);
 }
 

@@ -94,9 +94,12 @@ struct Equality {
 
 using ModelFactory = std::function<std::shared_ptr<nn::Module>()>;
 using LossFn = std::function<Tensor(nn::Module&, const Tensor& inputs, const Tensor& targets)>;
+using GroupsFn = std::function<std::vector<optim::ParamGroup>(nn::Module&)>;
+
+std::vector<optim::ParamGroup> one_group(nn::Module& model) { return {{.params = model.parameters(), .options = {}}}; }
 
 Equality train_both(const ModelFactory& make, const LossFn& loss_fn, const Tensor& inputs, const Tensor& targets,
-                    int steps, bool zero, double bucket_cap_mb) {
+                    int steps, bool zero, double bucket_cap_mb, const GroupsFn& groups = one_group) {
   ProcessGroup& g = group();
   const int world = g.world_size();
   const int64_t batch = inputs.size(0) / steps;
@@ -109,16 +112,16 @@ Equality train_both(const ModelFactory& make, const LossFn& loss_fn, const Tenso
   DistributedDataParallel ddp(replica, group_ptr(), {.bucket_cap_mb = bucket_cap_mb});
   EXPECT_GT(ddp.buckets().size(), bucket_cap_mb < 1 ? 1u : 0u);
 
-  optim::AdamW single_opt(single->parameters(), {.lr = 1e-3});
-  auto make_adamw = [](std::vector<Tensor> params) -> std::unique_ptr<optim::Optimizer> {
-    return std::make_unique<optim::AdamW>(std::move(params), optim::AdamWOptions{.lr = 1e-3});
+  optim::AdamW single_opt(groups(*single), {.lr = 1e-3});
+  auto make_adamw = [](std::vector<optim::ParamGroup> shard) -> std::unique_ptr<optim::Optimizer> {
+    return std::make_unique<optim::AdamW>(std::move(shard), optim::AdamWOptions{.lr = 1e-3});
   };
   std::unique_ptr<optim::Optimizer> plain;
   std::unique_ptr<ZeroRedundancyOptimizer> sharded;
   if (zero) {
-    sharded = std::make_unique<ZeroRedundancyOptimizer>(replica->parameters(), group_ptr(), make_adamw);
+    sharded = std::make_unique<ZeroRedundancyOptimizer>(groups(*replica), group_ptr(), make_adamw);
   } else {
-    plain = make_adamw(replica->parameters());
+    plain = make_adamw(groups(*replica));
   }
 
   Equality worst;
@@ -214,9 +217,15 @@ TEST(DistributedDataParallel, GptMatchesOneProcessWithTheWholeBatch) {
   };
   for (bool zero : {false, true}) {
     SCOPED_TRACE(zero ? "ZeRO-1" : "replicated optimizer");
+    // Two groups, weight decay on the matrices only, as `ember train gpt` has them.
+    auto decay_groups = [](nn::Module& model) {
+      auto& gpt = dynamic_cast<models::GPT&>(model);
+      return std::vector<optim::ParamGroup>{{.params = gpt.decayed_parameters(), .options = {{"weight_decay", 0.1}}},
+                                            {.params = gpt.undecayed_parameters(), .options = {{"weight_decay", 0.0}}}};
+    };
     const Equality eq =
         train_both([&] { return std::static_pointer_cast<nn::Module>(std::make_shared<models::GPT>(config)); }, loss,
-                   tokens, next, steps, zero, /*bucket_cap_mb=*/0.05);
+                   tokens, next, steps, zero, /*bucket_cap_mb=*/0.05, decay_groups);
     if (group().rank() == 0)
       std::printf("gpt%s: losses within %.2e, weights within %.2e\n", zero ? " zero" : "", eq.loss, eq.weights);
     EXPECT_LT(eq.loss, 1e-6);
