@@ -84,7 +84,8 @@ class Node {
   // The op's name, e.g. "mul" ("accumulate_grad" for a leaf's sink); used in error messages,
   // anomaly mode and the profiler.
   const char* name() const { return kind_ ? op_name(*kind_) : "accumulate_grad"; }
-  // Creation order; later nodes run first when several are ready.
+  // Creation order; later nodes run first when several are ready. A leaf's accumulator ranks above
+  // every op: it runs as soon as its gradient is complete.
   uint64_t sequence_nr() const { return sequence_nr_; }
 
   // What each input looked like, so the engine can reduce broadcast gradients and cast dtypes.

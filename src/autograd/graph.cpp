@@ -1,6 +1,7 @@
 // The recorded graph: grad mode, nodes, gradient accumulators, saved tensors, hooks, and how ops
 // record themselves (function.h).
 #include <algorithm>
+#include <limits>
 
 #include "autograd/engine.h"
 #include "autograd/function.h"
@@ -64,7 +65,11 @@ void check_gradient_finite(const Node& node, const Tensor& grad) {
 // --- Node -----------------------------------------------------------------------------------------
 
 Node::Node(std::optional<OpKind> kind, Attrs attrs)
-    : kind_(kind), attrs_(std::move(attrs)), sequence_nr_(t_next_sequence_nr++) {}
+    : kind_(kind),
+      attrs_(std::move(attrs)),
+      // A leaf's accumulator runs as soon as its gradient is complete (as in PyTorch), so that the
+      // hooks on it (DistributedDataParallel's) see each gradient while backward goes on.
+      sequence_nr_(kind ? t_next_sequence_nr++ : std::numeric_limits<uint64_t>::max()) {}
 Node::~Node() = default;
 
 void Node::add_input(const Tensor& t) {

@@ -1,11 +1,21 @@
 // The MPI backend: MPI_COMM_WORLD, as mpirun starts it. Every call comes from the group's
 // communication thread (init and finalize from the thread that made the group), one at a time:
 // MPI_THREAD_SERIALIZED.
+//
+// Note [polite waiting]: OpenMPI's blocking collectives spin on their progress engine until the
+// other ranks arrive. On a machine where ranks share cores (or another process takes one), that
+// spinning thread takes the CPU from the rank's own compute thread, the one that would make the
+// others arrive. So each collective is started nonblocking and then tested, back to back for a few
+// microseconds (small messages finish there), then with sleeps that grow to 200 us.
 #include "dist/backend.h"
 #include "ember/error.h"
 
 #ifdef EMBER_WITH_MPI
 #include <mpi.h>
+
+#include <algorithm>
+#include <chrono>
+#include <thread>
 
 namespace ember::dist::detail {
 namespace {
@@ -28,6 +38,21 @@ void check(int code, const char* what) {
   int length = 0;
   MPI_Error_string(code, text, &length);
   EMBER_FAIL("[dist] ", what, " failed: ", text);
+}
+
+// Completes `request` (Note [polite waiting]).
+void wait(MPI_Request& request, const char* what) {
+  using namespace std::chrono;
+  const auto start = steady_clock::now();
+  auto pause = microseconds(5);
+  for (;;) {
+    int done = 0;
+    check(MPI_Test(&request, &done, MPI_STATUS_IGNORE), what);
+    if (done) return;
+    if (steady_clock::now() - start < microseconds(50)) continue;
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, microseconds(200));
+  }
 }
 
 class MpiBackend final : public CommBackend {
@@ -53,26 +78,37 @@ class MpiBackend final : public CommBackend {
 
   void all_reduce(void* data, int64_t count, DType dtype, ReduceOp op) override {
     for_pieces(data, count, dtype, [&](void* piece, int n) {
-      check(MPI_Allreduce(MPI_IN_PLACE, piece, n, mpi_type(dtype), mpi_op(op), MPI_COMM_WORLD), "MPI_Allreduce");
+      MPI_Request request;
+      check(MPI_Iallreduce(MPI_IN_PLACE, piece, n, mpi_type(dtype), mpi_op(op), MPI_COMM_WORLD, &request),
+            "MPI_Iallreduce");
+      wait(request, "MPI_Iallreduce");
     });
   }
   void broadcast(void* data, int64_t count, DType dtype, int root) override {
     for_pieces(data, count, dtype, [&](void* piece, int n) {
-      check(MPI_Bcast(piece, n, mpi_type(dtype), root, MPI_COMM_WORLD), "MPI_Bcast");
+      MPI_Request request;
+      check(MPI_Ibcast(piece, n, mpi_type(dtype), root, MPI_COMM_WORLD, &request), "MPI_Ibcast");
+      wait(request, "MPI_Ibcast");
     });
   }
   void all_gather(const void* input, void* output, int64_t count, DType dtype) override {
     EMBER_CHECK(count <= kMaxCount, "[dist] mpi all_gather of ", count, " elements per rank: at most ", kMaxCount);
-    check(MPI_Allgather(input, static_cast<int>(count), mpi_type(dtype), output, static_cast<int>(count),
-                        mpi_type(dtype), MPI_COMM_WORLD),
-          "MPI_Allgather");
+    MPI_Request request;
+    check(MPI_Iallgather(input, static_cast<int>(count), mpi_type(dtype), output, static_cast<int>(count),
+                         mpi_type(dtype), MPI_COMM_WORLD, &request),
+          "MPI_Iallgather");
+    wait(request, "MPI_Iallgather");
   }
   void reduce_scatter(const void* input, void* output, int64_t count, DType dtype, ReduceOp op) override {
     EMBER_CHECK(count <= kMaxCount, "[dist] mpi reduce_scatter of ", count, " elements per rank: at most ", kMaxCount);
     check(MPI_Reduce_scatter_block(input, output, static_cast<int>(count), mpi_type(dtype), mpi_op(op), MPI_COMM_WORLD),
           "MPI_Reduce_scatter_block");
   }
-  void barrier() override { check(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier"); }
+  void barrier() override {
+    MPI_Request request;
+    check(MPI_Ibarrier(MPI_COMM_WORLD, &request), "MPI_Ibarrier");
+    wait(request, "MPI_Ibarrier");
+  }
 
   int rank() const {
     int rank = 0;
