@@ -383,6 +383,10 @@ int run_train_gpt(const TrainGptOptions& o) {
           "waited %.2fs\n",
           communication_seconds, communication_seconds > 0 ? 100 * hidden_seconds / communication_seconds : 0.0,
           exposed_seconds);
+      if (sharded) {
+        std::printf("optimizer state held by rank 0: %.2f MB (ZeRO-1 shards it over the %d ranks)\n",
+                    static_cast<double>(sharded->local_state_bytes()) / 1e6, world);
+      }
     }
   }
   if (profile) print_profile(*profile, o.profile_path, o.json ? std::cerr : std::cout);

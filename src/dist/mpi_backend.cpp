@@ -5,8 +5,9 @@
 // Note [polite waiting]: OpenMPI's blocking collectives spin on their progress engine until the
 // other ranks arrive. On a machine where ranks share cores (or another process takes one), that
 // spinning thread takes the CPU from the rank's own compute thread, the one that would make the
-// others arrive. So each collective is started nonblocking and then tested, back to back for a few
-// microseconds (small messages finish there), then with sleeps that grow to 200 us.
+// others arrive. So each collective is started nonblocking and then tested, back to back for 100
+// microseconds (small messages finish there), then with sleeps that grow to 50 us (each test moves
+// a large message on: longer sleeps slow those down).
 #include "dist/backend.h"
 #include "ember/error.h"
 
@@ -44,14 +45,14 @@ void check(int code, const char* what) {
 void wait(MPI_Request& request, const char* what) {
   using namespace std::chrono;
   const auto start = steady_clock::now();
-  auto pause = microseconds(5);
+  auto pause = microseconds(2);
   for (;;) {
     int done = 0;
     check(MPI_Test(&request, &done, MPI_STATUS_IGNORE), what);
     if (done) return;
-    if (steady_clock::now() - start < microseconds(50)) continue;
+    if (steady_clock::now() - start < microseconds(100)) continue;
     std::this_thread::sleep_for(pause);
-    pause = std::min(pause * 2, microseconds(200));
+    pause = std::min(pause * 2, microseconds(50));
   }
 }
 

@@ -418,7 +418,12 @@ std::shared_ptr<ProcessGroup> init_process_group(const InitOptions& options) {
   if (backend == Backend::kMpi) {
     comm = detail::make_mpi_backend(rank, world_size);
     // The store (for diagnosing timeouts) on rank 0: its port and host reach the others by MPI.
-    const std::string host = env_string("EMBER_MASTER_ADDR", local_hostname().c_str());
+    // Rank 0's address: EMBER_MASTER_ADDR, else loopback when every rank runs on this node (as
+    // OpenMPI tells), else this host's name.
+    const char* local_size = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+    const char* size = std::getenv("OMPI_COMM_WORLD_SIZE");
+    const bool one_node = local_size != nullptr && size != nullptr && std::string(local_size) == size;
+    const std::string host = env_string("EMBER_MASTER_ADDR", one_node ? "127.0.0.1" : local_hostname().c_str());
     if (rank == 0) store = std::make_unique<detail::TcpStore>(host, 0, true, timeout);
     int64_t port = rank == 0 ? store->port() : 0;
     comm->broadcast(&port, 1, kInt64, 0);
