@@ -57,4 +57,34 @@ void print_compile_stats(const CompileStats& stats) {
               stats.fused_groups, static_cast<double>(stats.arena_bytes) / 1e6);
 }
 
+void DdpReport::add(const dist::DdpStats& step) {
+  communication_seconds += step.communication_seconds;
+  hidden_seconds += step.hidden_seconds;
+  exposed_seconds += step.exposed_seconds;
+}
+
+void DdpReport::write(nlohmann::json& result, const dist::ProcessGroup& group, const dist::DistributedDataParallel& ddp,
+                      const dist::ZeroRedundancyOptimizer* sharded) const {
+  result["ranks"] = group.world_size();
+  result["backend"] = dist::backend_name(group.backend());
+  result["zero"] = sharded != nullptr;
+  result["buckets"] = ddp.buckets().size();
+  result["communication_seconds"] = communication_seconds;
+  result["hidden_communication_seconds"] = hidden_seconds;
+  result["exposed_communication_seconds"] = exposed_seconds;
+  if (sharded) result["optimizer_state_bytes_per_rank"] = sharded->local_state_bytes();
+}
+
+void DdpReport::print(const dist::ProcessGroup& group, const dist::ZeroRedundancyOptimizer* sharded) const {
+  std::printf(
+      "all-reduce: %.2fs on the communication thread, %.0f%% of it while backward ran; backward's end "
+      "waited %.2fs\n",
+      communication_seconds, communication_seconds > 0 ? 100 * hidden_seconds / communication_seconds : 0.0,
+      exposed_seconds);
+  if (sharded) {
+    std::printf("optimizer state held by rank %d: %.2f MB (ZeRO-1 shards it over the %d ranks)\n", group.rank(),
+                static_cast<double>(sharded->local_state_bytes()) / 1e6, group.world_size());
+  }
+}
+
 }  // namespace ember::cli

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "ember/compile.h"
+#include "ember/dist.h"
 #include "ember/profiler.h"
 #include "ember/state_dict.h"
 
@@ -43,5 +44,18 @@ void print_profile(const profiler::Profiler& profile, const std::string& trace_p
 // temporaries, in bytes) as fields of the --json line, or as one line of text.
 void add_compile_stats(nlohmann::json& result, const CompileStats& stats);
 void print_compile_stats(const CompileStats& stats);
+
+// What a --ddp training run reports: its all-reduce times summed over the steps (DdpStats), the
+// ranks and the ZeRO-1 shard, as JSON fields or as text.
+struct DdpReport {
+  double communication_seconds = 0;
+  double hidden_seconds = 0;
+  double exposed_seconds = 0;
+
+  void add(const dist::DdpStats& step);
+  void write(nlohmann::json& result, const dist::ProcessGroup& group, const dist::DistributedDataParallel& ddp,
+             const dist::ZeroRedundancyOptimizer* sharded) const;
+  void print(const dist::ProcessGroup& group, const dist::ZeroRedundancyOptimizer* sharded) const;
+};
 
 }  // namespace ember::cli

@@ -195,7 +195,7 @@ int run_train_mnist(const TrainOptions& options) {
     const dist::DistributedSampler sampler(train_set.size(), world, rank, /*shuffle=*/true, options.seed);
     loader.set_sampler([sampler](uint64_t epoch) { return sampler.indices(epoch); }, sampler.num_samples());
   }
-  double communication_seconds = 0, hidden_seconds = 0, exposed_seconds = 0;
+  DdpReport ddp_report;
   // One training step: zero_grad, forward, loss, backward, the optimizer's and the schedule's
   // steps. Returns the loss and the logits (for the accuracy, read outside the step).
   auto step = [&](const Tensor& inputs, const Tensor& targets) {
@@ -214,11 +214,7 @@ int run_train_mnist(const TrainOptions& options) {
       loss.backward();
       optimizer_step();
     }
-    if (ddp) {
-      communication_seconds += ddp->last_stats().communication_seconds;
-      hidden_seconds += ddp->last_stats().hidden_seconds;
-      exposed_seconds += ddp->last_stats().exposed_seconds;
-    }
+    if (ddp) ddp_report.add(ddp->last_stats());
     if (schedule) schedule->step();
     return std::tuple<Tensor, Tensor>{loss, logits};
   };
@@ -347,33 +343,14 @@ int run_train_mnist(const TrainOptions& options) {
          std::isnan(system_allocs_per_step) ? nlohmann::json(nullptr) : nlohmann::json(system_allocs_per_step)},
         {"compiled", compiled_step.has_value()},
     };
-    if (group) {
-      result["ranks"] = world;
-      result["backend"] = dist::backend_name(group->backend());
-      result["zero"] = options.zero;
-      result["buckets"] = ddp->buckets().size();
-      result["communication_seconds"] = communication_seconds;
-      result["hidden_communication_seconds"] = hidden_seconds;
-      result["exposed_communication_seconds"] = exposed_seconds;
-      if (sharded) result["optimizer_state_bytes_per_rank"] = sharded->local_state_bytes();
-    }
+    if (group) ddp_report.write(result, *group, *ddp, sharded.get());
     if (compiled_step) add_compile_stats(result, compiled_step->stats());
     std::cout << result.dump() << std::endl;
   } else {
     std::printf("test accuracy %.2f%% on %lld images  |  %.1fs wall, %.0f samples/s\n", 100 * accuracy,
                 static_cast<long long>(test_set.size()), total_seconds, rate);
     if (compiled_step) print_compile_stats(compiled_step->stats());
-    if (group) {
-      std::printf(
-          "all-reduce: %.2fs on the communication thread, %.0f%% of it while backward ran; backward's end "
-          "waited %.2fs\n",
-          communication_seconds, communication_seconds > 0 ? 100 * hidden_seconds / communication_seconds : 0.0,
-          exposed_seconds);
-      if (sharded) {
-        std::printf("optimizer state held by rank 0: %.2f MB (ZeRO-1 shards it over the %d ranks)\n",
-                    static_cast<double>(sharded->local_state_bytes()) / 1e6, world);
-      }
-    }
+    if (group) ddp_report.print(*group, sharded.get());
   }
   if (profile) print_profile(*profile, options.profile_path, options.json ? std::cerr : std::cout);
   return 0;

@@ -215,7 +215,7 @@ int run_train_gpt(const TrainGptOptions& o) {
   }
   std::optional<dist::DistributedDataParallel> ddp;
   if (group) ddp.emplace(model_ptr, group, dist::DdpOptions{.bucket_cap_mb = o.bucket_cap_mb});
-  double communication_seconds = 0, hidden_seconds = 0, exposed_seconds = 0;
+  DdpReport ddp_report;
   auto save_checkpoint = [&](int64_t steps_done) {
     if (o.save_path.empty()) return;
     // Under --zero every rank sends its shard of the optimizer state (a collective), rank 0 saves.
@@ -290,11 +290,7 @@ int run_train_gpt(const TrainGptOptions& o) {
       optim::clip_grad_norm_(model.parameters(), 1.0);
       sharded ? sharded->step() : optimizer.step();
     }
-    if (ddp) {
-      communication_seconds += ddp->last_stats().communication_seconds;
-      hidden_seconds += ddp->last_stats().hidden_seconds;
-      exposed_seconds += ddp->last_stats().exposed_seconds;
-    }
+    if (ddp) ddp_report.add(ddp->last_stats());
     return loss;
   };
   // --compile: the first step traces it, later steps replay the plan (every batch has one shape).
@@ -362,32 +358,13 @@ int run_train_gpt(const TrainGptOptions& o) {
                              {"sample", sample},
                              {"compiled", compiled_step.has_value()}};
     if (compiled_step) add_compile_stats(result, compiled_step->stats());
-    if (group) {
-      result["ranks"] = world;
-      result["backend"] = dist::backend_name(group->backend());
-      result["zero"] = o.zero;
-      result["buckets"] = ddp->buckets().size();
-      result["communication_seconds"] = communication_seconds;
-      result["hidden_communication_seconds"] = hidden_seconds;
-      result["exposed_communication_seconds"] = exposed_seconds;
-      if (sharded) result["optimizer_state_bytes_per_rank"] = sharded->local_state_bytes();
-    }
+    if (group) ddp_report.write(result, *group, *ddp, sharded.get());
     std::cout << result.dump() << std::endl;
   } else {
     std::printf("trained %lld steps in %.1fs (%.0f tokens/s)\n--- sample (temperature 0.8, top-k 40) ---\n%s\n",
                 static_cast<long long>(last_step - first_step), train_seconds, rate, sample.c_str());
     if (compiled_step) print_compile_stats(compiled_step->stats());
-    if (group) {
-      std::printf(
-          "all-reduce: %.2fs on the communication thread, %.0f%% of it while backward ran; backward's end "
-          "waited %.2fs\n",
-          communication_seconds, communication_seconds > 0 ? 100 * hidden_seconds / communication_seconds : 0.0,
-          exposed_seconds);
-      if (sharded) {
-        std::printf("optimizer state held by rank 0: %.2f MB (ZeRO-1 shards it over the %d ranks)\n",
-                    static_cast<double>(sharded->local_state_bytes()) / 1e6, world);
-      }
-    }
+    if (group) ddp_report.print(*group, sharded.get());
   }
   if (profile) print_profile(*profile, o.profile_path, o.json ? std::cerr : std::cout);
   return 0;
