@@ -22,6 +22,7 @@ namespace ember {
 struct Pair {
   int64_t h = 0;
   int64_t w = 0;
+  Pair() = default;
   Pair(int64_t both) : h(both), w(both) {}  // NOLINT(google-explicit-constructor)
   Pair(int64_t height, int64_t width) : h(height), w(width) {}
   bool operator==(const Pair&) const = default;

@@ -203,6 +203,8 @@ Tensor Module::run_backward_hooks(const Tensor& grad_input, const Tensor& grad_o
   return current;
 }
 
+bool Module::has_hooks() const { return hooks_ && !hooks_->empty(); }
+
 detail::ModuleHooks& Module::hooks() {
   if (!hooks_) hooks_ = std::make_shared<detail::ModuleHooks>();
   return *hooks_;

@@ -126,6 +126,8 @@ class Module : public std::enable_shared_from_this<Module> {
   Module& train(bool on = true);
   Module& eval() { return train(false); }
   bool is_training() const { return training_; }
+  // Are forward or backward hooks registered on this module (not its children)?
+  bool has_hooks() const;
 
   // Clears the parameters' gradients: drops them (set_to_none) or fills them with zeros.
   void zero_grad(bool set_to_none = true);
