@@ -15,11 +15,15 @@ import importlib as _importlib
 
 from . import _ember
 from ._ember import *  # noqa: F401,F403  (the ops, Tensor, dtype, save/load, ...)
-from ._ember import Error, Tensor, dtype, autograd, profiler, data  # noqa: F401
+from ._ember import Error, Tensor, dtype  # noqa: F401
 
-# The Python packages ember.nn and ember.optim wrap the extension's submodules of the same names.
+# The Python modules wrap the extension's submodules of the same names (import ember.nn works).
 nn = _importlib.import_module(".nn", __name__)
 optim = _importlib.import_module(".optim", __name__)
+autograd = _importlib.import_module(".autograd", __name__)
+profiler = _importlib.import_module(".profiler", __name__)
+data = _importlib.import_module(".data", __name__)
+del functional  # noqa: F821  (ember.nn.functional)
 
 __version__ = "0.1.0"
 
@@ -118,5 +122,6 @@ def as_tensor(data, dtype: dtype | None = None) -> Tensor:
 __all__ = [name for name in dir(_ember) if not name.startswith("_")] + [
     "float32", "float64", "float16", "bfloat16", "int64", "int32", "int16", "int8", "uint8", "bool", "q8_0", "q4_0",
     "float", "double", "half", "long", "int", "short", "no_grad", "enable_grad", "inference_mode", "autocast",
-    "as_tensor", "nn", "optim",
+    "as_tensor", "nn", "optim", "autograd", "profiler", "data",
 ]
+__all__ = [name for name in __all__ if name != "functional"]

@@ -4,6 +4,7 @@
 #include "ember/optim.h"
 
 #include <nanobind/stl/map.h>
+#include <nanobind/stl/pair.h>
 
 #include "bindings.h"
 
