@@ -96,15 +96,6 @@ class autocast(_contextlib.ContextDecorator):
         self._guards.pop()
 
 
-def _tensor_iter(self: Tensor):
-    if self.ndim == 0:
-        raise TypeError("iteration over a 0-d tensor")
-    return (self[i] for i in range(len(self)))
-
-
-Tensor.__iter__ = _tensor_iter
-
-
 def as_tensor(data, dtype: dtype | None = None) -> Tensor:
     """Shares memory with an array (NumPy, DLPack) when it can, copies otherwise (torch.as_tensor)."""
     if isinstance(data, Tensor):

@@ -85,6 +85,30 @@ std::vector<ParamGroup> with_defaults(std::vector<ParamGroup> groups, const Opti
   return groups;
 }
 
+// The constructor's Python signature, for help() and the stubs: PyTorch's keyword arguments with
+// ember's defaults (the binding itself takes **kwargs and checks the names).
+const char* signature(const Options& defaults) {
+  std::string text =
+      "def __init__(self, params: collections.abc.Iterable[ember._ember.Tensor] | "
+      "collections.abc.Iterable[dict], *";
+  char number[32];
+  for (const auto& [key, value] : defaults) {
+    if (key == "beta2") continue;
+    std::snprintf(number, sizeof number, "%g", value);
+    if (key == "beta1") {
+      char beta2[32];
+      std::snprintf(beta2, sizeof beta2, "%g", defaults.at("beta2"));
+      text += std::string(", betas: tuple[float, float] = (") + number + ", " + beta2 + ")";
+    } else if (key == "nesterov" || key == "amsgrad" || key == "centered") {
+      text += ", " + key + ": bool = " + (value != 0 ? "True" : "False");
+    } else {
+      text += ", " + key + ": float = " + number;
+    }
+  }
+  text += ") -> None";
+  return (new std::string(text))->c_str();  // nb::sig keeps the pointer: one per class, for good
+}
+
 template <class O, class Opts>
 void bind_optimizer(nb::module_& m, const char* name, Options defaults, Opts (*make_defaults)(const Options&)) {
   nb::class_<O, Optimizer>(m, name).def(
@@ -93,7 +117,7 @@ void bind_optimizer(nb::module_& m, const char* name, Options defaults, Opts (*m
         const Options options = options_of(defaults, kwargs, name);
         new (self) O(with_defaults(groups_of(params, name), options), make_defaults(options));
       },
-      "params"_a, "kwargs"_a);
+      nb::sig(signature(defaults)), "params"_a, "kwargs"_a);
 }
 
 double get(const Options& o, const char* key) { return o.at(key); }

@@ -103,6 +103,13 @@ void bind_tensor(nb::module_& m) {
              if (t.dim() == 0) throw nb::type_error("len() of a 0-d tensor");
              return t.size(0);
            })
+      .def("__iter__",
+           [](const Tensor& t) {
+             if (t.dim() == 0) throw nb::type_error("iteration over a 0-d tensor");
+             nb::list rows;
+             for (int64_t i = 0; i < t.size(0); ++i) rows.append(t.select(0, i));
+             return nb::iter(rows);
+           })
       .def("__hash__", [](const Tensor& t) { return reinterpret_cast<intptr_t>(t.impl_ptr().get()); })
       .def("__repr__", &repr)
       .def("__str__", &repr);
