@@ -14,7 +14,8 @@ its samples, and the reported time is the median over rounds. The machine's peak
 streaming bandwidth) are measured first by `ember bench --machine`. Same thread count everywhere.
 
 Writes bench/results/latest.json and bench/results/latest_detail.json (every round, the spread,
-the peaks in full). --load instead times single calls of ember and PyTorch eager, quiet and then
+the peaks in full). The rows ending in _py (bench/python_rows.py) time ember from Python through its
+bindings, in-process like the peers; their `cpp` peer is the same work as ember's C++ row. --load instead times single calls of ember and PyTorch eager, quiet and then
 beside a `yes` process that keeps one core busy, and writes bench/results/load.json with the
 medians and p99s. See docs/performance.md.
 """
@@ -35,8 +36,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
 DOCS = ROOT / "docs" / "performance.md"
-PEER_ORDER = ("torch", "torch_compile", "numpy", "onnxruntime")
-PEER_TITLES = {"torch": "torch", "torch_compile": "compile", "numpy": "numpy", "onnxruntime": "ort"}
+PEER_ORDER = ("torch", "torch_compile", "numpy", "onnxruntime", "cpp")
+PEER_TITLES = {"torch": "torch", "torch_compile": "compile", "numpy": "numpy", "onnxruntime": "ort", "cpp": "cpp"}
 CHECK_TOLERANCE = 0.10  # --check flags a ratio that fell by more than this fraction
 DOCS_BEGIN = "<!-- bench-table:begin (bench/run.py --write-docs) -->"
 DOCS_END = "<!-- bench-table:end -->"
@@ -394,11 +395,19 @@ def run(args) -> int:
         raise SystemExit(f"bench/run.py: no ember binary at {ember} (scripts/bench builds it)")
 
     started = time.time()
-    listed = ember_json(ember, ["--list"] + (["--filter", args.filter] if args.filter else []), args.threads)
+    import python_rows  # noqa: E402
+    py_rows = {name: row for name, row in python_rows.ROWS.items() if not args.filter or re.search(args.filter, name)}
+    try:
+        listed = ember_json(ember, ["--list"] + (["--filter", args.filter] if args.filter else []), args.threads)
+    except subprocess.CalledProcessError:
+        if not py_rows:  # the filter matched nothing at all
+            raise
+        listed = []
     # --quick skips the slow workloads unless a filter picked them.
     names = [w["name"] for w in listed if not (args.quick and w["slow"] and not args.filter)]
     skipped = [w["name"] for w in listed if w["name"] not in names]
     peer_setups = peers.workloads(str(ROOT / "data" / "mnist"))
+    names += [name for name in py_rows if not args.load]
     if args.peers:
         wanted_peers = [p.strip() for p in args.peers.split(",") if p.strip()]
     else:
@@ -421,8 +430,14 @@ def run(args) -> int:
     for name in names:
         # Set up and warm up every peer once; compilation happens here and is not timed.
         callables = {}
+        py_row = py_rows.get(name)  # (the ember side's setup, the C++ row it mirrors)
+        cpp_name = py_row[1] if py_row else name
+        if py_row:
+            ember_py = py_row[0]()
+            ember_py()
+            ember_py()
         for peer in wanted_peers:
-            setup = peer_setups.get(name, {}).get(peer)
+            setup = peer_setups.get(cpp_name, {}).get(peer)
             if setup is None:
                 continue
             try:
@@ -434,16 +449,18 @@ def run(args) -> int:
             except Exception as e:  # a peer that fails (torch.compile, say) is recorded as absent
                 print(f"  {name}: {peer} failed, left out: {type(e).__name__}: {str(e).splitlines()[0][:200]}",
                       flush=True)
-        rounds = {"ember": []} | {p: [] for p in callables}
+        rounds = {"ember": []} | {p: [] for p in callables} | ({"cpp": []} if py_row else {})
         ember_record = None
         for r in range(args.rounds):
-            order = ["ember"] + list(callables)
+            order = ["ember"] + list(callables) + (["cpp"] if py_row else [])
             order = order[r % len(order):] + order[:r % len(order)]  # rotate: no side always goes first
             for side in order:
-                if side == "ember":
-                    ember_record = ember_json(ember, ["--filter", f"^{re.escape(name)}$", *ember_args],
+                if side == "ember" and py_row:
+                    rounds["ember"].append(peers.measure(ember_py, policy).median_s)
+                elif side in ("ember", "cpp"):
+                    ember_record = ember_json(ember, ["--filter", f"^{re.escape(cpp_name)}$", *ember_args],
                                               args.threads)[0]
-                    rounds["ember"].append(ember_record["seconds"])
+                    rounds[side].append(ember_record["seconds"])
                 else:
                     fn, warmup = callables[side]
                     # A short warm-up per round (a full one only for the expensive epoch workload).
@@ -488,7 +505,7 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="threads for everyone (default: all cores)")
     parser.add_argument("--rounds", type=int, default=None, help="interleaved rounds per workload (default 3, --quick 1)")
     parser.add_argument("--repeats", type=int, default=5, help="samples per side and round")
-    parser.add_argument("--peers", default="", help="comma-separated subset of torch,torch_compile,numpy,onnxruntime")
+    parser.add_argument("--peers", default="", help="comma-separated subset of torch,torch_compile,numpy,onnxruntime (the _py rows always time cpp)")
     parser.add_argument("--ember", default="build/ember", help="the ember binary")
     parser.add_argument("--check", metavar="BASELINE", help="flag ratios that fell more than 10%% against BASELINE")
     parser.add_argument("--from", dest="from_file", metavar="RESULTS", help="use these results instead of running")
