@@ -38,6 +38,8 @@ def apply_view(x: ember.Tensor, view):
 
 
 def to_ember(value):
+    if value is None:
+        return None
     if isinstance(value, list):
         return [to_ember(v) for v in value]
     if "scalar" in value:
@@ -178,6 +180,60 @@ def test_golden_area(area):
                     check(r, e, name)
             else:
                 check(result, expected, name)
+        except (AssertionError, ember.Error, TypeError, pytest.fail.Exception) as e:
+            failures.append(f"{name}: {str(e).strip().splitlines()[0][:300]}")
+    assert count > 100
+    assert not failures, f"{len(failures)} of {count} cases failed:\n" + "\n".join(failures[:40])
+
+
+NN_ATTRIBUTE_NAMES = {"kernel": "kernel_size"}  # the reference's names -> the functional's
+
+
+def call_nn(op, inputs, kwargs):
+    """The functional with the reference's inputs (the norms' weight and bias come after their
+    shape or group count, as in torch.nn.functional)."""
+    F = ember.nn.functional
+    if op in ("layer_norm", "group_norm"):
+        x, weight, bias = inputs
+        first = kwargs.pop("normalized_shape" if op == "layer_norm" else "num_groups")
+        return getattr(F, op)(x, first, weight, bias, **kwargs)
+    if op == "rms_norm":
+        x, weight = inputs
+        return F.rms_norm(x, kwargs.pop("normalized_shape"), weight, **kwargs)
+    return getattr(F, op)(*inputs, **kwargs)
+
+
+def test_golden_nn_with_gradients():
+    """The layers' functions (conv, pooling, norms, losses, attention, interpolation) with their
+    gradients: the last input is the output's cotangent, attrs["grad"] the inputs that need grad,
+    and the expected values are [output, each gradient...] (batch_norm: then the running stats)."""
+    failures, count = [], 0
+    F = ember.nn.functional
+    for param in cases("nn"):
+        case = param.values[0]
+        name = f"nn:{case['op']}/{case['name']}"
+        count += 1
+        try:
+            *inputs, cot = [to_ember(i) for i in case["inputs"]]
+            attrs = dict(case["attrs"])
+            positions = attrs.pop("grad")
+            kwargs = {NN_ATTRIBUTE_NAMES.get(k, k): v for k, v in attrs.items()}
+            leaves = [inputs[i].detach().requires_grad_() for i in positions]
+            for i, leaf in zip(positions, leaves):
+                inputs[i] = leaf
+            if case["error"]:
+                with pytest.raises(ember.Error):
+                    call_nn(case["op"], inputs, kwargs)
+                continue
+            out = call_nn(case["op"], inputs, kwargs)
+            out.backward(cot)
+            results = [out.detach()] + [leaf.grad if leaf.grad is not None else ember.zeros_like(leaf)
+                                        for leaf in leaves]
+            if case["op"] == "batch_norm":  # the updated running statistics, where there are some
+                results += [stats for stats in inputs[1:3] if stats is not None]
+            assert len(results) == len(case["expected"]), f"{name}: {len(results)} results"
+            for got, want in zip(results, case["expected"]):
+                check(got, want, name)
         except (AssertionError, ember.Error, TypeError, pytest.fail.Exception) as e:
             failures.append(f"{name}: {str(e).strip().splitlines()[0][:300]}")
     assert count > 100
