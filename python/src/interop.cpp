@@ -93,7 +93,7 @@ Tensor import_array(const nb::ndarray<>& array, const char* op) {
   auto* keep = new nb::ndarray<>(array);
   auto release = [](void*, int64_t, void* context) {
     auto* held = static_cast<nb::ndarray<>*>(context);
-    if (!Py_IsInitialized()) return;
+    if (!nb::is_alive()) return;  // after the interpreter's shutdown
     const nb::gil_scoped_acquire gil;
     delete held;
   };

@@ -1,5 +1,8 @@
 // The extension module ember._ember: errors, the shared conversions, and each area's bindings.
 // The Python package (python/ember/__init__.py) re-exports it with PyTorch's names and layout.
+#include <cstdlib>
+#include <string_view>
+
 #include "bindings.h"
 #include "ember/error.h"
 
@@ -7,7 +10,7 @@ namespace ember::python {
 
 PyRef::PyRef(nb::handle object)
     : object_(object.inc_ref().ptr(), [](PyObject* o) {
-        if (!Py_IsInitialized()) return;  // interpreter shutdown: the object goes with it
+        if (!nb::is_alive()) return;  // after the interpreter's shutdown: the object went with it
         const nb::gil_scoped_acquire gil;
         Py_DECREF(o);
       }) {}
@@ -78,6 +81,13 @@ Shape shape_from_args(const nb::args& args, const char* op) {
 NB_MODULE(_ember, m) {
   using namespace ember::python;
   m.doc() = "ember's C++ library, bound with nanobind (the Python API is the ember package)";
+
+  // nanobind reports the instances still alive when the interpreter has shut down. Python itself
+  // collects nothing after it clears the modules' globals, so a model kept by a reference cycle
+  // (a hook that is a bound method of its module) is still there, as in pure Python, and nanobind
+  // would call that a leak. The report is on with EMBER_LEAK_WARNINGS=1 (as in the tests).
+  const char* leak_warnings = std::getenv("EMBER_LEAK_WARNINGS");
+  nb::set_leak_warnings(leak_warnings != nullptr && std::string_view(leak_warnings) == "1");
 
   // ember::Error -> ember.Error, a RuntimeError carrying the library's "[op] ..." message.
   static nb::exception<ember::Error> error(m, "Error", PyExc_RuntimeError);

@@ -32,9 +32,139 @@ struct Parameter : Tensor {
   using Tensor::Tensor;
 };
 
+// Note [Python modules and the garbage collector]: C++ holds Python objects in two ways: a module
+// written in Python that C++ holds (a parent's child, a container's element) is kept alive by a
+// strong reference in its shared_ptr's control block, and a hook holds its callable. The collector
+// must see those references, or a cycle through one is never collected (a hook is often a closure
+// over its module; any Python module refers, through its class, to its file's globals). PythonRefs
+// records them; a module's tp_traverse reports those of the C++ modules its Python object owns
+// outright: its own module (the object holds it alone), and below it every child held by nothing
+// but its parent (its children list, and a container's element list). A child shared with another
+// holder is not reported: it may leak in a cycle, but it is never collected while in use.
+class PythonRefs {
+ public:
+  void add_owned(const Module* module, PyObject* object) {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    owned_[module] = object;
+  }
+  void remove_owned(const Module* module) {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    owned_.erase(module);
+  }
+  PyObject* owned(const Module* module) {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    const auto it = owned_.find(module);
+    return it == owned_.end() ? nullptr : it->second;
+  }
+  void add_hook(const Module* module, PyObject* fn) {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    hooks_.emplace(module, fn);
+  }
+  void remove_hook(const Module* module, PyObject* fn) {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    const auto [first, last] = hooks_.equal_range(module);
+    for (auto it = first; it != last; ++it) {
+      if (it->second == fn) {
+        hooks_.erase(it);
+        return;
+      }
+    }
+  }
+  void forget(const Module* module) {  // the module is being destroyed
+    const std::lock_guard<std::mutex> lock(mutex_);
+    hooks_.erase(module);
+  }
+  std::vector<PyObject*> hooks(const Module* module) {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    std::vector<PyObject*> out;
+    const auto [first, last] = hooks_.equal_range(module);
+    for (auto it = first; it != last; ++it) out.push_back(it->second);
+    return out;
+  }
+
+ private:
+  std::mutex mutex_;  // a module or a child may be released on any thread, without the GIL
+  std::unordered_map<const Module*, PyObject*> owned_;
+  std::unordered_multimap<const Module*, PyObject*> hooks_;
+};
+
+PythonRefs& python_refs() {
+  static auto* refs = new PythonRefs();  // lives forever: deleters may run at exit
+  return *refs;
+}
+
+// A built-in layer made from Python: shared from the start, as in C++ (hooks and named_modules
+// rely on it), and forgetting its hooks' entries when destroyed.
+template <class M, class... Args>
+std::shared_ptr<M> make_module(Args&&... args) {
+  return std::shared_ptr<M>(new M(std::forward<Args>(args)...), [](M* module) {
+    python_refs().forget(module);
+    delete module;
+  });
+}
+
+// The shared_ptr through which C++ holds the module `child`.
+std::shared_ptr<Module> shared_module(nb::handle child) {
+  Module& module = nb::cast<Module&>(child);
+  if (std::shared_ptr<Module> shared = module.weak_from_this().lock()) return shared;
+  PyObject* object = child.inc_ref().ptr();  // a Python-owned module (a Python subclass)
+  python_refs().add_owned(&module, object);
+  return std::shared_ptr<Module>(&module, [object](Module* released) {
+    python_refs().remove_owned(released);
+    if (!nb::is_alive()) return;  // after the interpreter's shutdown
+    const nb::gil_scoped_acquire gil;
+    Py_DECREF(object);
+  });
+}
+
+// Reports the Python references held by `module` (owned outright by the caller) and its children.
+int report(const Module* module, visitproc visit, void* arg) {
+  for (PyObject* fn : python_refs().hooks(module)) Py_VISIT(fn);
+  std::vector<const Module*> children;
+  module->for_each_child(
+      [&](const std::string&, const std::shared_ptr<Module>& child) { children.push_back(child.get()); });
+  const long holders_per_entry = dynamic_cast<const nn::detail::IndexedModules*>(module) != nullptr ? 2 : 1;
+  for (auto it = children.begin(); it != children.end(); ++it) {
+    if (std::find(children.begin(), it, *it) != it) continue;  // registered twice: counted at its first entry
+    const long entries = std::count(it, children.end(), *it);
+    if ((*it)->weak_from_this().use_count() != entries * holders_per_entry) continue;  // held elsewhere too
+    if (PyObject* object = python_refs().owned(*it)) {
+      Py_VISIT(object);  // a Python module: its own tp_traverse reports what it holds
+    } else if (const int result = report(*it, visit, arg); result != 0) {
+      return result;
+    }
+  }
+  return 0;
+}
+
+int module_traverse(PyObject* self, visitproc visit, void* arg) {
+  PyTypeObject* type = Py_TYPE(self);
+  if (type->tp_dictoffset > 0)
+    Py_VISIT(*reinterpret_cast<PyObject**>(reinterpret_cast<char*>(self) + type->tp_dictoffset));
+  Py_VISIT(type);
+  if (!nb::inst_ready(self)) return 0;
+  const Module* module = nb::inst_ptr<Module>(self);
+  // Inline in this object (a Python module: shared or not), or held by this object alone.
+  const bool owned = python_refs().owned(module) != nullptr || module->weak_from_this().expired() ||
+                     module->weak_from_this().use_count() == 1;
+  return owned ? report(module, visit, arg) : 0;
+}
+
+int module_clear(PyObject* self) {
+  PyTypeObject* type = Py_TYPE(self);
+  if (type->tp_dictoffset > 0)
+    Py_CLEAR(*reinterpret_cast<PyObject**>(reinterpret_cast<char*>(self) + type->tp_dictoffset));
+  return 0;
+}
+
+PyType_Slot kModuleSlots[] = {{Py_tp_traverse, reinterpret_cast<void*>(module_traverse)},
+                              {Py_tp_clear, reinterpret_cast<void*>(module_clear)},
+                              {0, nullptr}};
+
 class PyModule : public Module {
  public:
   NB_TRAMPOLINE(Module, 2);
+  ~PyModule() override { python_refs().forget(this); }
 
   Tensor forward(const Tensor& input) override { NB_OVERRIDE(forward, input); }
   std::string extra_repr() const override { NB_OVERRIDE(extra_repr); }
@@ -79,22 +209,33 @@ std::optional<Tensor> find_tensor(const nn::NamedTensors& tensors, const std::st
 
 nb::object get_attribute(nb::handle self, const std::string& name) {
   const Module& module = nb::cast<const Module&>(self);
+  std::shared_ptr<Module> found;
+  module.for_each_child([&](const std::string& key, const std::shared_ptr<Module>& child) {
+    if (!found && key == name) found = child;
+  });
+  if (found) return nb::cast(found);
   if (auto t = find_tensor(module.named_parameters(false), name)) {
     return t->defined() ? nb::cast(*t) : nb::none();
   }
   if (auto t = find_tensor(module.named_buffers(false), name)) return t->defined() ? nb::cast(*t) : nb::none();
-  for (const auto& [key, child] : module.named_children()) {
-    if (key == name) return nb::cast(child);
-  }
   throw nb::attribute_error(
       ("'" + std::string(nb::type_name(self.type()).c_str()) + "' object has no attribute '" + name + "'").c_str());
 }
 
 void set_attribute(nb::handle self, const std::string& name, nb::handle value) {
+  if (!nb::inst_ready(self)) {
+    throw nb::attribute_error(("[" + std::string(nb::type_name(self.type()).c_str()) + "] cannot assign \"" + name +
+                               "\" before Module.__init__() is called: call super().__init__() first")
+                                  .c_str());
+  }
   Module& module = nb::cast<Module&>(self);
   if (nb::isinstance<Module>(value)) {
-    module.register_module(name, nb::cast<std::shared_ptr<Module>>(value));
-    // Also in the instance dict: the fast path for `self.layer` in forward.
+    std::shared_ptr<Module> child = shared_module(value);
+    const bool python_owned = python_refs().owned(child.get()) != nullptr;
+    module.register_module(name, std::move(child));
+    // A Python module also goes in the instance dict (`self.block` is then a plain lookup); a
+    // built-in one is read back through __getattr__, so that its only holder is this module.
+    if (!python_owned) return;
   } else if (nb::isinstance<Parameter>(value)) {
     const Tensor& p = nb::cast<const Tensor&>(value);
     module.register_parameter(name, p, p.requires_grad());
@@ -122,6 +263,19 @@ Tensor hook_result(const nb::object& result, const char* what) {
   return out;
 }
 
+// A module hook's handle: removes the hook and its entry in PythonRefs (Note [Python modules and
+// the garbage collector]); the hook itself holds the callable.
+RemovableHandle track_hook(Module& module, nb::handle fn, RemovableHandle registered) {
+  python_refs().add_hook(&module, fn.ptr());
+  auto inner = std::make_shared<RemovableHandle>(std::move(registered));
+  return RemovableHandle([inner, module_ptr = &module, fn = fn.ptr(), removed = std::make_shared<bool>(false)] {
+    if (*removed) return;
+    *removed = true;
+    python_refs().remove_hook(module_ptr, fn);
+    inner->remove();
+  });
+}
+
 template <class M>
 void bind_indexed(nb::class_<M, Module>& c) {
   c.def("__len__", &M::size)
@@ -133,12 +287,14 @@ void bind_indexed(nb::class_<M, Module>& c) {
              return nb::iter(items);
            })
       .def("append",
-           [](nb::handle self, std::shared_ptr<Module> child) {
-             nb::cast<M&>(self).push_back(std::move(child));
+           [](nb::handle self, nb::handle child) {
+             M& container = nb::cast<M&>(self);
+             container.push_back(shared_module(child));
              return nb::borrow(self);
            })
-      .def("extend", [](nb::handle self, const std::vector<std::shared_ptr<Module>>& children) {
-        nb::cast<M&>(self).extend(children);
+      .def("extend", [](nb::handle self, nb::iterable children) {
+        M& container = nb::cast<M&>(self);
+        for (nb::handle child : children) container.push_back(shared_module(child));
         return nb::borrow(self);
       });
 }
@@ -165,12 +321,30 @@ void bind_nn(nb::module_& top) {
         return std::string(nb::str(nb::make_tuple(r.missing_keys, r.unexpected_keys)).c_str());
       });
 
-  nb::class_<Module, PyModule> module(m, "Module", "The base of every layer and model (torch.nn.Module).");
+  nb::class_<Module, PyModule> module(m, "Module", "The base of every layer and model (torch.nn.Module).",
+                                      nb::dynamic_attr(), nb::is_weak_referenceable(), nb::type_slots(kModuleSlots));
   module.def(nb::init<>())
       .def("forward", &Module::forward, "input"_a, nb::call_guard<Release>())
       .def("__call__", &call_module)
       .def("__getattr__", &get_attribute)
-      .def("__setattr__", &set_attribute)
+      .def("__setattr__", &set_attribute, "name"_a, "value"_a.none())
+      .def(
+          "__delattr__",
+          [](nb::handle self, const std::string& name) {
+            const Module& module = nb::cast<const Module&>(self);
+            bool registered = false;
+            module.for_each_child(
+                [&](const std::string& key, const std::shared_ptr<Module>&) { registered |= key == name; });
+            if (registered || find_tensor(module.named_parameters(false), name) ||
+                find_tensor(module.named_buffers(false), name)) {
+              throw nb::attribute_error(("[" + module.name() + "] cannot delete \"" + name +
+                                         "\": registered parameters, buffers and modules stay")
+                                            .c_str());
+            }
+            if (PyObject_GenericSetAttr(self.ptr(), nb::str(name.c_str()).ptr(), nullptr) != 0)
+              throw nb::python_error();
+          },
+          "name"_a)
       .def("__repr__", &Module::repr)
       .def("extra_repr", &Module::extra_repr)
       .def("_get_name", &Module::name)
@@ -188,14 +362,14 @@ void bind_nn(nb::module_& top) {
           "name"_a, "tensor"_a.none(), "persistent"_a = true)
       .def(
           "register_module",
-          [](Module& self, std::string name, std::shared_ptr<Module> child) {
-            self.register_module(std::move(name), std::move(child));
+          [](Module& self, std::string name, nb::handle child) {
+            self.register_module(std::move(name), shared_module(child));
           },
           "name"_a, "module"_a)
       .def(
           "add_module",
-          [](Module& self, std::string name, std::shared_ptr<Module> child) {
-            self.register_module(std::move(name), std::move(child));
+          [](Module& self, std::string name, nb::handle child) {
+            self.register_module(std::move(name), shared_module(child));
           },
           "name"_a, "module"_a)
       .def("parameters", &Module::parameters, "recurse"_a = true)
@@ -262,152 +436,165 @@ void bind_nn(nb::module_& top) {
       .def(
           "register_forward_pre_hook",
           [](Module& self, nb::callable fn) {
-            return self.register_forward_pre_hook([ref = PyRef(fn)](Module& mod, const Tensor& input) {
-              const nb::gil_scoped_acquire gil;
-              return hook_result(nb::handle(ref.get())(nb::cast(&mod, nb::rv_policy::reference), input),
-                                 "register_forward_pre_hook");
-            });
+            return track_hook(
+                self, fn, self.register_forward_pre_hook([ref = PyRef(fn)](Module& mod, const Tensor& input) {
+                  const nb::gil_scoped_acquire gil;
+                  return hook_result(nb::handle(ref.get())(nb::cast(&mod, nb::rv_policy::reference), input),
+                                     "register_forward_pre_hook");
+                }));
           },
           "hook"_a, "hook(module, input) before forward; a returned tensor replaces the input.")
       .def(
           "register_forward_hook",
           [](Module& self, nb::callable fn) {
-            return self.register_forward_hook(
-                [ref = PyRef(fn)](Module& mod, const Tensor& input, const Tensor& output) {
+            return track_hook(
+                self, fn,
+                self.register_forward_hook([ref = PyRef(fn)](Module& mod, const Tensor& input, const Tensor& output) {
                   const nb::gil_scoped_acquire gil;
                   return hook_result(nb::handle(ref.get())(nb::cast(&mod, nb::rv_policy::reference), input, output),
                                      "register_forward_hook");
-                });
+                }));
           },
           "hook"_a, "hook(module, input, output) after forward; a returned tensor replaces the output.")
       .def(
           "register_full_backward_hook",
           [](Module& self, nb::callable fn) {
-            return self.register_full_backward_hook(
-                [ref = PyRef(fn)](Module& mod, const Tensor& grad_input, const Tensor& grad_output) {
-                  const nb::gil_scoped_acquire gil;
-                  return hook_result(
-                      nb::handle(ref.get())(nb::cast(&mod, nb::rv_policy::reference), grad_input, grad_output),
-                      "register_full_backward_hook");
-                });
+            return track_hook(self, fn,
+                              self.register_full_backward_hook(
+                                  [ref = PyRef(fn)](Module& mod, const Tensor& grad_input, const Tensor& grad_output) {
+                                    const nb::gil_scoped_acquire gil;
+                                    return hook_result(nb::handle(ref.get())(nb::cast(&mod, nb::rv_policy::reference),
+                                                                             grad_input, grad_output),
+                                                       "register_full_backward_hook");
+                                  }));
           },
           "hook"_a, "hook(module, grad_input, grad_output) in backward; a returned tensor replaces grad_input.");
   base_forward() = module.attr("forward");
 
   // --- containers -------------------------------------------------------------------------------
-  nb::class_<nn::Sequential, Module> sequential(m, "Sequential");
+  nb::class_<nn::Sequential, Module> sequential(m, "Sequential", nb::type_slots(kModuleSlots));
   sequential.def(nb::new_([](nb::args modules) {
-    auto s = std::make_shared<nn::Sequential>();
-    for (nb::handle child : modules) s->push_back(nb::cast<std::shared_ptr<Module>>(child));
+    auto s = make_module<nn::Sequential>();
+    for (nb::handle child : modules) s->push_back(shared_module(child));
     return s;
   }));
   bind_indexed(sequential);
-  nb::class_<nn::ModuleList, Module> module_list(m, "ModuleList");
-  module_list.def(nb::new_([](std::optional<std::vector<std::shared_ptr<Module>>> modules) {
-                    return std::make_shared<nn::ModuleList>(modules.value_or(std::vector<std::shared_ptr<Module>>{}));
+  nb::class_<nn::ModuleList, Module> module_list(m, "ModuleList", nb::type_slots(kModuleSlots));
+  module_list.def(nb::new_([](std::optional<nb::iterable> modules) {
+                    auto list = make_module<nn::ModuleList>();
+                    if (modules) {
+                      for (nb::handle child : *modules) list->push_back(shared_module(child));
+                    }
+                    return list;
                   }),
                   "modules"_a = nb::none());
   bind_indexed(module_list);
 
   // --- layers: made shared from the start, as in C++ (hooks and named_modules need it) ---------
-  nb::class_<nn::Linear, Module>(m, "Linear")
-      .def(nb::new_([](int64_t in, int64_t out, bool bias) { return std::make_shared<nn::Linear>(in, out, bias); }),
+  nb::class_<nn::Linear, Module>(m, "Linear", nb::type_slots(kModuleSlots))
+      .def(nb::new_([](int64_t in, int64_t out, bool bias) { return make_module<nn::Linear>(in, out, bias); }),
            "in_features"_a, "out_features"_a, "bias"_a = true)
       .def_ro("in_features", &nn::Linear::in_features)
       .def_ro("out_features", &nn::Linear::out_features);
-  nb::class_<nn::Conv1d, Module>(m, "Conv1d")
-      .def(nb::new_([](int64_t in, int64_t out, int64_t k, int64_t stride, int64_t padding, int64_t dilation,
-                       int64_t groups, bool bias) {
-             return std::make_shared<nn::Conv1d>(in, out, k, stride, padding, dilation, groups, bias);
-           }),
+  nb::class_<nn::Conv1d, Module>(m, "Conv1d", nb::type_slots(kModuleSlots))
+      .def(nb::new_(
+               [](int64_t in, int64_t out, int64_t k, int64_t stride, int64_t padding, int64_t dilation, int64_t groups,
+                  bool bias) { return make_module<nn::Conv1d>(in, out, k, stride, padding, dilation, groups, bias); }),
            "in_channels"_a, "out_channels"_a, "kernel_size"_a, "stride"_a = 1, "padding"_a = 0, "dilation"_a = 1,
            "groups"_a = 1, "bias"_a = true);
-  nb::class_<nn::Conv2d, Module>(m, "Conv2d")
-      .def(nb::new_([](int64_t in, int64_t out, Pair k, Pair stride, Pair padding, Pair dilation, int64_t groups,
-                       bool bias) {
-             return std::make_shared<nn::Conv2d>(in, out, k, stride, padding, dilation, groups, bias);
-           }),
+  nb::class_<nn::Conv2d, Module>(m, "Conv2d", nb::type_slots(kModuleSlots))
+      .def(nb::new_(
+               [](int64_t in, int64_t out, Pair k, Pair stride, Pair padding, Pair dilation, int64_t groups,
+                  bool bias) { return make_module<nn::Conv2d>(in, out, k, stride, padding, dilation, groups, bias); }),
            "in_channels"_a, "out_channels"_a, "kernel_size"_a, "stride"_a = 1, "padding"_a = 0, "dilation"_a = 1,
            "groups"_a = 1, "bias"_a = true);
-  nb::class_<nn::ConvTranspose2d, Module>(m, "ConvTranspose2d")
+  nb::class_<nn::ConvTranspose2d, Module>(m, "ConvTranspose2d", nb::type_slots(kModuleSlots))
       .def(nb::new_([](int64_t in, int64_t out, Pair k, Pair stride, Pair padding, Pair output_padding, int64_t groups,
                        bool bias, Pair dilation) {
-             return std::make_shared<nn::ConvTranspose2d>(in, out, k, stride, padding, output_padding, groups, bias,
-                                                          dilation);
+             return make_module<nn::ConvTranspose2d>(in, out, k, stride, padding, output_padding, groups, bias,
+                                                     dilation);
            }),
            "in_channels"_a, "out_channels"_a, "kernel_size"_a, "stride"_a = 1, "padding"_a = 0, "output_padding"_a = 0,
            "groups"_a = 1, "bias"_a = true, "dilation"_a = 1);
-  nb::class_<nn::Embedding, Module>(m, "Embedding")
-      .def(nb::new_([](int64_t n, int64_t d) { return std::make_shared<nn::Embedding>(n, d); }), "num_embeddings"_a,
+  nb::class_<nn::Embedding, Module>(m, "Embedding", nb::type_slots(kModuleSlots))
+      .def(nb::new_([](int64_t n, int64_t d) { return make_module<nn::Embedding>(n, d); }), "num_embeddings"_a,
            "embedding_dim"_a);
-  nb::class_<nn::MaxPool2d, Module>(m, "MaxPool2d")
+  nb::class_<nn::MaxPool2d, Module>(m, "MaxPool2d", nb::type_slots(kModuleSlots))
       .def(nb::new_([](Pair k, std::optional<Pair> stride, Pair padding, Pair dilation, bool ceil_mode) {
-             return std::make_shared<nn::MaxPool2d>(k, stride, padding, dilation, ceil_mode);
+             return make_module<nn::MaxPool2d>(k, stride, padding, dilation, ceil_mode);
            }),
            "kernel_size"_a, "stride"_a = nb::none(), "padding"_a = 0, "dilation"_a = 1, "ceil_mode"_a = false);
-  nb::class_<nn::AvgPool2d, Module>(m, "AvgPool2d")
+  nb::class_<nn::AvgPool2d, Module>(m, "AvgPool2d", nb::type_slots(kModuleSlots))
       .def(nb::new_([](Pair k, std::optional<Pair> stride, Pair padding, bool ceil_mode, bool count_include_pad) {
-             return std::make_shared<nn::AvgPool2d>(k, stride, padding, ceil_mode, count_include_pad);
+             return make_module<nn::AvgPool2d>(k, stride, padding, ceil_mode, count_include_pad);
            }),
            "kernel_size"_a, "stride"_a = nb::none(), "padding"_a = 0, "ceil_mode"_a = false,
            "count_include_pad"_a = true);
-  nb::class_<nn::AdaptiveAvgPool2d, Module>(m, "AdaptiveAvgPool2d")
-      .def(nb::new_([](Pair size) { return std::make_shared<nn::AdaptiveAvgPool2d>(size); }), "output_size"_a);
-  nb::class_<nn::BatchNorm1d, Module>(m, "BatchNorm1d")
+  nb::class_<nn::AdaptiveAvgPool2d, Module>(m, "AdaptiveAvgPool2d", nb::type_slots(kModuleSlots))
+      .def(nb::new_([](Pair size) { return make_module<nn::AdaptiveAvgPool2d>(size); }), "output_size"_a);
+  nb::class_<nn::BatchNorm1d, Module>(m, "BatchNorm1d", nb::type_slots(kModuleSlots))
       .def(nb::new_([](int64_t n, double eps, std::optional<double> momentum, bool affine, bool track) {
-             return std::make_shared<nn::BatchNorm1d>(n, eps, momentum, affine, track);
+             return make_module<nn::BatchNorm1d>(n, eps, momentum, affine, track);
            }),
            "num_features"_a, "eps"_a = 1e-5, "momentum"_a.none() = 0.1, "affine"_a = true,
            "track_running_stats"_a = true);
-  nb::class_<nn::BatchNorm2d, Module>(m, "BatchNorm2d")
+  nb::class_<nn::BatchNorm2d, Module>(m, "BatchNorm2d", nb::type_slots(kModuleSlots))
       .def(nb::new_([](int64_t n, double eps, std::optional<double> momentum, bool affine, bool track) {
-             return std::make_shared<nn::BatchNorm2d>(n, eps, momentum, affine, track);
+             return make_module<nn::BatchNorm2d>(n, eps, momentum, affine, track);
            }),
            "num_features"_a, "eps"_a = 1e-5, "momentum"_a.none() = 0.1, "affine"_a = true,
            "track_running_stats"_a = true);
-  nb::class_<nn::LayerNorm, Module>(m, "LayerNorm")
+  nb::class_<nn::LayerNorm, Module>(m, "LayerNorm", nb::type_slots(kModuleSlots))
       .def(nb::new_([](const Shape& shape, double eps, bool affine, bool bias) {
-             return std::make_shared<nn::LayerNorm>(shape, eps, affine, bias);
+             return make_module<nn::LayerNorm>(shape, eps, affine, bias);
            }),
            "normalized_shape"_a, "eps"_a = 1e-5, "elementwise_affine"_a = true, "bias"_a = true);
-  nb::class_<nn::RMSNorm, Module>(m, "RMSNorm")
+  nb::class_<nn::RMSNorm, Module>(m, "RMSNorm", nb::type_slots(kModuleSlots))
       .def(nb::new_([](const Shape& shape, std::optional<double> eps, bool affine) {
-             return std::make_shared<nn::RMSNorm>(shape, eps, affine);
+             return make_module<nn::RMSNorm>(shape, eps, affine);
            }),
            "normalized_shape"_a, "eps"_a = nb::none(), "elementwise_affine"_a = true);
-  nb::class_<nn::GroupNorm, Module>(m, "GroupNorm")
+  nb::class_<nn::GroupNorm, Module>(m, "GroupNorm", nb::type_slots(kModuleSlots))
       .def(nb::new_([](int64_t groups, int64_t channels, double eps, bool affine) {
-             return std::make_shared<nn::GroupNorm>(groups, channels, eps, affine);
+             return make_module<nn::GroupNorm>(groups, channels, eps, affine);
            }),
            "num_groups"_a, "num_channels"_a, "eps"_a = 1e-5, "affine"_a = true);
-  nb::class_<nn::Upsample, Module>(m, "Upsample")
+  nb::class_<nn::Upsample, Module>(m, "Upsample", nb::type_slots(kModuleSlots))
       .def(nb::new_([](std::optional<std::vector<int64_t>> size, std::optional<std::vector<double>> scale_factor,
                        std::string mode, std::optional<bool> align_corners) {
-             return std::make_shared<nn::Upsample>(size, scale_factor, mode, align_corners);
+             return make_module<nn::Upsample>(size, scale_factor, mode, align_corners);
            }),
            "size"_a = nb::none(), "scale_factor"_a = nb::none(), "mode"_a = "nearest", "align_corners"_a = nb::none());
-  nb::class_<nn::Dropout, Module>(m, "Dropout")
-      .def(nb::new_([](double p) { return std::make_shared<nn::Dropout>(p); }), "p"_a = 0.5);
-  nb::class_<nn::Flatten, Module>(m, "Flatten")
-      .def(nb::new_([](int64_t start, int64_t end) { return std::make_shared<nn::Flatten>(start, end); }),
-           "start_dim"_a = 1, "end_dim"_a = -1);
-  nb::class_<nn::ReLU, Module>(m, "ReLU").def(nb::new_([] { return std::make_shared<nn::ReLU>(); }));
-  nb::class_<nn::SiLU, Module>(m, "SiLU").def(nb::new_([] { return std::make_shared<nn::SiLU>(); }));
-  nb::class_<nn::Tanh, Module>(m, "Tanh").def(nb::new_([] { return std::make_shared<nn::Tanh>(); }));
-  nb::class_<nn::Sigmoid, Module>(m, "Sigmoid").def(nb::new_([] { return std::make_shared<nn::Sigmoid>(); }));
-  nb::class_<nn::GELU, Module>(m, "GELU").def(
-      nb::new_([](std::string approximate) { return std::make_shared<nn::GELU>(std::move(approximate)); }),
-      "approximate"_a = "none");
-  nb::class_<nn::Softplus, Module>(m, "Softplus")
-      .def(nb::new_([](double beta, double threshold) { return std::make_shared<nn::Softplus>(beta, threshold); }),
+  nb::class_<nn::Dropout, Module>(m, "Dropout", nb::type_slots(kModuleSlots))
+      .def(nb::new_([](double p) { return make_module<nn::Dropout>(p); }), "p"_a = 0.5);
+  nb::class_<nn::Flatten, Module>(m, "Flatten", nb::type_slots(kModuleSlots))
+      .def(nb::new_([](int64_t start, int64_t end) { return make_module<nn::Flatten>(start, end); }), "start_dim"_a = 1,
+           "end_dim"_a = -1);
+  nb::class_<nn::ReLU, Module>(m, "ReLU", nb::type_slots(kModuleSlots)).def(nb::new_([] {
+    return make_module<nn::ReLU>();
+  }));
+  nb::class_<nn::SiLU, Module>(m, "SiLU", nb::type_slots(kModuleSlots)).def(nb::new_([] {
+    return make_module<nn::SiLU>();
+  }));
+  nb::class_<nn::Tanh, Module>(m, "Tanh", nb::type_slots(kModuleSlots)).def(nb::new_([] {
+    return make_module<nn::Tanh>();
+  }));
+  nb::class_<nn::Sigmoid, Module>(m, "Sigmoid", nb::type_slots(kModuleSlots)).def(nb::new_([] {
+    return make_module<nn::Sigmoid>();
+  }));
+  nb::class_<nn::GELU, Module>(m, "GELU", nb::type_slots(kModuleSlots))
+      .def(nb::new_([](std::string approximate) { return make_module<nn::GELU>(std::move(approximate)); }),
+           "approximate"_a = "none");
+  nb::class_<nn::Softplus, Module>(m, "Softplus", nb::type_slots(kModuleSlots))
+      .def(nb::new_([](double beta, double threshold) { return make_module<nn::Softplus>(beta, threshold); }),
            "beta"_a = 1.0, "threshold"_a = 20.0);
-  nb::class_<nn::Softmax, Module>(m, "Softmax")
-      .def(nb::new_([](int64_t dim) { return std::make_shared<nn::Softmax>(dim); }), "dim"_a);
-  nb::class_<nn::LogSoftmax, Module>(m, "LogSoftmax")
-      .def(nb::new_([](int64_t dim) { return std::make_shared<nn::LogSoftmax>(dim); }), "dim"_a);
-  nb::class_<nn::MultiheadAttention, Module>(m, "MultiheadAttention")
+  nb::class_<nn::Softmax, Module>(m, "Softmax", nb::type_slots(kModuleSlots))
+      .def(nb::new_([](int64_t dim) { return make_module<nn::Softmax>(dim); }), "dim"_a);
+  nb::class_<nn::LogSoftmax, Module>(m, "LogSoftmax", nb::type_slots(kModuleSlots))
+      .def(nb::new_([](int64_t dim) { return make_module<nn::LogSoftmax>(dim); }), "dim"_a);
+  nb::class_<nn::MultiheadAttention, Module>(m, "MultiheadAttention", nb::type_slots(kModuleSlots))
       .def(nb::new_([](int64_t embed_dim, int64_t num_heads, double dropout, bool bias, bool batch_first) {
-             return std::make_shared<nn::MultiheadAttention>(
+             return make_module<nn::MultiheadAttention>(
                  embed_dim, num_heads,
                  nn::MultiheadAttentionOptions{.dropout = dropout, .bias = bias, .batch_first = batch_first});
            }),
@@ -427,10 +614,10 @@ void bind_nn(nb::module_& top) {
           },
           "query"_a, "key"_a, "value"_a, "key_padding_mask"_a = nb::none(), "need_weights"_a = true,
           "attn_mask"_a = nb::none(), "average_attn_weights"_a = true, "is_causal"_a = false);
-  nb::class_<nn::TransformerEncoderLayer, Module>(m, "TransformerEncoderLayer")
+  nb::class_<nn::TransformerEncoderLayer, Module>(m, "TransformerEncoderLayer", nb::type_slots(kModuleSlots))
       .def(nb::new_([](int64_t d_model, int64_t nhead, int64_t dim_feedforward, double dropout, std::string activation,
                        double layer_norm_eps, bool batch_first, bool norm_first, bool bias) {
-             return std::make_shared<nn::TransformerEncoderLayer>(
+             return make_module<nn::TransformerEncoderLayer>(
                  d_model, nhead,
                  nn::TransformerEncoderLayerOptions{.dim_feedforward = dim_feedforward,
                                                     .dropout = dropout,

@@ -248,15 +248,16 @@ void bind_ops(nb::module_& m) {
   f.def("interpolate", &interpolate, "input"_a, "size"_a = nb::none(), "scale_factor"_a = nb::none(),
         "mode"_a = "nearest", "align_corners"_a = nb::none(), kRelease);
   // No running statistics (None) is training on the batch's statistics alone, as in PyTorch.
-  f.def("batch_norm",
-        [](const Tensor& input, const std::optional<Tensor>& running_mean, const std::optional<Tensor>& running_var,
-           const std::optional<Tensor>& weight, const std::optional<Tensor>& bias, bool training, double momentum,
-           double eps) {
-          return batch_norm(input, running_mean.value_or(Tensor()), running_var.value_or(Tensor()), weight, bias,
-                            training, momentum, eps);
-        },
-        "input"_a, "running_mean"_a.none(), "running_var"_a.none(), "weight"_a = nb::none(), "bias"_a = nb::none(),
-        "training"_a = false, "momentum"_a = 0.1, "eps"_a = 1e-5, kRelease);
+  f.def(
+      "batch_norm",
+      [](const Tensor& input, const std::optional<Tensor>& running_mean, const std::optional<Tensor>& running_var,
+         const std::optional<Tensor>& weight, const std::optional<Tensor>& bias, bool training, double momentum,
+         double eps) {
+        return batch_norm(input, running_mean.value_or(Tensor()), running_var.value_or(Tensor()), weight, bias,
+                          training, momentum, eps);
+      },
+      "input"_a, "running_mean"_a.none(), "running_var"_a.none(), "weight"_a = nb::none(), "bias"_a = nb::none(),
+      "training"_a = false, "momentum"_a = 0.1, "eps"_a = 1e-5, kRelease);
   f.def("layer_norm", &layer_norm, "input"_a, "normalized_shape"_a, "weight"_a = nb::none(), "bias"_a = nb::none(),
         "eps"_a = 1e-5, kRelease);
   f.def("group_norm", &group_norm, "input"_a, "num_groups"_a, "weight"_a = nb::none(), "bias"_a = nb::none(),

@@ -109,6 +109,12 @@ class Module : public std::enable_shared_from_this<Module> {
   // Direct children.
   std::vector<std::shared_ptr<Module>> children() const;
   NamedModules named_children() const;
+  // Calls fn(name, child) for each direct child, in registration order, without copying the list
+  // (nor the children's shared_ptrs: their use counts stay what their holders make them).
+  template <class F>
+  void for_each_child(F&& fn) const {
+    for (const auto& [child_name, child] : children_) fn(child_name, child);
+  }
   // This module (named "") and every descendant, depth first, each once. Including the module
   // itself needs it to be held by a std::shared_ptr.
   std::vector<std::shared_ptr<Module>> modules(bool include_self = true);
