@@ -7,7 +7,8 @@
 // PyTorch; parameters and buffers are read back from the C++ module (Module.__getattr__), so a
 // C++ change to them (load_state_dict, to) is what Python sees. Calling a Python module runs its
 // Python forward directly (any arguments and results); when module hooks are registered, the call
-// goes through nn::Module::operator(), which runs the hooks around forward(Tensor).
+// goes through nn::Module::operator(), which runs the hooks around forward(Tensor). Built-in layers
+// assigned to a Python module are read back through __getattr__ too (C++ is their only holder).
 #include "ember/nn.h"
 
 #include <nanobind/stl/function.h>
@@ -15,6 +16,10 @@
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/shared_ptr.h>
 #include <nanobind/trampoline.h>
+
+#include <algorithm>
+#include <mutex>
+#include <unordered_map>
 
 #include "bindings.h"
 #include "ember/autograd.h"
