@@ -92,17 +92,7 @@ void bind_ops(nb::module_& m) {
 #define EMBER_BIND_BINARY(name)                                                                         \
   m.def(#name, nb::overload_cast<const Tensor&, const Tensor&>(&name), "input"_a, "other"_a, kRelease); \
   m.def(#name, nb::overload_cast<const Tensor&, const Scalar&>(&name), "input"_a, "other"_a, kRelease);
-  EMBER_BIND_BINARY(add)
-  EMBER_BIND_BINARY(sub)
-  EMBER_BIND_BINARY(mul)
-  EMBER_BIND_BINARY(div)
-  EMBER_BIND_BINARY(pow)
-  EMBER_BIND_BINARY(eq)
-  EMBER_BIND_BINARY(ne)
-  EMBER_BIND_BINARY(lt)
-  EMBER_BIND_BINARY(le)
-  EMBER_BIND_BINARY(gt)
-  EMBER_BIND_BINARY(ge)
+  EMBER_PYTHON_BINARY_OPS(EMBER_BIND_BINARY)
 #undef EMBER_BIND_BINARY
   m.def("div", nb::overload_cast<const Scalar&, const Tensor&>(&div), "input"_a, "other"_a, kRelease);
   m.def("pow", nb::overload_cast<const Scalar&, const Tensor&>(&pow), "input"_a, "exponent"_a, kRelease);
@@ -112,25 +102,7 @@ void bind_ops(nb::module_& m) {
   m.def("logical_and", &logical_and, "input"_a, "other"_a, kRelease);
   m.def("logical_or", &logical_or, "input"_a, "other"_a, kRelease);
 #define EMBER_BIND_UNARY(name) m.def(#name, &name, "input"_a, kRelease);
-  EMBER_BIND_UNARY(logical_not)
-  EMBER_BIND_UNARY(neg)
-  EMBER_BIND_UNARY(abs)
-  EMBER_BIND_UNARY(sign)
-  EMBER_BIND_UNARY(exp)
-  EMBER_BIND_UNARY(log)
-  EMBER_BIND_UNARY(log1p)
-  EMBER_BIND_UNARY(expm1)
-  EMBER_BIND_UNARY(sqrt)
-  EMBER_BIND_UNARY(rsqrt)
-  EMBER_BIND_UNARY(square)
-  EMBER_BIND_UNARY(sin)
-  EMBER_BIND_UNARY(cos)
-  EMBER_BIND_UNARY(tanh)
-  EMBER_BIND_UNARY(sigmoid)
-  EMBER_BIND_UNARY(relu)
-  EMBER_BIND_UNARY(silu)
-  EMBER_BIND_UNARY(isnan)
-  EMBER_BIND_UNARY(isinf)
+  EMBER_PYTHON_UNARY_OPS(EMBER_BIND_UNARY)
 #undef EMBER_BIND_UNARY
   m.def("gelu", &gelu, "input"_a, "approximate"_a = "none", kRelease);
   m.def("softplus", &softplus, "input"_a, "beta"_a = 1.0, "threshold"_a = 20.0, kRelease);
@@ -152,13 +124,7 @@ void bind_ops(nb::module_& m) {
       #name,                                                                                                     \
       [](const Tensor& x, std::optional<Axes> dim, bool keepdim) { return name(x, dims_or_all(dim), keepdim); }, \
       "input"_a, "dim"_a = nb::none(), "keepdim"_a = false, kRelease);
-  EMBER_BIND_REDUCTION(sum)
-  EMBER_BIND_REDUCTION(mean)
-  EMBER_BIND_REDUCTION(prod)
-  EMBER_BIND_REDUCTION(amax)
-  EMBER_BIND_REDUCTION(amin)
-  EMBER_BIND_REDUCTION(all)
-  EMBER_BIND_REDUCTION(any)
+  EMBER_PYTHON_REDUCTIONS(EMBER_BIND_REDUCTION)
 #undef EMBER_BIND_REDUCTION
   m.def("argmax", &argmax, "input"_a, "dim"_a = nb::none(), "keepdim"_a = false, kRelease);
   m.def("argmin", &argmin, "input"_a, "dim"_a = nb::none(), "keepdim"_a = false, kRelease);

@@ -219,17 +219,9 @@ void bind_tensor(nb::module_& m) {
           name, [](const Tensor& a, const Tensor& b) { return a.method(b); }, "other"_a, nb::call_guard<Release>()) \
       .def(                                                                                                         \
           name, [](const Tensor& a, const Scalar& b) { return a.method(b); }, "other"_a, nb::call_guard<Release>());
-  EMBER_BIND_BINARY("add", add)
-  EMBER_BIND_BINARY("sub", sub)
-  EMBER_BIND_BINARY("mul", mul)
-  EMBER_BIND_BINARY("div", div)
-  EMBER_BIND_BINARY("pow", pow)
-  EMBER_BIND_BINARY("eq", eq)
-  EMBER_BIND_BINARY("ne", ne)
-  EMBER_BIND_BINARY("lt", lt)
-  EMBER_BIND_BINARY("le", le)
-  EMBER_BIND_BINARY("gt", gt)
-  EMBER_BIND_BINARY("ge", ge)
+#define EMBER_BIND_METHOD(name) EMBER_BIND_BINARY(#name, name)
+  EMBER_PYTHON_BINARY_OPS(EMBER_BIND_METHOD)
+#undef EMBER_BIND_METHOD
   EMBER_BIND_BINARY("__add__", add)
   EMBER_BIND_BINARY("__sub__", sub)
   EMBER_BIND_BINARY("__mul__", mul)
@@ -317,25 +309,7 @@ void bind_tensor(nb::module_& m) {
       .def("gelu", &Tensor::gelu, "approximate"_a = "none", nb::call_guard<Release>());
 
 #define EMBER_BIND_UNARY(name) tensor.def(#name, &Tensor::name, nb::call_guard<Release>());
-  EMBER_BIND_UNARY(neg)
-  EMBER_BIND_UNARY(abs)
-  EMBER_BIND_UNARY(sign)
-  EMBER_BIND_UNARY(exp)
-  EMBER_BIND_UNARY(log)
-  EMBER_BIND_UNARY(log1p)
-  EMBER_BIND_UNARY(expm1)
-  EMBER_BIND_UNARY(sqrt)
-  EMBER_BIND_UNARY(rsqrt)
-  EMBER_BIND_UNARY(square)
-  EMBER_BIND_UNARY(sin)
-  EMBER_BIND_UNARY(cos)
-  EMBER_BIND_UNARY(tanh)
-  EMBER_BIND_UNARY(sigmoid)
-  EMBER_BIND_UNARY(relu)
-  EMBER_BIND_UNARY(silu)
-  EMBER_BIND_UNARY(isnan)
-  EMBER_BIND_UNARY(isinf)
-  EMBER_BIND_UNARY(logical_not)
+  EMBER_PYTHON_UNARY_OPS(EMBER_BIND_UNARY)
 #undef EMBER_BIND_UNARY
 #define EMBER_BIND_UNARY_INPLACE(name) \
   tensor.def(                          \
@@ -354,35 +328,14 @@ void bind_tensor(nb::module_& m) {
 
   // --- reductions -------------------------------------------------------------------------------
   // dim: an int, a sequence of ints, or None for every dimension (as in PyTorch).
+#define EMBER_BIND_REDUCTION(name)                                                                               \
+  tensor.def(                                                                                                    \
+      #name,                                                                                                     \
+      [](const Tensor& t, std::optional<Axes> dim, bool keepdim) { return name(t, dims_or_all(dim), keepdim); }, \
+      "dim"_a = nb::none(), "keepdim"_a = false, nb::call_guard<Release>());
+  EMBER_PYTHON_REDUCTIONS(EMBER_BIND_REDUCTION)
+#undef EMBER_BIND_REDUCTION
   tensor
-      .def(
-          "sum",
-          [](const Tensor& t, std::optional<Axes> dim, bool keepdim) { return sum(t, dims_or_all(dim), keepdim); },
-          "dim"_a = nb::none(), "keepdim"_a = false, nb::call_guard<Release>())
-      .def(
-          "mean",
-          [](const Tensor& t, std::optional<Axes> dim, bool keepdim) { return mean(t, dims_or_all(dim), keepdim); },
-          "dim"_a = nb::none(), "keepdim"_a = false, nb::call_guard<Release>())
-      .def(
-          "prod",
-          [](const Tensor& t, std::optional<Axes> dim, bool keepdim) { return prod(t, dims_or_all(dim), keepdim); },
-          "dim"_a = nb::none(), "keepdim"_a = false, nb::call_guard<Release>())
-      .def(
-          "amax",
-          [](const Tensor& t, std::optional<Axes> dim, bool keepdim) { return amax(t, dims_or_all(dim), keepdim); },
-          "dim"_a = nb::none(), "keepdim"_a = false, nb::call_guard<Release>())
-      .def(
-          "amin",
-          [](const Tensor& t, std::optional<Axes> dim, bool keepdim) { return amin(t, dims_or_all(dim), keepdim); },
-          "dim"_a = nb::none(), "keepdim"_a = false, nb::call_guard<Release>())
-      .def(
-          "all",
-          [](const Tensor& t, std::optional<Axes> dim, bool keepdim) { return all(t, dims_or_all(dim), keepdim); },
-          "dim"_a = nb::none(), "keepdim"_a = false, nb::call_guard<Release>())
-      .def(
-          "any",
-          [](const Tensor& t, std::optional<Axes> dim, bool keepdim) { return any(t, dims_or_all(dim), keepdim); },
-          "dim"_a = nb::none(), "keepdim"_a = false, nb::call_guard<Release>())
       .def(
           "var",
           [](const Tensor& t, std::optional<Axes> dim, int64_t correction, bool keepdim) {
