@@ -370,56 +370,34 @@ void bind_tensor(nb::module_& m) {
       .def("gather", &Tensor::gather, "dim"_a, "index"_a, nb::call_guard<Release>())
       .def("argsort", &Tensor::argsort, "dim"_a = -1, "descending"_a = false, "stable"_a = false,
            nb::call_guard<Release>());
-  // max() / min(): the whole tensor's; max(dim) / min(dim): (values, indices), as in PyTorch.
+  // max() / min(): the whole tensor's; max(dim) / min(dim): (values, indices), as in PyTorch;
+  // max(other) / min(other): elementwise.
+  for (const bool largest : {true, false}) {
+    tensor.def(largest ? "max" : "min", [largest](const Tensor& t) {
+      const Release r;
+      return largest ? t.max() : t.min();
+    });
+    tensor.def(
+        largest ? "max" : "min",
+        [largest](const Tensor& t, int64_t dim, bool keepdim) {
+          Tensor values, indices;
+          {
+            const Release r;
+            values = largest ? amax(t, {dim}, keepdim) : amin(t, {dim}, keepdim);
+            indices = largest ? t.argmax(dim, keepdim) : t.argmin(dim, keepdim);
+          }
+          return values_and_indices(values, indices);
+        },
+        "dim"_a, "keepdim"_a = false);
+    tensor.def(
+        largest ? "max" : "min",
+        [largest](const Tensor& t, const Tensor& other) {
+          const Release r;
+          return largest ? t.maximum(other) : t.minimum(other);
+        },
+        "other"_a);
+  }
   tensor
-      .def("max",
-           [](const Tensor& t) {
-             const Release r;
-             return t.max();
-           })
-      .def(
-          "max",
-          [](const Tensor& t, int64_t dim, bool keepdim) {
-            Tensor values, indices;
-            {
-              const Release r;
-              values = amax(t, {dim}, keepdim);
-              indices = t.argmax(dim, keepdim);
-            }
-            return values_and_indices(values, indices);
-          },
-          "dim"_a, "keepdim"_a = false)
-      .def(
-          "max",
-          [](const Tensor& t, const Tensor& other) {
-            const Release r;
-            return t.maximum(other);
-          },
-          "other"_a)
-      .def("min",
-           [](const Tensor& t) {
-             const Release r;
-             return t.min();
-           })
-      .def(
-          "min",
-          [](const Tensor& t, int64_t dim, bool keepdim) {
-            Tensor values, indices;
-            {
-              const Release r;
-              values = amin(t, {dim}, keepdim);
-              indices = t.argmin(dim, keepdim);
-            }
-            return values_and_indices(values, indices);
-          },
-          "dim"_a, "keepdim"_a = false)
-      .def(
-          "min",
-          [](const Tensor& t, const Tensor& other) {
-            const Release r;
-            return t.minimum(other);
-          },
-          "other"_a)
       .def(
           "sort",
           [](const Tensor& t, int64_t dim, bool descending, bool stable) {
