@@ -43,14 +43,14 @@ class PyRef {
 };
 
 // The ops bound both as ember.<name>(x, ...) and as the method x.<name>(...), listed once.
-#define EMBER_PYTHON_UNARY_OPS(X)                                                                                     \
-  X(neg)                                                                                                              \
-  X(abs)                                                                                                              \
-  X(sign) X(exp) X(log) X(log1p) X(expm1) X(sqrt) X(rsqrt) X(square) X(sin) X(cos) X(tanh) X(sigmoid) X(relu) X(silu) \
-      X(isnan) X(isinf) X(logical_not)
+// clang-format off
+#define EMBER_PYTHON_UNARY_OPS(X) \
+  X(neg) X(abs) X(sign) X(exp) X(log) X(log1p) X(expm1) X(sqrt) X(rsqrt) X(square) X(sin) X(cos) \
+  X(tanh) X(sigmoid) X(relu) X(silu) X(isnan) X(isinf) X(logical_not)
 #define EMBER_PYTHON_BINARY_OPS(X) X(add) X(sub) X(mul) X(div) X(pow) X(eq) X(ne) X(lt) X(le) X(gt) X(ge)
 // Reductions over `dim` (an int, a sequence of ints, or None for every dimension) with `keepdim`.
 #define EMBER_PYTHON_REDUCTIONS(X) X(sum) X(mean) X(prod) X(amax) X(amin) X(all) X(any)
+// clang-format on
 
 // The per-area registration functions (one file each).
 void bind_dtype(nb::module_& m);
