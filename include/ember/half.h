@@ -3,15 +3,23 @@
 // with round-to-nearest-even, as PyTorch does.
 #pragma once
 
-#include <bit>
 #include <cstdint>
+#include <type_traits>
 
 namespace ember {
+
+// ember::bit_cast, which the C++ library of the WebAssembly toolchain (Emscripten 3.1's libc++)
+// does not have yet.
+template <class To, class From>
+  requires(sizeof(To) == sizeof(From) && std::is_trivially_copyable_v<To> && std::is_trivially_copyable_v<From>)
+constexpr To bit_cast(const From& from) noexcept {
+  return __builtin_bit_cast(To, from);
+}
 
 namespace detail {
 
 inline uint16_t float_to_half_bits(float value) {
-  const uint32_t f = std::bit_cast<uint32_t>(value);
+  const uint32_t f = ember::bit_cast<uint32_t>(value);
   const uint32_t sign = (f >> 16) & 0x8000u;
   const uint32_t abs = f & 0x7fffffffu;
   if (abs >= 0x7f800000u) {  // inf or nan
@@ -19,9 +27,9 @@ inline uint16_t float_to_half_bits(float value) {
   }
   if (abs >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // rounds to inf
   if (abs < 0x38800000u) {  // subnormal half (or zero): add magic to shift mantissa into place
-    const float magic = std::bit_cast<float>(0x3f000000u);  // 0.5
-    const float shifted = std::bit_cast<float>(abs) + magic;
-    return static_cast<uint16_t>(sign | (std::bit_cast<uint32_t>(shifted) - 0x3f000000u));
+    const float magic = ember::bit_cast<float>(0x3f000000u);  // 0.5
+    const float shifted = ember::bit_cast<float>(abs) + magic;
+    return static_cast<uint16_t>(sign | (ember::bit_cast<uint32_t>(shifted) - 0x3f000000u));
   }
   const uint32_t mantissa_odd = (abs >> 13) & 1u;
   uint32_t rounded = abs + 0xc8000fffu + mantissa_odd;  // rebias exponent (-112 << 23) and round
@@ -35,20 +43,20 @@ inline float half_bits_to_float(uint16_t h) {
   if (exponent == 0) {
     // zero or subnormal: value = mantissa * 2^-24
     const float magnitude = static_cast<float>(mantissa) * 5.9604644775390625e-08f;
-    return std::bit_cast<float>(sign | std::bit_cast<uint32_t>(magnitude));
+    return ember::bit_cast<float>(sign | ember::bit_cast<uint32_t>(magnitude));
   }
-  if (exponent == 0x1f) return std::bit_cast<float>(sign | 0x7f800000u | (mantissa << 13));
-  return std::bit_cast<float>(sign | ((exponent + 112u) << 23) | (mantissa << 13));
+  if (exponent == 0x1f) return ember::bit_cast<float>(sign | 0x7f800000u | (mantissa << 13));
+  return ember::bit_cast<float>(sign | ((exponent + 112u) << 23) | (mantissa << 13));
 }
 
 inline uint16_t float_to_bfloat16_bits(float value) {
-  const uint32_t f = std::bit_cast<uint32_t>(value);
+  const uint32_t f = ember::bit_cast<uint32_t>(value);
   if ((f & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((f >> 16) | 0x40u);  // quiet nan
   const uint32_t rounding = 0x7fffu + ((f >> 16) & 1u);
   return static_cast<uint16_t>((f + rounding) >> 16);
 }
 
-inline float bfloat16_bits_to_float(uint16_t b) { return std::bit_cast<float>(static_cast<uint32_t>(b) << 16); }
+inline float bfloat16_bits_to_float(uint16_t b) { return ember::bit_cast<float>(static_cast<uint32_t>(b) << 16); }
 
 }  // namespace detail
 

@@ -2,7 +2,6 @@
 // Python number does in PyTorch: it never promotes a tensor to a wider type of its own category.
 #pragma once
 
-#include <bit>
 #include <cstdint>
 #include <type_traits>
 
@@ -46,7 +45,7 @@ class Scalar {
   // Same kind and value; floats compare by their bits, so a NaN equals itself (attributes use this).
   friend bool operator==(const Scalar& a, const Scalar& b) {
     if (a.kind_ != b.kind_) return false;
-    if (a.kind_ == Kind::kFloating) return std::bit_cast<uint64_t>(a.d_) == std::bit_cast<uint64_t>(b.d_);
+    if (a.kind_ == Kind::kFloating) return ember::bit_cast<uint64_t>(a.d_) == ember::bit_cast<uint64_t>(b.d_);
     return a.i_ == b.i_;
   }
 

@@ -1,7 +1,6 @@
 // hash_value(Attrs): the attribute type, then every field of the struct (fields()), combined.
 #include "ember/attrs.h"
 
-#include <bit>
 
 namespace ember {
 namespace {
@@ -12,7 +11,7 @@ size_t hash_one(int64_t v) { return std::hash<int64_t>{}(v); }
 size_t hash_one(uint64_t v) { return std::hash<uint64_t>{}(v); }
 size_t hash_one(bool v) { return v ? 1 : 0; }
 // A double field compares by value (-0.0 == 0.0), so both zeros hash alike.
-size_t hash_one(double v) { return std::hash<uint64_t>{}(std::bit_cast<uint64_t>(v == 0.0 ? 0.0 : v)); }
+size_t hash_one(double v) { return std::hash<uint64_t>{}(ember::bit_cast<uint64_t>(v == 0.0 ? 0.0 : v)); }
 size_t hash_one(Reduction v) { return static_cast<size_t>(v); }
 size_t hash_one(Activation v) { return static_cast<size_t>(v); }
 size_t hash_one(InterpolateMode v) { return static_cast<size_t>(v); }
@@ -38,7 +37,7 @@ size_t hash_one(const std::vector<double>& values) {
 }
 size_t hash_one(const Scalar& s) {
   size_t seed = static_cast<size_t>(s.kind());
-  mix(seed, s.is_floating() ? std::hash<uint64_t>{}(std::bit_cast<uint64_t>(s.to_double())) : hash_one(s.to_int()));
+  mix(seed, s.is_floating() ? std::hash<uint64_t>{}(ember::bit_cast<uint64_t>(s.to_double())) : hash_one(s.to_int()));
   return seed;
 }
 size_t hash_one(const std::optional<Scalar>& s) { return s ? hash_one(*s) + 1 : 0; }

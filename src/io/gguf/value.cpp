@@ -1,6 +1,5 @@
 // gguf::Value (ember/gguf.h): construction of arrays, the typed accessors' errors, comparison and
 // printing.
-#include <bit>
 #include <cstdint>
 #include <limits>
 #include <ostream>
@@ -82,9 +81,9 @@ bool operator==(const Value& a, const Value& b) {
         using T = std::decay_t<decltype(x)>;
         const T& y = std::get<T>(b.data_);
         if constexpr (std::is_same_v<T, float>) {
-          return std::bit_cast<uint32_t>(x) == std::bit_cast<uint32_t>(y);
+          return ember::bit_cast<uint32_t>(x) == ember::bit_cast<uint32_t>(y);
         } else if constexpr (std::is_same_v<T, double>) {
-          return std::bit_cast<uint64_t>(x) == std::bit_cast<uint64_t>(y);
+          return ember::bit_cast<uint64_t>(x) == ember::bit_cast<uint64_t>(y);
         } else if constexpr (std::is_same_v<T, Value::Array>) {
           return x.element_type == y.element_type && x.items == y.items;
         } else {
