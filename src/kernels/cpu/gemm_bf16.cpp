@@ -20,6 +20,8 @@
 // of a row of A with a row of W, reading W once. They are memory-bound.
 #include "kernels/cpu/gemm_bf16.h"
 
+#if defined(__x86_64__)
+
 #include <immintrin.h>
 
 #include <algorithm>
@@ -252,3 +254,20 @@ void gemm_bf16(const Bf16Matrix& a, const Bf16Matrix& bt, int64_t m, int64_t n, 
 }
 
 }  // namespace ember::cpu
+
+#else  // not x86-64: callers check cpu_isa() for AVX512_BF16 first, which only x86-64 has.
+
+#include "ember/error.h"
+
+namespace ember::cpu {
+
+void gemm_bf16(const Bf16Matrix&, const Bf16Matrix&, int64_t, int64_t, int64_t, float*, int) {
+  EMBER_FAIL("[gemm_bf16] the AVX512_BF16 kernel was called on a CPU without it");
+}
+void round_to_bf16(const float*, int64_t, int64_t, const float*, uint16_t*, int64_t) {
+  EMBER_FAIL("[gemm_bf16] the AVX512_BF16 kernel was called on a CPU without it");
+}
+
+}  // namespace ember::cpu
+
+#endif  // defined(__x86_64__)

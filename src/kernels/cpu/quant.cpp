@@ -20,7 +20,9 @@
 // block weights go through int8 panels instead (Note [packed block GEMM]).
 #include "kernels/cpu/quant.h"
 
+#if defined(__x86_64__)
 #include <immintrin.h>
+#endif
 
 // GCC 12's AVX-512 reductions and casts start from _mm256_undefined_si256(), which its own
 // -Wuninitialized then reports at every inlined use.
@@ -69,6 +71,21 @@ int64_t blocks_of(int64_t k) { return (k + kQuantBlock - 1) / kQuantBlock; }
 int64_t pairs_of(int64_t k) { return (blocks_of(k) + 1) / 2; }
 int64_t row_bytes_of(DType wtype, int64_t k) { return storage_bytes(wtype, blocks_of(k) * kQuantBlock); }
 
+#if !defined(__x86_64__)
+// Elsewhere cpu_isa() is kScalar and only the scalar kernels run: these stand in for the x86-64
+// kernels (AVX-512, AVX2, VNNI) so that the dispatch below compiles unchanged.
+[[noreturn]] void no_x86_kernel() { EMBER_FAIL("[quantized matmul] an x86-64 kernel was called on another CPU"); }
+bool quantize_block_avx512(const float*, PairRecord&, int64_t, int32_t) { no_x86_kernel(); }
+float quantize_int8_row_avx512(const float*, int64_t, int8_t*, int32_t*) { no_x86_kernel(); }
+void block_rows_avx2(const MatmulArgs&, const PairRecord*, int64_t, int64_t, int64_t, int64_t) { no_x86_kernel(); }
+void int8_rows_avx2(const MatmulArgs&, const Int8Rows&, int64_t, int64_t, int64_t, int64_t) { no_x86_kernel(); }
+template <DType W, int R, int C>
+void block_tile_vnni(const MatmulArgs&, const PairRecord*, int64_t, int64_t) { no_x86_kernel(); }
+template <int R, int C>
+void int8_tile_vnni(const MatmulArgs&, const Int8Rows&, int64_t, int64_t) { no_x86_kernel(); }
+void packed_matmul(const MatmulArgs&, const std::vector<PairRecord>&, int) { no_x86_kernel(); }
+#endif
+
 #define EMBER_AVX512 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,f16c,fma")))
 
 // Block b (0 or 1) of a record from 32 floats: the reference quantizer's values (ember/blocks.h),
@@ -91,6 +108,7 @@ bool quantize_block_scalar(const float* x, PairRecord& rec, int64_t b, int32_t o
   return true;
 }
 
+#if defined(__x86_64__)
 // Rounds half away from zero, as roundf: truncate, then step away from zero where the dropped
 // fraction is at least a half.
 EMBER_AVX512 inline __m512 round_half_away(__m512 v) {
@@ -122,6 +140,7 @@ EMBER_AVX512 bool quantize_block_avx512(const float* x, PairRecord& rec, int64_t
   rec.correction[b * 8] = -offset * sum;
   return true;
 }
+#endif
 
 // Note [quantized activations]: the records of the rows of x for weights of `a.wtype`; false when
 // x holds NaN or Inf.
@@ -166,6 +185,7 @@ float quantize_int8_row_scalar(const float* x, int64_t k, int8_t* q, int32_t* su
   return scale;
 }
 
+#if defined(__x86_64__)
 EMBER_AVX512 float quantize_int8_row_avx512(const float* x, int64_t k, int8_t* q, int32_t* sum) {
   const __m512 inf = _mm512_set1_ps(INFINITY);
   __m512 amax = _mm512_setzero_ps();
@@ -187,6 +207,7 @@ EMBER_AVX512 float quantize_int8_row_avx512(const float* x, int64_t k, int8_t* q
   *sum = _mm512_reduce_add_epi32(total);
   return scale;
 }
+#endif
 
 // Rows of x as int8 with their scales and corrections; false when x holds NaN or Inf.
 bool quantize_int8_activations(const MatmulArgs& a, Isa isa, int threads, Int8Rows& rows) {
@@ -260,6 +281,7 @@ void int8_rows_scalar(const MatmulArgs& a, const Int8Rows& x, int64_t m_begin, i
   }
 }
 
+#if defined(__x86_64__)
 // --- AVX2 -----------------------------------------------------------------------------------------
 
 #define EMBER_AVX2 __attribute__((target("avx2,fma,f16c")))
@@ -646,6 +668,8 @@ void packed_matmul(const MatmulArgs& a, const std::vector<PairRecord>& records, 
     }
   });
 }
+
+#endif  // defined(__x86_64__)
 
 // Calls tile.template operator()<R, C>(r, c) over rows [m_begin, m_end) x weight rows [n_begin, n_end) in
 // tiles of 4 x 4, smaller at the edges.
