@@ -8,7 +8,7 @@
 
 namespace ember::graph {
 
-FusedGroup::FusedGroup(const Graph& g, const Node& fused) : node_(fused) {
+FusedGroup::FusedGroup(const Graph& g, const Node& fused) {
   const Shape& s = fused.body.front().outputs[0].shape;
   shape_ = s.size() == 0 ? Shape({1}) : s;
   const int ndim = shape_.size();

@@ -50,7 +50,6 @@ class FusedGroup {
   };
   void run_tiles(const std::vector<char*>& base, int64_t begin, int64_t end, int slot);
 
-  const Node& node_;
   Shape shape_;  // S
   int split_ = 0;
   int64_t chunk_ = 1, chunks_ = 1, tiles_ = 1;

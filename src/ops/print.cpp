@@ -13,7 +13,6 @@
 namespace ember {
 namespace {
 
-constexpr int kPrecision = 4;
 constexpr int64_t kThreshold = 1000;
 constexpr int64_t kEdgeItems = 3;
 constexpr int kLineWidth = 80;

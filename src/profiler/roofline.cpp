@@ -319,11 +319,11 @@ std::string roofline_svg(const Roof& roof, const std::vector<RooflinePoint>& poi
   double key_y = bottom + 76;
   svg << "<g class=\"key\">\n";
   std::vector<std::pair<std::string, std::string>> kinds;
-  for (const auto& [color, text] : std::vector<std::pair<std::string, std::string>>{
+  for (const auto& kind : std::vector<std::pair<std::string, std::string>>{
            {"#3366cc", "forward op"}, {"#d95f02", "backward op"}, {"#1b9e77", "optimizer update"}}) {
     if (std::any_of(drawn.begin(), drawn.end(),
-                    [&](const RooflinePoint& p) { return point_color(p.label) == color; })) {
-      kinds.emplace_back(color, text);
+                    [&](const RooflinePoint& p) { return point_color(p.label) == kind.first; })) {
+      kinds.push_back(kind);
     }
   }
   if (kinds.size() > 1) {
