@@ -31,10 +31,18 @@ function(ember_link target link)
   file(CREATE_LINK ${target} ${link} SYMBOLIC)
 endfunction()
 
-# Makes the object library of every declared layer and returns their objects in `out`.
+# Makes the object library of every declared layer (or of those named in LAYERS) and returns their
+# objects in `out`; sources whose path under src/ matches EXCLUDE are left out (the WebAssembly
+# build's subset, cmake/EmberWasm.cmake).
+#
+#   ember_build_layers(<out> [LAYERS <layer>...] [EXCLUDE <regex>])
 function(ember_build_layers out)
+  cmake_parse_arguments(BUILD "" "EXCLUDE" "LAYERS" ${ARGN})
+  if(NOT BUILD_LAYERS)
+    set(BUILD_LAYERS ${EMBER_LAYERS})
+  endif()
   set(objects "")
-  foreach(name ${EMBER_LAYERS})
+  foreach(name ${BUILD_LAYERS})
     set(view ${EMBER_LAYER_ROOT}/${name})
     file(REMOVE_RECURSE ${view})
     foreach(seen ${name} ${EMBER_LAYER_SEES_${name}})
@@ -58,6 +66,9 @@ function(ember_build_layers out)
     if(EMBER_WITH_CUDA)
       file(GLOB_RECURSE cuda_sources CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/${name}/*.cu)
       list(APPEND sources ${cuda_sources})
+    endif()
+    if(BUILD_EXCLUDE)
+      list(FILTER sources EXCLUDE REGEX "^${PROJECT_SOURCE_DIR}/src/(${BUILD_EXCLUDE})$")
     endif()
     add_library(ember_${name} OBJECT ${sources})
     target_include_directories(ember_${name} PRIVATE ${view}/src ${view}/include)
