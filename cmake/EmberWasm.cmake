@@ -13,11 +13,10 @@
 # Kernels are compiled for WASM (SIMD128) with EMBER_WASM_SIMD=ON, for EMU128 (plain scalar code
 # over 128-bit arrays) without. nlohmann-json comes from the host's headers (header-only), seen
 # through a folder of links so the host's other headers (glibc's) stay out of the sysroot's way.
-# Threads: single-threaded unless EMBER_WASM_THREADS=ON (pthreads on SharedArrayBuffer, which a
-# page may use only when served cross-origin isolated).
+# Threads: one. (A pthreads build with Emscripten 3.1.6 runs the CNN on two threads, but there an
+# ember::Error is no longer caught by its type, only by catch (...): not offered.)
 
 option(EMBER_WASM_SIMD "Compile the kernels for WebAssembly SIMD128 (-msimd128)" ON)
-option(EMBER_WASM_THREADS "Build with pthreads (needs a cross-origin isolated page)" OFF)
 set(EMBER_HIGHWAY_SOURCE ${PROJECT_SOURCE_DIR}/.deps/highway CACHE PATH "Highway 1.3 sources (scripts/setup --wasm)")
 if(NOT EXISTS ${EMBER_HIGHWAY_SOURCE}/hwy/highway.h)
   message(FATAL_ERROR "no Highway sources at ${EMBER_HIGHWAY_SOURCE}: run scripts/setup --wasm")
@@ -26,9 +25,6 @@ endif()
 set(EMBER_WASM_FLAGS -fwasm-exceptions)
 if(EMBER_WASM_SIMD)
   list(APPEND EMBER_WASM_FLAGS -msimd128)
-endif()
-if(EMBER_WASM_THREADS)
-  list(APPEND EMBER_WASM_FLAGS -pthread)
 endif()
 add_compile_options(${EMBER_WASM_FLAGS})
 add_link_options(${EMBER_WASM_FLAGS})

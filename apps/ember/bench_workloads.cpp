@@ -434,6 +434,34 @@ WorkloadSpec train_step_cnn(const std::string& name, bool compiled, bool amp = f
           }};
 }
 
+// The MNIST CNN's inference on one image, as the WebAssembly page runs it (wasm/src/api.cpp):
+// trained weights do not change the time, so these are the initial ones; the forward goes through
+// ember::compile (traced in the setup) with autograd off. bench/wasm.py times the WebAssembly
+// module on the same work, single-threaded, against this row at --threads 1.
+WorkloadSpec infer_cnn(const std::string& name) {
+  return {name, false, [=] {
+            manual_seed(0);
+            std::shared_ptr<nn::Sequential> model = models::mnist_cnn();
+            model->eval();
+            auto forward = std::make_shared<Compiled<std::function<Tensor(const Tensor&)>>>(
+                compile(std::function<Tensor(const Tensor&)>([model](const Tensor& x) { return model->forward(x); })));
+            const Tensor x = randn({1, 1, 28, 28});
+            {
+              autograd::NoGradGuard no_grad;
+              (void)(*forward)(x);
+            }
+            return Workload{
+                .flops = kCnnForwardFlopsPerImage,
+                .bytes = 4.0 * (parameter_count(*model) + as_double(x.numel())),
+                .run =
+                    [=] {
+                      autograd::NoGradGuard no_grad;
+                      (void)(*forward)(x);
+                    },
+            };
+          }};
+}
+
 // One epoch of the main job, `ember train mnist` with its defaults (the CNN, Adam at 3e-3 with a
 // cosine schedule over 10 epochs, batch 64, random shifts of up to 2 pixels) on the 4,000 training
 // images of the offline subset: the same loop as apps/ember/train.cpp's, step for step, including
@@ -739,6 +767,7 @@ std::vector<WorkloadSpec> bench_workloads(const BenchOptions& options) {
   w.push_back(train_step_mlp("train_step_mlp", false));
   w.push_back(train_step_mlp("train_step_mlp_compiled", true));
   w.push_back(train_step_cnn("train_step_cnn", false));
+  w.push_back(infer_cnn("infer_cnn_b1"));
   w.push_back(train_step_cnn("train_step_cnn_compiled", true));
   w.push_back(train_step_cnn("train_step_cnn_amp", false, /*amp=*/true));
   w.push_back(train_mnist_epoch("train_mnist_epoch", options.data_dir));

@@ -4,12 +4,14 @@
 // ember_last_error(); nothing throws across the boundary. Handles are small positive integers.
 // Files (checkpoints, inputs) reach the module through Emscripten's in-memory file system, where
 // ember.js writes the caller's ArrayBuffer.
+#include <cxxabi.h>
 #include <emscripten/emscripten.h>
 
 #include <cstdio>
 #include <exception>
 #include <functional>
 #include <map>
+#include <typeinfo>
 #include <memory>
 #include <string>
 #include <utility>
@@ -44,7 +46,9 @@ R guarded(Fn&& body, R failed) {
   } catch (const std::exception& e) {
     last_error() = e.what();
   } catch (...) {
-    last_error() = "unknown error";
+    const std::type_info* type = abi::__cxa_current_exception_type();
+    last_error() = std::string("[wasm] an exception of type ") + (type != nullptr ? type->name() : "unknown") +
+                   " (not a std::exception)";
   }
   return failed;
 }
