@@ -1,7 +1,6 @@
 // hash_value(Attrs): the attribute type, then every field of the struct (fields()), combined.
 #include "ember/attrs.h"
 
-
 namespace ember {
 namespace {
 

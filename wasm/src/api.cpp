@@ -11,9 +11,9 @@
 #include <exception>
 #include <functional>
 #include <map>
-#include <typeinfo>
 #include <memory>
 #include <string>
+#include <typeinfo>
 #include <utility>
 #include <vector>
 

@@ -80,9 +80,13 @@ float quantize_int8_row_avx512(const float*, int64_t, int8_t*, int32_t*) { no_x8
 void block_rows_avx2(const MatmulArgs&, const PairRecord*, int64_t, int64_t, int64_t, int64_t) { no_x86_kernel(); }
 void int8_rows_avx2(const MatmulArgs&, const Int8Rows&, int64_t, int64_t, int64_t, int64_t) { no_x86_kernel(); }
 template <DType W, int R, int C>
-void block_tile_vnni(const MatmulArgs&, const PairRecord*, int64_t, int64_t) { no_x86_kernel(); }
+void block_tile_vnni(const MatmulArgs&, const PairRecord*, int64_t, int64_t) {
+  no_x86_kernel();
+}
 template <int R, int C>
-void int8_tile_vnni(const MatmulArgs&, const Int8Rows&, int64_t, int64_t) { no_x86_kernel(); }
+void int8_tile_vnni(const MatmulArgs&, const Int8Rows&, int64_t, int64_t) {
+  no_x86_kernel();
+}
 void packed_matmul(const MatmulArgs&, const std::vector<PairRecord>&, int) { no_x86_kernel(); }
 #endif
 
