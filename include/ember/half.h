@@ -8,11 +8,11 @@
 
 namespace ember {
 
-// ember::bit_cast, which the C++ library of the WebAssembly toolchain (Emscripten 3.1's libc++)
+// std::bit_cast, which the C++ library of the WebAssembly toolchain (Emscripten 3.1's libc++)
 // does not have yet.
 template <class To, class From>
-requires(sizeof(To) == sizeof(From) && std::is_trivially_copyable_v<To> &&
-         std::is_trivially_copyable_v<From>) constexpr To bit_cast(const From& from) noexcept {
+constexpr To bit_cast(const From& from) noexcept {
+  static_assert(sizeof(To) == sizeof(From) && std::is_trivially_copyable_v<To> && std::is_trivially_copyable_v<From>);
   return __builtin_bit_cast(To, from);
 }
 
