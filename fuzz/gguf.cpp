@@ -30,7 +30,7 @@ void require(bool cond, const char* promise) {
 }
 
 // Each tensor's bytes, read as gguf::load reads them, after checking what read_header promises.
-std::vector<std::string> read_tensors(const format::Header& header, const format::Source& source) {
+std::vector<std::string> read_tensors(const format::Header& header, const ember::detail::Source& source) {
   std::vector<std::string> data;
   for (const format::TensorInfo& info : header.tensors) {
     require(
@@ -55,7 +55,7 @@ std::vector<std::string> read_tensors(const format::Header& header, const format
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  const format::MemorySource source(std::span(data, size));
+  const ember::detail::MemorySource source(std::span(data, size));
   format::Header header;
   try {
     header = format::read_header(source, "<fuzz>", "gguf::load");
@@ -84,7 +84,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     written += bytes;
     written.resize(static_cast<size_t>(format::padded(written.size(), header.alignment)), '\0');
   }
-  const format::MemorySource again_source(std::span(reinterpret_cast<const uint8_t*>(written.data()), written.size()));
+  const ember::detail::MemorySource again_source(
+      std::span(reinterpret_cast<const uint8_t*>(written.data()), written.size()));
   format::Header again;
   try {
     again = format::read_header(again_source, "<fuzz again>", "gguf::load");

@@ -70,7 +70,7 @@ constexpr std::pair<uint32_t, std::string_view> kGgmlTypeNames[] = {
 // the bytes left; `context` names what is being read, for the error when the file ends inside it.
 class Cursor {
  public:
-  Cursor(const Source& source, const std::string& what, const std::string& op)
+  Cursor(const detail::Source& source, const std::string& what, const std::string& op)
       : source_(source), what_(what), op_(op) {}
 
   uint64_t position() const { return position_; }
@@ -120,7 +120,7 @@ class Cursor {
   }
 
  private:
-  const Source& source_;
+  const detail::Source& source_;
   const std::string& what_;
   const std::string& op_;
   std::string context_;
@@ -390,13 +390,9 @@ std::string supported_ggml_types() {
   return names;
 }
 
-void MemorySource::read(void* out, size_t bytes, uint64_t offset) const {
-  if (bytes > 0) std::memcpy(out, bytes_.data() + offset, bytes);
-}
-
 // --- read_header ----------------------------------------------------------------------------------
 
-Header read_header(const Source& source, const std::string& what, const std::string& op) {
+Header read_header(const detail::Source& source, const std::string& what, const std::string& op) {
   Cursor cursor(source, what, op);
   Header header;
   if (source.size() < kMagic.size()) {

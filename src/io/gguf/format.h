@@ -6,7 +6,6 @@
 
 #include <cstdint>
 #include <optional>
-#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -15,6 +14,7 @@
 #include "ember/dtype.h"
 #include "ember/gguf.h"
 #include "ember/shape.h"
+#include "io/source.h"
 
 namespace ember::gguf_format {
 
@@ -32,25 +32,6 @@ std::optional<DType> dtype_of_ggml_type(uint32_t ggml_type);
 std::string_view ggml_type_name(uint32_t ggml_type);
 // "F32, F16, BF16, ..." for error messages.
 std::string supported_ggml_types();
-
-// Where a file's bytes come from: a file on disk or memory.
-class Source {
- public:
-  virtual ~Source() = default;
-  virtual uint64_t size() const = 0;
-  // Copies bytes [offset, offset + bytes) to `out`; the caller has checked they are in range.
-  virtual void read(void* out, size_t bytes, uint64_t offset) const = 0;
-};
-
-class MemorySource final : public Source {
- public:
-  explicit MemorySource(std::span<const uint8_t> bytes) : bytes_(bytes) {}
-  uint64_t size() const override { return bytes_.size(); }
-  void read(void* out, size_t bytes, uint64_t offset) const override;
-
- private:
-  std::span<const uint8_t> bytes_;
-};
 
 struct TensorInfo {
   std::string name;
@@ -72,7 +53,7 @@ struct Header {
 // Reads and validates everything up to the data section, and checks that each tensor's bytes are
 // inside the source, aligned and apart from the others: after this, reading tensor i is reading
 // tensors[i].bytes bytes at tensors[i].offset. Errors read "[<op>] <what>: <problem>".
-Header read_header(const Source& source, const std::string& what, const std::string& op);
+Header read_header(const detail::Source& source, const std::string& what, const std::string& op);
 
 // --- writing ---------------------------------------------------------------------------------------
 

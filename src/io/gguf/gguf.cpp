@@ -3,50 +3,24 @@
 // the bytes GGUFWriter writes). Format notes are in ember/gguf.h.
 #include "ember/gguf.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-
 #include <algorithm>
 #include <array>
-#include <cerrno>
 
 #include "ember/autograd.h"
 #include "ember/ops.h"
 #include "io/atomic_file.h"
+#include "io/file_source.h"
 #include "io/gguf/format.h"
 
 namespace ember::gguf {
 namespace {
 
 using detail::AtomicFile;
-using detail::errno_text;
-using detail::FileDescriptor;
 
 const std::string kLoad = "gguf::load";
 const std::string kSave = "gguf::save";
 
-// A GGUF file on disk, read with pread.
-class FileSource final : public gguf_format::Source {
- public:
-  explicit FileSource(const std::string& path) : path_(path), fd_(::open(path.c_str(), O_RDONLY | O_CLOEXEC)) {
-    EMBER_CHECK(fd_.get() >= 0, "[", kLoad, "] cannot open '", path, "': ", errno_text(errno));
-    struct stat info {};
-    EMBER_CHECK(::fstat(fd_.get(), &info) == 0, "[", kLoad, "] cannot stat '", path, "': ", errno_text(errno));
-    EMBER_CHECK(S_ISREG(info.st_mode), "[", kLoad, "] '", path, "' is not a regular file");
-    size_ = static_cast<uint64_t>(info.st_size);
-  }
-  uint64_t size() const override { return size_; }
-  void read(void* out, size_t bytes, uint64_t offset) const override {
-    detail::read_all(fd_.get(), out, bytes, offset, path_, kLoad);
-  }
-
- private:
-  std::string path_;
-  FileDescriptor fd_;
-  uint64_t size_ = 0;
-};
-
-File read_file(const gguf_format::Source& source, const std::string& what) {
+File read_file(const detail::Source& source, const std::string& what) {
   gguf_format::Header header = gguf_format::read_header(source, what, kLoad);
   File file;
   file.metadata = std::move(header.metadata);
@@ -99,12 +73,12 @@ const Tensor& File::tensor(std::string_view name) const {
 }
 
 File load(const std::string& path) {
-  const FileSource source(path);
+  const detail::FileSource source(path, kLoad);
   return read_file(source, path);
 }
 
 File load_bytes(std::span<const uint8_t> bytes, const std::string& what) {
-  return read_file(gguf_format::MemorySource(bytes), what);
+  return read_file(detail::MemorySource(bytes), what);
 }
 
 void save(const std::string& path, const File& file) {
