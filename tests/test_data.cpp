@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "data/mnist_format.h"
 #include "ember/data.h"
 #include "ember/ember.h"
 #include "test_util.h"
@@ -423,6 +424,51 @@ TEST_F(MnistFiles, CorruptCsvFilesGiveClearErrors) {
   expect_error([&] { MNIST::from_csv(path("crc.csv.gz"), Split::kTrain); }, {"corrupt or truncated"});
 
   expect_error([&] { MNIST::from_csv(path("missing.csv.gz"), Split::kTrain); }, {"not found", "run scripts/setup"});
+}
+
+TEST_F(MnistFiles, GzipMembersAreReadOneAfterAnother) {
+  // Two members, as `cat a.gz b.gz` makes them, then bytes that do not start a member (ignored, as
+  // gzip and zlib's gzread ignore them): 20 + 30 rows, 5 of each digit.
+  const std::string second = gzip_stored(synthetic_csv(30));
+  write("two.csv.gz", gzip_stored(synthetic_csv(20)) + second + std::string("\0\0", 2));
+  EXPECT_EQ(MNIST::from_csv(path("two.csv.gz"), Split::kTrain, /*normalize=*/false).size(), 40);
+  EXPECT_EQ(MNIST::from_csv(path("two.csv.gz"), Split::kTest, false).size(), 10);
+  // A second member cut short, or damaged, is an error like a first one.
+  write("cut.csv.gz", gzip_stored(synthetic_csv(20)) + second.substr(0, second.size() - 4));
+  expect_error([&] { MNIST::from_csv(path("cut.csv.gz"), Split::kTrain); },
+               {"[mnist] cannot read '" + path("cut.csv.gz") + "'", "ends early"});
+  std::string damaged = gzip_stored(synthetic_csv(20)) + second;
+  damaged[damaged.size() - 6] ^= 0x5a;  // the second member's CRC
+  write("damaged.csv.gz", damaged);
+  expect_error([&] { MNIST::from_csv(path("damaged.csv.gz"), Split::kTrain); }, {"corrupt or truncated"});
+}
+
+// A gzip stream cut right after its compressed data (the 8-byte trailer gone) is an error too. The
+// reader through zlib's gzread took this one as 1 MiB of '0' without a word: zlib's compression of
+// 1 MiB + 5 '0' characters, cut so. gzread's 1 MiB reads filled just as the input ran out, and the
+// next read found no input, so the last 5 bytes and the cut went unreported (the fuzzer's inputs
+// fuzz/corpus/mnist/crash-cut-gzip-* are smaller cases of it).
+TEST_F(MnistFiles, GzipStreamCutAfterItsDataIsAnError) {
+  const std::string cut = std::string("\x1f\x8b\x08\x00\x00\x00\x00\x00\x02\x03", 10) +
+                          std::string("\xed\xc1\x31\x01\x00\x00\x00\xc2\xa0\x4a\xeb\x9f\xce\x12\x9e\x40\x01", 17) +
+                          std::string(1015, '\0') + std::string("\x1c\x0c", 2);
+  write("cut.csv.gz", cut);
+  expect_error([&] { MNIST::from_csv(path("cut.csv.gz"), Split::kTrain); },
+               {"[mnist] cannot read '" + path("cut.csv.gz") + "': the gzip data ends early"});
+}
+
+TEST(MnistFormat, UnpackRefusesMoreBytesThanItsLimit) {
+  const auto bytes = [](const std::string& s) {
+    return std::span(reinterpret_cast<const uint8_t*>(s.data()), s.size());
+  };
+  const std::string text(5000, 'a');
+  const std::string packed = gzip_stored(text);
+  EXPECT_EQ(mnist_format::unpack(bytes(packed), "x.gz", 5000), std::vector<uint8_t>(text.begin(), text.end()));
+  EXPECT_EQ(mnist_format::unpack(bytes(text), "x", 5000).size(), 5000u);
+  // A gzip bomb: more unpacked than the limit (1 GiB for MNIST's files).
+  expect_error([&] { mnist_format::unpack(bytes(packed), "bomb.gz", 4999); },
+               {"[mnist] 'bomb.gz' is larger than 4999 bytes unpacked: not an MNIST file"});
+  expect_error([&] { mnist_format::unpack(bytes(text), "big", 4999); }, {"'big' is larger than 4999 bytes unpacked"});
 }
 
 TEST_F(MnistFiles, DefaultRootExplainsHowToGetTheDataAndChecksTheSubset) {
