@@ -17,7 +17,8 @@
 #include <sstream>
 #include <unordered_map>
 
-#include "ember/ops.h"
+#include "data/wordpiece_format.h"
+#include "ember/error.h"
 #include "ember/tokenizer.h"
 
 namespace ember::data {
@@ -170,27 +171,6 @@ std::string read_text_file(const fs::path& path, const char* what) {
   return contents.str();
 }
 
-// One token per line, the line's index its id; trailing whitespace (a Windows line end) is not
-// part of the token, and a last line without its newline counts.
-std::vector<std::string> read_vocab(const std::string& path) {
-  const std::string text = read_text_file(path, "vocab file");
-  EMBER_CHECK(!text.empty(), "[tokenizer] vocab file '", path, "' is empty");
-  EMBER_CHECK(text.find('\0') == std::string::npos, "[tokenizer] vocab file '", path,
-              "' is not a text file (it holds NUL bytes)");
-  std::vector<std::string> tokens;
-  size_t start = 0;
-  while (start < text.size()) {
-    size_t end = text.find('\n', start);
-    if (end == std::string::npos) end = text.size();
-    std::string token = text.substr(start, end - start);
-    while (!token.empty() && (token.back() == '\r' || token.back() == ' ' || token.back() == '\t')) token.pop_back();
-    decode_utf8(token, "vocab file '" + path + "' line " + std::to_string(tokens.size() + 1));
-    tokens.push_back(std::move(token));
-    start = end + 1;
-  }
-  return tokens;
-}
-
 // A special token in tokenizer_config.json: a string, or an object with "content" (AddedToken).
 void read_token(const nlohmann::json& config, const char* key, std::string& token) {
   if (!config.contains(key) || config[key].is_null()) return;
@@ -212,38 +192,9 @@ void read_bool(const nlohmann::json& config, const char* key, bool& flag) {
 }
 
 WordPieceOptions read_config(const fs::path& path) {
-  WordPieceOptions options;
   std::error_code error;
-  if (!fs::exists(path, error)) return options;
-  nlohmann::json config;
-  try {
-    config = nlohmann::json::parse(read_text_file(path, "tokenizer config"));
-  } catch (const nlohmann::json::exception& e) {
-    EMBER_FAIL("[tokenizer] '", path.string(), "' is not valid JSON: ", e.what());
-  }
-  EMBER_CHECK(config.is_object(), "[tokenizer] '", path.string(), "' must hold a JSON object");
-  read_bool(config, "do_lower_case", options.lower_case);
-  read_bool(config, "tokenize_chinese_chars", options.tokenize_chinese_chars);
-  if (config.contains("strip_accents") && !config["strip_accents"].is_null()) {
-    bool strip = false;
-    read_bool(config, "strip_accents", strip);
-    options.strip_accents = strip;
-  }
-  if (config.contains("model_max_length")) {
-    const nlohmann::json& value = config["model_max_length"];
-    EMBER_CHECK(value.is_number() && value.get<double>() >= 2, "[tokenizer] tokenizer_config.json: model_max_length ",
-                "must be a number of at least 2, got ", value.dump());
-    // Hugging Face writes 1e30 for "no limit".
-    const double length = value.get<double>();
-    options.model_max_length =
-        length >= 9e18 ? std::numeric_limits<int64_t>::max() : static_cast<int64_t>(value.get<double>());
-  }
-  read_token(config, "unk_token", options.unk_token);
-  read_token(config, "cls_token", options.cls_token);
-  read_token(config, "sep_token", options.sep_token);
-  read_token(config, "pad_token", options.pad_token);
-  read_token(config, "mask_token", options.mask_token);
-  return options;
+  if (!fs::exists(path, error)) return {};
+  return wordpiece_format::parse_config(read_text_file(path, "tokenizer config"), path.string());
 }
 
 // Heterogeneous lookup: find a std::string_view without building a std::string.
@@ -372,7 +323,7 @@ WordPieceTokenizer::WordPieceTokenizer(WordPieceTokenizer&&) noexcept = default;
 WordPieceTokenizer& WordPieceTokenizer::operator=(WordPieceTokenizer&&) noexcept = default;
 
 WordPieceTokenizer WordPieceTokenizer::from_vocab_file(const std::string& path, WordPieceOptions options) {
-  std::vector<std::string> vocab = read_vocab(path);
+  std::vector<std::string> vocab = wordpiece_format::parse_vocab(read_text_file(path, "vocab file"), path);
   try {
     return WordPieceTokenizer(std::move(vocab), std::move(options));
   } catch (const Error& e) {
@@ -426,28 +377,6 @@ std::vector<int64_t> WordPieceTokenizer::encode(std::string_view text, std::opti
   return ids;
 }
 
-BatchEncoding WordPieceTokenizer::encode_batch(const std::vector<std::string>& texts,
-                                               std::optional<int64_t> max_length) const {
-  std::vector<std::vector<int64_t>> rows;
-  rows.reserve(texts.size());
-  size_t longest = 0;
-  for (const std::string& text : texts) {
-    rows.push_back(encode(text, max_length));
-    longest = std::max(longest, rows.back().size());
-  }
-  const auto batch = static_cast<int64_t>(rows.size());
-  const auto length = static_cast<int64_t>(longest);
-  BatchEncoding out{full({batch, length}, impl_->pad, DType::kInt64), zeros({batch, length}, DType::kInt64),
-                    zeros({batch, length}, DType::kInt64)};
-  auto* input_ids = static_cast<int64_t*>(out.input_ids.data_ptr());
-  auto* attention_mask = static_cast<int64_t*>(out.attention_mask.data_ptr());
-  for (size_t b = 0; b < rows.size(); ++b) {
-    std::copy(rows[b].begin(), rows[b].end(), input_ids + b * longest);
-    std::fill_n(attention_mask + b * longest, rows[b].size(), int64_t{1});
-  }
-  return out;
-}
-
 std::optional<int64_t> WordPieceTokenizer::token_to_id(std::string_view token) const {
   const auto it = impl_->ids.find(token);
   if (it == impl_->ids.end()) return std::nullopt;
@@ -466,5 +395,62 @@ int64_t WordPieceTokenizer::unk_id() const { return impl_->unk; }
 int64_t WordPieceTokenizer::cls_id() const { return impl_->cls; }
 int64_t WordPieceTokenizer::sep_id() const { return impl_->sep; }
 int64_t WordPieceTokenizer::pad_id() const { return impl_->pad; }
+
+// --- the files ---------------------------------------------------------------------------------
+
+namespace wordpiece_format {
+
+std::vector<std::string> parse_vocab(std::string_view text, const std::string& path) {
+  EMBER_CHECK(!text.empty(), "[tokenizer] vocab file '", path, "' is empty");
+  EMBER_CHECK(text.find('\0') == std::string_view::npos, "[tokenizer] vocab file '", path,
+              "' is not a text file (it holds NUL bytes)");
+  std::vector<std::string> tokens;
+  size_t start = 0;
+  while (start < text.size()) {
+    size_t end = text.find('\n', start);
+    if (end == std::string_view::npos) end = text.size();
+    std::string token(text.substr(start, end - start));
+    while (!token.empty() && (token.back() == '\r' || token.back() == ' ' || token.back() == '\t')) token.pop_back();
+    decode_utf8(token, "vocab file '" + path + "' line " + std::to_string(tokens.size() + 1));
+    tokens.push_back(std::move(token));
+    start = end + 1;
+  }
+  return tokens;
+}
+
+WordPieceOptions parse_config(std::string_view text, const std::string& path) {
+  WordPieceOptions options;
+  nlohmann::json config;
+  try {
+    config = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    EMBER_FAIL("[tokenizer] '", path, "' is not valid JSON: ", e.what());
+  }
+  EMBER_CHECK(config.is_object(), "[tokenizer] '", path, "' must hold a JSON object");
+  read_bool(config, "do_lower_case", options.lower_case);
+  read_bool(config, "tokenize_chinese_chars", options.tokenize_chinese_chars);
+  if (config.contains("strip_accents") && !config["strip_accents"].is_null()) {
+    bool strip = false;
+    read_bool(config, "strip_accents", strip);
+    options.strip_accents = strip;
+  }
+  if (config.contains("model_max_length")) {
+    const nlohmann::json& value = config["model_max_length"];
+    EMBER_CHECK(value.is_number() && value.get<double>() >= 2, "[tokenizer] tokenizer_config.json: model_max_length ",
+                "must be a number of at least 2, got ", value.dump());
+    // Hugging Face writes 1e30 for "no limit".
+    const double length = value.get<double>();
+    options.model_max_length =
+        length >= 9e18 ? std::numeric_limits<int64_t>::max() : static_cast<int64_t>(value.get<double>());
+  }
+  read_token(config, "unk_token", options.unk_token);
+  read_token(config, "cls_token", options.cls_token);
+  read_token(config, "sep_token", options.sep_token);
+  read_token(config, "pad_token", options.pad_token);
+  read_token(config, "mask_token", options.mask_token);
+  return options;
+}
+
+}  // namespace wordpiece_format
 
 }  // namespace ember::data
