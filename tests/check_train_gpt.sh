@@ -2,8 +2,9 @@
 # `ember train gpt` and `ember generate` on a tiny model: the --json line has its fields and the
 # loss falls; a run stopped halfway and resumed from its checkpoint ends bit-identical to an
 # uninterrupted run; --compile ends with the same losses; `ember generate` rebuilds the model from the checkpoint alone and decodes the
-# same greedy text with and without the KV cache; bad input (another architecture, characters
-# outside the vocabulary, a prompt longer than the context, missing data) is a clear error.
+# same greedy text with and without the KV cache; bad input (another architecture, a malformed
+# batch_state, characters outside the vocabulary, a prompt longer than the context, missing data) is
+# a clear error.
 set -euo pipefail
 ember="$1"
 data="$2"
@@ -79,6 +80,25 @@ expect_error "\[train gpt\] checkpoint .* was written with lr=" \
 printf 'abcabcabcabcabcabcabcabcabcabcabcabcabcabcabcabcabcabcabcabcabcabcabcabcabcabcabc\n' > "$tmp/abc.txt"
 expect_error "\[train gpt\] checkpoint .* another vocabulary" \
   "$ember" train gpt "${model[@]}" --dim 32 "${run[@]}" --lr 3e-3 --data "$tmp/abc.txt" --resume "$tmp/full.safetensors"
+# A checkpoint whose batch_state entry is missing or not a whole number is refused (a missing one
+# ended the process with an uncaught std::invalid_argument; "-1" read as 2^64 - 1).
+for state in "" "-1" "12abc"; do
+  python3 - "$tmp/full.safetensors" "$tmp/state.safetensors" "$state" <<'PY'
+import json, struct, sys
+data = open(sys.argv[1], "rb").read()
+length = struct.unpack("<Q", data[:8])[0]
+header = json.loads(data[8:8 + length])
+if sys.argv[3]:
+    header["__metadata__"]["batch_state"] = sys.argv[3]
+else:
+    del header["__metadata__"]["batch_state"]
+text = json.dumps(header).encode()
+text += b" " * (-len(text) % 8)
+open(sys.argv[2], "wb").write(struct.pack("<Q", len(text)) + text + data[8 + length:])
+PY
+  expect_error "\[train gpt\] checkpoint .* has no valid batch_state entry (got \"$state\")" \
+    "$ember" train gpt "${common[@]}" --resume "$tmp/state.safetensors"
+done
 expect_error "\[train gpt\] cannot read $tmp/nowhere.txt: run scripts/setup" \
   "$ember" train gpt "${model[@]}" --dim 32 "${run[@]}" --data "$tmp/nowhere.txt"
 expect_error "\[generate\] --prompt cannot be encoded .* '~' at offset 3" \

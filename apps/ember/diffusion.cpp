@@ -27,6 +27,7 @@
 #include "ember/optim.h"
 #include "eval.h"
 #include "png.h"
+#include "resume.h"
 
 namespace ember::cli {
 namespace {
@@ -140,14 +141,14 @@ int run_train_diffusion(const TrainDiffusionOptions& o) {
     return state;
   };
   if (!o.resume_path.empty()) {
+    first_step = check_resume(load_metadata(o.resume_path), {.op = op,
+                                                             .path = o.resume_path,
+                                                             .settings = settings,
+                                                             .progress_key = "steps_done",
+                                                             .unit = "steps",
+                                                             .limit = o.steps})
+                     .done;
     const StateDict checkpoint = load(o.resume_path);
-    std::map<std::string, std::string> meta = load_metadata(o.resume_path);
-    EMBER_CHECK(meta["task"] == "diffusion", "[", op, "] checkpoint ", o.resume_path,
-                " is not a checkpoint of `ember train diffusion` (task \"", meta["task"], "\")");
-    for (const auto& [key, value] : settings) {
-      EMBER_CHECK(meta[key] == value, "[", op, "] checkpoint ", o.resume_path, " was written with ", key, "=",
-                  meta[key], " but this run uses ", key, "=", value);
-    }
     model.load_state_dict(strip_prefix(checkpoint, kModelPrefix));
     const StateDict saved_average = strip_prefix(checkpoint, kEmaPrefix);
     const StateDict target = average_state();
@@ -158,13 +159,6 @@ int run_train_diffusion(const TrainDiffusionOptions& o) {
       Tensor(tensor).copy_(it->second);
     }
     optimizer.load_state_dict(strip_prefix(checkpoint, kOptimizerPrefix));
-    const auto done = meta.find("steps_done");
-    EMBER_CHECK(done != meta.end() && !done->second.empty() && done->second.size() < 12 &&
-                    done->second.find_first_not_of("0123456789") == std::string::npos,
-                "[", op, "] checkpoint ", o.resume_path, " has no valid steps_done entry");
-    first_step = std::stoll(done->second);
-    EMBER_CHECK(first_step <= o.steps, "[", op, "] checkpoint ", o.resume_path, " already has ", first_step,
-                " steps, more than --steps ", o.steps);
   }
   auto save_checkpoint = [&](int64_t steps_done) {
     if (o.save_path.empty()) return;

@@ -21,6 +21,7 @@
 #include "ember/optim.h"
 #include "ember/profiler.h"
 #include "eval.h"
+#include "resume.h"
 
 namespace ember::cli {
 namespace {
@@ -164,12 +165,14 @@ int run_train_mnist(const TrainOptions& options) {
 
   int first_epoch = 0;
   if (!options.resume_path.empty()) {
+    const ResumePoint point = check_resume(load_metadata(options.resume_path), {.op = "train",
+                                                                                .path = options.resume_path,
+                                                                                .settings = settings,
+                                                                                .progress_key = "epochs_done",
+                                                                                .unit = "epochs",
+                                                                                .limit = options.epochs});
+    first_epoch = static_cast<int>(point.done);
     const StateDict checkpoint = load(options.resume_path);
-    std::map<std::string, std::string> meta = load_metadata(options.resume_path);
-    for (const auto& [key, value] : settings) {
-      EMBER_CHECK(meta[key] == value, "[train] checkpoint ", options.resume_path, " was written with ", key, "=",
-                  meta[key], " but this run uses ", key, "=", value);
-    }
     model->load_state_dict(strip_prefix(checkpoint, kModelPrefix));
     if (sharded) {
       sharded->load_state_dict(strip_prefix(checkpoint, kOptimizerPrefix));
@@ -178,12 +181,6 @@ int run_train_mnist(const TrainOptions& options) {
     }
     if (schedule) schedule->load_state_dict(strip_prefix(checkpoint, kSchedulePrefix));
     if (scaler) scaler->load_state_dict(strip_prefix(checkpoint, kScalerPrefix));
-    const std::string& done = meta["epochs_done"];
-    EMBER_CHECK(!done.empty() && done.find_first_not_of("0123456789") == std::string::npos && done.size() < 9,
-                "[train] checkpoint ", options.resume_path, " has no valid epochs_done entry (got \"", done, "\")");
-    first_epoch = std::stoi(done);
-    EMBER_CHECK(first_epoch <= options.epochs, "[train] checkpoint ", options.resume_path, " already has ", first_epoch,
-                " epochs, more than --epochs ", options.epochs);
   }
 
   // Under --ddp each rank takes every world-th example of the shuffled epoch (DistributedSampler),

@@ -25,6 +25,7 @@
 #include "ember/optim.h"
 #include "ember/profiler.h"
 #include "eval.h"
+#include "resume.h"
 
 namespace ember::cli {
 namespace {
@@ -91,15 +92,6 @@ std::string describe_architecture(const TrainGptOptions& o) {
                   static_cast<long long>(o.context), o.dropout);
   }
   return text;
-}
-
-int64_t whole_number(const std::map<std::string, std::string>& meta, const std::string& key, const std::string& path,
-                     const std::string& op) {
-  const auto it = meta.find(key);
-  const bool ok = it != meta.end() && !it->second.empty() && it->second.size() < 12 &&
-                  it->second.find_first_not_of("0123456789") == std::string::npos;
-  EMBER_CHECK(ok, "[", op, "] checkpoint ", path, " has no valid ", key, " entry");
-  return std::stoll(it->second);
 }
 
 }  // namespace
@@ -185,22 +177,19 @@ int run_train_gpt(const TrainGptOptions& o) {
   uint64_t batch_state = o.seed;
   int64_t first_step = 0;
   if (!o.resume_path.empty()) {
+    const ResumePoint point =
+        check_resume(load_metadata(o.resume_path), {.op = op,
+                                                    .path = o.resume_path,
+                                                    .settings = settings,
+                                                    .vocabulary_source = o.data_path,
+                                                    .architecture_keys = architecture_keys(o.model),
+                                                    .progress_key = "steps_done",
+                                                    .unit = "steps",
+                                                    .limit = o.steps,
+                                                    .state_keys = {"batch_state"}});
+    first_step = point.done;
+    batch_state = point.state.at("batch_state");
     const StateDict checkpoint = load(o.resume_path);
-    std::map<std::string, std::string> meta = load_metadata(o.resume_path);
-    EMBER_CHECK(meta["task"] == o.model, "[", op, "] checkpoint ", o.resume_path, " is not a checkpoint of `ember ", op,
-                "` (task \"", meta["task"], "\")");
-    // The architecture first (a different model, whatever the schedule), then the schedule.
-    EMBER_CHECK(meta["vocabulary"] == settings.at("vocabulary"), "[", op, "] checkpoint ", o.resume_path,
-                " was trained on a text with another vocabulary than ", o.data_path);
-    for (const std::string& key : architecture_keys(o.model)) {
-      EMBER_CHECK(meta[key] == settings.at(key), "[", op, "] checkpoint ", o.resume_path,
-                  " holds a model of another architecture: --", key, " ", meta[key], " there, ", settings.at(key),
-                  " in this run");
-    }
-    for (const auto& [key, value] : settings) {
-      EMBER_CHECK(meta[key] == value, "[", op, "] checkpoint ", o.resume_path, " was written with ", key, "=",
-                  meta[key], " but this run uses ", key, "=", value);
-    }
     model.load_state_dict(strip_prefix(checkpoint, kModelPrefix));
     if (sharded) {
       sharded->load_state_dict(strip_prefix(checkpoint, kOptimizerPrefix));
@@ -208,10 +197,6 @@ int run_train_gpt(const TrainGptOptions& o) {
       optimizer.load_state_dict(strip_prefix(checkpoint, kOptimizerPrefix));
     }
     if (scaler) scaler->load_state_dict(strip_prefix(checkpoint, kScalerPrefix));
-    first_step = whole_number(meta, "steps_done", o.resume_path, op);
-    batch_state = std::stoull(meta["batch_state"]);
-    EMBER_CHECK(first_step <= o.steps, "[", op, "] checkpoint ", o.resume_path, " already has ", first_step,
-                " steps, more than --steps ", o.steps);
   }
   std::optional<dist::DistributedDataParallel> ddp;
   if (group) ddp.emplace(model_ptr, group, dist::DdpOptions{.bucket_cap_mb = o.bucket_cap_mb});
