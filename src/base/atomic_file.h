@@ -1,6 +1,18 @@
-// Atomic file writes for the io layer (AtomicFile: temp file, fsync, rename, fsync the folder),
-// and the small POSIX helpers that it and the readers share. Every error starts with "[op]",
-// the name of the public function doing the IO ("save", "load_npy"), and names the path.
+// Writing a file atomically, the one way ember writes every file (checkpoints, GGUF and .npy files,
+// PNGs, traces, SVGs, the peaks cache): AtomicFile writes a temporary file next to the target,
+// fsyncs it, renames it over the target and fsyncs the folder. It lives in base so that every
+// layer, the profiler too, writes files this way; the readers share its small POSIX helpers
+// (FileDescriptor, read_all). Errors start with "[op]" (the public function or command doing the
+// IO), name the path and give the OS's reason.
+//
+// Note [temporary files]: the temporary file of `<folder>/<name>` is `<folder>/.<name>.tmp.<pid>.<n>`
+// (hidden, and never ending in the target's extension, so no glob for checkpoints matches it). Its
+// writer holds a flock on it until the rename. A write that fails removes it; a process killed
+// mid-write (SIGKILL, power loss) cannot, and leaves it behind, unlocked. The next AtomicFile for
+// the same path removes every such file that no live process holds locked: leftovers live only
+// until the next write of the same file, and a live writer's file is never touched. (The pid only
+// keeps names apart; the lock, not the pid, says whether a writer lives, so this holds across PID
+// namespaces and NFS clients.)
 #pragma once
 
 #include <cstddef>
@@ -36,10 +48,11 @@ void read_all(int fd, void* data, size_t bytes, uint64_t offset, const std::stri
 // Writes `path` atomically: the bytes go to a new temporary file next to `path` (same folder, so
 // the rename is atomic), which commit() fsyncs and renames over `path` before fsyncing the
 // folder. Until commit() has renamed it, destroying the AtomicFile removes the temporary file,
-// so a failed write leaves whatever was at `path` untouched.
+// so a failed write leaves whatever was at `path` untouched. See Note [temporary files].
 class AtomicFile {
  public:
-  // Creates the temporary file (0666 minus the umask, as any newly written file).
+  // Removes the temporary files that killed writers of `path` left, then creates this one (0666
+  // minus the umask, as any newly written file).
   AtomicFile(std::string path, std::string op);
   ~AtomicFile();
   AtomicFile(const AtomicFile&) = delete;
@@ -55,6 +68,7 @@ class AtomicFile {
   std::string op_;
   std::string temp_path_;
   FileDescriptor fd_;
+  FileDescriptor lock_;  // the same open file, holding its flock until the rename
   bool renamed_ = false;
 };
 

@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <string>
 
-#include "io/atomic_file.h"
+#include "base/atomic_file.h"
 #include "io/source.h"
 
 namespace ember::detail {

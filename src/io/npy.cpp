@@ -8,9 +8,9 @@
 #include <string_view>
 #include <utility>
 
+#include "base/atomic_file.h"
 #include "ember/autograd.h"
 #include "ember/ops.h"
-#include "io/atomic_file.h"
 #include "io/file_source.h"
 #include "io/npy_format.h"
 

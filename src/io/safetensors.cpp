@@ -2,13 +2,14 @@
 // (safetensors_format.cpp validates the whole header before trusting a byte of it, then each
 // tensor's bytes are read straight into its storage). Format notes are in ember/io.h.
 #include <algorithm>
+#include <string_view>
 #include <utility>
 #include <vector>
 
+#include "base/atomic_file.h"
 #include "ember/autograd.h"
 #include "ember/io.h"
 #include "ember/ops.h"
-#include "io/atomic_file.h"
 #include "io/file_source.h"
 #include "io/safetensors_format.h"
 
@@ -63,6 +64,12 @@ void save(const StateDict& tensors, const std::string& path, const std::map<std:
   for (const PlannedTensor& p : plan) {
     if (p.end > p.begin) file.write(p.data.data_ptr(), p.end - p.begin);
   }
+  file.commit();
+}
+
+void save_bytes(const std::string& path, std::string_view bytes, std::string_view op) {
+  AtomicFile file(path, std::string(op));
+  file.write(bytes.data(), bytes.size());
   file.commit();
 }
 

@@ -6,9 +6,9 @@
 #include <algorithm>
 #include <array>
 
+#include "base/atomic_file.h"
 #include "ember/autograd.h"
 #include "ember/ops.h"
-#include "io/atomic_file.h"
 #include "io/file_source.h"
 #include "io/gguf/format.h"
 
