@@ -1,6 +1,7 @@
 // Atomic writes (base/atomic_file.h, Note [temporary files]): the temporary files a killed writer
 // leaves are removed by the next write of the same path, while a live writer's (locked) file and
-// the user's files of similar names are left alone.
+// the user's files of similar names are left alone; the profiler's trace is written atomically
+// too, and its failures name the path and the reason.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/file.h>
@@ -16,6 +17,7 @@
 #include "base/atomic_file.h"
 #include "ember/ember.h"
 #include "ember/io.h"
+#include "ember/profiler.h"
 #include "test_util.h"
 
 namespace ember {
@@ -91,6 +93,33 @@ TEST_F(AtomicFileTest, TemporaryFilesAreNamedAfterThePathAndHidden) {
   file.write("{}", 2);
   file.commit();
   EXPECT_EQ(names(), std::vector<std::string>{"trace.json"});
+}
+
+TEST_F(AtomicFileTest, TheProfilersTraceIsWrittenAtomically) {
+  profiler::Profiler prof;
+  for (int i = 0; i < 50; ++i) (ones({8, 8}) + 1).sum().item<double>();
+  prof.stop();
+  touch("trace.json", "the previous trace");
+  touch(".trace.json.tmp.31337.0");  // a trace export killed mid-write
+  prof.export_chrome_trace(path("trace.json"));
+  EXPECT_EQ(names(), std::vector<std::string>{"trace.json"});
+  EXPECT_NE(read("trace.json").find("\"traceEvents\""), std::string::npos);
+
+  // Failures name the path and the reason, and leave the previous trace as it was.
+  const std::string before = read("trace.json");
+  fs::create_directory(path("folder.json"));
+  expect_error([&] { prof.export_chrome_trace(path("folder.json")); },
+               {"[export_chrome_trace] cannot write '" + path("folder.json") + "'", "renaming", "over it failed"});
+  expect_error(
+      [&] { prof.export_chrome_trace(path("missing/trace.json")); },
+      {"[export_chrome_trace] cannot write '" + path("missing/trace.json") + "'", "No such file or directory"});
+  const std::string message = test_util::error_on_a_full_disk([&] { prof.export_chrome_trace(path("trace.json")); });
+  ASSERT_GT(before.size(), 4096u);  // past the limit error_on_a_full_disk sets
+  EXPECT_NE(message.find("[export_chrome_trace] writing '" + path("trace.json") + "' failed"), std::string::npos)
+      << message;
+  EXPECT_NE(message.find("File too large"), std::string::npos) << message;
+  EXPECT_EQ(read("trace.json"), before);
+  EXPECT_EQ(names(), (std::vector<std::string>{"folder.json", "trace.json"}));
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <system_error>
 
 #include "ember/ember.h"
 #include "ember/npy.h"
@@ -109,7 +110,9 @@ int run_onnx_run(const OnnxOptions& options) {
   const std::map<std::string, Tensor> outputs = model->run(inputs);
   const double first_ms = milliseconds_since(first_start);
 
-  std::filesystem::create_directories(options.output_dir);
+  std::error_code error;
+  std::filesystem::create_directories(options.output_dir, error);
+  EMBER_CHECK(!error, "[onnx run] cannot create the output folder '", options.output_dir, "': ", error.message());
   nlohmann::json written = nlohmann::json::array();
   for (const std::string& name : model->output_names()) {
     const Tensor& t = outputs.at(name);

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "ember/ember.h"
+#include "ember/io.h"
 #include "ember/peaks.h"
 #include "ember/profiler.h"
 
@@ -102,10 +103,7 @@ int run_roofline(const RooflineOptions& options) {
   const std::string title = "roofline: " + machine;
 
   if (!options.svg_path.empty()) {
-    std::ofstream out(options.svg_path, std::ios::trunc);
-    EMBER_CHECK(out.good(), "[roofline] cannot write ", options.svg_path);
-    out << profiler::roofline_svg(roof, points, title);
-    EMBER_CHECK(out.good(), "[roofline] failed writing ", options.svg_path);
+    save_bytes(options.svg_path, profiler::roofline_svg(roof, points, title), "roofline");
   }
 
   auto bound_kind = [&](double intensity) { return intensity < ridge ? "memory" : "compute"; };

@@ -2,8 +2,6 @@
 // ember/profiler.h), so the profile table and `ember roofline` don't spend two seconds measuring
 // on every run. Entries are keyed by CPU model and thread count; a file that cannot be read or
 // written is not an error (the peaks are then measured and used without caching).
-#include <unistd.h>
-
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
@@ -12,6 +10,7 @@
 #include <string>
 #include <system_error>
 
+#include "base/atomic_file.h"
 #include "ember/error.h"
 #include "ember/info.h"
 #include "ember/peaks.h"
@@ -32,20 +31,19 @@ nlohmann::json read_cache(const std::string& path) {
   return j;
 }
 
-// Temp file then rename, so a reader never sees half a file.
+// Written atomically (base/atomic_file.h), so a reader never sees half a file.
 void write_cache(const std::string& path, const nlohmann::json& j) {
   std::error_code error;
   const std::filesystem::path file(path);
   if (file.has_parent_path()) std::filesystem::create_directories(file.parent_path(), error);
-  const std::string temp = path + ".tmp" + std::to_string(static_cast<long long>(::getpid()));
-  {
-    std::ofstream out(temp, std::ios::trunc);
-    if (!out) return;
-    out << j.dump(2) << "\n";
-    if (!out.good()) return;
+  const std::string text = j.dump(2) + "\n";
+  try {
+    detail::AtomicFile out(path, "cached_peaks");
+    out.write(text.data(), text.size());
+    out.commit();
+  } catch (const Error&) {
+    // not cached: the peaks are measured again next time
   }
-  std::filesystem::rename(temp, file, error);
-  if (error) std::filesystem::remove(temp, error);
 }
 
 nlohmann::json to_json(const MachinePeaks& p) {

@@ -2,12 +2,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <numeric>
 #include <sstream>
 #include <unordered_map>
 
+#include "base/atomic_file.h"
 #include "ember/error.h"
 #include "ember/profiler.h"
 
@@ -150,8 +150,7 @@ void Profiler::export_chrome_trace(const std::string& path) const {
     return depth[a] < depth[b];
   });
 
-  std::ofstream file(path, std::ios::binary | std::ios::trunc);
-  EMBER_CHECK(file.good(), "[profiler] cannot open ", path, " for writing the trace");
+  std::ostringstream file;
   constexpr int kPid = 1;
   auto micros = [](int64_t ns) { return static_cast<double>(ns) / 1000.0; };
   bool first = true;
@@ -227,8 +226,11 @@ void Profiler::export_chrome_trace(const std::string& path) const {
           {"args", {{"bytes", m.bytes_in_use}}}});
   }
   file << "\n]}\n";
-  file.flush();
-  EMBER_CHECK(file.good(), "[profiler] failed writing the trace to ", path);
+  // Whole or not at all: a process killed while writing leaves the previous trace.
+  const std::string text = file.str();
+  detail::AtomicFile out(path, "export_chrome_trace");
+  out.write(text.data(), text.size());
+  out.commit();
 }
 
 }  // namespace ember::profiler
