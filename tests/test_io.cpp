@@ -266,6 +266,12 @@ std::vector<CorruptCase> corrupt_cases() {
       {"metadata not an object", make_file(R"({"__metadata__":"x"})", ""), "\"__metadata__\" is not an object"},
       {"huge shape", make_file(R"({"a":{"dtype":"F64","shape":[4294967296,4294967296],"data_offsets":[0,8]}})", eight),
        "is too large"},
+      // Nested deeper than a recursive dump of it (for the message) had stack for: load crashed.
+      {"deeply nested entry", make_file("{\"a\":" + std::string(200000, '[') + std::string(200000, ']') + "}", ""),
+       "the entry of tensor 'a' is not an object: an array of 1 item"},
+      {"deeply nested metadata",
+       make_file("{\"__metadata__\":{\"k\":" + std::string(200000, '[') + std::string(200000, ']') + "}}", ""),
+       "metadata 'k' is not a string: an array of 1 item"},
   };
 }
 

@@ -210,6 +210,12 @@ TEST_F(TokenizerFiles, CorruptVocab) {
               WordPieceTokenizer::from_folder(folder());
             }).find("\"do_lower_case\" must be true or false, got \"yes\""),
             std::string::npos);
+  // Nested deeper than a recursive dump of it (for the message) had stack for: from_folder crashed.
+  write("tokenizer_config.json", "{\"unk_token\": " + std::string(200000, '[') + std::string(200000, ']') + "}");
+  EXPECT_NE(expect_error([&] {
+              WordPieceTokenizer::from_folder(folder());
+            }).find("\"unk_token\" must be a string, got an array of 1 item"),
+            std::string::npos);
   write("tokenizer_config.json",
         "{\"do_lower_case\": false, \"model_max_length\": 1e30, \"unk_token\": "
         "{\"content\": \"[UNK]\"}}");

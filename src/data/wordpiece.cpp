@@ -17,6 +17,7 @@
 #include <sstream>
 #include <unordered_map>
 
+#include "base/json_text.h"
 #include "data/wordpiece_format.h"
 #include "ember/error.h"
 #include "ember/tokenizer.h"
@@ -180,14 +181,15 @@ void read_token(const nlohmann::json& config, const char* key, std::string& toke
   } else if (value.is_object() && value.contains("content") && value["content"].is_string()) {
     token = value["content"].get<std::string>();
   } else {
-    EMBER_FAIL("[tokenizer] tokenizer_config.json: \"", key, "\" must be a string, got ", value.dump());
+    EMBER_FAIL("[tokenizer] tokenizer_config.json: \"", key, "\" must be a string, got ",
+               ember::detail::json_text(value));
   }
 }
 
 void read_bool(const nlohmann::json& config, const char* key, bool& flag) {
   if (!config.contains(key) || config[key].is_null()) return;
   EMBER_CHECK(config[key].is_boolean(), "[tokenizer] tokenizer_config.json: \"", key, "\" must be true or false, got ",
-              config[key].dump());
+              ember::detail::json_text(config[key]));
   flag = config[key].get<bool>();
 }
 
@@ -437,7 +439,7 @@ WordPieceOptions parse_config(std::string_view text, const std::string& path) {
   if (config.contains("model_max_length")) {
     const nlohmann::json& value = config["model_max_length"];
     EMBER_CHECK(value.is_number() && value.get<double>() >= 2, "[tokenizer] tokenizer_config.json: model_max_length ",
-                "must be a number of at least 2, got ", value.dump());
+                "must be a number of at least 2, got ", ember::detail::json_text(value));
     // Hugging Face writes 1e30 for "no limit".
     const double length = value.get<double>();
     options.model_max_length =

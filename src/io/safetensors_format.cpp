@@ -9,6 +9,7 @@
 #include <set>
 #include <utility>
 
+#include "base/json_text.h"
 #include "ember/error.h"
 
 namespace ember::safetensors_format {
@@ -17,6 +18,7 @@ namespace {
 // The format is little-endian; ember writes and reads tensor memory as it is.
 static_assert(std::endian::native == std::endian::little, "safetensors IO assumes a little-endian host");
 
+using detail::json_text;
 using nlohmann::json;
 using nlohmann::ordered_json;
 
@@ -74,17 +76,17 @@ json parse_json_rejecting_duplicates(const std::string& text, const std::string&
 
 Shape parse_shape(const json& value, const std::string& name, const std::string& path) {
   EMBER_CHECK(value.is_array(), "[load] ", path, ": tensor '", name,
-              "' has a shape that is not a list: ", value.dump());
+              "' has a shape that is not a list: ", json_text(value));
   EMBER_CHECK(value.size() <= static_cast<size_t>(kMaxDims), "[load] ", path, ": tensor '", name, "' has ",
               value.size(), " dimensions; ember supports at most ", kMaxDims);
   Shape shape;
   for (const json& dim : value) {
     EMBER_CHECK(dim.is_number_integer(), "[load] ", path, ": tensor '", name,
-                "' has a dimension that is not an integer: ", value.dump());
+                "' has a dimension that is not an integer: ", json_text(value));
     EMBER_CHECK(dim.is_number_unsigned() || dim.get<int64_t>() >= 0, "[load] ", path, ": tensor '", name,
-                "' has a negative dimension: ", value.dump());
+                "' has a negative dimension: ", json_text(value));
     EMBER_CHECK(dim.get<uint64_t>() <= static_cast<uint64_t>(INT64_MAX), "[load] ", path, ": tensor '", name,
-                "' has a dimension too large: ", value.dump());
+                "' has a dimension too large: ", json_text(value));
     shape.push_back(dim.get<int64_t>());
   }
   return shape;
@@ -92,7 +94,7 @@ Shape parse_shape(const json& value, const std::string& name, const std::string&
 
 TensorEntry parse_entry(const std::string& name, const json& value, const std::string& path) {
   EMBER_CHECK(value.is_object(), "[load] ", path, ": the entry of tensor '", name,
-              "' is not an object: ", value.dump());
+              "' is not an object: ", json_text(value));
   for (const char* field : {"dtype", "shape", "data_offsets"}) {
     EMBER_CHECK(value.contains(field), "[load] ", path, ": tensor '", name, "' has no \"", field, "\"");
   }
@@ -100,7 +102,7 @@ TensorEntry parse_entry(const std::string& name, const json& value, const std::s
   entry.name = name;
   const json& dtype = value["dtype"];
   EMBER_CHECK(dtype.is_string(), "[load] ", path, ": tensor '", name,
-              "' has a dtype that is not a string: ", dtype.dump());
+              "' has a dtype that is not a string: ", json_text(dtype));
   const std::string& dtype_name_text = dtype.get_ref<const std::string&>();
   const std::optional<DType> parsed = dtype_of(dtype_name_text);
   EMBER_CHECK(parsed.has_value() || !is_known_unsupported_dtype(dtype_name_text), "[load] ", path, ": tensor '", name,
@@ -114,7 +116,7 @@ TensorEntry parse_entry(const std::string& name, const json& value, const std::s
   EMBER_CHECK(
       offsets.is_array() && offsets.size() == 2 && offsets[0].is_number_unsigned() && offsets[1].is_number_unsigned(),
       "[load] ", path, ": tensor '", name,
-      "' has data_offsets that are not two non-negative integers: ", offsets.dump());
+      "' has data_offsets that are not two non-negative integers: ", json_text(offsets));
   entry.begin = offsets[0].get<uint64_t>();
   entry.end = offsets[1].get<uint64_t>();
   EMBER_CHECK(entry.begin <= entry.end, "[load] ", path, ": tensor '", name, "' has data_offsets [", entry.begin, ", ",
@@ -132,10 +134,10 @@ TensorEntry parse_entry(const std::string& name, const json& value, const std::s
 }
 
 std::map<std::string, std::string> parse_metadata(const json& value, const std::string& path) {
-  EMBER_CHECK(value.is_object(), "[load] ", path, ": \"", kMetadataKey, "\" is not an object: ", value.dump());
+  EMBER_CHECK(value.is_object(), "[load] ", path, ": \"", kMetadataKey, "\" is not an object: ", json_text(value));
   std::map<std::string, std::string> metadata;
   for (const auto& [key, item] : value.items()) {
-    EMBER_CHECK(item.is_string(), "[load] ", path, ": metadata '", key, "' is not a string: ", item.dump());
+    EMBER_CHECK(item.is_string(), "[load] ", path, ": metadata '", key, "' is not a string: ", json_text(item));
     metadata.emplace(key, item.get<std::string>());
   }
   return metadata;
