@@ -2,10 +2,14 @@
 // factories, the allocator, scalars and errors. The ops' forward checks (to, arange, linspace, eye,
 // the views, the random draws) are their registry entries (tests/ops_*.cpp).
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 
+#include <fstream>
+#include <functional>
 #include <random>
 #include <sstream>
 
+#include "core/allocator.h"
 #include "golden.h"
 #include "test_util.h"
 
@@ -100,7 +104,7 @@ TEST(Views, ErrorsNameTheOp) {
   EXPECT_TRUE(starts_with([&] { x.reshape({-1, -1}); }, "[reshape]"));
   EXPECT_TRUE(starts_with([&] { (void)x.data_ptr<double>(); }, "[data_ptr]"));
   EXPECT_TRUE(starts_with([&] { ember::zeros({1, 1, 1, 1, 1, 1, 1, 1, 1}); }, "[shape]"));
-  EXPECT_TRUE(starts_with([&] { ember::zeros({2, -1}); }, "[empty]"));
+  EXPECT_TRUE(starts_with([&] { ember::zeros({2, -1}); }, "[zeros]"));
   // A CUDA device past the last one (cuda:0 on a machine without a GPU).
   const ember::Device missing{ember::DeviceType::kCUDA, ember::cuda::device_count()};
   EXPECT_TRUE(starts_with([&] { ember::ones({2}, missing); }, "[allocate]"));
@@ -147,6 +151,157 @@ TEST(Allocator, SteadyStateLoopHitsTheCache) {
   const ember::MemoryStats emptied = ember::memory_stats();
   EXPECT_EQ(emptied.bytes_reserved, emptied.bytes_in_use);
 }
+
+// Note [what cannot be allocated]: a size that does not fit in 64 bits, or a request larger than the
+// machine's memory, is an ember::Error naming the op the user called, before any memory is touched.
+namespace {
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const ember::Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+// The error `f` throws starts with `prefix` (the message is shown when it does not).
+::testing::AssertionResult error_starts(const std::function<void()>& f, const std::string& prefix) {
+  const std::string message = error_of(f);
+  if (message.rfind(prefix, 0) == 0) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << "the error \"" << message << "\" does not start with \"" << prefix << "\"";
+}
+bool starts_with(const std::string& message, const std::string& prefix) { return message.rfind(prefix, 0) == 0; }
+// A 1-element tensor seen as `shape` (stride 0): huge operands that take no memory.
+Tensor huge_view(const ember::Shape& shape) { return ember::ones(ember::Shape(shape.size(), 1)).expand(shape); }
+}  // namespace
+
+TEST(Allocation, BeyondMemoryNamesTheOpAndTheBytes) {
+  constexpr int64_t k64TiB = int64_t{1} << 46;
+  if (ember::cpu_memory_limit() >= k64TiB) GTEST_SKIP() << "this machine has 64 TiB";
+  const std::string memory = ": more than this machine's memory (";
+  EXPECT_TRUE(error_starts(
+      [] {
+        ember::zeros({int64_t{1} << 22, int64_t{1} << 22});
+      },
+      "[zeros] cannot allocate 70368744177664 bytes (64.0 TiB)" + memory));
+  const ember::Shape big{int64_t{1} << 22, int64_t{1} << 22};
+  EXPECT_TRUE(error_starts([&] { ember::empty(big); }, "[empty] cannot allocate 70368744177664 bytes"));
+  EXPECT_TRUE(error_starts([&] { ember::ones(big); }, "[ones] cannot allocate 70368744177664 bytes"));
+  EXPECT_TRUE(error_starts([&] { ember::full(big, 2.5); }, "[full] cannot allocate 70368744177664 bytes"));
+  EXPECT_TRUE(error_starts([&] { ember::rand(big); }, "[rand] cannot allocate 70368744177664 bytes"));
+  EXPECT_TRUE(error_starts([&] { ember::randn(big); }, "[randn] cannot allocate 70368744177664 bytes"));
+  EXPECT_TRUE(error_starts([&] { ember::randint(0, 9, big); }, "[randint] cannot allocate 140737488355328 bytes"));
+  EXPECT_TRUE(error_starts([] { ember::linspace(0, 1, int64_t{1} << 46); }, "[linspace] cannot allocate"));
+  EXPECT_TRUE(error_starts([] { ember::eye(int64_t{1} << 23); }, "[eye] cannot allocate 281474976710656 bytes"));
+  EXPECT_TRUE(error_starts([] { ember::arange(int64_t{1} << 45); }, "[arange] cannot allocate 281474976710656"));
+  // Outputs sized from their operands: a matmul, a broadcast, a linear layer, a convolution.
+  const int64_t n = int64_t{1} << 21;  // (n, n) float32: 16 TiB
+  EXPECT_TRUE(error_starts(
+      [&] {
+        ember::matmul(huge_view({n, 1}), huge_view({1, n}));
+      },
+      "[matmul] cannot allocate 17592186044416 bytes"));
+  EXPECT_TRUE(error_starts(
+      [&] {
+        ember::add(huge_view({n, 1}), huge_view({1, n}));
+      },
+      "[add] cannot allocate 17592186044416 bytes"));
+  EXPECT_TRUE(error_starts(
+      [&] {
+        ember::linear(huge_view({n, 1}), huge_view({n, 1}));
+      },
+      "[linear] cannot allocate 17592186044416 bytes"));
+  EXPECT_TRUE(error_starts(
+      [&] {
+        ember::conv2d(huge_view({1, 1, n, n}), ember::ones({1, 1, 1, 1}));
+      },
+      "[conv2d] cannot allocate 17592186044416 bytes"));
+  EXPECT_TRUE(error_starts([&] { huge_view({n, n}).contiguous(); }, "[copy] cannot allocate 17592186044416 bytes"));
+  EXPECT_TRUE(error_starts([&] { ember::cat({huge_view({n, n}), huge_view({n, n})}); }, "[cat] cannot allocate"));
+  // Nothing was allocated, and the allocator still works.
+  EXPECT_EQ(ember::ones({3}).sum().item<float>(), 3.0f);
+}
+
+TEST(Allocation, SizesBeyond64BitsAreErrorsNotWrappedAround) {
+  const int64_t g = int64_t{1} << 40;
+  EXPECT_TRUE(error_starts(
+      [&] {
+        ember::zeros({g, g});
+      },
+      "[zeros] shape [1099511627776, 1099511627776] has more elements than a 64-bit count holds"));
+  // (2^62 + 1) * 4 wraps around to 4: once a 16-byte tensor claiming 2^64 elements.
+  const ember::Shape wraps{(int64_t{1} << 62) + 1, 4};
+  EXPECT_TRUE(error_starts([&] { ember::zeros(wraps); }, "[zeros] shape [4611686018427387905, 4]"));
+  EXPECT_TRUE(error_starts(
+      [&] {
+        ember::from_vector(std::vector<float>{1, 2, 3, 4}, wraps);
+      },
+      "[from_vector] shape [4611686018427387905, 4] has more elements"));
+  EXPECT_TRUE(error_starts(
+      [&] {
+        ember::empty({int64_t{1} << 31, int64_t{1} << 31}, ember::kFloat64);
+      },
+      "[empty] cannot allocate a float64 tensor of shape [2147483648, 2147483648]: its size in bytes "
+      "does not fit in 64 bits"));
+  EXPECT_TRUE(error_starts([&] { ember::eye(int64_t{1} << 33); }, "[eye] shape [8589934592, 8589934592]"));
+  EXPECT_TRUE(error_starts([] { ember::arange(0.0, 1e300, 1.0); }, "[arange] start 0, end 1e+300 and step 1 give"));
+  EXPECT_TRUE(error_starts([] { ember::arange(INT64_MIN, INT64_MAX, int64_t{1}); }, "[arange] start"));
+  EXPECT_TRUE(error_starts([] { ember::zeros({2, -1}); }, "[zeros] negative dimension in shape [2, -1]"));
+  // Views: a reshape, an expand or an as_strided whose size or reach wraps around.
+  EXPECT_TRUE(error_starts(
+      [] {
+        ember::zeros({0}).reshape({int64_t{1} << 62, 8});
+      },
+      "[reshape] shape [4611686018427387904, 8] has more elements"));
+  EXPECT_TRUE(error_starts([&] { ember::zeros({4}).view(wraps); }, "[view] shape [4611686018427387905, 4]"));
+  EXPECT_TRUE(error_starts([&] { ember::ones({1, 1}).expand({g, g}); }, "[expand] shape [1099511627776, "));
+  EXPECT_TRUE(error_starts(
+      [] {
+        ember::ones({4}).as_strided({2, 2}, {int64_t{1} << 62, int64_t{1} << 62});
+      },
+      "[as_strided] shape [2, 2] with strides [4611686018427387904, 4611686018427387904] and offset 0 "
+      "reaches beyond any storage"));
+  EXPECT_TRUE(error_starts([] { ember::ones({4}).repeat({int64_t{1} << 62}); }, "[repeat] repeating shape [4]"));
+  float value = 0;
+  EXPECT_TRUE(error_starts(
+      [&] {
+        ember::from_blob(&value, {3, 3}, ember::kFloat32, ember::Strides{INT64_MAX, 1});
+      },
+      "[from_blob] shape [3, 3] with strides"));
+}
+
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define EMBER_TEST_ASAN 1
+#endif
+#endif
+#if defined(__SANITIZE_ADDRESS__)
+#define EMBER_TEST_ASAN 1
+#endif
+#if !defined(EMBER_TEST_ASAN)  // AddressSanitizer reserves terabytes of address space
+// The system allocator saying no (overcommit_memory=2, ulimit -v): the same error, never
+// std::bad_alloc or an abort. The address-space limit makes it say no here.
+TEST(Allocation, SystemAllocatorRefusalNamesTheOp) {
+  rlimit old_limit{};
+  ASSERT_EQ(getrlimit(RLIMIT_AS, &old_limit), 0);
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  int64_t vm_kib = -1;
+  while (std::getline(status, line)) {
+    if (line.rfind("VmSize:", 0) == 0) vm_kib = std::stoll(line.substr(7));
+  }
+  if (vm_kib < 0) GTEST_SKIP() << "no /proc/self/status";
+  const int64_t request = int64_t{4} << 30;  // 4 GiB: under the machine's memory, over the limit
+  if (ember::cpu_memory_limit() <= request) GTEST_SKIP() << "this machine has less than 4 GiB";
+  rlimit small = old_limit;
+  small.rlim_cur = static_cast<rlim_t>(vm_kib * 1024 + (int64_t{1} << 30));
+  ASSERT_EQ(setrlimit(RLIMIT_AS, &small), 0);
+  const std::string message = error_of([&] { ember::zeros({request / 4}); });
+  setrlimit(RLIMIT_AS, &old_limit);
+  EXPECT_TRUE(starts_with(message, "[zeros] cannot allocate 4294967296 bytes (4.0 GiB): the system allocator refused"))
+      << message;
+  EXPECT_EQ(ember::ones({3}).sum().item<float>(), 3.0f);
+}
+#endif
 
 TEST(Scalars, ItemAndAt) {
   EXPECT_EQ(ember::tensor<double>({2.5}).item<double>(), 2.5);

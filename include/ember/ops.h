@@ -38,7 +38,8 @@ Tensor from_blob(void* data, const Shape& shape, DType dtype, std::optional<Stri
 template <class T>
 Tensor from_vector(const std::vector<T>& values, std::optional<Shape> shape = std::nullopt) {
   const Shape s = shape.value_or(Shape{static_cast<int64_t>(values.size())});
-  EMBER_CHECK(s.numel() == static_cast<int64_t>(values.size()), "[from_vector] shape ", s, " needs ", s.numel(),
+  const int64_t numel = checked_numel(s, "from_vector");
+  EMBER_CHECK(numel == static_cast<int64_t>(values.size()), "[from_vector] shape ", s, " needs ", numel,
               " values, got ", values.size());
   Tensor t = empty(s, dtype_of<T>());
   T* p = static_cast<T*>(t.data_ptr());

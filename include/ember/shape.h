@@ -99,6 +99,11 @@ inline std::ostream& operator<<(std::ostream& out, const Shape& shape) {
   return out << ']';
 }
 
+// The number of elements of `shape`, checked: a negative dimension, or a product that does not fit
+// in int64, is an ember::Error naming `op` (Shape::numel() would wrap around silently, and a
+// wrapped count makes a huge shape look small).
+int64_t checked_numel(const Shape& shape, const char* op);
+
 // Contiguous (row-major) strides for `shape`, in elements.
 Strides contiguous_strides(const Shape& shape);
 
@@ -109,6 +114,10 @@ Strides broadcast_strides(const Shape& shape, const Strides& strides, const Shap
 // The storage elements [first, end) a geometry touches (non-negative strides; empty for zero
 // elements).
 std::pair<int64_t, int64_t> storage_extent(const Shape& shape, const Strides& strides, int64_t offset);
+// The same for a geometry from the user (as_strided, from_blob): an extent beyond what 64 bits
+// count is an ember::Error naming `op` (wrapped around, it could pass a bounds check).
+std::pair<int64_t, int64_t> checked_storage_extent(const Shape& shape, const Strides& strides, int64_t offset,
+                                                   const char* op);
 
 // The stride of dims [0, count) of (sizes, strides) merged into one dim, if they can be: each dim
 // must step exactly over the one inside it (size-1 dims don't count).

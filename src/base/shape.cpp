@@ -1,6 +1,8 @@
 // Shape, Strides and the layout helpers of ember/shape.h.
 #include "ember/shape.h"
 
+#include <limits>
+
 namespace ember {
 
 Strides contiguous_strides(const Shape& shape) {
@@ -11,6 +13,19 @@ Strides contiguous_strides(const Shape& shape) {
     running *= shape[d] > 1 ? shape[d] : 1;
   }
   return strides;
+}
+
+int64_t checked_numel(const Shape& shape, const char* op) {
+  int64_t n = 1;
+  bool overflow = false, zero = false;
+  for (const int64_t size : shape) {
+    EMBER_CHECK(size >= 0, "[", op, "] negative dimension in shape ", shape);
+    zero = zero || size == 0;  // a zero makes the product 0, even after an overflow
+    overflow = __builtin_mul_overflow(n, size, &n) || overflow;
+  }
+  if (zero) return 0;
+  EMBER_CHECK(!overflow, "[", op, "] shape ", shape, " has more elements than a 64-bit count holds");
+  return n;
 }
 
 int normalize_axis(int64_t axis, int ndim, const char* op) {
@@ -50,6 +65,21 @@ std::pair<int64_t, int64_t> storage_extent(const Shape& shape, const Strides& st
     if (shape[d] == 0) return {offset, offset};
     last += (shape[d] - 1) * strides[d];
   }
+  return {offset, last + 1};
+}
+
+std::pair<int64_t, int64_t> checked_storage_extent(const Shape& shape, const Strides& strides, int64_t offset,
+                                                   const char* op) {
+  if (checked_numel(shape, op) == 0) return {offset, offset};
+  int64_t last = offset;
+  bool overflow = false;
+  for (int d = 0; d < shape.size(); ++d) {
+    int64_t step = 0;
+    overflow = overflow || __builtin_mul_overflow(shape[d] - 1, strides[d], &step) ||
+               __builtin_add_overflow(last, step, &last) || last == std::numeric_limits<int64_t>::max();
+  }
+  EMBER_CHECK(!overflow, "[", op, "] shape ", shape, " with strides ", strides, " and offset ", offset,
+              " reaches beyond any storage (its extent overflows 64 bits)");
   return {offset, last + 1};
 }
 

@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <memory>
+#include <string>
 
 #include "ember/memory.h"
 #include "ember/tensor.h"
@@ -16,7 +17,8 @@ namespace ember {
 class DeviceAllocator {
  public:
   virtual ~DeviceAllocator() = default;
-  virtual std::shared_ptr<StorageImpl> allocate(int64_t nbytes, int device) = 0;
+  // Out of memory is an ember::Error "[op] cannot allocate N bytes ..." naming `op`.
+  virtual std::shared_ptr<StorageImpl> allocate(int64_t nbytes, int device, const char* op) = 0;
   virtual MemoryStats stats(int device) = 0;
   virtual void reset_peak(int device) = 0;
   virtual void empty_cache(int device) = 0;
@@ -25,9 +27,24 @@ class DeviceAllocator {
 // Registers the allocator of a (non-CPU) device type; `allocator` must live forever.
 void register_device_allocator(DeviceType type, DeviceAllocator* allocator);
 
-// A new storage of at least `nbytes` bytes from the device's caching allocator. A device type
-// without a registered allocator is an error naming it.
-std::shared_ptr<StorageImpl> allocate_storage(int64_t nbytes, Device device);
+// A new storage of at least `nbytes` bytes from the device's caching allocator. A request that
+// cannot be met is an ember::Error "[op] cannot allocate N bytes (...)" naming `op`, the op the
+// memory is for (Note [what cannot be allocated] in allocator.cpp); so is a device type without a
+// registered allocator.
+std::shared_ptr<StorageImpl> allocate_storage(int64_t nbytes, Device device, const char* op = "allocate");
+
+// The largest single CPU request allocate_storage passes to the system allocator: physical memory
+// plus swap, or the process's cgroup limit when smaller.
+int64_t cpu_memory_limit();
+
+// "3.6 TiB": a byte count for a message (binary units, one decimal).
+std::string format_bytes(int64_t bytes);
+
+// Throws "[op] cannot allocate N bytes (what): more than this machine's memory (...)" when `bytes`
+// (a double: an estimate need not fit in 64 bits) is over cpu_memory_limit(). For code that is
+// about to make many allocations (a model of many layers) that together cannot fit: each alone
+// would pass, and the process would grind until the OOM killer ends it.
+void check_fits_in_memory(double bytes, const char* op, const std::string& what);
 
 // The counters, peak reset and cache release of the device's allocator (ember/memory.h's
 // functions make sure the backends are registered first).

@@ -107,12 +107,17 @@ void release_block(void* data, int64_t /*nbytes*/, void* context) {
 // Storage on CUDA devices for core's allocate_storage and the memory counters.
 class CudaAllocator final : public DeviceAllocator {
  public:
-  std::shared_ptr<StorageImpl> allocate(int64_t nbytes, int device) override {
+  std::shared_ptr<StorageImpl> allocate(int64_t nbytes, int device, const char* op) override {
     check_device(device, "allocate");
-    EMBER_CHECK(nbytes >= 0, "[allocate] negative size ", nbytes);
 #ifdef EMBER_WITH_CUDA
     // Until per-device streams exist, every block belongs to the default stream (0).
-    void* ptr = state(device).allocator.allocate(static_cast<size_t>(nbytes), 0);
+    void* ptr = nullptr;
+    try {
+      ptr = state(device).allocator.allocate(static_cast<size_t>(nbytes), 0);
+    } catch (const Error& e) {  // out of memory even with the cache returned: name the op it was for
+      EMBER_FAIL("[", op, "] cannot allocate ", nbytes, " bytes (", format_bytes(nbytes), ") on cuda:", device, ": ",
+                 e.what());
+    }
     return ember::detail::make_pooled<StorageImpl>(ptr, nbytes, Device{DeviceType::kCUDA, device}, &release_block,
                                                    reinterpret_cast<void*>(static_cast<intptr_t>(device)));
 #else

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 
+#include "core/allocator.h"
 #include "ember/autograd.h"
 #include "ember/error.h"
 #include "ember/nn/init.h"
@@ -19,6 +20,12 @@ void check_config(const GPTConfig& c) {
               c.block_size, ", ", c.n_layer, ", ", c.n_head, ", ", c.n_embd);
   EMBER_CHECK(c.n_embd % c.n_head == 0, "[GPT] n_embd ", c.n_embd, " is not divisible by n_head ", c.n_head);
   EMBER_CHECK(c.dropout >= 0.0 && c.dropout < 1.0, "[GPT] dropout must be in [0, 1), got ", c.dropout);
+  // The float32 parameters, counted before the first layer is built: a model too large for memory
+  // is an error now, not after hours of building layers. (Doubles: the count may pass 2^63.)
+  const double d = static_cast<double>(c.n_embd), layers = static_cast<double>(c.n_layer);
+  const double parameters = static_cast<double>(c.vocab_size + c.block_size) * d + layers * (12 * d * d + 13 * d);
+  check_fits_in_memory(4 * parameters, "GPT",
+                       detail::concat(parameters, " parameters of n_layer ", c.n_layer, ", n_embd ", c.n_embd));
 }
 
 void init_linear(nn::Linear& linear, double std) {

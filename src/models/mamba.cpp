@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "core/allocator.h"
 #include "ember/autograd.h"
 #include "ember/error.h"
 #include "ember/nn/init.h"
@@ -18,6 +19,15 @@ void check_config(const MambaConfig& c) {
               ", ", c.d_model, ", ", c.n_layer, ", ", c.d_state, ", ", c.d_conv, ", ", c.expand);
   EMBER_CHECK(c.dt_rank >= 0, "[Mamba] dt_rank must be positive (or 0 for ceil(d_model / 16)), got ", c.dt_rank);
   EMBER_CHECK(c.scan_chunk > 0, "[Mamba] scan_chunk must be positive, got ", c.scan_chunk);
+  // The float32 parameters, counted before the first layer is built (as GPT's check_config); in
+  // doubles, as the count may pass 2^63. Each layer: in_proj, x_proj, dt_proj, out_proj, A_log.
+  const double d = static_cast<double>(c.d_model), inner = static_cast<double>(c.expand) * d,
+               state = static_cast<double>(c.d_state),
+               rank = c.dt_rank > 0 ? static_cast<double>(c.dt_rank) : std::ceil(d / 16);
+  const double per_layer = 3 * d * inner + inner * (rank + 3 * state) + rank * inner;
+  const double parameters = static_cast<double>(c.vocab_size) * d + static_cast<double>(c.n_layer) * per_layer;
+  check_fits_in_memory(4 * parameters, "Mamba",
+                       detail::concat(parameters, " parameters of n_layer ", c.n_layer, ", d_model ", c.d_model));
 }
 
 }  // namespace

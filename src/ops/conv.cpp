@@ -218,6 +218,7 @@ Tensor convolve(OpKind kind, const Attrs& node_attrs, Tensor (*as_image)(const T
 
 Tensor conv2d(const Tensor& input_arg, const Tensor& weight_arg, const std::optional<Tensor>& bias_arg, Pair stride,
               Pair padding, Pair dilation, int64_t groups) {
+  const detail::ErrorName name("conv2d");
   const Tensor input = amp::cast(OpKind::kConv2d, input_arg);
   const Tensor weight = amp::cast(OpKind::kConv2d, weight_arg);
   const std::optional<Tensor> bias = amp::cast(OpKind::kConv2d, bias_arg);

@@ -24,7 +24,7 @@ using autograd::Grads;
 Tensor block_copy_of(const Tensor& t, DType dtype) {
   if (is_block_quantized(dtype) && t.dtype() != dtype) return quantize(t, dtype);
   if (t.dtype() != dtype) return dequantize(t).to(dtype);
-  Tensor out = detail::make_empty(t.shape(), dtype, t.device());
+  Tensor out = detail::make_empty(t.shape(), dtype, t.device(), "copy");
   EMBER_CHECK(t.device().is_cpu(), "[copy] ", dtype, " tensors are copied on the CPU only, got one on ", t.device());
   std::memcpy(out.data_ptr(), t.data_ptr(), static_cast<size_t>(storage_bytes(dtype, t.numel())));
   return out;
@@ -33,7 +33,7 @@ Tensor block_copy_of(const Tensor& t, DType dtype) {
 // A contiguous copy of `t` in `dtype`, recording nothing.
 Tensor copy_of(const Tensor& t, DType dtype) {
   if (is_block_quantized(t.dtype()) || is_block_quantized(dtype)) return block_copy_of(t, dtype);
-  Tensor out = detail::make_empty(t.shape(), dtype, t.device());
+  Tensor out = detail::make_empty(t.shape(), dtype, t.device(), "copy");
   detail::copy_into(out, t);
   return out;
 }

@@ -105,9 +105,9 @@ Tensor binary_op(OpKind op, TensorOrScalar a, TensorOrScalar b, Tensor* out) {
     check_out(name, *out, shape, result);
     const bool direct =
         out->dtype() == result && !needs_temporary(*out, ta, shape) && !needs_temporary(*out, tb, shape);
-    target = direct ? *out : detail::make_empty(shape, result, ta.device());
+    target = direct ? *out : detail::make_empty(shape, result, ta.device(), name);
   } else {
-    target = detail::make_empty(shape, result, ta.device());
+    target = detail::make_empty(shape, result, ta.device(), name);
   }
   dispatch::run(op, {}, {&ta, &tb}, {&target});
   if (out != nullptr) {
@@ -132,9 +132,9 @@ Tensor unary_op(OpKind op, const Tensor& x, Tensor* out) {
   if (out != nullptr) {
     check_out(name, *out, x.shape(), result);
     const bool direct = out->dtype() == result && !needs_temporary(*out, input, x.shape());
-    target = direct ? *out : detail::make_empty(x.shape(), result, x.device());
+    target = direct ? *out : detail::make_empty(x.shape(), result, x.device(), name);
   } else {
-    target = detail::make_empty(x.shape(), result, x.device());
+    target = detail::make_empty(x.shape(), result, x.device(), name);
   }
   dispatch::run(op, {}, {&input}, {&target});
   if (out != nullptr) {
@@ -576,7 +576,7 @@ Tensor where_impl(const Tensor& condition, TensorOrScalar a, TensorOrScalar b) {
   const Tensor ta = a.tensor ? a.tensor->to(dtype) : scalar_tensor(*a.scalar, dtype);
   const Tensor tb = b.tensor ? b.tensor->to(dtype) : scalar_tensor(*b.scalar, dtype);
   const Shape shape = broadcast_shapes(condition.shape(), broadcast_shapes(ta.shape(), tb.shape(), "where"), "where");
-  Tensor out = detail::make_empty(shape, dtype, condition.device());
+  Tensor out = detail::make_empty(shape, dtype, condition.device(), "where");
   dispatch::run(OpKind::kWhere, {}, {&condition, &ta, &tb}, {&out});
   return out;
 }

@@ -6,6 +6,7 @@
 #include "ops/factory.h"
 
 #include <cmath>
+#include <limits>
 #include <mutex>
 
 #include "core/block_pool.h"
@@ -35,23 +36,23 @@ bool scalars_integral(std::initializer_list<const Scalar*> values) {
 }  // namespace
 
 Tensor empty(const Shape& shape, TensorOptions options) {
-  return finish(make_empty(shape, options.dtype_or(kFloat32), options.device), options);
+  return finish(make_empty(shape, options.dtype_or(kFloat32), options.device, "empty"), options);
 }
 
 Tensor zeros(const Shape& shape, TensorOptions options) {
-  Tensor t = make_empty(shape, options.dtype_or(kFloat32), options.device);
+  Tensor t = make_empty(shape, options.dtype_or(kFloat32), options.device, "zeros");
   t.fill_(0);
   return finish(t, options);
 }
 
 Tensor ones(const Shape& shape, TensorOptions options) {
-  Tensor t = make_empty(shape, options.dtype_or(kFloat32), options.device);
+  Tensor t = make_empty(shape, options.dtype_or(kFloat32), options.device, "ones");
   t.fill_(1);
   return finish(t, options);
 }
 
 Tensor full(const Shape& shape, const Scalar& value, TensorOptions options) {
-  Tensor t = make_empty(shape, options.dtype_or(value.default_dtype()), options.device);
+  Tensor t = make_empty(shape, options.dtype_or(value.default_dtype()), options.device, "full");
   t.fill_(value);
   return finish(t, options);
 }
@@ -71,17 +72,28 @@ Tensor arange(const Scalar& start, const Scalar& end, const Scalar& step, Tensor
   EMBER_CHECK(std::isfinite(s) && std::isfinite(e), "[arange] start ", s, " and end ", e, " must be finite");
   EMBER_CHECK((d > 0 && e >= s) || (d < 0 && e <= s), "[arange] upper bound and step sign are inconsistent: start ", s,
               ", end ", e, ", step ", d);
-  const int64_t n = scalars_integral({&start, &end, &step})
-                        ? (end.to_int() - start.to_int() + step.to_int() - (step.to_int() > 0 ? 1 : -1)) / step.to_int()
-                        : static_cast<int64_t>(std::ceil((e - s) / d));
-  Tensor t = make_empty({n}, dtype, options.device);
+  // The count, checked: a range of more than 2^63 elements is an error, never a wrapped-around size.
+  int64_t n = 0;
+  if (scalars_integral({&start, &end, &step})) {
+    int64_t span = 0;
+    const bool overflow = __builtin_sub_overflow(end.to_int(), start.to_int(), &span);
+    EMBER_CHECK(!overflow && span != std::numeric_limits<int64_t>::min(), "[arange] start ", start.to_int(),
+                " and end ", end.to_int(), " are too far apart: more elements than a 64-bit count holds");
+    n = span / step.to_int() + (span % step.to_int() != 0 ? 1 : 0);  // same signs: a ceiling, no overflow
+  } else {
+    const double count = std::ceil((e - s) / d);
+    EMBER_CHECK(count < 9.2e18, "[arange] start ", s, ", end ", e, " and step ", d, " give ", count,
+                " elements, more than a 64-bit count holds");
+    n = static_cast<int64_t>(count);
+  }
+  Tensor t = make_empty({n}, dtype, options.device, "arange");
   dispatch::run(OpKind::kArange, RangeAttrs{start, step, end}, {}, {&t});
   return finish(t, options);
 }
 
 Tensor linspace(double start, double end, int64_t steps, TensorOptions options) {
   EMBER_CHECK(steps >= 0, "[linspace] number of steps must be non-negative, got ", steps);
-  Tensor t = make_empty({steps}, options.dtype_or(kFloat32), options.device);
+  Tensor t = make_empty({steps}, options.dtype_or(kFloat32), options.device, "linspace");
   dispatch::run(OpKind::kLinspace, RangeAttrs{start, 0, end}, {}, {&t});
   return finish(t, options);
 }
@@ -89,14 +101,15 @@ Tensor linspace(double start, double end, int64_t steps, TensorOptions options) 
 Tensor eye(int64_t n, std::optional<int64_t> m, TensorOptions options) {
   const int64_t cols = m.value_or(n);
   EMBER_CHECK(n >= 0 && cols >= 0, "[eye] sizes must be non-negative, got ", n, " x ", cols);
-  Tensor t = zeros({n, cols}, options.with_requires_grad(false));
+  Tensor t = make_empty({n, cols}, options.dtype_or(kFloat32), options.device, "eye");
+  t.fill_(0);
   const int64_t diag = n < cols ? n : cols;
   if (diag > 0) t.as_strided({diag}, {cols + 1}, 0).fill_(1);
   return finish(t, options);
 }
 
 Tensor empty_like(const Tensor& t, std::optional<DType> dtype) {
-  return make_empty(t.shape(), dtype.value_or(t.dtype()), t.device());
+  return make_empty(t.shape(), dtype.value_or(t.dtype()), t.device(), "empty_like");
 }
 Tensor zeros_like(const Tensor& t, std::optional<DType> dtype) { return zeros(t.shape(), dtype.value_or(t.dtype())); }
 Tensor ones_like(const Tensor& t, std::optional<DType> dtype) { return ones(t.shape(), dtype.value_or(t.dtype())); }
@@ -117,9 +130,12 @@ Tensor from_blob(void* data, const Shape& shape, DType dtype, std::optional<Stri
   for (int d = 0; d < shape.size(); ++d) {
     EMBER_CHECK(shape[d] >= 0 && s[d] >= 0, "[from_blob] negative size or stride: shape ", shape, ", strides ", s);
   }
-  const int64_t extent = storage_extent(shape, s, 0).second;
+  const int64_t extent = checked_storage_extent(shape, s, 0, "from_blob").second;
+  int64_t nbytes = 0;
+  EMBER_CHECK(!__builtin_mul_overflow(extent, dtype_size(dtype), &nbytes), "[from_blob] shape ", shape, " and strides ",
+              s, " of ", dtype, " span more bytes than 64 bits count");
   auto impl = detail::make_pooled<TensorImpl>();
-  impl->storage = detail::make_pooled<StorageImpl>(data, extent * dtype_size(dtype), kCPU, &release_nothing, nullptr);
+  impl->storage = detail::make_pooled<StorageImpl>(data, nbytes, kCPU, &release_nothing, nullptr);
   impl->set_geometry(shape, s, 0);
   impl->dtype = dtype;
   return Tensor(std::move(impl));
@@ -180,7 +196,7 @@ namespace {
 Tensor random_float(OpKind kind, const Shape& shape, const TensorOptions& options) {
   const DType dtype = options.dtype_or(kFloat32);
   EMBER_CHECK(is_floating(dtype), "[", op_name(kind), "] expects a floating-point dtype, got ", dtype);
-  Tensor t = make_empty(shape, dtype, options.device);
+  Tensor t = make_empty(shape, dtype, options.device, kind == OpKind::kRandNormal ? "randn" : "rand");
   const detail::RandomDraw draw = detail::reserve_random_blocks((t.numel() + 1) / 2);
   dispatch::run(kind, RandomAttrs{draw.seed, draw.first_block, 0, 0}, {}, {&t});
   return finish(t, options);
@@ -196,7 +212,7 @@ Tensor randn(const Shape& shape, TensorOptions options) { return random_float(Op
 Tensor randint(int64_t low, int64_t high, const Shape& shape, TensorOptions options) {
   EMBER_CHECK(low < high, "[randint] low (", low, ") must be less than high (", high, ")");
   const DType dtype = options.dtype_or(kInt64);
-  Tensor t = make_empty(shape, kInt64, options.device);
+  Tensor t = make_empty(shape, kInt64, options.device, "randint");
   const detail::RandomDraw draw = detail::reserve_random_blocks((t.numel() + 1) / 2);
   dispatch::run(OpKind::kRandInt, RandomAttrs{draw.seed, draw.first_block, low, high}, {}, {&t});
   return finish(dtype == kInt64 ? t : t.to(dtype), options);

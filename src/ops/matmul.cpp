@@ -111,7 +111,7 @@ void matmul_into(const Tensor& out, const MatmulShapes& s, const Tensor* bias, d
     run_gemm(out, s, bias, beta);
     return;
   }
-  const Tensor temporary = detail::make_empty(s.full, out.dtype(), out.device());
+  const Tensor temporary = detail::make_empty(s.full, out.dtype(), out.device(), "matmul");
   if (beta != 0.0) detail::copy_into(temporary, out);
   run_gemm(temporary, s, bias, beta);
   detail::copy_into(out, temporary);
@@ -176,6 +176,7 @@ Grads matmul_backward(const Tensor& g, const Tensor& a, const Tensor& b, GradMas
 }  // namespace
 
 Tensor matmul(const Tensor& a_arg, const Tensor& b_arg) {
+  const detail::ErrorName name("matmul");
   const Tensor a = amp::cast(OpKind::kMatmul, a_arg);
   const Tensor b = amp::cast(OpKind::kMatmul, b_arg);
   const MatmulShapes s = matmul_shapes(a, b);
@@ -228,7 +229,7 @@ Tensor linear_forward(const char* op, const Tensor& x, const Tensor& weight, con
                       Activation activation = Activation::kNone) {
   // The transposed weight is a plain view: the node recorded by linear() links to weight itself.
   const MatmulShapes s = matmul_shapes(x, weight.dim() == 2 ? transposed(weight) : weight);
-  const Tensor out = detail::make_empty(s.full, x.dtype(), x.device());
+  const Tensor out = detail::make_empty(s.full, x.dtype(), x.device(), op);
   if (!bias) {
     run_gemm(out, s, nullptr, 0.0, activation);
     return s.result == s.full ? out : out.view(s.result);

@@ -96,7 +96,7 @@ void check_nonempty(const char* op, const Tensor& x, const ReducePlan& r, const 
 
 // The primitive: one kernel call into a new contiguous output.
 Tensor run(OpKind op, const Tensor& x, const ReducePlan& r, DType out_dtype) {
-  Tensor out = detail::make_empty(r.out_shape, out_dtype, x.device());
+  Tensor out = detail::make_empty(r.out_shape, out_dtype, x.device(), op_name(op));
   dispatch::run(op, r.attrs(x.dim()), {&x}, {&out});
   return out;
 }
@@ -150,7 +150,7 @@ Tensor softmax_impl(OpKind op, const Tensor& x, int64_t dim) {
     return op == OpKind::kSoftmax ? reference::softmax(x, d) : reference::log_softmax(x, d);
   }
   const Tensor input = detail::kernel_operand(x);
-  Tensor out = detail::make_empty(x.shape(), x.dtype(), x.device());
+  Tensor out = detail::make_empty(x.shape(), x.dtype(), x.device(), op_name(op));
   dispatch::run(op, DimAttrs{d}, {&input}, {&out});
   return out;
 }

@@ -93,8 +93,11 @@ Tensor repeat_impl(const char* op, const Tensor& x, const Shape& repeats) {
     padded[lead + k] = x.shape()[k];
     strides[lead + k] = x.strides()[k];
   }
-  for (int k = 0; k < repeats.size(); ++k) shape[k] = padded[k] * repeats[k];
-  Tensor out = detail::make_empty(shape, x.dtype(), x.device());
+  for (int k = 0; k < repeats.size(); ++k) {
+    EMBER_CHECK(!__builtin_mul_overflow(padded[k], repeats[k], &shape[k]), "[", op, "] repeating shape ", x.shape(),
+                " by ", repeats, " gives more elements than a 64-bit count holds");
+  }
+  Tensor out = detail::make_empty(shape, x.dtype(), x.device(), op);
   if (out.numel() > 0) repeat_into(out, detail::make_view(x, padded, strides, x.offset()), repeats);
   return out;
 }
@@ -165,7 +168,7 @@ Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) {
     if (first == nullptr && !is_legacy_empty(t)) first = &t;
   }
   const DType dtype = common_dtype(tensors);
-  if (first == nullptr) return detail::make_empty({0}, dtype, tensors.front().device());
+  if (first == nullptr) return detail::make_empty({0}, dtype, tensors.front().device(), "cat");
   const int d = normalize_axis(dim, first->dim(), "cat");
   const dispatch::Scope scope(OpKind::kCat, {&tensors.front()}, DimAttrs{d});
   Shape shape = first->shape();
@@ -182,7 +185,7 @@ Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) {
     }
     shape[d] += t.shape()[d];
   }
-  Tensor out = detail::make_empty(shape, dtype, first->device());
+  Tensor out = detail::make_empty(shape, dtype, first->device(), "cat");
   int64_t offset = 0;
   std::vector<int64_t> starts;  // where each input begins along d (-1: skipped)
   for (const Tensor& t : tensors) {
@@ -223,7 +226,7 @@ Tensor stack(const std::vector<Tensor>& tensors, int64_t dim) {
   const dispatch::Scope scope(OpKind::kStack, {&tensors.front()}, DimAttrs{d});
   Shape shape = first.shape();
   shape.insert(d, static_cast<int64_t>(tensors.size()));
-  Tensor out = detail::make_empty(shape, common_dtype(tensors), first.device());
+  Tensor out = detail::make_empty(shape, common_dtype(tensors), first.device(), "stack");
   for (size_t i = 0; i < tensors.size(); ++i) detail::copy_into(out.select(d, static_cast<int64_t>(i)), tensors[i]);
   if (autograd::any_requires_grad(tensors)) {
     autograd::record(OpKind::kStack, DimAttrs{d}, out, tensors,
@@ -446,7 +449,9 @@ Tensor pad(const Tensor& x, const std::vector<int64_t>& pads, const Scalar& valu
     const int64_t kept = size + std::min<int64_t>(before, 0) + std::min<int64_t>(after, 0);
     EMBER_CHECK(kept >= 0 && size + before + after >= 0, "[pad] the input size ", size, ", plus padding ", before,
                 " and ", after, " resulted in a negative size in dimension ", d, " of input shape ", x.shape());
-    shape[d] = size + before + after;
+    EMBER_CHECK(!__builtin_add_overflow(size, before, &shape[d]) && !__builtin_add_overflow(shape[d], after, &shape[d]),
+                "[pad] padding ", before, " and ", after, " of dimension ", d, " (size ", size,
+                ") give more elements than a 64-bit count holds");
     src = src.narrow(d, std::max<int64_t>(-before, 0), kept);
     placement[d] = {std::max<int64_t>(before, 0), kept};
     grows = grows || before > 0 || after > 0;

@@ -9,15 +9,19 @@
 
 namespace ember::detail {
 
-Tensor make_empty(const Shape& shape, DType dtype, Device device) {
-  for (int64_t s : shape) EMBER_CHECK(s >= 0, "[empty] negative dimension in shape ", shape);
+Tensor make_empty(const Shape& shape, DType dtype, Device device, const char* op) {
+  const char* name = op_context() != nullptr ? op_context() : op;
+  const int64_t numel = checked_numel(shape, name);
   if (!device.is_cpu()) dispatch::ensure_backends();
+  const BlockLayout layout = block_layout(dtype);
   if (is_block_quantized(dtype)) {
-    const int64_t block = block_layout(dtype).values;
-    EMBER_CHECK(shape.size() >= 1 && shape[shape.size() - 1] % block == 0, "[empty] a ", dtype,
-                " tensor's last dim must be a multiple of ", block, ", got shape ", shape);
+    EMBER_CHECK(shape.size() >= 1 && shape[shape.size() - 1] % layout.values == 0, "[", name, "] a ", dtype,
+                " tensor's last dim must be a multiple of ", layout.values, ", got shape ", shape);
   }
-  return make_tensor(allocate_storage(storage_bytes(dtype, shape.numel()), device), shape, dtype);
+  int64_t nbytes = 0;
+  EMBER_CHECK(!__builtin_mul_overflow(numel / layout.values, layout.bytes, &nbytes), "[", name, "] cannot allocate a ",
+              dtype, " tensor of shape ", shape, ": its size in bytes does not fit in 64 bits");
+  return make_tensor(allocate_storage(nbytes, device, name), shape, dtype);
 }
 
 void check_same_device(const char* op, std::initializer_list<const Tensor*> tensors) {

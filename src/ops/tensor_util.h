@@ -4,13 +4,35 @@
 
 #include <initializer_list>
 
+#include "base/op_context.h"
 #include "core/tensor_impl.h"
 #include "ember/tensor.h"
 
 namespace ember::detail {
 
-// A new contiguous tensor from the device's caching allocator (uninitialized).
-Tensor make_empty(const Shape& shape, DType dtype, Device device);
+// A new contiguous tensor from the device's caching allocator (uninitialized). A shape with a
+// negative dimension, or too large to count or to allocate, is an ember::Error naming the op the
+// user called: the composite running (Note [error names]), else `op`.
+Tensor make_empty(const Shape& shape, DType dtype, Device device, const char* op = "empty");
+
+// Names `op` in the errors raised while it is alive (Note [error names]) without making the op a
+// composite (observers see nothing): for a primitive's front-end whose operand copies and output
+// allocations come before its kernel runs ("[conv2d] cannot allocate ...", not "[copy] ...").
+// An outer name (a composite the user called) stays.
+class ErrorName {
+ public:
+  explicit ErrorName(const char* op) : owns_(op_context() == nullptr) {
+    if (owns_) set_op_context(op);
+  }
+  ~ErrorName() {
+    if (owns_) set_op_context(nullptr);
+  }
+  ErrorName(const ErrorName&) = delete;
+  ErrorName& operator=(const ErrorName&) = delete;
+
+ private:
+  bool owns_;
+};
 
 // Throws "[op] expected all tensors on the same device" naming the devices.
 void check_same_device(const char* op, std::initializer_list<const Tensor*> tensors);

@@ -29,23 +29,25 @@ namespace {
 Shape infer_shape(const Shape& requested, int64_t numel, const char* op, const Shape& from) {
   Shape shape = requested;
   int infer = -1;
-  int64_t known = 1;
+  Shape known;  // the sizes given
   for (int d = 0; d < shape.size(); ++d) {
     if (shape[d] == -1) {
       EMBER_CHECK(infer < 0, "[", op, "] only one dimension can be inferred (-1) in ", requested);
       infer = d;
     } else {
       EMBER_CHECK(shape[d] >= 0, "[", op, "] invalid size ", shape[d], " in shape ", requested);
-      known *= shape[d];
+      known.push_back(shape[d]);
     }
   }
+  // Counted without wrapping around, so that a huge shape never passes for a small one.
+  const int64_t known_numel = checked_numel(known, op);
   if (infer >= 0) {
-    EMBER_CHECK(known != 0 && numel % known == 0, "[", op, "] shape ", requested, " is invalid for input of shape ",
-                from, " (", numel, " elements)");
-    shape[infer] = numel / known;
+    EMBER_CHECK(known_numel != 0 && numel % known_numel == 0, "[", op, "] shape ", requested,
+                " is invalid for input of shape ", from, " (", numel, " elements)");
+    shape[infer] = numel / known_numel;
   }
-  EMBER_CHECK(shape.numel() == numel, "[", op, "] shape ", requested, " is invalid for input of shape ", from, " (",
-              numel, " elements)");
+  EMBER_CHECK(checked_numel(shape, op) == numel, "[", op, "] shape ", requested, " is invalid for input of shape ",
+              from, " (", numel, " elements)");
   return shape;
 }
 
@@ -156,7 +158,7 @@ Tensor Tensor::reshape(const Shape& shape) const {
   if (view_strides(this->shape(), this->strides(), target, &strides)) return reshaped_view(*this, target, strides);
   // A copy: a new tensor (not a view), filled through a view of it in this tensor's shape. Its
   // autograd node is the view's (the gradient is reshaped back).
-  Tensor out = detail::make_empty(target, dtype(), device());
+  Tensor out = detail::make_empty(target, dtype(), device(), "reshape");
   detail::copy_into(make_view(out, this->shape(), contiguous_strides(this->shape()), 0), *this);
   if (autograd::needs_grad(*this)) {
     autograd::record(OpKind::kView, ShapeAttrs{target}, out, {this},
@@ -296,6 +298,7 @@ Tensor Tensor::expand(const Shape& target) const {
     shape[i] = want;
     strides[i] = have == want ? this->strides()[j] : 0;
   }
+  checked_numel(shape, "expand");  // a view of more elements than a 64-bit count holds is an error
   return finish_view(OpKind::kExpand, ShapeAttrs{shape}, *this, make_view(*this, shape, strides, offset()),
                      [from = this->shape()](const Tensor& g) { return autograd::sum_to(g, from); });
 }
@@ -341,7 +344,7 @@ Tensor Tensor::as_strided(const Shape& shape, const Strides& strides, std::optio
     EMBER_CHECK(shape[d] >= 0, "[as_strided] negative size in shape ", shape);
     EMBER_CHECK(strides[d] >= 0, "[as_strided] negative stride in ", strides);
   }
-  const auto [first, end] = storage_extent(shape, strides, start);
+  const auto [first, end] = checked_storage_extent(shape, strides, start, "as_strided");
   const int64_t capacity = impl().storage->nbytes() / element_size();
   EMBER_CHECK(first == end || end <= capacity, "[as_strided] shape ", shape, " with strides ", strides, " and offset ",
               start, " reaches element ", end - 1, " beyond the storage's ", capacity, " elements");
