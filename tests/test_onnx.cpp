@@ -390,11 +390,14 @@ TEST(OnnxErrors, InputsAreChecked) {
         model->run(std::vector<Tensor>{zeros({2, 3}, kInt64)});
       },
       ThrowsMessage<Error>(HasSubstr("input \"x\" is FLOAT (float32), got int64")));
+  // A misspelt name is named before the input it leaves missing.
   EXPECT_THAT(
       [&] {
         model->run(std::map<std::string, Tensor>{{"z", zeros({2, 3})}});
       },
-      ThrowsMessage<Error>(HasSubstr("no value for input \"x\"")));
+      ThrowsMessage<Error>(HasSubstr("has no input \"z\" (it takes x)")));
+  EXPECT_THAT([&] { model->run(std::map<std::string, Tensor>{}); },
+              ThrowsMessage<Error>(HasSubstr("no value for input \"x\"")));
   const Tensor y = model->run(std::vector<Tensor>{tensor<float>({-1, 2, -3, 4, -5, 6}, Shape{2, 3})}).at(0);
   EXPECT_EQ(y.to_vector<float>(), (std::vector<float>{0, 2, 0, 4, 0, 6}));
   // Zero-size batch.

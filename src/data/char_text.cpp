@@ -1,8 +1,10 @@
 // Character-level text for the GPT: the train/validation split and its random windows
 // (include/ember/tokenizer.h); the byte vocabulary is char_tokenizer.cpp.
 #include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <system_error>
 
 #include "ember/error.h"
 #include "ember/ops.h"
@@ -50,10 +52,13 @@ std::pair<Tensor, Tensor> TextSplit::batch(std::string_view split, int64_t batch
 }
 
 std::string read_text_file(const std::string& path) {
+  std::error_code error;  // a folder opens as a stream that reads as empty
+  EMBER_CHECK(!std::filesystem::is_directory(path, error), "[read_text_file] ", path, " is a folder, not a text file");
   std::ifstream in(path, std::ios::binary);
   EMBER_CHECK(in.good(), "[read_text_file] cannot open ", path);
   std::ostringstream text;
   text << in.rdbuf();
+  EMBER_CHECK(!in.bad(), "[read_text_file] reading ", path, " failed");
   return text.str();
 }
 

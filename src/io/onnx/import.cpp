@@ -25,10 +25,13 @@ using detail::Value;
 namespace {
 
 std::string read_file(const std::string& path) {
+  std::error_code error;  // a folder opens as a stream whose size reads as 2^63 - 1 bytes
+  EMBER_CHECK(!std::filesystem::is_directory(path, error), "[onnx] ", path, " is a folder, not an ONNX model file");
   std::ifstream file(path, std::ios::binary | std::ios::ate);
   EMBER_CHECK(file.good(), "[onnx] cannot open ", path);
   const std::streamoff size = file.tellg();
   EMBER_CHECK(size >= 0, "[onnx] cannot read ", path, " (not a regular file?)");
+  EMBER_CHECK(size > 0, "[onnx] ", path, " is empty, not an ONNX model");
   std::string bytes(static_cast<size_t>(size), '\0');
   file.seekg(0);
   file.read(bytes.data(), size);
@@ -545,17 +548,18 @@ std::vector<Tensor> Model::run(const std::vector<Tensor>& inputs) {
 }
 
 std::map<std::string, Tensor> Model::run(const std::map<std::string, Tensor>& inputs) {
+  // An unknown name first: a misspelt input is also a missing one, and the misspelling is the news.
+  for (const auto& [name, t] : inputs) {
+    EMBER_CHECK(std::find(impl_->input_names.begin(), impl_->input_names.end(), name) != impl_->input_names.end(),
+                "[onnx] ", impl_->what, " has no input \"", name, "\" (it takes ", Impl::names(impl_->input_names),
+                ")");
+  }
   std::vector<Tensor> ordered;
   for (const std::string& name : impl_->input_names) {
     auto it = inputs.find(name);
     EMBER_CHECK(it != inputs.end(), "[onnx] ", impl_->what, ": no value for input \"", name, "\" (it takes ",
                 Impl::names(impl_->input_names), ")");
     ordered.push_back(it->second);
-  }
-  for (const auto& [name, t] : inputs) {
-    EMBER_CHECK(std::find(impl_->input_names.begin(), impl_->input_names.end(), name) != impl_->input_names.end(),
-                "[onnx] ", impl_->what, " has no input \"", name, "\" (it takes ", Impl::names(impl_->input_names),
-                ")");
   }
   std::vector<Tensor> outputs = run(ordered);
   std::map<std::string, Tensor> named;
