@@ -9,6 +9,7 @@
 #include <fstream>
 
 #include "cli_util.h"
+#include "ember/autograd.h"
 #include "ember/io.h"
 #include "ember/models/mnist.h"
 #include "ember/nn/quantize.h"
@@ -61,6 +62,30 @@ double gguf_float(const Checkpoint& c, const std::string& key, std::string_view 
   return read_entry(c, key, op, [](const gguf::Value& v) { return v.as_float64(); });
 }
 
+// A model whose weights hold NaN or Inf computes nothing but NaN (a run that diverged saved it, or
+// the file was damaged): an error naming the tensor, rather than a loss or a text of garbage.
+void check_finite(const Checkpoint& c, std::string_view op) {
+  autograd::NoGradGuard no_grad;
+  for (const auto& [name, tensor] : c.state) {
+    if (!tensor.is_floating_point() || tensor.numel() == 0) continue;
+    const int64_t nan = isnan(tensor).sum().item<int64_t>(), inf = isinf(tensor).sum().item<int64_t>();
+    EMBER_CHECK(nan == 0 && inf == 0, "[", op, "] checkpoint ", c.path, ": tensor \"", name, "\" holds ", nan,
+                " NaN and ", inf, " infinite values (of ", tensor.numel(),
+                "): the run that wrote it diverged, or the file is damaged");
+  }
+}
+
+// The model a checkpoint's settings describe, built by `build`: settings no model can have (zero
+// heads, a width too large for memory) are an error naming the file.
+template <class Build>
+auto build_model(const Checkpoint& c, std::string_view op, Build build) {
+  try {
+    return build();
+  } catch (const Error& e) {
+    EMBER_FAIL("[", op, "] checkpoint ", c.path, ": its settings do not make a ", c.kind, " model: ", e.what());
+  }
+}
+
 }  // namespace
 
 std::string_view format_name(FileFormat format) { return format == FileFormat::kGguf ? "gguf" : "safetensors"; }
@@ -94,6 +119,7 @@ Checkpoint read_checkpoint(const std::string& path, std::string_view op) {
     if (task == "gpt" || task == "ssm" || task == "diffusion") c.kind = task;
     if (task == "mnist" && c.settings.count("model") != 0) c.kind = "mnist_" + c.settings.at("model");
     c.state = strip_prefix(load(path), kModelPrefix);
+    check_finite(c, op);
     return c;
   }
   c.gguf = gguf::load(path);
@@ -107,6 +133,7 @@ Checkpoint read_checkpoint(const std::string& path, std::string_view op) {
   c.kind = gguf_string(c, kGgufModelKey, op);
   c.quantization = gguf_string(c, kGgufQuantizationKey, op);
   if (c.gguf.find_value(kGgufDynamicKey) != nullptr) c.dynamic_activations = gguf_bool(c, kGgufDynamicKey, op);
+  check_finite(c, op);
   return c;
 }
 
@@ -160,11 +187,12 @@ GptCheckpoint load_gpt_checkpoint(Checkpoint checkpoint, std::string_view op) {
                 " entry");
   }
   data::CharTokenizer tokenizer(from_hex(checkpoint.settings.at("vocabulary"), checkpoint.path, op));
-  auto model = std::make_shared<models::GPT>(models::GPTConfig{.vocab_size = tokenizer.vocab_size(),
-                                                               .block_size = setting_count(checkpoint, "context", op),
-                                                               .n_layer = setting_count(checkpoint, "layers", op),
-                                                               .n_head = setting_count(checkpoint, "heads", op),
-                                                               .n_embd = setting_count(checkpoint, "dim", op)});
+  const models::GPTConfig config{.vocab_size = tokenizer.vocab_size(),
+                                 .block_size = setting_count(checkpoint, "context", op),
+                                 .n_layer = setting_count(checkpoint, "layers", op),
+                                 .n_head = setting_count(checkpoint, "heads", op),
+                                 .n_embd = setting_count(checkpoint, "dim", op)};
+  auto model = build_model(checkpoint, op, [&] { return std::make_shared<models::GPT>(config); });
   load_model_state(*model, checkpoint, op);
   checkpoint.state.clear();
   return {.model = std::move(model), .tokenizer = std::move(tokenizer), .source = std::move(checkpoint)};
@@ -192,12 +220,13 @@ TextModelCheckpoint load_text_model_checkpoint(const std::string& path, std::str
                 " entry");
   }
   data::CharTokenizer tokenizer(from_hex(checkpoint.settings.at("vocabulary"), checkpoint.path, op));
-  auto model = std::make_shared<models::Mamba>(models::MambaConfig{.vocab_size = tokenizer.vocab_size(),
-                                                                   .d_model = setting_count(checkpoint, "dim", op),
-                                                                   .n_layer = setting_count(checkpoint, "layers", op),
-                                                                   .d_state = setting_count(checkpoint, "state", op),
-                                                                   .d_conv = setting_count(checkpoint, "conv", op),
-                                                                   .expand = setting_count(checkpoint, "expand", op)});
+  const models::MambaConfig config{.vocab_size = tokenizer.vocab_size(),
+                                   .d_model = setting_count(checkpoint, "dim", op),
+                                   .n_layer = setting_count(checkpoint, "layers", op),
+                                   .d_state = setting_count(checkpoint, "state", op),
+                                   .d_conv = setting_count(checkpoint, "conv", op),
+                                   .expand = setting_count(checkpoint, "expand", op)};
+  auto model = build_model(checkpoint, op, [&] { return std::make_shared<models::Mamba>(config); });
   load_model_state(*model, checkpoint, op);
   checkpoint.state.clear();
   const int64_t context = setting_count(checkpoint, "context", op);

@@ -7,10 +7,15 @@
 // a checkpoint (safetensors or GGUF) as training does, `ember nas mnist` searches architectures, and
 // `ember train diffusion` / `ember sample diffusion` train a class-conditional DDPM and draw digits from it.
 #include <CLI/CLI.hpp>
+#include <cmath>
 #include <cstdio>
 #include <iostream>
+#include <limits>
+#include <new>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "bench.h"
@@ -85,23 +90,81 @@ int run_info(bool as_json) {
   return 0;
 }
 
-// A whole number of at least `min`, with a short message otherwise (CLI11's PositiveNumber names
-// its range up to the largest double, some 300 digits).
-CLI::Validator count_at_least(long long min) {
+// A whole number in [min, max], with a short message otherwise (CLI11's PositiveNumber names its
+// range up to the largest double, some 300 digits, and a number too large for an int field is
+// only "Could not convert").
+CLI::Validator count_in(long long min, long long max) {
+  const bool open = max == std::numeric_limits<long long>::max();
+  const std::string range =
+      open ? "of at least " + std::to_string(min) : "from " + std::to_string(min) + " to " + std::to_string(max);
   return CLI::Validator(
-      [min](std::string& value) -> std::string {
+      [min, max, range](std::string& value) -> std::string {
         try {
           size_t used = 0;
           const long long n = std::stoll(value, &used);
-          if (used == value.size() && n >= min) return "";
+          if (used == value.size() && n >= min && n <= max) return "";
         } catch (const std::exception&) {
         }
-        return "must be a whole number of at least " + std::to_string(min) + ", got " + value;
+        return "must be a whole number " + range + ", got " + value;
       },
-      "INT >= " + std::to_string(min));
+      open ? "INT >= " + std::to_string(min) : "INT in [" + std::to_string(min) + ", " + std::to_string(max) + "]");
 }
-const CLI::Validator kPositiveCount = count_at_least(1);
-const CLI::Validator kThreadCount = count_at_least(0);
+CLI::Validator count_at_least(long long min) { return count_in(min, std::numeric_limits<long long>::max()); }
+const CLI::Validator kPositiveCount = count_at_least(1);  // an int64_t field
+const CLI::Validator kNonNegativeCount = count_at_least(0);
+const CLI::Validator kPositiveInt = count_in(1, std::numeric_limits<int>::max());  // an int field
+const CLI::Validator kThreadCount = count_in(0, 4096);  // 0: all cores; set_num_threads takes up to 4096
+
+// A finite number in [min, max] (`what` says which in the message). CLI11's Range and
+// PositiveNumber let NaN through (NaN fails no comparison), and a NaN or infinite learning rate,
+// probability or duration would train or sample garbage, or loop, without a word.
+CLI::Validator finite_number(double min, double max, const std::string& what) {
+  return CLI::Validator(
+      [min, max, what](std::string& value) -> std::string {
+        try {
+          size_t used = 0;
+          const double x = std::stod(value, &used);
+          if (used == value.size() && std::isfinite(x) && x >= min && x <= max) return "";
+        } catch (const std::exception&) {
+        }
+        return "must be " + what + ", got " + value;
+      },
+      "NUMBER: " + what);
+}
+constexpr double kHuge = std::numeric_limits<double>::max();
+const CLI::Validator kFiniteNumber = finite_number(-kHuge, kHuge, "a finite number");
+const CLI::Validator kNonNegativeNumber = finite_number(0, kHuge, "a finite number >= 0");
+const CLI::Validator kPositiveNumber = finite_number(std::numeric_limits<double>::min(), kHuge, "a finite number > 0");
+const CLI::Validator kFraction = finite_number(0, 1, "a number from 0 to 1");
+
+// The command a parse error belongs to ("train gpt"): the subcommands parsed so far.
+std::string command_of(const CLI::App* app) {
+  std::string command;
+  for (const CLI::App* sub = app; !sub->get_subcommands().empty();) {
+    sub = sub->get_subcommands().front();
+    command += (command.empty() ? "" : " ") + sub->get_name();
+  }
+  return command.empty() ? "ember" : command;
+}
+
+// The innermost subcommand the user ran.
+const CLI::App* innermost_command(const CLI::App* app) {
+  while (!app->get_subcommands().empty()) app = app->get_subcommands().front();
+  return app;
+}
+
+// The options given on the command line, as "--name value" (for a request that cannot be met:
+// which of them asked for it).
+std::string given_options(const CLI::App* command) {
+  std::string out;
+  for (const CLI::Option* option : command->get_options()) {
+    if (option->count() == 0 || option->get_type_size() == 0 || option->get_name().rfind("--", 0) != 0) continue;
+    for (const std::string& value : option->results()) {
+      out += (out.empty() ? "" : ", ") + option->get_name() + " " + value;
+    }
+  }
+  return out;
+}
 
 // The dtypes of a kernel, shortened ("all" for every dtype, "floats" for the four float dtypes).
 std::string dtype_summary(const std::vector<std::string>& dtypes) {
@@ -157,23 +220,36 @@ int run_ops(bool as_json) {
 
 int main(int argc, char** argv) {
   CLI::App app{"ember: a C++ tensor library with autograd, nn layers, optimizers and a fast CPU backend"};
+  // Parse errors read as every other error: "[train gpt] --dim: must be ...". Set before the
+  // subcommands are added: they copy it.
+  app.failure_message([](const CLI::App* top, const CLI::Error& e) {
+    return "error: [" + command_of(top) + "] " + e.what() + "\nRun with --help for more information.\n";
+  });
   app.require_subcommand(1);
   bool as_json = false, list_ops = false;
   CLI::App* info = app.add_subcommand("info", "Version, compiler, SIMD target, threads and build options");
   info->add_flag("--json", as_json, "Print one JSON object");
   info->add_flag("--ops", list_ops, "List every op: its kernels per backend, dtypes, backward and cost rule");
 
+  // --detect-anomaly (every training command): autograd's anomaly mode for the run, so the first op
+  // whose output or gradient is NaN or Inf is named in the error (ember/autograd.h).
+  bool detect_anomaly = false;
+  const char* const kAnomalyHelp =
+      "Check every op's output and gradient for NaN and Inf, and stop at the first with an error naming the op "
+      "(slower; not with --compile, whose replays skip the checks)";
+
   ember::cli::TrainOptions train;
   CLI::App* train_cmd = app.add_subcommand("train", "Train a model on real data");
   train_cmd->require_subcommand(1);
   CLI::App* mnist = train_cmd->add_subcommand("mnist", "Train an MLP or a LeNet-style CNN on MNIST");
   mnist->add_option("--model", train.model, "cnn or mlp")->check(CLI::IsMember({"cnn", "mlp"}))->capture_default_str();
-  mnist->add_option("--epochs", train.epochs, "Epochs to train")->check(kPositiveCount)->capture_default_str();
-  mnist->add_option("--batch-size", train.batch_size, "Batch size")->check(kPositiveCount)->capture_default_str();
+  mnist->add_option("--epochs", train.epochs, "Epochs to train")->check(kPositiveInt)->capture_default_str();
+  mnist->add_option("--batch-size", train.batch_size, "Batch size")->check(kPositiveInt)->capture_default_str();
   mnist->add_option("--optimizer", train.optimizer, "sgd, momentum, adam, adamw, adagrad or rmsprop")
       ->check(CLI::IsMember({"sgd", "momentum", "adam", "adamw", "adagrad", "rmsprop"}))
       ->capture_default_str();
-  mnist->add_option("--lr", train.lr, "Learning rate (default: 0.01 for sgd/momentum/adagrad, else 1e-3)");
+  mnist->add_option("--lr", train.lr, "Learning rate (default: 0.01 for sgd/momentum/adagrad, else 1e-3)")
+      ->check(kPositiveNumber);
   mnist->add_option("--schedule", train.schedule, "Learning rate: cosine (decays to 0 over the run) or constant")
       ->check(CLI::IsMember({"cosine", "constant"}))
       ->capture_default_str();
@@ -192,9 +268,10 @@ int main(int argc, char** argv) {
   mnist
       ->add_option("--stop-after", train.stop_after,
                    "Train only this many epochs now, then stop (with --save, continue later with --resume)")
-      ->check(kPositiveCount);
+      ->check(kPositiveInt);
   mnist->add_option("--resume", train.resume_path, "Continue from a checkpoint written by --save");
   mnist->add_flag("--json", train.json, "End with one JSON line of results");
+  mnist->add_flag("--detect-anomaly", detect_anomaly, kAnomalyHelp);
   mnist->add_option("--amp", train.amp, "Mixed precision: bf16 or f16 autocast (f16 scales the loss), or none")
       ->check(CLI::IsMember({"none", "bf16", "f16"}))
       ->capture_default_str();
@@ -208,7 +285,7 @@ int main(int argc, char** argv) {
                   "global batch; rank 0 prints and saves");
   mnist->add_flag("--zero", train.zero, "With --ddp: shard the optimizer state over the ranks (ZeRO-1)");
   mnist->add_option("--bucket-mb", train.bucket_cap_mb, "With --ddp: gradient bucket size in MB")
-      ->check(CLI::PositiveNumber)
+      ->check(kPositiveNumber)
       ->capture_default_str();
   mnist->add_option(
       "--profile", train.profile_path,
@@ -242,11 +319,13 @@ int main(int argc, char** argv) {
         ->capture_default_str();
     cmd->add_option("--batch-size", o.batch_size, "Sequences per step")->check(kPositiveCount)->capture_default_str();
     cmd->add_option("--steps", o.steps, "Training steps")->check(kPositiveCount)->capture_default_str();
-    cmd->add_option("--lr", o.lr, "Peak learning rate (cosine decay to a tenth of it)")->capture_default_str();
-    cmd->add_option("--warmup", o.warmup, "Steps of linear warmup")->check(kThreadCount)->capture_default_str();
+    cmd->add_option("--lr", o.lr, "Peak learning rate (cosine decay to a tenth of it)")
+        ->check(kPositiveNumber)
+        ->capture_default_str();
+    cmd->add_option("--warmup", o.warmup, "Steps of linear warmup")->check(kNonNegativeCount)->capture_default_str();
     if (!ssm) {
       cmd->add_option("--dropout", o.dropout, "Dropout probability")
-          ->check(CLI::Range(0.0, 0.99))
+          ->check(finite_number(0.0, 0.99, "a number from 0 to 0.99"))
           ->capture_default_str();
     }
     cmd->add_option("--seed", o.seed, "Seed for initialization and batches")->capture_default_str();
@@ -263,9 +342,10 @@ int main(int argc, char** argv) {
         ->check(kPositiveCount);
     cmd->add_option("--resume", o.resume_path, "Continue from a checkpoint written by --save");
     cmd->add_option("--sample", o.sample_tokens, "Characters to generate at the end")
-        ->check(kThreadCount)
+        ->check(kNonNegativeCount)
         ->capture_default_str();
     cmd->add_flag("--json", o.json, "End with one JSON line of results");
+    cmd->add_flag("--detect-anomaly", detect_anomaly, kAnomalyHelp);
     cmd->add_option("--amp", o.amp, "Mixed precision: bf16 or f16 autocast (f16 scales the loss), or none")
         ->check(CLI::IsMember({"none", "bf16", "f16"}))
         ->capture_default_str();
@@ -280,7 +360,7 @@ int main(int argc, char** argv) {
                   "--batch-size is the global batch; rank 0 evaluates, prints and saves");
     cmd->add_flag("--zero", o.zero, "With --ddp: shard AdamW's state over the ranks (ZeRO-1)");
     cmd->add_option("--bucket-mb", o.bucket_cap_mb, "With --ddp: gradient bucket size in MB")
-        ->check(CLI::PositiveNumber)
+        ->check(kPositiveNumber)
         ->capture_default_str();
   };
   ember::cli::TrainGptOptions gpt;
@@ -308,13 +388,16 @@ int main(int argc, char** argv) {
       ->check(kPositiveCount)
       ->capture_default_str();
   diffusion_cmd->add_option("--lr", diffusion.lr, "Peak learning rate (cosine decay to a tenth of it)")
+      ->check(kPositiveNumber)
       ->capture_default_str();
   diffusion_cmd->add_option("--warmup", diffusion.warmup, "Steps of linear warmup")
-      ->check(kThreadCount)
+      ->check(kNonNegativeCount)
       ->capture_default_str();
   diffusion_cmd->add_option("--drop-class", diffusion.drop_class, "Fraction of images trained without their class")
+      ->check(kFraction)
       ->capture_default_str();
   diffusion_cmd->add_option("--ema", diffusion.ema, "Decay of the weights' moving average (what sampling uses)")
+      ->check(kFraction)
       ->capture_default_str();
   diffusion_cmd->add_option("--seed", diffusion.seed, "Seed for initialization, batches and noise")
       ->capture_default_str();
@@ -329,6 +412,7 @@ int main(int argc, char** argv) {
       ->check(kPositiveCount);
   diffusion_cmd->add_option("--resume", diffusion.resume_path, "Continue from a checkpoint written by --save");
   diffusion_cmd->add_flag("--json", diffusion.json, "End with one JSON line of results");
+  diffusion_cmd->add_flag("--detect-anomaly", detect_anomaly, kAnomalyHelp);
 
   ember::cli::SampleDiffusionOptions sample;
   CLI::App* sample_cmd = app.add_subcommand("sample", "Draw samples from a generative model");
@@ -347,9 +431,10 @@ int main(int argc, char** argv) {
       ->add_option("--guidance", sample.guidance,
                    "Classifier-free guidance scale: 0 unconditional, 1 conditional, more pushes "
                    "toward the class (several values: one run each)")
+      ->check(kFiniteNumber)
       ->capture_default_str();
   sample_diffusion->add_option("--eta", sample.eta, "DDIM's noise (0: deterministic, 1: as DDPM)")
-      ->check(CLI::Range(0.0, 1.0))
+      ->check(kFraction)
       ->capture_default_str();
   sample_diffusion->add_option("--per-class", sample.per_class, "Samples of each digit (the grid's columns)")
       ->check(kPositiveCount)
@@ -377,14 +462,16 @@ int main(int argc, char** argv) {
       ->required();
   generate_cmd->add_option("--prompt", generate.prompt, "Text to continue (default: a newline)");
   generate_cmd->add_option("--tokens", generate.tokens, "Characters to generate")
-      ->check(kThreadCount)
+      ->check(kNonNegativeCount)
       ->capture_default_str();
   generate_cmd->add_option("--temperature", generate.temperature, "Sampling temperature (0: greedy)")
+      ->check(kNonNegativeNumber)
       ->capture_default_str();
   generate_cmd->add_option("--top-k", generate.top_k, "Sample among the k most likely (0: all)")
-      ->check(kThreadCount)
+      ->check(kNonNegativeCount)
       ->capture_default_str();
   generate_cmd->add_option("--top-p", generate.top_p, "Nucleus sampling: the most likely tokens summing to p")
+      ->check(finite_number(std::numeric_limits<double>::min(), 1, "a number in (0, 1]"))
       ->capture_default_str();
   generate_cmd->add_option("--seed", generate.seed, "Seed of the sampler")->capture_default_str();
   generate_cmd->add_option("--threads", generate.threads, "Threads (default: all cores)")->check(kThreadCount);
@@ -398,11 +485,11 @@ int main(int argc, char** argv) {
   bench_cmd->add_flag("--json", bench.json, "One JSON object per line");
   bench_cmd->add_flag("--machine", bench.machine, "Measure this machine's FMA peak and bandwidths instead");
   bench_cmd->add_option("--threads", bench.threads, "Threads (default: all cores)")->check(kThreadCount);
-  bench_cmd->add_option("--repeats", bench.repeats, "Samples per workload")
-      ->check(kPositiveCount)
-      ->capture_default_str();
-  bench_cmd->add_option("--latency", bench.latency,
-                        "Time single calls for this many seconds and report their median and p99 instead");
+  bench_cmd->add_option("--repeats", bench.repeats, "Samples per workload")->check(kPositiveInt)->capture_default_str();
+  bench_cmd
+      ->add_option("--latency", bench.latency,
+                   "Time single calls for this many seconds and report their median and p99 instead")
+      ->check(kNonNegativeNumber);
   bench_cmd->add_option("--data", bench.data_dir, "MNIST folder for train_mnist_epoch")->capture_default_str();
   ember::cli::EmbedOptions embed;
   CLI::App* embed_cmd =
@@ -476,28 +563,31 @@ int main(int argc, char** argv) {
   CLI::App* nas_mnist = nas_cmd->add_subcommand(
       "mnist", "Evolve small CNNs and MLPs for MNIST: validation accuracy against parameter count");
   nas_mnist->add_option("--population", nas.population, "Candidates per generation")
-      ->check(count_at_least(2))
+      ->check(count_in(2, std::numeric_limits<int>::max()))
       ->capture_default_str();
   nas_mnist->add_option("--generations", nas.generations, "Generations at most")
-      ->check(kPositiveCount)
+      ->check(kPositiveInt)
       ->capture_default_str();
   nas_mnist->add_option("--budget-minutes", nas.budget_minutes, "No generation starts after this")
+      ->check(kNonNegativeNumber)
       ->capture_default_str();
   nas_mnist->add_option("--candidate-epochs", nas.candidate_epochs, "Epochs of the training that scores a candidate")
-      ->check(kPositiveCount)
+      ->check(kPositiveInt)
       ->capture_default_str();
   nas_mnist->add_option("--final-epochs", nas.final_epochs, "Epochs of the winner's and the default CNN's training")
-      ->check(kPositiveCount)
+      ->check(kPositiveInt)
       ->capture_default_str();
   nas_mnist->add_option("--validation", nas.validation, "Training images held out to score candidates")
-      ->capture_default_str();
-  nas_mnist->add_option("--tournament", nas.tournament, "Candidates drawn per parent selection")
       ->check(kPositiveCount)
       ->capture_default_str();
+  nas_mnist->add_option("--tournament", nas.tournament, "Candidates drawn per parent selection")
+      ->check(kPositiveInt)
+      ->capture_default_str();
   nas_mnist->add_option("--crossover", nas.crossover, "Probability that a child mixes two parents")
+      ->check(kFraction)
       ->capture_default_str();
   nas_mnist->add_option("--max-parameters", nas.max_parameters, "The winner's limit (default: the default CNN's)")
-      ->check(kThreadCount);
+      ->check(kNonNegativeCount);
   nas_mnist->add_option("--seed", nas.seed, "Seed of the whole search")->capture_default_str();
   nas_mnist->add_option("--threads", nas.threads, "Threads (default: all cores)")->check(kThreadCount);
   nas_mnist->add_option("--data", nas.data_dir, "MNIST IDX files, else the offline subset")->capture_default_str();
@@ -514,8 +604,13 @@ int main(int argc, char** argv) {
   onnx_run->add_option("--input,-i", onnx.inputs, "name=file.npy (just file.npy for a single-input model)");
   onnx_run->add_option("--output-dir,-o", onnx.output_dir, "Folder for <output name>.npy")->capture_default_str();
   onnx_run->add_flag("--bench", onnx.bench, "Time repeated runs after the first (median, p90, min)");
-  onnx_run->add_option("--bench-seconds", onnx.bench_seconds, "How long --bench runs")->capture_default_str();
+  onnx_run->add_option("--bench-seconds", onnx.bench_seconds, "How long --bench runs")
+      ->check(kNonNegativeNumber)
+      ->capture_default_str();
   onnx_run->add_flag("--eager", onnx.eager, "Run the graph op by op instead of compiling it");
+  onnx_run->add_flag("--detect-anomaly", onnx.detect_anomaly,
+                     "Run op by op, checking every op's output for NaN and Inf; stop at the first with an error "
+                     "naming the op");
   onnx_run->add_flag("--json", onnx.json, "Print one JSON object");
   onnx_run->add_option("--threads", onnx.threads, "Threads (default: all cores)")->check(kThreadCount);
   try {
@@ -523,7 +618,14 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
+  const std::string command = command_of(&app);
   try {
+    std::optional<ember::autograd::DetectAnomalyGuard> anomaly;
+    if (detect_anomaly) {
+      EMBER_CHECK(!(train.compile || gpt.compile || ssm.compile), "[", command,
+                  "] --detect-anomaly checks ops as they run eagerly; it cannot be combined with --compile");
+      anomaly.emplace();
+    }
     if (info->parsed()) return list_ops ? run_ops(as_json) : run_info(as_json);
     if (mnist->parsed()) return ember::cli::run_train_mnist(train);
     if (gpt_cmd->parsed()) return ember::cli::run_train_gpt(gpt);
@@ -542,8 +644,26 @@ int main(int argc, char** argv) {
     if (nas_mnist->parsed()) return ember::cli::run_nas_mnist(nas);
   } catch (const ember::Error& e) {
     std::cerr << "error: " << e.what() << "\n";
+    // A request for more memory than the machine has (Note [what cannot be allocated]) comes from
+    // the sizes the options asked for: say which were given.
+    const std::string options = given_options(innermost_command(&app));
+    if (std::string_view(e.what()).find("] cannot allocate ") != std::string_view::npos && !options.empty()) {
+      std::cerr << "  (the options given: " << options << ")\n";
+    }
     // A rank of a data-parallel job may have a collective stuck in the communication library: end
     // at once (mpirun then stops the other ranks) instead of waiting for it at exit.
+    if (train.ddp || gpt.ddp || ssm.ddp) ember::dist::abort_job(1);
+    return 1;
+  } catch (const std::bad_alloc&) {
+    // Memory outside tensors (a std::vector, a string) sized from the options or a file.
+    std::cerr << "error: [" << command << "] cannot allocate the memory this run asks for (std::bad_alloc)\n";
+    const std::string options = given_options(innermost_command(&app));
+    if (!options.empty()) std::cerr << "  (the options given: " << options << ")\n";
+    if (train.ddp || gpt.ddp || ssm.ddp) ember::dist::abort_job(1);
+    return 1;
+  } catch (const std::exception& e) {
+    // Never "terminate called": an exception that is not an ember::Error is a bug, reported as one.
+    std::cerr << "error: [" << command << "] internal error (please report it): " << e.what() << "\n";
     if (train.ddp || gpt.ddp || ssm.ddp) ember::dist::abort_job(1);
     return 1;
   }

@@ -69,6 +69,34 @@ nlohmann::json info_json(const std::string& path, const onnx::ModelInfo& info) {
           {"supported", info.supported()}};
 }
 
+// A warning on stderr when `t` holds NaN or infinite values (`what` names it): they reach the
+// outputs, and --detect-anomaly names the op they first come from.
+void warn_non_finite(const std::string& what, const Tensor& t) {
+  if (!t.is_floating_point() || t.numel() == 0) return;
+  const autograd::NoGradGuard no_grad;
+  const int64_t nan = isnan(t).sum().item<int64_t>(), inf = isinf(t).sum().item<int64_t>();
+  if (nan == 0 && inf == 0) return;
+  std::fprintf(stderr, "[onnx run] warning: %s holds %lld NaN and %lld infinite values (of %lld)\n", what.c_str(),
+               static_cast<long long>(nan), static_cast<long long>(inf), static_cast<long long>(t.numel()));
+}
+
+// The outputs of an eager run under anomaly mode: inputs that require grad, so that autograd
+// records (and anomaly mode checks) every op from the first; the first op that makes NaN or Inf
+// is an error naming it.
+std::map<std::string, Tensor> run_detecting_anomalies(onnx::Model& model, const std::map<std::string, Tensor>& inputs) {
+  std::vector<Tensor> ordered;
+  for (const std::string& name : model.input_names()) {
+    const auto it = inputs.find(name);
+    EMBER_CHECK(it != inputs.end(), "[onnx run] no value for input \"", name, "\" (give --input ", name, "=file.npy)");
+    ordered.push_back(it->second.is_floating_point() ? it->second.detach().requires_grad_(true) : it->second);
+  }
+  const autograd::DetectAnomalyGuard anomaly;
+  const std::vector<Tensor> outputs = model.forward(ordered);
+  std::map<std::string, Tensor> named;
+  for (size_t i = 0; i < outputs.size(); ++i) named.emplace(model.output_names()[i], outputs[i].detach());
+  return named;
+}
+
 }  // namespace
 
 int run_onnx_info(const OnnxOptions& options) {
@@ -84,8 +112,8 @@ int run_onnx_info(const OnnxOptions& options) {
 int run_onnx_run(const OnnxOptions& options) {
   if (options.threads > 0) set_num_threads(options.threads);
   onnx::LoadOptions load_options;
-  load_options.compile = !options.eager;
-  load_options.trainable = false;
+  load_options.compile = !options.eager && !options.detect_anomaly;
+  load_options.trainable = options.detect_anomaly;  // anomaly mode checks the ops autograd records
   const Clock::time_point load_start = Clock::now();
   const std::shared_ptr<onnx::Model> model = onnx::load(options.model, load_options);
   const double load_ms = milliseconds_since(load_start);
@@ -104,10 +132,12 @@ int run_onnx_run(const OnnxOptions& options) {
       file = arg.substr(eq + 1);
     }
     EMBER_CHECK(inputs.emplace(name, load_npy(file)).second, "[onnx run] input \"", name, "\" is given twice");
+    warn_non_finite("input \"" + name + "\" (" + file + ")", inputs.at(name));
   }
 
   const Clock::time_point first_start = Clock::now();
-  const std::map<std::string, Tensor> outputs = model->run(inputs);
+  const std::map<std::string, Tensor> outputs =
+      options.detect_anomaly ? run_detecting_anomalies(*model, inputs) : model->run(inputs);
   const double first_ms = milliseconds_since(first_start);
 
   std::error_code error;
@@ -116,6 +146,7 @@ int run_onnx_run(const OnnxOptions& options) {
   nlohmann::json written = nlohmann::json::array();
   for (const std::string& name : model->output_names()) {
     const Tensor& t = outputs.at(name);
+    warn_non_finite("output \"" + name + "\"", t);
     const std::string path = (std::filesystem::path(options.output_dir) / (file_name_of(name) + ".npy")).string();
     save_npy(t, path);
     std::vector<int64_t> shape(t.shape().begin(), t.shape().end());
@@ -126,7 +157,7 @@ int run_onnx_run(const OnnxOptions& options) {
   nlohmann::json report = {{"model", options.model},
                            {"load_ms", load_ms},
                            {"first_run_ms", first_ms},
-                           {"compiled", !options.eager},
+                           {"compiled", load_options.compile},
                            {"outputs", written}};
   if (options.bench) {
     std::vector<double> times;
@@ -134,7 +165,7 @@ int run_onnx_run(const OnnxOptions& options) {
     while (times.size() < 3 ||
            (milliseconds_since(bench_start) < options.bench_seconds * 1000 && times.size() < 100000)) {
       const Clock::time_point start = Clock::now();
-      (void)model->run(inputs);
+      (void)(options.detect_anomaly ? run_detecting_anomalies(*model, inputs) : model->run(inputs));
       times.push_back(milliseconds_since(start));
     }
     std::sort(times.begin(), times.end());
@@ -148,7 +179,7 @@ int run_onnx_run(const OnnxOptions& options) {
     return 0;
   }
   std::printf("%s: loaded in %.1f ms, first run (%s) %.1f ms\n", options.model.c_str(), load_ms,
-              options.eager ? "eager" : "tracing and compiling", first_ms);
+              load_options.compile ? "tracing and compiling" : "eager", first_ms);
   for (const auto& w : written) {
     std::printf("  %s  %s %s -> %s\n", w["name"].get<std::string>().c_str(), w["dtype"].get<std::string>().c_str(),
                 w["shape"].dump().c_str(), w["file"].get<std::string>().c_str());

@@ -12,9 +12,10 @@ struct OnnxOptions {
   std::string output_dir = ".";     // where each output goes, as <output name>.npy
   bool bench = false;               // time repeated runs after the first
   double bench_seconds = 2.0;
-  bool eager = false;  // run without compiling
-  bool json = false;   // one JSON object instead of text
-  int threads = 0;     // 0: all cores
+  bool eager = false;           // run without compiling
+  bool detect_anomaly = false;  // run eagerly with autograd's anomaly mode: the first op making NaN or Inf fails
+  bool json = false;            // one JSON object instead of text
+  int threads = 0;              // 0: all cores
 };
 
 // Prints the model's inputs, outputs, opsets and which of its ops ember imports (all of them, at

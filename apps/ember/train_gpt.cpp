@@ -128,6 +128,7 @@ int run_train_gpt(const TrainGptOptions& o) {
   } catch (const Error&) {
     EMBER_FAIL("[", op, "] cannot read ", o.data_path, ": run scripts/setup, which downloads Shakespeare there");
   }
+  EMBER_CHECK(!text.empty(), "[", op, "] ", o.data_path, " is empty: there is no text to train on");
   const data::CharTokenizer tokenizer = data::CharTokenizer::from_text(text);
   const data::TextSplit split(tokenizer.encode(text));
   std::map<std::string, std::string> settings = run_settings(o, tokenizer.vocabulary());
