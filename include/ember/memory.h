@@ -18,7 +18,8 @@ struct MemoryStats {
 
 MemoryStats memory_stats(Device device = kCPU);
 void reset_peak_memory_stats(Device device = kCPU);
-// Returns every cached, unused block to the system.
+// Returns every cached, unused block to the system (with glibc, malloc_trim then hands the freed
+// pages back, so resident memory drops).
 void empty_cache(Device device = kCPU);
 
 }  // namespace ember

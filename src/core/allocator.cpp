@@ -14,6 +14,9 @@
 #include <unordered_map>
 #include <vector>
 
+#if defined(__GLIBC__)
+#include <malloc.h>  // malloc_trim
+#endif
 #if defined(__linux__)
 #include <sys/sysinfo.h>
 #endif
@@ -154,8 +157,17 @@ class CpuCachingAllocator {
   }
 
   void empty_cache() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    release_cached_locked();
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      release_cached_locked();
+    }
+#if defined(__GLIBC__)
+    // free() keeps blocks below the mmap threshold (128 KiB at first, raised to the size of each
+    // larger block freed) in malloc's heap, still resident: after 1,100 steps of a small GPT only
+    // 0.5 of the 2.1 MiB freed left the process. malloc_trim hands every whole free page of malloc's
+    // arenas back to the system (tests/test_soak.cpp checks that resident memory drops).
+    malloc_trim(0);
+#endif
   }
 
   MemoryStats stats() {
