@@ -2,6 +2,7 @@
 // record themselves (function.h).
 #include <algorithm>
 #include <limits>
+#include <mutex>
 
 #include "autograd/engine.h"
 #include "autograd/function.h"
@@ -167,6 +168,11 @@ void accumulate_into(std::shared_ptr<TensorImpl>& slot, const Tensor& grad, cons
 
 std::shared_ptr<Node> grad_accumulator(const Tensor& leaf) {
   EMBER_CHECK(leaf.is_leaf(), "[autograd] grad_accumulator of a non-leaf tensor");
+  // Threads that record ops over the same parameters (one model serving several threads with grad
+  // mode on) reach a leaf's slot at once: the first makes the accumulator, the others must see it,
+  // or their nodes would lead to an accumulator the leaf no longer holds (tests/threads/).
+  static std::mutex mutex;
+  const std::lock_guard<std::mutex> lock(mutex);
   std::shared_ptr<Node>& slot = leaf.impl().grad_accumulator;
   if (!slot) slot = std::make_shared<AccumulateGrad>(leaf.impl_ptr());
   return slot;
