@@ -390,7 +390,9 @@ Module& Module::apply(const std::function<void(Module&)>& fn) {
 // --- modes and state ------------------------------------------------------------------------------
 
 Module& Module::train(bool on) {
-  training_ = on;
+  // A module already in the mode is not written: eval() on a model in eval mode (generate() and
+  // the samplers call it) may run while other threads call the model.
+  if (training_ != on) training_ = on;
   for (const auto& [name, child] : children_) child->train(on);
   return *this;
 }
