@@ -161,6 +161,11 @@ TEST(TextSplit, WindowsAreNextTokenPairsInTheirSplit) {
   }
   test_util::expect_error([&] { split.batch("val", 1, 10, state); }, {"[TextSplit]", "too few"});
   test_util::expect_error([&] { split.batch("test", 1, 2, state); }, {"[TextSplit]", "split must be"});
+  // A batch * context that wraps around 64 bits once sized the buffers to 0 (the copies then ran past
+  // them); one beyond memory is the allocator's error.
+  test_util::expect_error([&] { split.batch("train", int64_t{1} << 62, 4, state); },
+                          {"[TextSplit] a batch of 4611686018427387904 windows of 4 tokens holds more tokens"});
+  test_util::expect_error([&] { split.batch("train", int64_t{1} << 50, 4, state); }, {"cannot allocate"});
 }
 
 }  // namespace

@@ -40,15 +40,22 @@ std::pair<Tensor, Tensor> TextSplit::batch(std::string_view split, int64_t batch
   EMBER_CHECK(batch > 0 && context > 0, "[TextSplit] batch and context must be positive, got ", batch, " and ",
               context);
   EMBER_CHECK(end - begin > context, "[TextSplit] the ", split, " split holds ", end - begin,
-              " tokens, too few for windows of ", context + 1);
-  std::vector<int64_t> inputs(static_cast<size_t>(batch * context)), targets(inputs.size());
+              " tokens, too few for windows of ", static_cast<uint64_t>(context) + 1);
+  // Checked: batch * context wrapped around once sized the buffers to 0 and the copies ran past them.
+  int64_t count = 0;
+  EMBER_CHECK(!__builtin_mul_overflow(batch, context, &count), "[TextSplit] a batch of ", batch, " windows of ",
+              context, " tokens holds more tokens than a 64-bit count holds");
+  // Tensors, not vectors: more than memory holds is "[empty] cannot allocate N bytes ...".
+  Tensor inputs = empty({batch, context}, kInt64), targets = empty({batch, context}, kInt64);
+  int64_t* x = inputs.data_ptr<int64_t>();
+  int64_t* y = targets.data_ptr<int64_t>();
   const auto starts = static_cast<uint64_t>(end - begin - context);
   for (int64_t b = 0; b < batch; ++b) {
     const int64_t start = begin + static_cast<int64_t>(next_random(state) % starts);
-    std::copy_n(tokens_.begin() + start, context, inputs.begin() + b * context);
-    std::copy_n(tokens_.begin() + start + 1, context, targets.begin() + b * context);
+    std::copy_n(tokens_.begin() + start, context, x + b * context);
+    std::copy_n(tokens_.begin() + start + 1, context, y + b * context);
   }
-  return {from_vector(inputs, Shape{batch, context}), from_vector(targets, Shape{batch, context})};
+  return {inputs, targets};
 }
 
 std::string read_text_file(const std::string& path) {
