@@ -336,6 +336,8 @@ fails "NaN guidance" "\[sample diffusion\] --guidance: must be a finite number, 
   --checkpoint "$tmp/diffusion.safetensors" --guidance nan
 fails "huge per-class count" "cannot allocate .* bytes|--per-class" "$ember" sample diffusion \
   --checkpoint "$tmp/diffusion.safetensors" --steps 1 --per-class 1000000000000 --batch-size 1000000000000
+fails "the largest per-class count" "\[sample diffusion\] cannot allocate the memory this run asks for" \
+  "$ember" sample diffusion --checkpoint "$tmp/diffusion.safetensors" --steps 1 --per-class 9223372036854775807
 fails "--out into a missing folder" "\[.*\] .*missing/grid.png" "$ember" sample diffusion \
   --checkpoint "$tmp/diffusion.safetensors" "${sample[@]}" --out "$tmp/missing/grid.png"
 
@@ -378,6 +380,8 @@ fails "a NaN weight" "\[eval gpt\] checkpoint .*gpt-nan.safetensors: tensor .* h
   "$ember" eval gpt --checkpoint "$tmp/gpt-nan.safetensors" --data "$text"
 fails "huge batch size" "cannot allocate" "$ember" eval gpt --checkpoint "$tmp/gpt.safetensors" --data "$text" \
   --batch-size 1000000000000
+fails "a batch size whose token count wraps around" "\[TextSplit\] a batch of 4611686018427387904 windows of 16 tokens" \
+  "$ember" eval gpt --checkpoint "$tmp/gpt.safetensors" --data "$text" --batch-size 4611686018427387904
 fails "zero batches" "\[eval gpt\] --batches: must be a whole number of at least 1, got 0" \
   "$ember" eval gpt --checkpoint "$tmp/gpt.safetensors" --batches 0
 fails "another model's checkpoint" "\[eval mnist\] checkpoint .*gpt.safetensors is not an MNIST checkpoint" \

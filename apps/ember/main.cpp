@@ -14,6 +14,7 @@
 #include <new>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -654,16 +655,20 @@ int main(int argc, char** argv) {
     // at once (mpirun then stops the other ranks) instead of waiting for it at exit.
     if (train.ddp || gpt.ddp || ssm.ddp) ember::dist::abort_job(1);
     return 1;
-  } catch (const std::bad_alloc&) {
-    // Memory outside tensors (a std::vector, a string) sized from the options or a file.
-    std::cerr << "error: [" << command << "] cannot allocate the memory this run asks for (std::bad_alloc)\n";
+  } catch (const std::exception& e) {
+    // Memory outside tensors (a std::vector, a string) sized from the options or a file:
+    // std::bad_alloc, or std::length_error for a size beyond what a vector can hold.
+    const bool memory =
+        dynamic_cast<const std::bad_alloc*>(&e) != nullptr || dynamic_cast<const std::length_error*>(&e) != nullptr;
+    if (!memory) {
+      // Never "terminate called": an exception that is not an ember::Error is a bug, reported as one.
+      std::cerr << "error: [" << command << "] internal error (please report it): " << e.what() << "\n";
+      if (train.ddp || gpt.ddp || ssm.ddp) ember::dist::abort_job(1);
+      return 1;
+    }
+    std::cerr << "error: [" << command << "] cannot allocate the memory this run asks for (" << e.what() << ")\n";
     const std::string options = given_options(innermost_command(&app));
     if (!options.empty()) std::cerr << "  (the options given: " << options << ")\n";
-    if (train.ddp || gpt.ddp || ssm.ddp) ember::dist::abort_job(1);
-    return 1;
-  } catch (const std::exception& e) {
-    // Never "terminate called": an exception that is not an ember::Error is a bug, reported as one.
-    std::cerr << "error: [" << command << "] internal error (please report it): " << e.what() << "\n";
     if (train.ddp || gpt.ddp || ssm.ddp) ember::dist::abort_job(1);
     return 1;
   }
