@@ -571,7 +571,7 @@ MNIST_MEAN, MNIST_STD = np.float32(0.1307), np.float32(0.3081)
 
 
 def load_mnist_train(path: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """The training split of mnist_5k.csv.gz exactly as src/data/mnist.cpp makes it: per digit, in
+    """The training split of mnist_5k.csv.gz exactly as src/data/mnist_format.cpp (split_rows) makes it: per digit, in
     file order, the first count - count // 5 rows; pixels scaled to [0, 1] then standardized."""
     with gzip.open(path, "rt") as f:
         rows = np.loadtxt(f, delimiter=",", dtype=np.int64)

@@ -10,6 +10,7 @@
 #include <numeric>
 #include <sstream>
 
+#include "base/json_text.h"
 #include "ember/autograd.h"
 #include "ember/io.h"
 
@@ -46,7 +47,7 @@ void read_field(const json& config, const char* key, T& field, const std::string
   try {
     field = config[key].get<T>();
   } catch (const json::exception&) {
-    EMBER_FAIL("[bert] '", path, "': \"", key, "\" has the wrong type: ", config[key].dump());
+    EMBER_FAIL("[bert] '", path, "': \"", key, "\" has the wrong type: ", detail::json_text(config[key]));
   }
 }
 
@@ -306,7 +307,7 @@ SentenceEncoder SentenceEncoder::from_folder(const std::string& folder) {
                     !mode("pooling_mode_max_tokens") && !mode("pooling_mode_mean_sqrt_len_tokens") &&
                     !mode("pooling_mode_weightedmean_tokens") && !mode("pooling_mode_lasttoken"),
                 "[SentenceEncoder] '", pooling_path.string(),
-                "': only mean pooling or the [CLS] token is supported, one of them alone; got ", pooling.dump());
+                "': only mean pooling or the [CLS] token is supported, one of them alone; got ", detail::json_text(pooling));
     options.mean_pooling = mode("pooling_mode_mean_tokens");
   }
   if (fs::exists(dir / "modules.json", error)) {

@@ -21,7 +21,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 def digits():
     rows = np.loadtxt(gzip.open(ROOT / "data/mnist/mnist_5k.csv.gz"), delimiter=",", dtype=np.int64)
     images, labels = rows[:, :784], rows[:, 784]
-    # The last image of each class lies in the held-out fifth (src/data/mnist.cpp).
+    # The last image of each class lies in the held-out fifth (src/data/mnist_format.cpp, split_rows).
     picks = [np.nonzero(labels == d)[0][-1] for d in range(10)]
     return images[picks].reshape(10, 28, 28).astype(np.uint8)
 
