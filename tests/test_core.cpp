@@ -8,6 +8,7 @@
 #include <functional>
 #include <random>
 #include <sstream>
+#include <thread>
 
 #include "core/allocator.h"
 #include "golden.h"
@@ -302,6 +303,23 @@ TEST(Allocation, SystemAllocatorRefusalNamesTheOp) {
   EXPECT_EQ(ember::ones({3}).sum().item<float>(), 3.0f);
 }
 #endif
+
+TEST(Allocation, EachThreadCountsItsOwnSystemAllocations) {
+  // With the cache empty, the other thread's allocation goes to the system; this thread's count
+  // does not move.
+  ember::empty_cache();
+  const int64_t mine = ember::thread_system_allocations();
+  const int64_t total = ember::memory_stats().system_allocations;
+  int64_t theirs = -1;
+  std::thread([&] {
+    const int64_t before = ember::thread_system_allocations();
+    const Tensor t = ember::empty({1000003}, ember::kInt8);
+    theirs = ember::thread_system_allocations() - before;
+  }).join();
+  EXPECT_EQ(theirs, 1);
+  EXPECT_EQ(ember::thread_system_allocations(), mine);
+  EXPECT_GE(ember::memory_stats().system_allocations, total + 1);
+}
 
 TEST(Scalars, ItemAndAt) {
   EXPECT_EQ(ember::tensor<double>({2.5}).item<double>(), 2.5);

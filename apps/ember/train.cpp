@@ -257,12 +257,13 @@ int run_train_mnist(const TrainOptions& options) {
     double loss_sum = 0;
     int64_t correct = 0, seen = 0;
     int64_t batch_index = 0;
-    // Calls to the system allocator during the last epoch's steps after its first (the caching
-    // allocator should serve every one of them).
+    // Calls to the system allocator that this thread's steps of the last epoch made after its first
+    // (the caching allocator should serve every one of them). The loader's thread is not counted:
+    // when its prefetching reaches its most batches alive depends on the timing.
     const bool measure_allocs = epoch == last_epoch - 1;
     int64_t allocs_at_second_step = 0;
     for (const data::Batch& batch : loader) {
-      if (measure_allocs && batch_index == 1) allocs_at_second_step = memory_stats().system_allocations;
+      if (measure_allocs && batch_index == 1) allocs_at_second_step = thread_system_allocations();
       // Shifts depend on (seed, epoch, batch) only, so a resumed run replays them.
       // Each rank draws its own shifts.
       const uint64_t stream = (static_cast<uint64_t>(rank) << 56) + (static_cast<uint64_t>(epoch) << 32) + batch_index;
@@ -293,7 +294,7 @@ int run_train_mnist(const TrainOptions& options) {
     }
     const double elapsed = seconds_since(epoch_start);
     if (measure_allocs && batch_index > 1) {
-      system_allocs_per_step = static_cast<double>(memory_stats().system_allocations - allocs_at_second_step) /
+      system_allocs_per_step = static_cast<double>(thread_system_allocations() - allocs_at_second_step) /
                                static_cast<double>(batch_index - 1);
     }
     train_seconds += elapsed;

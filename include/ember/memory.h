@@ -22,4 +22,10 @@ void reset_peak_memory_stats(Device device = kCPU);
 // pages back, so resident memory drops).
 void empty_cache(Device device = kCPU);
 
+// The calls to the system allocator that the calling thread's CPU allocations made (the part of
+// MemoryStats::system_allocations that is this thread's). A training loop reads it around its steps
+// to count what the steps cost apart from a data loader's background thread, whose prefetching
+// reaches its most batches alive at moments that depend on the timing.
+int64_t thread_system_allocations();
+
 }  // namespace ember

@@ -115,6 +115,9 @@ int64_t size_class(int64_t nbytes) {
   return (nbytes + step - 1) / step * step;
 }
 
+// This thread's share of MemoryStats::system_allocations (thread_system_allocations()).
+thread_local int64_t t_system_allocations = 0;
+
 class CpuCachingAllocator {
  public:
   // `op` names the op the request is for, in the error when it cannot be met.
@@ -141,6 +144,7 @@ class CpuCachingAllocator {
                   "): the system allocator refused (out of memory; ember holds ", format_bytes(stats_.bytes_in_use),
                   " in tensors)");
       ++stats_.system_allocations;
+      ++t_system_allocations;
       stats_.bytes_reserved += bytes;
     }
     stats_.bytes_in_use += bytes;
@@ -268,6 +272,8 @@ std::shared_ptr<StorageImpl> allocate_storage(int64_t nbytes, Device device, con
   void* p = cpu_allocator().allocate(nbytes, &class_bytes, op);
   return detail::make_pooled<StorageImpl>(p, nbytes, device, &release_cpu_block, nullptr);
 }
+
+int64_t thread_system_allocations() { return t_system_allocations; }
 
 MemoryStats allocator_stats(Device device) {
   if (!device.is_cpu()) return device_allocator(device, "memory_stats").stats(device.index);

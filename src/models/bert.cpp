@@ -307,7 +307,8 @@ SentenceEncoder SentenceEncoder::from_folder(const std::string& folder) {
                     !mode("pooling_mode_max_tokens") && !mode("pooling_mode_mean_sqrt_len_tokens") &&
                     !mode("pooling_mode_weightedmean_tokens") && !mode("pooling_mode_lasttoken"),
                 "[SentenceEncoder] '", pooling_path.string(),
-                "': only mean pooling or the [CLS] token is supported, one of them alone; got ", detail::json_text(pooling));
+                "': only mean pooling or the [CLS] token is supported, one of them alone; got ",
+                detail::json_text(pooling));
     options.mean_pooling = mode("pooling_mode_mean_tokens");
   }
   if (fs::exists(dir / "modules.json", error)) {
