@@ -50,6 +50,7 @@ struct MemoryLimit {
   std::string description;  // "23.4 GiB of RAM + 0 B of swap"
 };
 
+#if defined(__linux__)
 // A cgroup v2 limit file's value ("max" or missing: none).
 std::optional<int64_t> read_cgroup_value(const std::string& path) {
   std::ifstream in(path);
@@ -66,6 +67,7 @@ int64_t saturating_add(int64_t a, int64_t b) {
   int64_t sum = 0;
   return __builtin_add_overflow(a, b, &sum) ? std::numeric_limits<int64_t>::max() : sum;
 }
+#endif
 
 MemoryLimit find_memory_limit() {
   MemoryLimit limit;
