@@ -336,7 +336,7 @@ fails "NaN guidance" "\[sample diffusion\] --guidance: must be a finite number, 
   --checkpoint "$tmp/diffusion.safetensors" --guidance nan
 fails "huge per-class count" "cannot allocate .* bytes|--per-class" "$ember" sample diffusion \
   --checkpoint "$tmp/diffusion.safetensors" --steps 1 --per-class 1000000000000 --batch-size 1000000000000
-fails "the largest per-class count" "\[sample diffusion\] cannot allocate the memory this run asks for" \
+fails "the largest per-class count" "\[sample diffusion\] --per-class 9223372036854775807 samples of each of 10 classes" \
   "$ember" sample diffusion --checkpoint "$tmp/diffusion.safetensors" --steps 1 --per-class 9223372036854775807
 fails "--out into a missing folder" "\[.*\] .*missing/grid.png" "$ember" sample diffusion \
   --checkpoint "$tmp/diffusion.safetensors" "${sample[@]}" --out "$tmp/missing/grid.png"

@@ -325,9 +325,11 @@ int run_sample_diffusion(const SampleDiffusionOptions& o) {
     const data::MNIST test_set(o.data_dir, data::Split::kTest);
     real_accuracy = mnist_accuracy(*classifier->model, test_set.images(), test_set.labels());
   }
-  std::vector<int64_t> label_values;
-  for (int64_t c = 0; c < classes; ++c) label_values.insert(label_values.end(), static_cast<size_t>(o.per_class), c);
-  const Tensor labels = from_vector(label_values);
+  // 0 0 .. 1 1 .. (per_class of each), made by the library so that a count beyond memory is its
+  // allocation error.
+  EMBER_CHECK(o.per_class <= INT64_MAX / classes, "[", op, "] --per-class ", o.per_class, " samples of each of ", classes,
+              " classes are more than a 64-bit count holds");
+  const Tensor labels = arange(classes).unsqueeze(1).expand({classes, o.per_class}).reshape({-1});
   const int64_t total = labels.size(0);
   const bool several = o.steps.size() * o.guidance.size() > 1;
   if (!o.json) {
