@@ -17,17 +17,16 @@
 #include <vector>
 
 #include "ember/error.h"
+#include "fuzz/promise.h"
 #include "io/gguf/format.h"
+
+const char* const ember_fuzz::kTarget = "gguf";
 
 namespace {
 
 namespace format = ember::gguf_format;
 
-void require(bool cond, const char* promise) {
-  if (cond) return;
-  std::fprintf(stderr, "[fuzz gguf] broken promise: %s\n", promise);
-  std::abort();
-}
+using ember_fuzz::require;
 
 // Each tensor's bytes, read as gguf::load reads them, after checking what read_header promises.
 std::vector<std::string> read_tensors(const format::Header& header, const ember::detail::Source& source) {
@@ -72,13 +71,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   for (const format::TensorInfo& info : header.tensors) {
     entries.push_back({info.name, info.ggml_type, info.shape, info.bytes});
   }
-  std::string written;
-  try {
-    written = format::encode_header(header.metadata, entries, "<fuzz>", "gguf::save");
-  } catch (const ember::Error& e) {
-    std::fprintf(stderr, "[fuzz gguf] %s\n", e.what());
-    require(false, "what read_header accepts, encode_header writes");
-  }
+  std::string written = ember_fuzz::must_succeed("what read_header accepts, encode_header writes", [&] {
+    return format::encode_header(header.metadata, entries, "<fuzz>", "gguf::save");
+  });
   require(written.size() % header.alignment == 0, "the header is padded to the alignment");
   for (const std::string& bytes : tensor_data) {
     written += bytes;
@@ -86,13 +81,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   const ember::detail::MemorySource again_source(
       std::span(reinterpret_cast<const uint8_t*>(written.data()), written.size()));
-  format::Header again;
-  try {
-    again = format::read_header(again_source, "<fuzz again>", "gguf::load");
-  } catch (const ember::Error& e) {
-    std::fprintf(stderr, "[fuzz gguf] %s\n", e.what());
-    require(false, "what the writer writes, the reader reads");
-  }
+  format::Header again = ember_fuzz::must_succeed("what the writer writes, the reader reads", [&] {
+    return format::read_header(again_source, "<fuzz again>", "gguf::load");
+  });
   require(again.metadata == header.metadata, "metadata survives a write and a read");
   require(again.alignment == header.alignment, "the alignment survives a write and a read");
   require(again.tensors.size() == header.tensors.size(), "every tensor survives a write and a read");

@@ -29,16 +29,15 @@
 
 #include "data/mnist_format.h"
 #include "ember/error.h"
+#include "fuzz/promise.h"
+
+const char* const ember_fuzz::kTarget = "mnist";
 
 namespace {
 
 namespace format = ember::mnist_format;
 
-void require(bool cond, const char* promise) {
-  if (cond) return;
-  std::fprintf(stderr, "[fuzz mnist] broken promise: %s\n", promise);
-  std::abort();
-}
+using ember_fuzz::require;
 
 // unpack's limit here: 1 MiB, which an input of 1 KiB can exceed (deflate packs up to 1032:1), so
 // that gzip bombs are found and refused in a fraction of a second.

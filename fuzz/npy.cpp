@@ -19,18 +19,17 @@
 #include <string_view>
 
 #include "ember/error.h"
+#include "fuzz/promise.h"
 #include "io/npy_format.h"
+
+const char* const ember_fuzz::kTarget = "npy";
 
 namespace {
 
 namespace format = ember::npy_format;
 using ember::detail::MemorySource;
 
-void require(bool cond, const char* promise) {
-  if (cond) return;
-  std::fprintf(stderr, "[fuzz npy] broken promise: %s\n", promise);
-  std::abort();
-}
+using ember_fuzz::require;
 
 // The data, read as load_npy reads it, after checking what read_header promises.
 std::string read_data(const format::Header& header, const MemorySource& source) {
@@ -71,23 +70,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   require(descr.has_value(), "every dtype the reader returns has a descr to write");
   ember::Shape shape = header.shape;
   if (header.fortran_order) std::reverse(shape.begin(), shape.end());
-  std::string written;
-  try {
-    written = format::encode_header(*descr, shape);
-  } catch (const ember::Error& e) {
-    std::fprintf(stderr, "[fuzz npy] %s\n", e.what());
-    require(false, "what read_header accepts, encode_header writes");
-  }
+  std::string written = ember_fuzz::must_succeed("what read_header accepts, encode_header writes",
+                                                 [&] { return format::encode_header(*descr, shape); });
   require(written.size() % format::kDataAlignment == 0, "the data starts at a multiple of 64 bytes");
   written += array;
   const MemorySource again_source(std::span(reinterpret_cast<const uint8_t*>(written.data()), written.size()));
-  format::Header again;
-  try {
-    again = format::read_header(again_source, "<fuzz again>");
-  } catch (const ember::Error& e) {
-    std::fprintf(stderr, "[fuzz npy] %s\n", e.what());
-    require(false, "what the writer writes, the reader reads");
-  }
+  format::Header again = ember_fuzz::must_succeed("what the writer writes, the reader reads",
+                                                  [&] { return format::read_header(again_source, "<fuzz again>"); });
   require(again.type.dtype == header.type.dtype && !again.type.big_endian && !again.fortran_order &&
               again.shape == shape && again.data_offset == written.size() - array.size(),
           "the dtype and shape survive a write and a read");

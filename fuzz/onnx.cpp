@@ -15,15 +15,14 @@
 #include <string_view>
 
 #include "ember/error.h"
+#include "fuzz/promise.h"
 #include "io/onnx/proto.h"
+
+const char* const ember_fuzz::kTarget = "onnx";
 
 namespace {
 
-void require(bool cond, const char* promise) {
-  if (cond) return;
-  std::fprintf(stderr, "[fuzz onnx] broken promise: %s\n", promise);
-  std::abort();
-}
+using ember_fuzz::require;
 
 // Decodes one tensor of a validated model. A refusal (external data, which needs a base folder)
 // is fine; bytes of the wrong size are not.

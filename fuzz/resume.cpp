@@ -28,7 +28,10 @@
 #include <vector>
 
 #include "ember/error.h"
+#include "fuzz/promise.h"
 #include "io/safetensors_format.h"
+
+const char* const ember_fuzz::kTarget = "resume";
 
 namespace {
 
@@ -38,11 +41,7 @@ using ember::cli::ResumePoint;
 using ember::cli::ResumeRules;
 using Metadata = std::map<std::string, std::string>;
 
-void require(bool cond, const char* promise) {
-  if (cond) return;
-  std::fprintf(stderr, "[fuzz resume] broken promise: %s\n", promise);
-  std::abort();
-}
+using ember_fuzz::require;
 
 std::string number(double v) {
   char text[32];
@@ -172,16 +171,12 @@ void check_written(const ResumeRules& rules, int64_t done) {
     return;  // settings that are not UTF-8 cannot be written
   }
   const ember::detail::MemorySource source(std::span(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()));
-  try {
-    const ResumePoint point = check_resume(format::read_header(source, "<fuzz again>").metadata, rules);
-    require(point.done == done, "a checkpoint's progress is read as written");
-    for (const std::string& key : rules.state_keys) {
-      require(point.state.at(key) == UINT64_MAX - static_cast<uint64_t>(done),
-              "a checkpoint's state is read as written");
-    }
-  } catch (const ember::Error& e) {
-    std::fprintf(stderr, "[fuzz resume] %s\n", e.what());
-    require(false, "a checkpoint of this run's settings is accepted");
+  const ResumePoint point = ember_fuzz::must_succeed("a checkpoint of this run's settings is accepted", [&] {
+    return check_resume(format::read_header(source, "<fuzz again>").metadata, rules);
+  });
+  require(point.done == done, "a checkpoint's progress is read as written");
+  for (const std::string& key : rules.state_keys) {
+    require(point.state.at(key) == UINT64_MAX - static_cast<uint64_t>(done), "a checkpoint's state is read as written");
   }
 }
 

@@ -19,18 +19,17 @@
 #include <vector>
 
 #include "ember/error.h"
+#include "fuzz/promise.h"
 #include "io/safetensors_format.h"
+
+const char* const ember_fuzz::kTarget = "safetensors";
 
 namespace {
 
 namespace format = ember::safetensors_format;
 using ember::detail::MemorySource;
 
-void require(bool cond, const char* promise) {
-  if (cond) return;
-  std::fprintf(stderr, "[fuzz safetensors] broken promise: %s\n", promise);
-  std::abort();
-}
+using ember_fuzz::require;
 
 // Each tensor's bytes, read as ember::load reads them, after checking what read_header promises.
 std::vector<std::string> read_tensors(const format::Header& header, const MemorySource& source) {
@@ -92,13 +91,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::vector<format::TensorEntry> in_data_order = header.tensors;
   std::sort(in_data_order.begin(), in_data_order.end(),
             [](const format::TensorEntry& a, const format::TensorEntry& b) { return a.begin < b.begin; });
-  std::string written;
-  try {
-    written = format::encode_header(in_data_order, header.metadata, "<fuzz>");
-  } catch (const ember::Error& e) {
-    std::fprintf(stderr, "[fuzz safetensors] %s\n", e.what());
-    require(false, "what read_header accepts, encode_header writes");
-  }
+  std::string written = ember_fuzz::must_succeed("what read_header accepts, encode_header writes", [&] {
+    return format::encode_header(in_data_order, header.metadata, "<fuzz>");
+  });
   require(written.size() % 8 == 0, "the header is padded to a multiple of 8 bytes");
   for (const format::TensorEntry& entry : in_data_order) {
     const auto it = std::find_if(header.tensors.begin(), header.tensors.end(),
@@ -106,13 +101,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     written += tensor_data[static_cast<size_t>(it - header.tensors.begin())];
   }
   const MemorySource again_source(std::span(reinterpret_cast<const uint8_t*>(written.data()), written.size()));
-  format::Header again;
-  try {
-    again = format::read_header(again_source, "<fuzz again>");
-  } catch (const ember::Error& e) {
-    std::fprintf(stderr, "[fuzz safetensors] %s\n", e.what());
-    require(false, "what the writer writes, the reader reads");
-  }
+  format::Header again = ember_fuzz::must_succeed("what the writer writes, the reader reads",
+                                                  [&] { return format::read_header(again_source, "<fuzz again>"); });
   require(again.metadata == header.metadata, "metadata survives a write and a read");
   require(again.tensors.size() == header.tensors.size(), "every tensor survives a write and a read");
   const std::vector<std::string> again_data = read_tensors(again, again_source);

@@ -32,6 +32,9 @@
 
 #include "data/wordpiece_format.h"
 #include "ember/error.h"
+#include "fuzz/promise.h"
+
+const char* const ember_fuzz::kTarget = "tokenizer";
 
 namespace {
 
@@ -40,11 +43,7 @@ using ember::data::WordPieceOptions;
 using ember::data::WordPieceTokenizer;
 namespace format = ember::data::wordpiece_format;
 
-void require(bool cond, const char* promise) {
-  if (cond) return;
-  std::fprintf(stderr, "[fuzz tokenizer] broken promise: %s\n", promise);
-  std::abort();
-}
+using ember_fuzz::require;
 
 bool is_utf8(std::string_view text) {
   const auto* bytes = reinterpret_cast<const utf8proc_uint8_t*>(text.data());
@@ -75,12 +74,8 @@ void fuzz_wordpiece(const std::vector<std::string>& vocab, const WordPieceOption
   try {
     tokenizer.emplace(vocab, options);
   } catch (const ember::Error&) {
-    try {
-      tokenizer.emplace(with_specials(vocab, options), options);
-    } catch (const ember::Error& e) {
-      std::fprintf(stderr, "[fuzz tokenizer] %s\n", e.what());
-      require(false, "distinct UTF-8 tokens with the special tokens make a tokenizer");
-    }
+    ember_fuzz::must_succeed("distinct UTF-8 tokens with the special tokens make a tokenizer",
+                             [&] { tokenizer.emplace(with_specials(vocab, options), options); });
   }
   for (int64_t id = 0; id < tokenizer->vocab_size(); ++id) {
     require(tokenizer->token_to_id(tokenizer->id_to_token(id)) == id, "a token's id is its line");

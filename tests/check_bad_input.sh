@@ -155,6 +155,8 @@ printf 'ab' > "$tmp/two-chars.txt"
 python3 - "$tmp" "$root" <<'PY'
 import json, struct, sys, zlib
 tmp, root = sys.argv[1], sys.argv[2]
+sys.path.insert(0, f"{root}/tests")
+import gguf_walk
 
 def npy(path, descr, shape, body):
     header = "{'descr': '%s', 'fortran_order': False, 'shape': %s, }" % (descr, repr(tuple(shape)))
@@ -202,18 +204,7 @@ write_safetensors(f"{tmp}/huge.safetensors",
 
 # GGUF: the quantized GPT with its first tensor's dims made huge (the data stays as it was).
 data = bytearray(open(f"{tmp}/gpt.gguf", "rb").read())
-pos, (magic, version, n_tensors, n_kv) = 24, struct.unpack_from("<4sIQQ", data, 0)
-def skip_value(pos, vtype):
-    sizes = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
-    if vtype in sizes: return pos + sizes[vtype]
-    if vtype == 8: return pos + 8 + struct.unpack_from("<Q", data, pos)[0]
-    etype, count = struct.unpack_from("<IQ", data, pos)
-    pos += 12
-    for _ in range(count): pos = skip_value(pos, etype)
-    return pos
-for _ in range(n_kv):
-    pos += 8 + struct.unpack_from("<Q", data, pos)[0]
-    pos = skip_value(pos + 4, struct.unpack_from("<I", data, pos)[0])
+pos = gguf_walk.first_tensor_info(data)
 pos += 8 + struct.unpack_from("<Q", data, pos)[0]  # the first tensor's name
 n_dims = struct.unpack_from("<I", data, pos)[0]
 for d in range(n_dims):

@@ -121,23 +121,13 @@ expect_error "\[embed\] .*gpt-int8.gguf is not a sentence-transformers folder or
 expect_error "\[eval gpt\] .*mixed.gguf is a GGUF file without an ember.model entry" \
   "$ember" eval gpt --checkpoint "$(dirname "$0")/data/gguf/mixed.gguf"
 # A GGUF file whose tensors do not fit the model its metadata describes: a key is missing.
-python3 - "$tmp/gpt-f32.gguf" "$tmp/renamed.gguf" <<'PY'
-import struct, sys
+python3 - "$tmp/gpt-f32.gguf" "$tmp/renamed.gguf" "$(dirname "$0")" <<'PY'
+import sys
+sys.path.insert(0, sys.argv[3])
+import gguf_walk
 data = bytearray(open(sys.argv[1], "rb").read())
 # The first tensor renamed (the first byte of its name), so that the model misses a key.
-pos, (magic, version, n_tensors, n_kv) = 24, struct.unpack_from("<4sIQQ", data, 0)
-def skip_value(pos, vtype):
-    sizes = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
-    if vtype in sizes: return pos + sizes[vtype]
-    if vtype == 8: return pos + 8 + struct.unpack_from("<Q", data, pos)[0]
-    etype, count = struct.unpack_from("<IQ", data, pos)
-    pos += 12
-    for _ in range(count): pos = skip_value(pos, etype)
-    return pos
-for _ in range(n_kv):
-    pos += 8 + struct.unpack_from("<Q", data, pos)[0]
-    vtype = struct.unpack_from("<I", data, pos)[0]
-    pos = skip_value(pos + 4, vtype)
+pos = gguf_walk.first_tensor_info(data)
 data[pos + 8] = ord("X")
 open(sys.argv[2], "wb").write(bytes(data))
 PY

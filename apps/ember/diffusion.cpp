@@ -327,8 +327,8 @@ int run_sample_diffusion(const SampleDiffusionOptions& o) {
   }
   // 0 0 .. 1 1 .. (per_class of each), made by the library so that a count beyond memory is its
   // allocation error.
-  EMBER_CHECK(o.per_class <= INT64_MAX / classes, "[", op, "] --per-class ", o.per_class, " samples of each of ", classes,
-              " classes are more than a 64-bit count holds");
+  EMBER_CHECK(o.per_class <= INT64_MAX / classes, "[", op, "] --per-class ", o.per_class, " samples of each of ",
+              classes, " classes are more than a 64-bit count holds");
   const Tensor labels = arange(classes).unsqueeze(1).expand({classes, o.per_class}).reshape({-1});
   const int64_t total = labels.size(0);
   const bool several = o.steps.size() * o.guidance.size() > 1;
