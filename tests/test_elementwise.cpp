@@ -207,3 +207,19 @@ TEST(Elementwise, InPlaceWritesIntoOverlappingMemoryAreRefused) {
   expanded.fill_(4.0);
   EXPECT_EQ(base.item<float>(), 4.0f);
 }
+
+// A tensor without elements cannot overlap itself, whatever its strides: an in-place op on an empty
+// expanded tensor does nothing, as in PyTorch (it was refused as an overlapping write).
+TEST(Elementwise, InPlaceOpsOnEmptyExpandedTensorsDoNothing) {
+  Tensor x = ember::empty({4, 0, 0}).as_strided({4, 0, 0}, {0, 1, 0});
+  ASSERT_EQ(x.numel(), 0);
+  EXPECT_NO_THROW(x.mul_(ember::ones({4, 0, 0})));
+  EXPECT_NO_THROW(x.mul_(2.0));
+  EXPECT_NO_THROW(x.add_(ember::ones({0})));
+  EXPECT_NO_THROW(x.exp_());
+  EXPECT_NO_THROW(x.copy_(ember::empty({4, 0, 0})));
+  EXPECT_NO_THROW(ember::add_out(x, ember::empty({4, 0, 0}), ember::empty({4, 0, 0})));
+  Tensor expanded = ember::empty({1, 0}).expand({5, 0});
+  EXPECT_NO_THROW(expanded.sub_(ember::empty({5, 0})));
+  EXPECT_EQ(expanded.shape(), ember::Shape({5, 0}));
+}

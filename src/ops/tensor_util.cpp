@@ -60,6 +60,7 @@ bool is_non_overlapping(const Shape& shape, const Strides& strides) {
 }
 
 void check_no_internal_overlap(const char* op, const Tensor& t) {
+  if (t.numel() == 0) return;  // no element, no two elements at one location (PyTorch does nothing)
   for (int d = 0; d < t.dim(); ++d) {
     EMBER_CHECK(!(t.shape()[d] > 1 && t.strides()[d] == 0), "[", op,
                 "] unsupported operation: more than one element of the written-to tensor (shape ", t.shape(),
