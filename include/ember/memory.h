@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "ember/device.h"
 
@@ -27,5 +28,15 @@ void empty_cache(Device device = kCPU);
 // to count what the steps cost apart from a data loader's background thread, whose prefetching
 // reaches its most batches alive at moments that depend on the timing.
 int64_t thread_system_allocations();
+
+// The largest single CPU request the allocator passes to the system allocator: physical memory
+// plus swap, or the process's cgroup limit when smaller.
+int64_t cpu_memory_limit();
+
+// Throws "[op] cannot allocate N bytes (what): more than this machine's memory (...)" when `bytes`
+// (a double: an estimate need not fit in 64 bits) is over cpu_memory_limit(). For code that is
+// about to make many allocations (a model of many layers) that together cannot fit: each alone
+// would pass, and the process would grind until the OOM killer ends it.
+void check_fits_in_memory(double bytes, const char* op, const std::string& what);
 
 }  // namespace ember

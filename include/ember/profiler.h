@@ -13,11 +13,13 @@
 // pays one predictable branch. See docs/profiling.md.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "ember/device.h"
@@ -139,6 +141,37 @@ class Profiler {
  private:
   struct State;
   std::unique_ptr<State> state_;
+};
+
+namespace detail {
+// Set while a Profiler is running. Relaxed: a thread that sees the change a little late records
+// (or skips) a few extra ops, which is harmless; the recording itself is synchronized.
+extern std::atomic<bool> g_enabled;
+inline bool enabled() { return g_enabled.load(std::memory_order_relaxed); }
+// Out-of-line recording, called only while enabled().
+void begin_range(std::string_view name, bool is_module);
+void end_event();
+}  // namespace detail
+
+// A named range whose name `make_name()` makes only while a profiler runs (a module's forward
+// names itself: LazyRange range([&] { return name(); }, /*is_module=*/true)). Costs one relaxed
+// load and a predictable branch when no profiler runs.
+class LazyRange {
+ public:
+  template <class MakeName>
+  explicit LazyRange(MakeName&& make_name, bool is_module = false) : active_(detail::enabled()) {
+    if (active_) [[unlikely]]
+      detail::begin_range(std::forward<MakeName>(make_name)(), is_module);
+  }
+  ~LazyRange() {
+    if (active_) [[unlikely]]
+      detail::end_event();
+  }
+  LazyRange(const LazyRange&) = delete;
+  LazyRange& operator=(const LazyRange&) = delete;
+
+ private:
+  bool active_;
 };
 
 // A named range in the trace around whatever runs inside it, e.g. Range r("data loading").

@@ -33,18 +33,8 @@ void register_device_allocator(DeviceType type, DeviceAllocator* allocator);
 // registered allocator.
 std::shared_ptr<StorageImpl> allocate_storage(int64_t nbytes, Device device, const char* op = "allocate");
 
-// The largest single CPU request allocate_storage passes to the system allocator: physical memory
-// plus swap, or the process's cgroup limit when smaller.
-int64_t cpu_memory_limit();
-
 // "3.6 TiB": a byte count for a message (binary units, one decimal).
 std::string format_bytes(int64_t bytes);
-
-// Throws "[op] cannot allocate N bytes (what): more than this machine's memory (...)" when `bytes`
-// (a double: an estimate need not fit in 64 bits) is over cpu_memory_limit(). For code that is
-// about to make many allocations (a model of many layers) that together cannot fit: each alone
-// would pass, and the process would grind until the OOM killer ends it.
-void check_fits_in_memory(double bytes, const char* op, const std::string& what);
 
 // The counters, peak reset and cache release of the device's allocator (ember/memory.h's
 // functions make sure the backends are registered first).

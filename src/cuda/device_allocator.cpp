@@ -149,13 +149,20 @@ class CudaAllocator final : public DeviceAllocator {
   }
 };
 
+// The allocator is registered with core at start-up (core's table is constant-initialized, so the
+// order of static initializers does not matter): memory_stats(cuda) and the factories work before
+// any op has run. This file is always linked: the kernel table calls register_backend. Never
+// destroyed, like the CPU allocator.
+[[maybe_unused]] const bool kAllocatorRegistered = [] {
+  register_device_allocator(DeviceType::kCUDA, new CudaAllocator());
+  return true;
+}();
+
 }  // namespace
 
 void register_backend(KernelTable& /*table*/) {
-  // Never destroyed, like the CPU allocator. No CUDA kernels exist yet: every op on a CUDA tensor
-  // is "[op] not implemented on cuda:N" at the dispatch seam.
-  static CudaAllocator* allocator = new CudaAllocator();
-  register_device_allocator(DeviceType::kCUDA, allocator);
+  // No CUDA kernels exist yet: every op on a CUDA tensor is "[op] not implemented on cuda:N" at the
+  // dispatch seam.
 }
 
 }  // namespace ember::cuda

@@ -5,9 +5,9 @@
 #include <cmath>
 #include <limits>
 
-#include "core/allocator.h"
 #include "ember/autograd.h"
 #include "ember/error.h"
+#include "ember/memory.h"
 #include "ember/nn/init.h"
 #include "ember/ops.h"
 

@@ -22,8 +22,8 @@
 
 #include "autograd/function.h"
 #include "ember/autograd.h"
+#include "ember/profiler.h"
 #include "ops/dispatch.h"
-#include "profiler/range.h"
 
 namespace ember::nn {
 
@@ -107,7 +107,7 @@ Tensor Module::forward(const Tensor& /*input*/) {
 
 Tensor Module::operator()(const Tensor& input) {
   // While profiling, the forward is a range named after the module's type ("Conv2d").
-  const profiler::detail::LazyRange range([this] { return name(); }, /*is_module=*/true);
+  const profiler::LazyRange range([this] { return name(); }, /*is_module=*/true);
   if (!hooks_ || hooks_->empty()) [[likely]] {
     return forward(input);
   }

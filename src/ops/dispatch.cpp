@@ -112,8 +112,6 @@ void HostRegion::end() noexcept {
   }
 }
 
-void ensure_backends() { kernel_table(); }
-
 const KernelTable& kernel_table() {
   static const KernelTable table = [] {
     KernelTable t;

@@ -107,8 +107,7 @@ class Unobserved {
   Unobserved& operator=(const Unobserved&) = delete;
 };
 
-// The kernel table of every backend (built on first use: the CPU kernels, and the CUDA backend's
-// allocator when it is built).
+// The kernel table of every backend (built on first use).
 const KernelTable& kernel_table();
 // Whether `device`'s backend has a kernel for `kind` (fused ops fall back to their decomposition
 // where it has not).
@@ -118,9 +117,6 @@ inline bool has_kernel(OpKind kind, Device device, DType dtype) {
   const KernelEntry& entry = kernel_table().at(kind, device.type);
   return entry.fn != nullptr && entry.dtypes.contains(dtype);
 }
-// Makes sure the device backends are registered with core (for code that touches a device before
-// any op runs: factories, memory_stats).
-void ensure_backends();
 
 // Runs primitive `kind`. Every output is allocated by the caller; a null pointer or an undefined
 // tensor is an absent optional operand.

@@ -12,7 +12,6 @@ namespace ember::detail {
 Tensor make_empty(const Shape& shape, DType dtype, Device device, const char* op) {
   const char* name = op_context() != nullptr ? op_context() : op;
   const int64_t numel = checked_numel(shape, name);
-  if (!device.is_cpu()) dispatch::ensure_backends();
   const BlockLayout layout = block_layout(dtype);
   if (is_block_quantized(dtype)) {
     EMBER_CHECK(shape.size() >= 1 && shape[shape.size() - 1] % layout.values == 0, "[", name, "] a ", dtype,

@@ -38,7 +38,7 @@ void write_cache(const std::string& path, const nlohmann::json& j) {
   if (file.has_parent_path()) std::filesystem::create_directories(file.parent_path(), error);
   const std::string text = j.dump(2) + "\n";
   try {
-    detail::AtomicFile out(path, "cached_peaks");
+    ember::detail::AtomicFile out(path, "cached_peaks");
     out.write(text.data(), text.size());
     out.commit();
   } catch (const Error&) {

@@ -1,6 +1,6 @@
 // The profiler's recording: per-thread buffers of raw events, filled while a session runs by its
 // observer of the dispatch seam (OpRecorder, below), the CPU allocator's memory observer and the
-// ranges of range.h, and turned into the public Event list when it stops.
+// ranges of ember/profiler.h (LazyRange, Range), and turned into the public Event list when it stops.
 //
 // Each thread records into its own buffer, registered with the running session the first time the
 // thread records. A buffer has its own mutex, taken by its thread for each record and by stop()
@@ -20,7 +20,11 @@
 #include "ember/tensor.h"
 #include "ops/cost.h"
 #include "ops/dispatch.h"
-#include "profiler/range.h"
+
+// Note [profiler cost counting]: an op event carries the cost of its own call (FLOPs and bytes).
+// Only primitives have cost rules (src/ops/cost.h); a composite such as mean, or a backward node,
+// is a range without a cost around the primitives it runs. Totals (summary(), count_flops(), the
+// table's footer) count an event only when no enclosing op on the same thread has a cost.
 
 namespace ember::profiler {
 namespace detail {
@@ -299,7 +303,7 @@ void collect(detail::Session& session, int64_t stop_ns, std::vector<Event>& even
     }
     for (const detail::RawMemory& m : b.memory) memory.push_back({m.time_ns, m.device, m.bytes_in_use});
   }
-  // Note [profiler cost counting] (src/profiler/range.h): the outermost op with a cost counts.
+  // Note [profiler cost counting] (above): the outermost op with a cost counts.
   for (Event& e : events) {
     if (!e.has_cost || e.kind != EventKind::kOp) continue;
     bool owned = false;

@@ -228,7 +228,7 @@ void Profiler::export_chrome_trace(const std::string& path) const {
   file << "\n]}\n";
   // Whole or not at all: a process killed while writing leaves the previous trace.
   const std::string text = file.str();
-  detail::AtomicFile out(path, "export_chrome_trace");
+  ember::detail::AtomicFile out(path, "export_chrome_trace");
   out.write(text.data(), text.size());
   out.commit();
 }
