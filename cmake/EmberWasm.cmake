@@ -48,13 +48,16 @@ add_library(nlohmann_json INTERFACE)
 target_include_directories(nlohmann_json SYSTEM INTERFACE ${EMBER_HOST_INCLUDE})
 add_library(nlohmann_json::nlohmann_json ALIAS nlohmann_json)
 
+# Of train/, the checkpoint contract alone (the module reads `ember train mnist` checkpoints and
+# `ember quantize` files: a new file of train/ joins the list below unless the module needs it); PNG
+# files are not needed in a browser.
 ember_build_layers(EMBER_OBJECTS
-  LAYERS base kernels core cuda ops autograd profiler graph nn io models
-  EXCLUDE "io/onnx/.*|models/(bert|diffusion|gpt|language_model|mamba)\\.cpp")
+  LAYERS base kernels core cuda ops autograd profiler graph nn io models train
+  EXCLUDE "io/onnx/.*|io/png\\.cpp|models/(bert|diffusion|gpt|language_model|mamba)\\.cpp|train/(diffusion_sample|diffusion_task|evaluate|loop|mnist_task|nas|quantize|registry|resume|step|text_task)\\.cpp")
 foreach(layer kernels profiler)
   target_link_libraries(ember_${layer} PRIVATE hwy::hwy)
 endforeach()
-foreach(layer profiler io models)
+foreach(layer profiler io models train)
   target_link_libraries(ember_${layer} PRIVATE nlohmann_json::nlohmann_json)
 endforeach()
 

@@ -1,10 +1,10 @@
-// libFuzzer target for the --resume checks of `ember train mnist|gpt|ssm|diffusion`
-// (apps/ember/resume.cpp). Every input is a checkpoint: its header goes through the safetensors
+// libFuzzer target for the resume checks of training runs (`ember train mnist|gpt|ssm|diffusion
+// --resume`; src/train/resume.cpp). Every input is a checkpoint: its header goes through the safetensors
 // reader (src/io/safetensors_format.cpp, as ember::load_metadata reads it), and a header that passes
 // has its metadata checked by check_resume against the rules of each command at its default
 // settings, and against rules made from the metadata itself (its entries as this run's settings,
 // so that the progress and state entries are reached for any metadata). Each decision must be the
-// one the rules describe (resume.h); an accepted checkpoint's progress and state must be the
+// one the rules describe (ember/train/resume.h); an accepted checkpoint's progress and state must be the
 // numbers written; rules' settings written as a checkpoint (encode_header) and read back must be
 // accepted. ember::Error is the expected answer to a bad checkpoint; any other exception, a crash,
 // a leak, a hang, a sanitizer report or a broken promise (checked below) is a finding.
@@ -15,7 +15,7 @@
 //
 // Run: scripts/fuzz resume  (builds build-fuzz/resume with ASan + UBSan, replays fuzz/corpus/resume/,
 // then fuzzes; see fuzz/README.md). Replay one input: build-fuzz/resume FILE
-#include "apps/ember/resume.h"
+#include "ember/train/resume.h"
 
 #include <algorithm>
 #include <cstddef>
@@ -36,9 +36,9 @@ const char* const ember_fuzz::kTarget = "resume";
 namespace {
 
 namespace format = ember::safetensors_format;
-using ember::cli::check_resume;
-using ember::cli::ResumePoint;
-using ember::cli::ResumeRules;
+using ember::train::check_resume;
+using ember::train::ResumePoint;
+using ember::train::ResumeRules;
 using Metadata = std::map<std::string, std::string>;
 
 using ember_fuzz::require;

@@ -3,9 +3,14 @@
 # it does not compile. Compiles small probes with each layer's include path (build/layers/<layer>,
 # made by cmake/EmberLayers.cmake) and expects the upward includes to fail and the allowed ones to
 # pass.
+#
+# The code over the library (apps/, python/, wasm/, fuzz/) sees the public headers (the fuzzers also
+# the sources of the parsers they link alone): none of it can include apps/, and only the fuzzers
+# and the tests see src/.
 set -euo pipefail
 compiler="$1"
 layers="$2"
+root="$3"
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 
@@ -30,22 +35,59 @@ probe kernels ops/dispatch.h fail
 probe core ember/tensor.h pass
 probe core ember/ops.h fail
 probe core cuda/device_allocator.h fail
-probe core profiler/range.h fail
+probe core ember/profiler.h fail
 probe ops ops/dispatch.h pass
 probe ops autograd/function.h pass
 probe ops autograd/engine.h fail
 probe ops ember/nn/functional.h fail
-probe ops profiler/range.h fail
+probe ops ember/profiler.h fail
 probe autograd ops/dispatch.h pass
 probe autograd ember/nn.h fail
 probe profiler ops/cost.h pass
 probe profiler ember/optim.h fail
 probe optim ember/nn.h fail
+probe models ember/train.h fail
+probe dist ember/train/step.h fail
+probe train ember/dist.h pass
+probe train ember/models/gpt.h pass
+probe io ember/train/checkpoint.h fail
+
+# The consumers, with the include paths their builds give them (CMakeLists.txt, python/ and wasm/
+# link ember::ember, whose public include folder is include/; scripts/fuzz).
+consumer() {
+  local name="$1" header="$2" expect="$3"
+  shift 3
+  printf '#include "%s"\nint main() { return 0; }\n' "$header" > "$tmp/probe.cpp"
+  if "$compiler" -std=c++20 -fsyntax-only "$@" "$tmp/probe.cpp" 2> "$tmp/err.txt"; then
+    [ "$expect" = pass ] || { echo "$name can include $header"; exit 1; }
+  else
+    [ "$expect" = fail ] || { echo "$name cannot include $header:"; cat "$tmp/err.txt"; exit 1; }
+    grep -q "No such file" "$tmp/err.txt" || { echo "unexpected error for $name / $header:"; cat "$tmp/err.txt"; exit 1; }
+  fi
+}
+mkdir -p "$tmp/fuzz-view"
+ln -s "$root/fuzz" "$tmp/fuzz-view/fuzz"
+for header in apps/ember/cli_util.h ember/cli_util.h cli_util.h; do
+  consumer python "$header" fail -I"$root/include" -I"$root/python/src"
+  consumer wasm "$header" fail -I"$root/include" -I"$root/wasm/src"
+  consumer fuzz "$header" fail -I"$root/include" -I"$root/src" -I"$tmp/fuzz-view"
+done
+for consumer_name in apps python wasm; do
+  consumer "$consumer_name" ops/dispatch.h fail -I"$root/include" -I"$root/bench"
+done
+consumer apps ember/train.h pass -I"$root/include" -I"$root/bench"
+consumer fuzz fuzz/promise.h pass -I"$root/include" -I"$root/src" -I"$tmp/fuzz-view"
+consumer fuzz train/resume.cpp fail -I"$root/include" -I"$root/src/train" -I"$tmp/fuzz-view"
+# No file over the library names apps/ in an include, relative paths included.
+if grep -rnE '#include "(\.\./)*apps/' "$root/python" "$root/wasm" "$root/fuzz" "$root/tests" "$root/examples" \
+    "$root/bench" --include='*.cpp' --include='*.h'; then
+  echo "the lines above include apps/: the CLI is no library"; exit 1
+fi
 # Every public header compiles on its own in the lowest layer that owns it: it includes nothing
 # from a layer above (its own layer's view holds exactly what it may include).
 declare -A done
 count=0
-for layer in base kernels core cuda ops autograd profiler nn optim data io models; do
+for layer in base kernels core cuda ops autograd profiler graph nn optim data io models dist train; do
   while IFS= read -r header; do
     name="${header#"$layers/$layer/include/"}"
     [ -n "${done[$name]:-}" ] && continue

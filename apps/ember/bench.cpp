@@ -3,8 +3,6 @@
 // the clock do not matter), and the median of the samples' per-call times is reported, with the
 // spread of the samples as a measure of the machine's noise. scripts/bench calls this once per
 // workload and round, interleaved with the peers (bench/run.py).
-#include "bench.h"
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -18,13 +16,28 @@
 #include <regex>
 #pragma GCC diagnostic pop
 
+#include "cli_util.h"
 #include "ember/ember.h"
 #include "ember/peaks.h"
+#include "workloads.h"
 
 namespace ember::cli {
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using bench::Workload;
+using bench::WorkloadSpec;
+
+struct BenchOptions {
+  std::string filter;                   // a regular expression searched in each workload's name; empty: all
+  bool quick = false;                   // shorter samples, fewer of them
+  bool list = false;                    // print the workloads instead of running them
+  bool json = false;                    // one JSON object per line
+  bool machine = false;                 // measure this machine's peaks (ember/peaks.h) instead
+  int threads = 0;                      // 0: ember's default (all cores)
+  int repeats = 5;                      // samples per workload (the median is reported)
+  double latency = 0;                   // > 0: time single calls for this many seconds instead (median, p99)
+  std::string data_dir = "data/mnist";  // for train_mnist_epoch
+};
 
 struct TimingPolicy {
   double sample_seconds;  // a sample repeats the call until it lasts about this long
@@ -144,12 +157,10 @@ int print_machine(const BenchOptions& options) {
   return 0;
 }
 
-}  // namespace
-
 int run_bench(const BenchOptions& options) {
   EMBER_CHECK(options.threads >= 0, "[bench] --threads must be >= 0 (0: all cores), got ", options.threads);
   EMBER_CHECK(options.repeats >= 1, "[bench] --repeats must be at least 1, got ", options.repeats);
-  if (options.threads > 0) set_num_threads(options.threads);
+  use_threads(options.threads);
   if (options.machine) return print_machine(options);
 
   std::regex filter;
@@ -159,7 +170,7 @@ int run_bench(const BenchOptions& options) {
     EMBER_FAIL("[bench] --filter '", options.filter, "' is not a valid regular expression: ", e.what());
   }
   std::vector<WorkloadSpec> selected;
-  for (WorkloadSpec& spec : bench_workloads(options)) {
+  for (WorkloadSpec& spec : bench::workloads(options.data_dir)) {
     if (std::regex_search(spec.name, filter)) selected.push_back(std::move(spec));
   }
   EMBER_CHECK(!selected.empty(), "[bench] no workload matches --filter '", options.filter,
@@ -221,6 +232,25 @@ int run_bench(const BenchOptions& options) {
     }
   }
   return 0;
+}
+
+}  // namespace
+
+void add_bench_command(CLI::App& app, Commands& commands) {
+  auto o = std::make_shared<BenchOptions>();
+  CLI::App* cmd = app.add_subcommand("bench", "Time ember on the benchmark's workloads (scripts/bench compares)");
+  cmd->add_option("--filter", o->filter, "Only workloads whose name matches this regular expression");
+  cmd->add_flag("--quick", o->quick, "Shorter and fewer samples");
+  cmd->add_flag("--list", o->list, "List the workloads instead of running them");
+  cmd->add_flag("--json", o->json, "One JSON object per line");
+  cmd->add_flag("--machine", o->machine, "Measure this machine's FMA peak and bandwidths instead");
+  add_threads(cmd, o->threads);
+  cmd->add_option("--repeats", o->repeats, "Samples per workload")->check(kPositiveInt)->capture_default_str();
+  cmd->add_option("--latency", o->latency,
+                  "Time single calls for this many seconds and report their median and p99 instead")
+      ->check(kNonNegativeNumber);
+  cmd->add_option("--data", o->data_dir, "MNIST folder for train_mnist_epoch")->capture_default_str();
+  commands.add(cmd, [o] { return run_bench(*o); });
 }
 
 }  // namespace ember::cli

@@ -1,38 +1,96 @@
 #include "cli_util.h"
 
-#include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <limits>
+
+#include "ember/autograd.h"
+#include "ember/threads.h"
 
 namespace ember::cli {
 
-StateDict with_prefix(const StateDict& dict, const std::string& prefix) {
-  StateDict out;
-  for (const auto& [key, value] : dict) out.emplace(prefix + key, value);
-  return out;
+CLI::Validator count_in(long long min, long long max) {
+  const bool open = max == std::numeric_limits<long long>::max();
+  const std::string range =
+      open ? "of at least " + std::to_string(min) : "from " + std::to_string(min) + " to " + std::to_string(max);
+  return CLI::Validator(
+      [min, max, range](std::string& value) -> std::string {
+        try {
+          size_t used = 0;
+          const long long n = std::stoll(value, &used);
+          if (used == value.size() && n >= min && n <= max) return "";
+        } catch (const std::exception&) {
+        }
+        return "must be a whole number " + range + ", got " + value;
+      },
+      open ? "INT >= " + std::to_string(min) : "INT in [" + std::to_string(min) + ", " + std::to_string(max) + "]");
 }
 
-double warmup_cosine_lr(int64_t step, double lr, int64_t warmup, int64_t steps) {
-  const double min_lr = lr / 10;
-  if (step < warmup) return lr * static_cast<double>(step + 1) / static_cast<double>(warmup + 1);
-  const double span = static_cast<double>(std::max<int64_t>(steps - warmup, 1));
-  const double ratio = std::min(1.0, static_cast<double>(step - warmup) / span);
-  return min_lr + 0.5 * (1.0 + std::cos(M_PI * ratio)) * (lr - min_lr);
+CLI::Validator count_at_least(long long min) { return count_in(min, std::numeric_limits<long long>::max()); }
+
+CLI::Validator finite_number(double min, double max, const std::string& what) {
+  return CLI::Validator(
+      [min, max, what](std::string& value) -> std::string {
+        try {
+          size_t used = 0;
+          const double x = std::stod(value, &used);
+          if (used == value.size() && std::isfinite(x) && x >= min && x <= max) return "";
+        } catch (const std::exception&) {
+        }
+        return "must be " + what + ", got " + value;
+      },
+      "NUMBER: " + what);
 }
 
-std::optional<DType> amp_option(const std::string& value, const char* command) {
+namespace {
+constexpr double kHuge = std::numeric_limits<double>::max();
+}  // namespace
+
+const CLI::Validator kPositiveCount = count_at_least(1);
+const CLI::Validator kNonNegativeCount = count_at_least(0);
+const CLI::Validator kPositiveInt = count_in(1, std::numeric_limits<int>::max());
+const CLI::Validator kThreadCount = count_in(0, 4096);
+const CLI::Validator kFiniteNumber = finite_number(-kHuge, kHuge, "a finite number");
+const CLI::Validator kNonNegativeNumber = finite_number(0, kHuge, "a finite number >= 0");
+const CLI::Validator kPositiveNumber = finite_number(std::numeric_limits<double>::min(), kHuge, "a finite number > 0");
+const CLI::Validator kFraction = finite_number(0, 1, "a number from 0 to 1");
+
+void add_threads(CLI::App* command, int& threads) {
+  command->add_option("--threads", threads, "Threads (default: all cores)")->check(kThreadCount);
+}
+
+void use_threads(int threads) {
+  if (threads > 0) set_num_threads(threads);
+}
+
+void add_detect_anomaly(CLI::App* command, Commands& commands) {
+  command->add_flag("--detect-anomaly", commands.detect_anomaly,
+                    "Check every op's output and gradient for NaN and Inf, and stop at the first with an error naming "
+                    "the op (slower; not with --compile, whose replays skip the checks)");
+}
+
+int Commands::run_training(const std::string& op, bool compile, bool data_parallel, const std::function<int()>& body) {
+  ddp = data_parallel;
+  std::optional<autograd::DetectAnomalyGuard> anomaly;
+  if (detect_anomaly) {
+    EMBER_CHECK(!compile, "[", op,
+                "] --detect-anomaly checks ops as they run eagerly; it cannot be combined with --compile");
+    anomaly.emplace();
+  }
+  return body();
+}
+
+std::optional<DType> amp_option(const std::string& value) {
   if (value == "bf16") return kBFloat16;
   if (value == "f16") return kFloat16;
-  EMBER_CHECK(value == "none" || value.empty(), "[", command, "] --amp must be bf16, f16 or none, got \"", value, "\"");
-  return std::nullopt;
+  return std::nullopt;  // "none": CLI11 checks the choices
 }
 
-StateDict strip_prefix(const StateDict& dict, const std::string& prefix) {
-  StateDict out;
-  for (const auto& [key, value] : dict) {
-    if (key.rfind(prefix, 0) == 0) out.emplace(key.substr(prefix.size()), value);
-  }
-  return out;
+std::string progress_bar(int64_t done, int64_t total, int width) {
+  const int filled = total > 0 ? static_cast<int>(width * std::min(done, total) / total) : width;
+  std::string bar(static_cast<size_t>(filled), '#');
+  bar.append(static_cast<size_t>(width - filled), '.');
+  return bar;
 }
 
 void print_profile(const profiler::Profiler& profile, const std::string& trace_path, std::ostream& out) {
@@ -57,34 +115,31 @@ void print_compile_stats(const CompileStats& stats) {
               stats.fused_groups, static_cast<double>(stats.arena_bytes) / 1e6);
 }
 
-void DdpReport::add(const dist::DdpStats& step) {
-  communication_seconds += step.communication_seconds;
-  hidden_seconds += step.hidden_seconds;
-  exposed_seconds += step.exposed_seconds;
-}
-
-void DdpReport::write(nlohmann::json& result, const dist::ProcessGroup& group, const dist::DistributedDataParallel& ddp,
-                      const dist::ZeroRedundancyOptimizer* sharded) const {
+void add_ddp_report(nlohmann::json& result, const dist::DdpStats& totals, const dist::ProcessGroup& group,
+                    const dist::DistributedDataParallel& ddp, const dist::ZeroRedundancyOptimizer* sharded) {
   result["ranks"] = group.world_size();
   result["backend"] = dist::backend_name(group.backend());
   result["zero"] = sharded != nullptr;
   result["buckets"] = ddp.buckets().size();
-  result["communication_seconds"] = communication_seconds;
-  result["hidden_communication_seconds"] = hidden_seconds;
-  result["exposed_communication_seconds"] = exposed_seconds;
+  result["communication_seconds"] = totals.communication_seconds;
+  result["hidden_communication_seconds"] = totals.hidden_seconds;
+  result["exposed_communication_seconds"] = totals.exposed_seconds;
   if (sharded) result["optimizer_state_bytes_per_rank"] = sharded->local_state_bytes();
 }
 
-void DdpReport::print(const dist::ProcessGroup& group, const dist::ZeroRedundancyOptimizer* sharded) const {
+void print_ddp_report(const dist::DdpStats& totals, const dist::ProcessGroup& group,
+                      const dist::ZeroRedundancyOptimizer* sharded) {
+  const double seconds = totals.communication_seconds;
   std::printf(
       "all-reduce: %.2fs on the communication thread, %.0f%% of it while backward ran; backward's end "
       "waited %.2fs\n",
-      communication_seconds, communication_seconds > 0 ? 100 * hidden_seconds / communication_seconds : 0.0,
-      exposed_seconds);
+      seconds, seconds > 0 ? 100 * totals.hidden_seconds / seconds : 0.0, totals.exposed_seconds);
   if (sharded) {
     std::printf("optimizer state held by rank %d: %.2f MB (ZeRO-1 shards it over the %d ranks)\n", group.rank(),
                 static_cast<double>(sharded->local_state_bytes()) / 1e6, group.world_size());
   }
 }
+
+nlohmann::json json_number(double value) { return std::isnan(value) ? nlohmann::json() : nlohmann::json(value); }
 
 }  // namespace ember::cli

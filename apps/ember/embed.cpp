@@ -1,25 +1,26 @@
 // `ember embed TEXT...`: loads a sentence-transformers folder (tokenizer, BERT, pooling), or a GGUF
 // file `ember quantize` wrote from one (checkpoint.h), embeds the texts and prints the matrix of
 // their cosine similarities with the time taken, or with --json one object holding the vectors.
-#include "embed.h"
-
 #include <chrono>
 #include <cstdio>
 #include <iostream>
 #include <nlohmann/json.hpp>
 
-#include "checkpoint.h"
+#include "cli_util.h"
 #include "ember/ember.h"
 #include "ember/models/bert.h"
+#include "ember/train/registry.h"
 
 namespace ember::cli {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-double milliseconds_since(Clock::time_point start) {
-  return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
-}
+struct EmbedOptions {
+  // A sentence-transformers folder (scripts/setup fetches this one), or a GGUF file of `ember quantize`.
+  std::string model_dir = "data/minilm";
+  std::vector<std::string> texts;
+  bool json = false;  // print the vectors as JSON instead of the similarity matrix
+  int threads = 0;    // 0: all cores
+};
 
 // At most `width` bytes of `text` on one line (cut at a UTF-8 character boundary).
 std::string one_line(const std::string& text, size_t width) {
@@ -31,14 +32,15 @@ std::string one_line(const std::string& text, size_t width) {
   return out.substr(0, cut) + "...";
 }
 
-}  // namespace
-
 int run_embed(const EmbedOptions& options) {
   EMBER_CHECK(!options.texts.empty(), "[embed] give at least one text to embed");
-  if (options.threads > 0) set_num_threads(options.threads);
+  use_threads(options.threads);
 
   const Clock::time_point load_start = Clock::now();
-  const models::SentenceEncoder encoder = load_sentence_encoder(options.model_dir, "embed");
+  const train::LoadedModel loaded =
+      train::load_model(options.model_dir, "embed",
+                        {.kinds = {"minilm"}, .expected = "a sentence-transformers folder or a GGUF file of one"});
+  const models::SentenceEncoder& encoder = *loaded.encoder;
   const double load_ms = milliseconds_since(load_start);
 
   int64_t tokens = 0;
@@ -95,6 +97,22 @@ int run_embed(const EmbedOptions& options) {
     std::printf("\n");
   }
   return 0;
+}
+
+}  // namespace
+
+void add_embed_command(CLI::App& app, Commands& commands) {
+  auto o = std::make_shared<EmbedOptions>();
+  CLI::App* cmd =
+      app.add_subcommand("embed", "Sentence embeddings with a pretrained MiniLM: cosine similarities of the texts");
+  cmd->add_option("texts", o->texts, "Texts to embed")->required();
+  cmd->add_option("--model", o->model_dir,
+                  "A sentence-transformers folder (scripts/setup fetches data/minilm), or a GGUF file `ember quantize` "
+                  "wrote from one")
+      ->capture_default_str();
+  cmd->add_flag("--json", o->json, "Print one JSON object with the vectors instead");
+  add_threads(cmd, o->threads);
+  commands.add(cmd, [o] { return run_embed(*o); });
 }
 
 }  // namespace ember::cli

@@ -1,5 +1,5 @@
 // `ember onnx`: the coverage report of a model (info) and running one on NumPy files (run).
-#include "onnx.h"
+#include "ember/onnx.h"
 
 #include <algorithm>
 #include <chrono>
@@ -9,18 +9,27 @@
 #include <nlohmann/json.hpp>
 #include <system_error>
 
+#include "cli_util.h"
 #include "ember/ember.h"
 #include "ember/npy.h"
-#include "ember/onnx.h"
 
 namespace ember::cli {
 namespace {
 
-using Clock = std::chrono::steady_clock;
+struct OnnxOptions {
+  std::string model;                // a .onnx file
+  std::vector<std::string> inputs;  // "name=file.npy" (or "file.npy" for a single-input model)
+  std::string output_dir = ".";     // where each output goes, as <output name>.npy
+  bool bench = false;               // time repeated runs after the first
+  double bench_seconds = 2.0;
+  bool eager = false;           // run without compiling
+  bool detect_anomaly = false;  // run eagerly with autograd's anomaly mode: the first op making NaN or Inf fails
+  bool json = false;            // one JSON object instead of text
+  int threads = 0;              // 0: all cores
+};
 
-double milliseconds_since(Clock::time_point start) {
-  return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
-}
+// Prints the model's inputs, outputs, opsets and which of its ops ember imports (all of them, at
+// once); returns 0 when every op is supported, 1 when some are not.
 
 // An output name as a file name: characters outside [A-Za-z0-9_.-] become '_'.
 std::string file_name_of(const std::string& name) {
@@ -97,8 +106,6 @@ std::map<std::string, Tensor> run_detecting_anomalies(onnx::Model& model, const 
   return named;
 }
 
-}  // namespace
-
 int run_onnx_info(const OnnxOptions& options) {
   const onnx::ModelInfo info = onnx::inspect(options.model);
   if (options.json) {
@@ -110,7 +117,7 @@ int run_onnx_info(const OnnxOptions& options) {
 }
 
 int run_onnx_run(const OnnxOptions& options) {
-  if (options.threads > 0) set_num_threads(options.threads);
+  use_threads(options.threads);
   onnx::LoadOptions load_options;
   load_options.compile = !options.eager && !options.detect_anomaly;
   load_options.trainable = options.detect_anomaly;  // anomaly mode checks the ops autograd records
@@ -193,6 +200,33 @@ int run_onnx_run(const OnnxOptions& options) {
                 report["runs"].get<size_t>());
   }
   return 0;
+}
+
+}  // namespace
+
+void add_onnx_commands(CLI::App& app, Commands& commands) {
+  auto o = std::make_shared<OnnxOptions>();
+  CLI::App* onnx_cmd = app.add_subcommand("onnx", "Import ONNX models: what they use, and run them");
+  onnx_cmd->require_subcommand(1);
+  CLI::App* info = onnx_cmd->add_subcommand("info", "Inputs, outputs, opsets and which ops ember imports");
+  info->add_option("model", o->model, "A .onnx file")->required();
+  info->add_flag("--json", o->json, "Print one JSON object");
+  commands.add(info, [o] { return run_onnx_info(*o); });
+  CLI::App* run = onnx_cmd->add_subcommand("run", "Run a model on NumPy .npy inputs; write each output as .npy");
+  run->add_option("model", o->model, "A .onnx file")->required();
+  run->add_option("--input,-i", o->inputs, "name=file.npy (just file.npy for a single-input model)");
+  run->add_option("--output-dir,-o", o->output_dir, "Folder for <output name>.npy")->capture_default_str();
+  run->add_flag("--bench", o->bench, "Time repeated runs after the first (median, p90, min)");
+  run->add_option("--bench-seconds", o->bench_seconds, "How long --bench runs")
+      ->check(kNonNegativeNumber)
+      ->capture_default_str();
+  run->add_flag("--eager", o->eager, "Run the graph op by op instead of compiling it");
+  run->add_flag("--detect-anomaly", o->detect_anomaly,
+                "Run op by op, checking every op's output for NaN and Inf; stop at the first with an error naming "
+                "the op");
+  run->add_flag("--json", o->json, "Print one JSON object");
+  add_threads(run, o->threads);
+  commands.add(run, [o] { return run_onnx_run(*o); });
 }
 
 }  // namespace ember::cli

@@ -1,8 +1,6 @@
 // `ember roofline`: measures (or reads from the cache) this machine's FMA peaks and DRAM/L2
 // bandwidths, places ops from a profile trace (aggregated per op name) or benchmark workloads on
 // the roofline, and prints a table, a JSON object or a self-contained SVG plot.
-#include "roofline.h"
-
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
@@ -11,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <vector>
 
+#include "cli_util.h"
 #include "ember/ember.h"
 #include "ember/io.h"
 #include "ember/peaks.h"
@@ -18,6 +17,17 @@
 
 namespace ember::cli {
 namespace {
+
+struct RooflineOptions {
+  bool json = false;
+  std::string svg_path;    // write the plot here
+  std::string from_trace;  // a Chrome trace from `ember train ... --profile` or Profiler::export_chrome_trace
+  std::string from_bench;  // bench/results/latest.json from scripts/bench
+  bool refresh = false;    // measure the peaks again instead of reading the cache
+  int threads = 0;         // 0: all cores
+};
+
+// Prints (and draws) the roofline; returns the process exit code. Throws ember::Error on bad input.
 
 nlohmann::json read_json_file(const std::string& path, const char* what) {
   std::ifstream in(path);
@@ -76,8 +86,6 @@ std::string fixed(double value, const char* fmt) {
   std::snprintf(text, sizeof text, fmt, value);
   return text;
 }
-
-}  // namespace
 
 int run_roofline(const RooflineOptions& options) {
   EMBER_CHECK(options.threads >= 0, "[roofline] --threads must be >= 0, got ", options.threads);
@@ -160,6 +168,21 @@ int run_roofline(const RooflineOptions& options) {
   if (!options.svg_path.empty()) std::cout << "\nplot written to " << options.svg_path << "\n";
   std::fflush(stdout);
   return 0;
+}
+
+}  // namespace
+
+void add_roofline_command(CLI::App& app, Commands& commands) {
+  auto o = std::make_shared<RooflineOptions>();
+  CLI::App* cmd =
+      app.add_subcommand("roofline", "This machine's roofline (measured peaks), with ops from a profile or benchmark");
+  cmd->add_flag("--json", o->json, "Print one JSON object");
+  cmd->add_option("--svg", o->svg_path, "Draw the roofline as a self-contained SVG file");
+  cmd->add_option("--from-trace", o->from_trace, "Place the ops of a trace written by --profile");
+  cmd->add_option("--from-bench", o->from_bench, "Place the workloads of bench/results/latest.json");
+  cmd->add_flag("--refresh", o->refresh, "Measure the peaks again (the cache keeps the best of old and new)");
+  add_threads(cmd, o->threads);
+  commands.add(cmd, [o] { return run_roofline(*o); });
 }
 
 }  // namespace ember::cli

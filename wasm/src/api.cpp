@@ -27,6 +27,7 @@
 #include "ember/nn/quantize.h"
 #include "ember/ops.h"
 #include "ember/threads.h"
+#include "ember/train/checkpoint.h"
 
 namespace {
 
@@ -74,45 +75,17 @@ Model& model_at(int handle) {
   return *it->second;
 }
 
-bool starts_with_gguf(const std::string& path) {
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  EMBER_CHECK(f != nullptr, "[wasm] cannot open '", path, "'");
-  char magic[4] = {};
-  const size_t n = std::fread(magic, 1, 4, f);
-  std::fclose(f);
-  return n == 4 && std::string(magic, 4) == "GGUF";
-}
-
 std::unique_ptr<Model> read_model(const std::string& path) {
   auto model = std::make_unique<Model>();
-  ember::StateDict state;
-  if (starts_with_gguf(path)) {
-    ember::gguf::File file = ember::gguf::load(path);
-    const ember::gguf::Value* kind = file.find_value("ember.model");
-    EMBER_CHECK(kind != nullptr, "[wasm] ", path,
-                " is a GGUF file without an ember.model entry: not a model `ember quantize` wrote");
-    model->kind = kind->as_string();
-    const ember::gguf::Value* quantization = file.find_value("ember.quantization");
-    model->quantization = quantization != nullptr ? quantization->as_string() : "f32";
-    for (auto& [name, tensor] : file.tensors) state.emplace(name, std::move(tensor));
-  } else {
-    const std::map<std::string, std::string> metadata = ember::load_metadata(path);
-    const auto task = metadata.find("task");
-    const auto name = metadata.find("model");
-    EMBER_CHECK(task != metadata.end() && task->second == "mnist" && name != metadata.end(), "[wasm] ", path,
-                " is not a checkpoint of `ember train mnist` (its metadata has no task \"mnist\")");
-    model->kind = "mnist_" + name->second;
-    model->quantization = "f32";
-    const std::string prefix = "model.";
-    for (auto& [key, tensor] : ember::load(path)) {
-      if (key.starts_with(prefix)) state.emplace(key.substr(prefix.size()), std::move(tensor));
-    }
-  }
-  EMBER_CHECK(model->kind == "mnist_cnn" || model->kind == "mnist_mlp", "[wasm] ", path, " holds a ", model->kind,
-              " model; this module runs mnist_cnn and mnist_mlp");
+  // A checkpoint of `ember train mnist` or a GGUF file of `ember quantize` (ember/train/checkpoint.h).
+  const ember::train::Checkpoint checkpoint = ember::train::read_checkpoint(path, "wasm");
+  EMBER_CHECK(checkpoint.kind == "mnist_cnn" || checkpoint.kind == "mnist_mlp", "[wasm] ", path,
+              " is not a checkpoint of `ember train mnist` or a GGUF file of one (it holds ", checkpoint.describe(),
+              "); this module runs mnist_cnn and mnist_mlp");
+  model->kind = checkpoint.kind;
+  model->quantization = checkpoint.quantization;
   model->net = ember::models::mnist_model(model->kind.substr(std::string("mnist_").size()));
-  ember::quant::prepare(*model->net, state);
-  model->net->load_state_dict(state);
+  ember::train::load_model_state(*model->net, checkpoint.model_state(), checkpoint, "wasm");
   model->net->eval();
   auto net = model->net;
   model->compiled = ember::compile([net](const Tensor& x) { return net->forward(x); });

@@ -14,6 +14,7 @@
 #include "ember/models/mnist.h"
 #include "ember/nn/quantize.h"
 #include "ember/ops.h"
+#include "ember/train/checkpoint.h"
 
 namespace ember::wasm {
 namespace {
@@ -43,13 +44,8 @@ const Tensor& input(const StateDict& inputs, const std::string& name) {
 }
 
 std::shared_ptr<nn::Sequential> read_cnn(const std::string& checkpoint) {
-  StateDict state;
-  const std::string prefix = "model.";
-  for (auto& [key, tensor] : load(checkpoint)) {
-    if (key.starts_with(prefix)) state.emplace(key.substr(prefix.size()), std::move(tensor));
-  }
   std::shared_ptr<nn::Sequential> cnn = models::mnist_cnn();
-  cnn->load_state_dict(state);
+  cnn->load_state_dict(train::read_checkpoint(checkpoint, "checks").model_state());
   cnn->eval();
   return cnn;
 }

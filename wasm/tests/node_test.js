@@ -159,7 +159,7 @@ function argmax(values, offset, count) {
       check(e instanceof Ember.EmberError && pattern.test(e.message), `expected ${pattern}, got ${e}`);
     }
   };
-  expectError(/\[load\] bad\.bin: the file has 3 bytes/, () => ember.loadModel(new Uint8Array([1, 2, 3]), "bad.bin"));
+  expectError(/\[wasm\] bad\.bin is neither a safetensors checkpoint nor a GGUF file/, () => ember.loadModel(new Uint8Array([1, 2, 3]), "bad.bin"));
   expectError(/not a checkpoint of `ember train mnist`/, () => ember.loadModel(inputs, "inputs.safetensors"));
   expectError(/the input has 784 values but shape \[1,1,28,27\] holds 756/, () => model.run(pixels.subarray(0, 784), [1, 1, 28, 27]));
   expectError(/\[conv2d\]/, () => model.run(new Float32Array(10), [1, 10]));

@@ -3,11 +3,18 @@
 #pragma once
 
 #include <memory>
+#include <string>
 #include <string_view>
 
 #include "ember/nn.h"
 
 namespace ember::models {
+
+// Which of the two models: "mlp" or "cnn".
+struct MnistConfig {
+  std::string model = "cnn";
+  bool operator==(const MnistConfig&) const = default;
+};
 
 // Flatten, Linear(784, 128), ReLU, Linear(128, 10).
 std::shared_ptr<nn::Sequential> mnist_mlp();

@@ -1,9 +1,9 @@
-// The --resume checks of the training commands (resume.h).
-#include "resume.h"
+// The resume checks of training runs (ember/train/resume.h).
+#include "ember/train/resume.h"
 
 #include "ember/error.h"
 
-namespace ember::cli {
+namespace ember::train {
 namespace {
 
 // The entry `key` of `metadata`, "" when there is none.
@@ -70,4 +70,4 @@ ResumePoint check_resume(const std::map<std::string, std::string>& metadata, con
   return point;
 }
 
-}  // namespace ember::cli
+}  // namespace ember::train

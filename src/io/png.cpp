@@ -1,7 +1,7 @@
-// PNG encoding with libpng (png.h), in memory: the caller writes the bytes (atomically,
+// PNG encoding with libpng (ember/png.h), in memory: the caller writes the bytes (atomically,
 // with ember::save_bytes). libpng reports errors by longjmp out of its calls; the handlers keep the
 // message, and the functions turn it into an ember::Error once libpng's state is released.
-#include "png.h"
+#include "ember/png.h"
 
 #include <png.h>
 
@@ -9,7 +9,7 @@
 
 #include "ember/error.h"
 
-namespace ember::cli {
+namespace ember {
 namespace {
 
 struct Io {
@@ -58,4 +58,4 @@ std::string encode_png(const GrayImage& image, std::string_view op) {
   return bytes;
 }
 
-}  // namespace ember::cli
+}  // namespace ember

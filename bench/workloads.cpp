@@ -1,6 +1,6 @@
-// The ember side of the benchmark's workloads (issue 4's list; bench/peers.py has the same
-// workloads in PyTorch and NumPy, with the same names, shapes and dtypes). Each one is written
-// with the public API, as a user would write it.
+// The ember side of the benchmark's workloads (bench/peers.py has the same workloads in PyTorch and
+// NumPy, with the same names, shapes and dtypes), timed by `ember bench`. Each one is written with
+// the public API, as a user would write it.
 //
 // FLOPs and bytes per call follow src/ops/cost.h's conventions: a multiply-add is 2 FLOPs, a
 // transcendental counts the primitive table's FLOPs per element (gelu_tanh 14, softmax 5, ...);
@@ -12,7 +12,7 @@
 #include <optional>
 #include <string>
 
-#include "bench.h"
+#include "workloads.h"
 #include "ember/amp.h"
 #include "ember/data.h"
 #include "ember/ember.h"
@@ -22,7 +22,7 @@
 #include "ember/onnx.h"
 #include "ember/optim.h"
 
-namespace ember::cli {
+namespace ember::bench {
 namespace {
 
 constexpr double kFloatBytes = 4;  // bytes per float32
@@ -688,7 +688,7 @@ WorkloadSpec quantized_product(const std::string& name, DType dtype, int64_t m, 
 
 }  // namespace
 
-std::vector<WorkloadSpec> bench_workloads(const BenchOptions& options) {
+std::vector<WorkloadSpec> workloads(const std::string& mnist_dir) {
   std::vector<WorkloadSpec> w;
   for (const int64_t n : {64, 256, 1024}) w.push_back(matmul("matmul_f32_" + std::to_string(n), n, n, n));
   w.push_back(matmul("matmul_f32_2048", 2048, 2048, 2048));
@@ -770,7 +770,7 @@ std::vector<WorkloadSpec> bench_workloads(const BenchOptions& options) {
   w.push_back(infer_cnn("infer_cnn_b1"));
   w.push_back(train_step_cnn("train_step_cnn_compiled", true));
   w.push_back(train_step_cnn("train_step_cnn_amp", false, /*amp=*/true));
-  w.push_back(train_mnist_epoch("train_mnist_epoch", options.data_dir));
+  w.push_back(train_mnist_epoch("train_mnist_epoch", mnist_dir));
   // `ember train gpt`'s defaults, and nanoGPT's small character model (2,000 steps, slow).
   const models::GPTConfig gpt{.vocab_size = 84, .block_size = 128, .n_layer = 4, .n_head = 4, .n_embd = 192};
   const models::GPTConfig baby{.vocab_size = 84, .block_size = 64, .n_layer = 4, .n_head = 4, .n_embd = 128};
@@ -790,4 +790,4 @@ std::vector<WorkloadSpec> bench_workloads(const BenchOptions& options) {
   return w;
 }
 
-}  // namespace ember::cli
+}  // namespace ember::bench

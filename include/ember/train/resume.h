@@ -1,7 +1,7 @@
-// What `ember train mnist|gpt|ssm|diffusion --resume` checks in a checkpoint's metadata before it
-// loads a tensor: that the checkpoint is of the same task, model and run, and how far the run got.
-// One function for every command. It needs no Tensor, so the fuzzer (fuzz/resume.cpp) links it with
-// the safetensors header reader alone.
+// What resuming a training run checks in a checkpoint's metadata before it loads a tensor: that
+// the checkpoint is of the same task, model and run, and how far the run got. One function for
+// every kind of run. It needs no Tensor, so the fuzzer (fuzz/resume.cpp) links it with the
+// safetensors header reader alone.
 #pragma once
 
 #include <cstdint>
@@ -9,11 +9,11 @@
 #include <string>
 #include <vector>
 
-namespace ember::cli {
+namespace ember::train {
 
 // What a command asks of the checkpoint it resumes.
 struct ResumeRules {
-  std::string op{};    // the command, for errors: "train", "train gpt"
+  std::string op{};    // for errors: "train", "train gpt"
   std::string path{};  // the checkpoint, for errors
   // The settings this run records; the checkpoint must have been written with the same ones.
   // "task", when present, is checked first ("... is not a checkpoint of `ember train <task>`").
@@ -41,4 +41,4 @@ struct ResumePoint {
 // entry is an ember::Error "[<op>] checkpoint <path> ...".
 ResumePoint check_resume(const std::map<std::string, std::string>& metadata, const ResumeRules& rules);
 
-}  // namespace ember::cli
+}  // namespace ember::train
