@@ -5,6 +5,8 @@
 // FLOPs and bytes per call follow src/ops/cost.h's conventions: a multiply-add is 2 FLOPs, a
 // transcendental counts the primitive table's FLOPs per element (gelu_tanh 14, softmax 5, ...);
 // bytes are every operand read once plus every result written once (the minimum traffic).
+#include "workloads.h"
+
 #include <cmath>
 #include <filesystem>
 #include <functional>
@@ -12,7 +14,6 @@
 #include <optional>
 #include <string>
 
-#include "workloads.h"
 #include "ember/amp.h"
 #include "ember/data.h"
 #include "ember/ember.h"

@@ -35,7 +35,8 @@ TEST_F(Train, CheckpointPartsAndSettingsRoundTrip) {
   EXPECT_EQ(c.describe(), "a mnist_mlp model");
   const ember::StateDict weights = c.model_state();
   ASSERT_EQ(weights.size(), model->state_dict().size());
-  for (const auto& [name, tensor] : model->state_dict()) EXPECT_TRUE(test_util::bitwise_equal(weights.at(name), tensor));
+  for (const auto& [name, tensor] : model->state_dict())
+    EXPECT_TRUE(test_util::bitwise_equal(weights.at(name), tensor));
   EXPECT_EQ(c.part(train::kOptimizerPrefix).size(), adam.state_dict().size());
   EXPECT_EQ(c.part(train::kSchedulePrefix).count("last_epoch"), 1u);
   EXPECT_TRUE(test_util::bitwise_equal(c.part(train::kAveragePrefix).at("w"), ember::ones({2})));
@@ -142,8 +143,9 @@ TEST_F(Train, LoadModelSaysWhatItWantedAndWhatItFound) {
   test_util::expect_error([&] { (void)train::load_model(path("plain.safetensors"), "load"); },
                           {"[load] ", "holds task \"\": not a model ember knows (mnist_mlp, mnist_cnn, gpt"});
   // Settings no model can have, and tensors that do not fit.
-  ember::save({{"model.x", ember::ones({2})}}, path("gpt.safetensors"),
-              {{"task", "gpt"}, {"layers", "1"}, {"heads", "0"}, {"dim", "8"}, {"context", "4"}, {"vocabulary", "6162"}});
+  ember::save(
+      {{"model.x", ember::ones({2})}}, path("gpt.safetensors"),
+      {{"task", "gpt"}, {"layers", "1"}, {"heads", "0"}, {"dim", "8"}, {"context", "4"}, {"vocabulary", "6162"}});
   test_util::expect_error([&] { (void)train::load_model(path("gpt.safetensors"), "load"); },
                           {"its settings do not make a gpt model"});
   ember::save({{"model.x", ember::ones({2})}}, path("mlp2.safetensors"), {{"task", "mnist"}, {"model", "mlp"}});
@@ -228,6 +230,19 @@ TEST_F(Train, LoopTrainsReportsAndResumesBitIdentically) {
   std::ifstream a(path("whole.safetensors"), std::ios::binary), b(path("part.safetensors"), std::ios::binary);
   EXPECT_TRUE(std::equal(std::istreambuf_iterator<char>(a), {}, std::istreambuf_iterator<char>(b), {}));
 
+  // The same through a GGUF checkpoint (the format by the name when writing, by the bytes when reading).
+  LineTask third;
+  (void)train::fit(third, {.stop_after = 1, .save_path = path("part.gguf")});
+  const train::Checkpoint gguf = train::read_checkpoint(path("part.gguf"));
+  EXPECT_EQ(gguf.format, train::FileFormat::kGguf);
+  EXPECT_TRUE(gguf.training);
+  EXPECT_EQ(gguf.count("epochs_done"), 1);
+  EXPECT_EQ(gguf.model_state().size(), 1u);  // the Linear's weight
+  LineTask fourth;
+  (void)train::fit(fourth, {.save_path = path("from_gguf.safetensors"), .resume_path = path("part.gguf")});
+  std::ifstream c(path("whole.safetensors"), std::ios::binary), d(path("from_gguf.safetensors"), std::ios::binary);
+  EXPECT_TRUE(std::equal(std::istreambuf_iterator<char>(c), {}, std::istreambuf_iterator<char>(d), {}));
+
   // A checkpoint of other settings is refused before anything is loaded.
   class OtherTask : public LineTask {
     std::map<std::string, std::string> settings() const override { return {{"task", "line"}, {"lr", "0.2"}}; }
@@ -255,7 +270,9 @@ TEST_F(Train, StepOptionsThatCannotWorkTogetherAreRefused) {
       [&] { train::TrainingStep(model, groups, train::optimizer_factory("sgd", 0.1), loss, {.zero = true}); },
       {"[train] --zero needs --ddp"});
   test_util::expect_error(
-      [&] { train::TrainingStep(model, groups, train::optimizer_factory("sgd", 0.1), loss, {.autocast = ember::kInt8}); },
+      [&] {
+        train::TrainingStep(model, groups, train::optimizer_factory("sgd", 0.1), loss, {.autocast = ember::kInt8});
+      },
       {"autocast runs in bfloat16 or float16"});
   test_util::expect_error([] { (void)train::optimizer_factory("lion", 0.1); },
                           {"unknown optimizer \"lion\"; choose sgd, momentum, adam, adamw, adagrad or rmsprop"});

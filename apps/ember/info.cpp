@@ -1,12 +1,13 @@
 // `ember info`: the build, this machine's SIMD target, threads and GPUs; `ember info --ops`: every op of
 // the primitive table with its kernels per backend, dtypes, backward and cost rule.
+#include "ember/info.h"
+
 #include <cstdio>
 #include <iostream>
 #include <nlohmann/json.hpp>
 
 #include "cli_util.h"
 #include "ember/cuda.h"
-#include "ember/info.h"
 
 namespace ember::cli {
 namespace {
@@ -55,8 +56,8 @@ int run_info(bool as_json) {
             << "  int8/bf16 dot " << info.dot_isa << " (EMBER_MAX_CPU_ISA caps it)\n"
             << "  threads       " << info.num_threads << " (from " << info.num_threads_source << ")\n"
             << "  CUDA          "
-            << (info.cuda ? "on (runtime " + cuda::runtime_version() + ", " +
-                                cuda::compiled_architectures() + "): " + cuda::status()
+            << (info.cuda ? "on (runtime " + cuda::runtime_version() + ", " + cuda::compiled_architectures() +
+                                "): " + cuda::status()
                           : std::string("off"))
             << "\n"
             << "  BLAS          " << info.blas << "\n"

@@ -159,8 +159,9 @@ void add_train_mnist_command(CLI::App& train, Commands& commands) {
   cmd->add_option("--bucket-mb", t.bucket_cap_mb, "With --ddp: gradient bucket size in MB")
       ->check(kPositiveNumber)
       ->capture_default_str();
-  cmd->add_option("--profile", o->loop.profile_path,
-                  "Profile the training steps: write a Chrome trace (open in ui.perfetto.dev) and print the top-15 ops");
+  cmd->add_option(
+      "--profile", o->loop.profile_path,
+      "Profile the training steps: write a Chrome trace (open in ui.perfetto.dev) and print the top-15 ops");
   commands.add(cmd, [o, &commands] {
     return commands.run_training("train mnist", o->task.compile, o->ddp, [&] { return run_train_mnist(*o); });
   });

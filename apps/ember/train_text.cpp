@@ -45,8 +45,7 @@ class StepPrinter {
     } else if (p.kind == train::Progress::Kind::kStep && live_ && seconds_since(last_draw_) > 0.1) {
       last_draw_ = Clock::now();
       std::printf("\rstep %5lld/%lld [%s] loss %.4f  %7.0f tokens/s ", static_cast<long long>(p.step),
-                  static_cast<long long>(p.steps), progress_bar(p.step, p.steps).c_str(), p.loss,
-                  p.samples_per_second);
+                  static_cast<long long>(p.steps), progress_bar(p.step, p.steps).c_str(), p.loss, p.samples_per_second);
       std::fflush(stdout);
     }
   }

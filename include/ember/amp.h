@@ -53,6 +53,11 @@ std::optional<DType> autocast_dtype();
 // `scale` before backward; unscale_ divides the optimizer's gradients by it and records whether any
 // is Inf or NaN; step skips the optimizer's step when one was; update halves the scale after a
 // skipped step (backoff) and doubles it after `growth_interval` clean steps in a row.
+//
+// The scale and the Inf/NaN flag are tensors, and the two decisions that read the flag (step and
+// update) are host regions (ops/dispatch.h), so a whole training step with a scaler compiles:
+// ember::compile records the unscaling and the checks as kernels and replays the decisions, which
+// read the flag anew every call.
 class GradScaler {
  public:
   struct Options {
@@ -71,14 +76,16 @@ class GradScaler {
   // whether any of them holds Inf or NaN. Throws if called twice before update().
   void unscale_(optim::Optimizer& optimizer);
   // unscale_ (if not done yet), then optimizer.step() unless a gradient was Inf or NaN. Returns
-  // whether the optimizer stepped.
+  // whether the optimizer stepped (in a compiled function: whether it did when traced).
   bool step(optim::Optimizer& optimizer);
   // Adjusts the scale for the next step (after step()).
   void update();
 
-  double get_scale() const { return enabled_ ? scale_ : 1.0; }
+  double get_scale() const;
   int64_t growth_tracker() const { return growth_tracker_; }
   bool is_enabled() const { return enabled_; }
+  // Whether the last unscale_ found Inf or NaN (until update()).
+  bool found_inf() const;
 
   // "scale", "growth_factor", "backoff_factor", "growth_interval", "_growth_tracker" (PyTorch's
   // keys), 0-dim float64 tensors, for checkpoints.
@@ -86,14 +93,16 @@ class GradScaler {
   void load_state_dict(const StateDict& state);
 
  private:
-  double scale_;
+  void update_host();
+
+  Tensor scale_;      // 0-dim float64
+  Tensor found_inf_;  // 0-dim bool
   double growth_factor_;
   double backoff_factor_;
   int64_t growth_interval_;
   bool enabled_;
   int64_t growth_tracker_ = 0;
   bool unscaled_ = false;
-  bool found_inf_ = false;
 };
 
 }  // namespace ember::amp

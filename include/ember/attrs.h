@@ -339,6 +339,18 @@ struct SoftplusAttrs {
   auto fields() const { return std::tie(beta, threshold); }
 };
 
+// A collective over the ranks of a process group (ember/dist.h): the group (its id in the ops
+// layer's registry of communicators, src/ops/collective.h), the reduction (0 sum, 1 average, 2
+// maximum: dist::ReduceOp) and a broadcast's root. The collective starts when its kernel runs and
+// completes at the collective_wait on the buffer it writes.
+struct CollectiveAttrs {
+  int64_t group = 0;
+  int64_t reduce = 0;
+  int64_t root = 0;
+  bool operator==(const CollectiveAttrs&) const = default;
+  auto fields() const { return std::tie(group, reduce, root); }
+};
+
 struct RollAttrs {
   Shape shifts;
   Axes dims;
@@ -418,7 +430,7 @@ using Attrs =
                  Pool2dAttrs, BatchNormAttrs, LayerNormAttrs, ClassLossAttrs, LossAttrs, AttentionAttrs,
                  ActivationAttrs, ClampAttrs, RollAttrs, PadAttrs, SgdAttrs, AdamAttrs, AdagradAttrs, RmspropAttrs,
                  TriangleAttrs, SortAttrs, TopKAttrs, MultinomialAttrs, ConvTranspose2dAttrs, GroupNormAttrs,
-                 InterpolateAttrs, SelectiveScanAttrs, Conv1dAttrs, SoftplusAttrs>;
+                 InterpolateAttrs, SelectiveScanAttrs, Conv1dAttrs, SoftplusAttrs, CollectiveAttrs>;
 
 // The index of attribute type T in Attrs (a compile error if T is not one of them).
 template <class T, size_t I = 0>

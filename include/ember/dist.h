@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "ember/dtype.h"
 #include "ember/handle.h"
 #include "ember/optim/optimizer.h"
 #include "ember/state_dict.h"
@@ -86,6 +87,9 @@ class ProcessGroup {
   WorkHandle reduce_scatter(const Tensor& output, const Tensor& input, ReduceOp op = ReduceOp::kSum);
   WorkHandle barrier();
 
+  // Seconds the communication thread has spent running collectives so far.
+  virtual double busy_seconds() const = 0;
+
   // Collectives issued so far (their sequence numbers name them in errors).
   uint64_t sequence_number() const;
 
@@ -93,18 +97,33 @@ class ProcessGroup {
   ProcessGroup(int rank, int world_size, Backend backend, std::chrono::milliseconds timeout)
       : rank_(rank), world_size_(world_size), backend_(backend), timeout_(timeout) {}
 
+  // all_reduce, broadcast, all_gather and reduce_scatter are primitives (Note [collectives as
+  // primitives] in src/ops/collective.h): they run through the dispatch seam, whose kernel starts
+  // them on the group (the communicator the group registers under id_), and the Work they return
+  // waits through the seam too, so a traced step records both. The barrier has no buffer: it is
+  // queued directly.
   enum class Collective { kAllReduce, kBroadcast, kAllGather, kReduceScatter, kBarrier };
   struct Request {
     Collective collective;
-    Tensor output;  // in place: output is also the input
-    Tensor input;
+    void* output = nullptr;  // in place: also the input
+    const void* input = nullptr;
+    int64_t count = 0;         // the input's elements
+    int64_t output_count = 0;  // the output's elements
+    DType dtype = kFloat32;
     ReduceOp op = ReduceOp::kSum;
     int root = 0;
   };
   virtual WorkHandle enqueue(Request request) = 0;
   virtual uint64_t issued() const = 0;
+  // The work of the last collective started on the buffer at `data`.
+  virtual WorkHandle started(const void* data) = 0;
+  int64_t id_ = 0;
 
  private:
+  // Checks the tensors, runs the collective primitive `kind` (an OpKind) through the seam and
+  // returns the Work whose wait() runs collective_wait.
+  WorkHandle start(int kind, const Tensor& input, const Tensor& output, ReduceOp op, int root);
+
   int rank_;
   int world_size_;
   Backend backend_;

@@ -88,121 +88,127 @@ inline constexpr uint32_t kComparison = kElementwise | kBoolResult;
   X(LogicalOr, "logical_or", kComparison | kCommutative, NoAttrs, 1)
 
 // Every other op, by family. Backward primitives carry the forward's attributes.
-#define EMBER_OTHER_OPS(X)                                                                         \
-  /* elementwise */                                                                                \
-  X(Where, "where", kElementwise | kDifferentiable, NoAttrs, 1)                                    \
-  X(ThresholdBackward, "threshold_backward", kElementwise, NoAttrs, 1)                             \
-  X(GeluGrad, "gelu_grad", kElementwise, ActivationAttrs, 24)                                      \
-  X(Clamp, "clamp", kComposite | kDifferentiable, ClampAttrs, 0)                                   \
-  X(Softplus, "softplus", kComposite | kDifferentiable, SoftplusAttrs, 0)                          \
-  X(MaskedFill, "masked_fill", kComposite | kDifferentiable, FillAttrs, 0)                         \
-  /* copies and creation */                                                                        \
-  X(Copy, "copy", kElementwise | kDifferentiable, NoAttrs, 0)                                      \
-  X(Fill, "fill", kCreation | kDifferentiable, FillAttrs, 0)                                       \
-  X(Arange, "arange", kCreation, RangeAttrs, 0)                                                    \
-  X(Linspace, "linspace", kCreation, RangeAttrs, 0)                                                \
-  X(RandUniform, "rand", kCreation | kRandom, RandomAttrs, 0)                                      \
-  X(RandNormal, "randn", kCreation | kRandom, RandomAttrs, 0)                                      \
-  X(RandInt, "randint", kCreation | kRandom, RandomAttrs, 0)                                       \
-  X(Dropout, "dropout", kRandom | kDifferentiable, DropoutAttrs, 0)                                \
-  /* views */                                                                                      \
-  X(View, "view", kView | kDifferentiable, ShapeAttrs, 0)                                          \
-  X(Permute, "permute", kView | kDifferentiable, AxesAttrs, 0)                                     \
-  X(Slice, "slice", kView | kDifferentiable, SliceAttrs, 0)                                        \
-  X(Select, "select", kView | kDifferentiable, SelectAttrs, 0)                                     \
-  X(Expand, "expand", kView | kDifferentiable, ShapeAttrs, 0)                                      \
-  X(AsStrided, "as_strided", kView | kDifferentiable, AsStridedAttrs, 0)                           \
-  X(BackwardHook, "backward_hook", kView | kDifferentiable, NoAttrs, 0)                            \
-  /* reductions */                                                                                 \
-  X(Sum, "sum", kReduction | kDifferentiable, ReduceAttrs, 1)                                      \
-  X(Prod, "prod", kReduction | kDifferentiable, ReduceAttrs, 1)                                    \
-  X(Amax, "amax", kReduction | kDifferentiable, ReduceAttrs, 1)                                    \
-  X(Amin, "amin", kReduction | kDifferentiable, ReduceAttrs, 1)                                    \
-  X(Argmax, "argmax", kReduction, ReduceAttrs, 1)                                                  \
-  X(Argmin, "argmin", kReduction, ReduceAttrs, 1)                                                  \
-  X(All, "all", kReduction, ReduceAttrs, 1)                                                        \
-  X(Any, "any", kReduction, ReduceAttrs, 1)                                                        \
-  X(Mean, "mean", kComposite | kDifferentiable, ReduceAttrs, 0)                                    \
-  X(Var, "var", kComposite | kDifferentiable, VarAttrs, 0)                                         \
-  X(Std, "std", kComposite | kDifferentiable, VarAttrs, 0)                                         \
-  X(LogSumExp, "logsumexp", kComposite | kDifferentiable, ReduceAttrs, 0)                          \
-  X(Norm, "norm", kComposite | kDifferentiable, NormAttrs, 0)                                      \
-  X(Softmax, "softmax", kDifferentiable, DimAttrs, 5)                                              \
-  X(LogSoftmax, "log_softmax", kDifferentiable, DimAttrs, 5)                                       \
-  X(SoftmaxGrad, "softmax_grad", 0, DimAttrs, 4)                                                   \
-  X(LogSoftmaxGrad, "log_softmax_grad", 0, DimAttrs, 4)                                            \
-  /* linear algebra */                                                                             \
-  X(Matmul, "matmul", kDifferentiable, MatmulAttrs, 2)                                             \
-  X(Linear, "linear", kComposite | kDifferentiable, NoAttrs, 0)                                    \
-  X(LinearGelu, "linear_gelu", kComposite | kDifferentiable, MatmulAttrs, 0)                       \
-  /* quantization (inference only: ember/quant.h) */                                               \
-  X(Quantize, "quantize", 0, NoAttrs, 0)                                                           \
-  X(Dequantize, "dequantize", 0, NoAttrs, 0)                                                       \
-  X(QuantizedMatmul, "quantized_matmul", 0, NoAttrs, 0)                                            \
-  /* attention */                                                                                  \
-  X(ScaledDotProductAttention, "scaled_dot_product_attention", kDifferentiable, AttentionAttrs, 0) \
-  X(AttentionGrad, "scaled_dot_product_attention_grad", 0, AttentionAttrs, 0)                      \
-  /* convolution and pooling */                                                                    \
-  X(Conv2d, "conv2d", kDifferentiable, Conv2dAttrs, 0)                                             \
-  X(Conv2dInputGrad, "conv2d_input_grad", 0, Conv2dAttrs, 0)                                       \
-  X(Conv2dWeightGrad, "conv2d_weight_grad", 0, Conv2dAttrs, 0)                                     \
-  X(ConvTranspose2d, "conv_transpose2d", kComposite | kDifferentiable, ConvTranspose2dAttrs, 0)    \
-  X(Conv1d, "conv1d", kComposite | kDifferentiable, Conv1dAttrs, 0)                                \
-  X(MaxPool2d, "max_pool2d", kDifferentiable, Pool2dAttrs, 0)                                      \
-  X(MaxPool2dGrad, "max_pool2d_grad", 0, Pool2dAttrs, 0)                                           \
-  X(AvgPool2d, "avg_pool2d", kDifferentiable, Pool2dAttrs, 0)                                      \
-  X(AvgPool2dGrad, "avg_pool2d_grad", 0, Pool2dAttrs, 0)                                           \
-  X(AdaptiveAvgPool2d, "adaptive_avg_pool2d", kDifferentiable, Pool2dAttrs, 0)                     \
-  X(AdaptiveAvgPool2dGrad, "adaptive_avg_pool2d_grad", 0, Pool2dAttrs, 0)                          \
-  X(Interpolate, "interpolate", kComposite | kDifferentiable, InterpolateAttrs, 0)                 \
-  /* normalization */                                                                              \
-  X(BatchNorm, "batch_norm", kComposite | kDifferentiable, BatchNormAttrs, 0)                      \
-  X(BatchNormStats, "batch_norm_stats", 0, NoAttrs, 0)                                             \
-  X(BatchNormApply, "batch_norm_apply", 0, NoAttrs, 0)                                             \
-  X(BatchNormGrad, "batch_norm_grad", 0, BatchNormAttrs, 0)                                        \
-  X(LayerNorm, "layer_norm", kDifferentiable, LayerNormAttrs, 0)                                   \
-  X(LayerNormGrad, "layer_norm_grad", 0, LayerNormAttrs, 0)                                        \
-  X(RmsNorm, "rms_norm", kDifferentiable, LayerNormAttrs, 0)                                       \
-  X(RmsNormGrad, "rms_norm_grad", 0, LayerNormAttrs, 0)                                            \
-  X(GroupNorm, "group_norm", kComposite | kDifferentiable, GroupNormAttrs, 0)                      \
-  /* state-space models */                                                                         \
-  X(SelectiveScan, "selective_scan", kDifferentiable, SelectiveScanAttrs, 0)                       \
-  X(SelectiveScanGrad, "selective_scan_grad", 0, SelectiveScanAttrs, 0)                            \
-  /* losses */                                                                                     \
-  X(CrossEntropy, "cross_entropy", kComposite | kDifferentiable, ClassLossAttrs, 0)                \
-  X(CrossEntropyForward, "cross_entropy_forward", 0, ClassLossAttrs, 0)                            \
-  X(CrossEntropyGrad, "cross_entropy_grad", 0, ClassLossAttrs, 0)                                  \
-  X(NllLoss, "nll_loss", kComposite | kDifferentiable, ClassLossAttrs, 0)                          \
-  X(NllLossForward, "nll_loss_forward", 0, ClassLossAttrs, 0)                                      \
-  X(NllLossGrad, "nll_loss_grad", 0, ClassLossAttrs, 0)                                            \
-  X(MseLoss, "mse_loss", kComposite | kDifferentiable, LossAttrs, 0)                               \
-  X(L1Loss, "l1_loss", kComposite | kDifferentiable, LossAttrs, 0)                                 \
-  X(BceWithLogits, "binary_cross_entropy_with_logits", kComposite | kDifferentiable, LossAttrs, 0) \
-  /* indexing */                                                                                   \
-  X(IndexSelect, "index_select", kDifferentiable, DimAttrs, 0)                                     \
-  X(Gather, "gather", kDifferentiable, DimAttrs, 0)                                                \
-  X(ScatterAdd, "scatter_add", kDifferentiable | kUpdate, DimAttrs, 1)                             \
-  X(OneHot, "one_hot", 0, NoAttrs, 0)                                                              \
-  X(Embedding, "embedding", kComposite | kDifferentiable, NoAttrs, 0)                              \
-  /* triangles, scans, sorting and sampling */                                                     \
-  X(Tril, "tril", kDifferentiable, TriangleAttrs, 0)                                               \
-  X(Triu, "triu", kDifferentiable, TriangleAttrs, 0)                                               \
-  X(Cumsum, "cumsum", kDifferentiable, DimAttrs, 1)                                                \
-  X(Sort, "sort", kDifferentiable, SortAttrs, 0)                                                   \
-  X(TopK, "topk", kDifferentiable, TopKAttrs, 0)                                                   \
-  X(Multinomial, "multinomial", kRandom, MultinomialAttrs, 0)                                      \
-  /* shape ops (copies through views) */                                                           \
-  X(Cat, "cat", kComposite | kDifferentiable, DimAttrs, 0)                                         \
-  X(Stack, "stack", kComposite | kDifferentiable, DimAttrs, 0)                                     \
-  X(Repeat, "repeat", kComposite | kDifferentiable, ShapeAttrs, 0)                                 \
-  X(Flip, "flip", kComposite | kDifferentiable, AxesAttrs, 0)                                      \
-  X(Roll, "roll", kComposite | kDifferentiable, RollAttrs, 0)                                      \
-  X(Pad, "pad", kComposite | kDifferentiable, PadAttrs, 0)                                         \
-  /* optimizer updates: parameter and state are outputs, updated in place */                       \
-  X(SgdStep, "sgd_step", kUpdate, SgdAttrs, 0)                                                     \
-  X(AdamStep, "adam_step", kUpdate, AdamAttrs, 0)                                                  \
-  X(AdagradStep, "adagrad_step", kUpdate, AdagradAttrs, 0)                                         \
-  X(RmspropStep, "rmsprop_step", kUpdate, RmspropAttrs, 0)
+#define EMBER_OTHER_OPS(X)                                                                          \
+  /* elementwise */                                                                                 \
+  X(Where, "where", kElementwise | kDifferentiable, NoAttrs, 1)                                     \
+  X(ThresholdBackward, "threshold_backward", kElementwise, NoAttrs, 1)                              \
+  X(GeluGrad, "gelu_grad", kElementwise, ActivationAttrs, 24)                                       \
+  X(Clamp, "clamp", kComposite | kDifferentiable, ClampAttrs, 0)                                    \
+  X(Softplus, "softplus", kComposite | kDifferentiable, SoftplusAttrs, 0)                           \
+  X(MaskedFill, "masked_fill", kComposite | kDifferentiable, FillAttrs, 0)                          \
+  /* copies and creation */                                                                         \
+  X(Copy, "copy", kElementwise | kDifferentiable, NoAttrs, 0)                                       \
+  X(Fill, "fill", kCreation | kDifferentiable, FillAttrs, 0)                                        \
+  X(Arange, "arange", kCreation, RangeAttrs, 0)                                                     \
+  X(Linspace, "linspace", kCreation, RangeAttrs, 0)                                                 \
+  X(RandUniform, "rand", kCreation | kRandom, RandomAttrs, 0)                                       \
+  X(RandNormal, "randn", kCreation | kRandom, RandomAttrs, 0)                                       \
+  X(RandInt, "randint", kCreation | kRandom, RandomAttrs, 0)                                        \
+  X(Dropout, "dropout", kRandom | kDifferentiable, DropoutAttrs, 0)                                 \
+  /* views */                                                                                       \
+  X(View, "view", kView | kDifferentiable, ShapeAttrs, 0)                                           \
+  X(Permute, "permute", kView | kDifferentiable, AxesAttrs, 0)                                      \
+  X(Slice, "slice", kView | kDifferentiable, SliceAttrs, 0)                                         \
+  X(Select, "select", kView | kDifferentiable, SelectAttrs, 0)                                      \
+  X(Expand, "expand", kView | kDifferentiable, ShapeAttrs, 0)                                       \
+  X(AsStrided, "as_strided", kView | kDifferentiable, AsStridedAttrs, 0)                            \
+  X(BackwardHook, "backward_hook", kView | kDifferentiable, NoAttrs, 0)                             \
+  /* reductions */                                                                                  \
+  X(Sum, "sum", kReduction | kDifferentiable, ReduceAttrs, 1)                                       \
+  X(Prod, "prod", kReduction | kDifferentiable, ReduceAttrs, 1)                                     \
+  X(Amax, "amax", kReduction | kDifferentiable, ReduceAttrs, 1)                                     \
+  X(Amin, "amin", kReduction | kDifferentiable, ReduceAttrs, 1)                                     \
+  X(Argmax, "argmax", kReduction, ReduceAttrs, 1)                                                   \
+  X(Argmin, "argmin", kReduction, ReduceAttrs, 1)                                                   \
+  X(All, "all", kReduction, ReduceAttrs, 1)                                                         \
+  X(Any, "any", kReduction, ReduceAttrs, 1)                                                         \
+  X(Mean, "mean", kComposite | kDifferentiable, ReduceAttrs, 0)                                     \
+  X(Var, "var", kComposite | kDifferentiable, VarAttrs, 0)                                          \
+  X(Std, "std", kComposite | kDifferentiable, VarAttrs, 0)                                          \
+  X(LogSumExp, "logsumexp", kComposite | kDifferentiable, ReduceAttrs, 0)                           \
+  X(Norm, "norm", kComposite | kDifferentiable, NormAttrs, 0)                                       \
+  X(Softmax, "softmax", kDifferentiable, DimAttrs, 5)                                               \
+  X(LogSoftmax, "log_softmax", kDifferentiable, DimAttrs, 5)                                        \
+  X(SoftmaxGrad, "softmax_grad", 0, DimAttrs, 4)                                                    \
+  X(LogSoftmaxGrad, "log_softmax_grad", 0, DimAttrs, 4)                                             \
+  /* linear algebra */                                                                              \
+  X(Matmul, "matmul", kDifferentiable, MatmulAttrs, 2)                                              \
+  X(Linear, "linear", kComposite | kDifferentiable, NoAttrs, 0)                                     \
+  X(LinearGelu, "linear_gelu", kComposite | kDifferentiable, MatmulAttrs, 0)                        \
+  /* quantization (inference only: ember/quant.h) */                                                \
+  X(Quantize, "quantize", 0, NoAttrs, 0)                                                            \
+  X(Dequantize, "dequantize", 0, NoAttrs, 0)                                                        \
+  X(QuantizedMatmul, "quantized_matmul", 0, NoAttrs, 0)                                             \
+  /* attention */                                                                                   \
+  X(ScaledDotProductAttention, "scaled_dot_product_attention", kDifferentiable, AttentionAttrs, 0)  \
+  X(AttentionGrad, "scaled_dot_product_attention_grad", 0, AttentionAttrs, 0)                       \
+  /* convolution and pooling */                                                                     \
+  X(Conv2d, "conv2d", kDifferentiable, Conv2dAttrs, 0)                                              \
+  X(Conv2dInputGrad, "conv2d_input_grad", 0, Conv2dAttrs, 0)                                        \
+  X(Conv2dWeightGrad, "conv2d_weight_grad", 0, Conv2dAttrs, 0)                                      \
+  X(ConvTranspose2d, "conv_transpose2d", kComposite | kDifferentiable, ConvTranspose2dAttrs, 0)     \
+  X(Conv1d, "conv1d", kComposite | kDifferentiable, Conv1dAttrs, 0)                                 \
+  X(MaxPool2d, "max_pool2d", kDifferentiable, Pool2dAttrs, 0)                                       \
+  X(MaxPool2dGrad, "max_pool2d_grad", 0, Pool2dAttrs, 0)                                            \
+  X(AvgPool2d, "avg_pool2d", kDifferentiable, Pool2dAttrs, 0)                                       \
+  X(AvgPool2dGrad, "avg_pool2d_grad", 0, Pool2dAttrs, 0)                                            \
+  X(AdaptiveAvgPool2d, "adaptive_avg_pool2d", kDifferentiable, Pool2dAttrs, 0)                      \
+  X(AdaptiveAvgPool2dGrad, "adaptive_avg_pool2d_grad", 0, Pool2dAttrs, 0)                           \
+  X(Interpolate, "interpolate", kComposite | kDifferentiable, InterpolateAttrs, 0)                  \
+  /* normalization */                                                                               \
+  X(BatchNorm, "batch_norm", kComposite | kDifferentiable, BatchNormAttrs, 0)                       \
+  X(BatchNormStats, "batch_norm_stats", 0, NoAttrs, 0)                                              \
+  X(BatchNormApply, "batch_norm_apply", 0, NoAttrs, 0)                                              \
+  X(BatchNormGrad, "batch_norm_grad", 0, BatchNormAttrs, 0)                                         \
+  X(LayerNorm, "layer_norm", kDifferentiable, LayerNormAttrs, 0)                                    \
+  X(LayerNormGrad, "layer_norm_grad", 0, LayerNormAttrs, 0)                                         \
+  X(RmsNorm, "rms_norm", kDifferentiable, LayerNormAttrs, 0)                                        \
+  X(RmsNormGrad, "rms_norm_grad", 0, LayerNormAttrs, 0)                                             \
+  X(GroupNorm, "group_norm", kComposite | kDifferentiable, GroupNormAttrs, 0)                       \
+  /* state-space models */                                                                          \
+  X(SelectiveScan, "selective_scan", kDifferentiable, SelectiveScanAttrs, 0)                        \
+  X(SelectiveScanGrad, "selective_scan_grad", 0, SelectiveScanAttrs, 0)                             \
+  /* losses */                                                                                      \
+  X(CrossEntropy, "cross_entropy", kComposite | kDifferentiable, ClassLossAttrs, 0)                 \
+  X(CrossEntropyForward, "cross_entropy_forward", 0, ClassLossAttrs, 0)                             \
+  X(CrossEntropyGrad, "cross_entropy_grad", 0, ClassLossAttrs, 0)                                   \
+  X(NllLoss, "nll_loss", kComposite | kDifferentiable, ClassLossAttrs, 0)                           \
+  X(NllLossForward, "nll_loss_forward", 0, ClassLossAttrs, 0)                                       \
+  X(NllLossGrad, "nll_loss_grad", 0, ClassLossAttrs, 0)                                             \
+  X(MseLoss, "mse_loss", kComposite | kDifferentiable, LossAttrs, 0)                                \
+  X(L1Loss, "l1_loss", kComposite | kDifferentiable, LossAttrs, 0)                                  \
+  X(BceWithLogits, "binary_cross_entropy_with_logits", kComposite | kDifferentiable, LossAttrs, 0)  \
+  /* indexing */                                                                                    \
+  X(IndexSelect, "index_select", kDifferentiable, DimAttrs, 0)                                      \
+  X(Gather, "gather", kDifferentiable, DimAttrs, 0)                                                 \
+  X(ScatterAdd, "scatter_add", kDifferentiable | kUpdate, DimAttrs, 1)                              \
+  X(OneHot, "one_hot", 0, NoAttrs, 0)                                                               \
+  X(Embedding, "embedding", kComposite | kDifferentiable, NoAttrs, 0)                               \
+  /* triangles, scans, sorting and sampling */                                                      \
+  X(Tril, "tril", kDifferentiable, TriangleAttrs, 0)                                                \
+  X(Triu, "triu", kDifferentiable, TriangleAttrs, 0)                                                \
+  X(Cumsum, "cumsum", kDifferentiable, DimAttrs, 1)                                                 \
+  X(Sort, "sort", kDifferentiable, SortAttrs, 0)                                                    \
+  X(TopK, "topk", kDifferentiable, TopKAttrs, 0)                                                    \
+  X(Multinomial, "multinomial", kRandom, MultinomialAttrs, 0)                                       \
+  /* shape ops (copies through views) */                                                            \
+  X(Cat, "cat", kComposite | kDifferentiable, DimAttrs, 0)                                          \
+  X(Stack, "stack", kComposite | kDifferentiable, DimAttrs, 0)                                      \
+  X(Repeat, "repeat", kComposite | kDifferentiable, ShapeAttrs, 0)                                  \
+  X(Flip, "flip", kComposite | kDifferentiable, AxesAttrs, 0)                                       \
+  X(Roll, "roll", kComposite | kDifferentiable, RollAttrs, 0)                                       \
+  X(Pad, "pad", kComposite | kDifferentiable, PadAttrs, 0)                                          \
+  /* optimizer updates: parameter and state are outputs, updated in place */                        \
+  X(SgdStep, "sgd_step", kUpdate, SgdAttrs, 0)                                                      \
+  X(AdamStep, "adam_step", kUpdate, AdamAttrs, 0)                                                   \
+  X(AdagradStep, "adagrad_step", kUpdate, AdagradAttrs, 0)                                          \
+  X(RmspropStep, "rmsprop_step", kUpdate, RmspropAttrs, 0)                                          \
+  /* collectives over a process group's ranks: each starts its transfer, collective_wait ends it */ \
+  X(AllReduce, "all_reduce", kUpdate, CollectiveAttrs, 0)                                           \
+  X(AllGather, "all_gather", 0, CollectiveAttrs, 0)                                                 \
+  X(ReduceScatter, "reduce_scatter", 0, CollectiveAttrs, 0)                                         \
+  X(Broadcast, "broadcast", kUpdate, CollectiveAttrs, 0)                                            \
+  X(CollectiveWait, "collective_wait", kUpdate, CollectiveAttrs, 0)
 
 #define EMBER_OPS(X)         \
   EMBER_UNARY_PRIMITIVES(X)  \

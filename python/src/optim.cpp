@@ -155,7 +155,8 @@ void bind_optim(nb::module_& top) {
       });
 
   nb::class_<Optimizer>(m, "Optimizer")
-      .def("step", &Optimizer::step, nb::call_guard<Release>())
+      .def(
+          "step", [](Optimizer& o) { o.step(); }, nb::call_guard<Release>())
       .def("zero_grad", &Optimizer::zero_grad, "set_to_none"_a = true, nb::call_guard<Release>())
       .def_prop_ro(
           "param_groups", [](Optimizer& o) -> std::vector<ParamGroup>& { return o.param_groups(); },

@@ -15,12 +15,15 @@
 #include <mutex>
 #include <sstream>
 #include <thread>
+#include <unordered_map>
 
 #include "dist/backend.h"
 #include "dist/store.h"
 #include "ember/error.h"
 #include "ember/profiler.h"
 #include "ember/tensor.h"
+#include "ops/collective.h"
+#include "ops/dispatch.h"
 
 namespace ember::dist {
 
@@ -38,33 +41,29 @@ bool is_available(Backend backend) {
 }
 
 WorkHandle ProcessGroup::all_reduce(const Tensor& tensor, ReduceOp op) {
-  return enqueue({.collective = Collective::kAllReduce, .output = tensor, .input = tensor, .op = op, .root = 0});
+  return start(static_cast<int>(OpKind::kAllReduce), Tensor(), tensor, op, 0);
 }
 
 WorkHandle ProcessGroup::broadcast(const Tensor& tensor, int root) {
   EMBER_CHECK(root >= 0 && root < world_size_, "[dist] broadcast from rank ", root, " in a group of ", world_size_);
-  return enqueue(
-      {.collective = Collective::kBroadcast, .output = tensor, .input = tensor, .op = ReduceOp::kSum, .root = root});
+  return start(static_cast<int>(OpKind::kBroadcast), Tensor(), tensor, ReduceOp::kSum, root);
 }
 
 WorkHandle ProcessGroup::all_gather(const Tensor& output, const Tensor& input) {
   EMBER_CHECK(output.defined() && input.defined() && output.numel() == input.numel() * world_size_,
               "[dist] all_gather needs an output of world_size (", world_size_, ") x ",
               input.defined() ? input.numel() : 0, " elements, got ", output.defined() ? output.numel() : 0);
-  return enqueue(
-      {.collective = Collective::kAllGather, .output = output, .input = input, .op = ReduceOp::kSum, .root = 0});
+  return start(static_cast<int>(OpKind::kAllGather), input, output, ReduceOp::kSum, 0);
 }
 
 WorkHandle ProcessGroup::reduce_scatter(const Tensor& output, const Tensor& input, ReduceOp op) {
   EMBER_CHECK(output.defined() && input.defined() && input.numel() == output.numel() * world_size_,
               "[dist] reduce_scatter needs an input of world_size (", world_size_, ") x ",
               output.defined() ? output.numel() : 0, " elements, got ", input.defined() ? input.numel() : 0);
-  return enqueue({.collective = Collective::kReduceScatter, .output = output, .input = input, .op = op, .root = 0});
+  return start(static_cast<int>(OpKind::kReduceScatter), input, output, op, 0);
 }
 
-WorkHandle ProcessGroup::barrier() {
-  return enqueue({.collective = Collective::kBarrier, .output = {}, .input = {}, .op = ReduceOp::kSum, .root = 0});
-}
+WorkHandle ProcessGroup::barrier() { return enqueue({.collective = Collective::kBarrier}); }
 
 uint64_t ProcessGroup::sequence_number() const { return issued(); }
 
@@ -85,6 +84,56 @@ void check_tensor(const Tensor& t, const char* collective, const char* role) {
               role, " is ", t.dtype(), "; supported: float32, float64, int64");
   EMBER_CHECK(t.is_contiguous(), "[dist] ", collective, ": the ", role, " must be contiguous");
 }
+
+// A collective's Work as its caller holds it: wait() runs collective_wait through the dispatch seam
+// (so a tracer records it), the timings are the communication thread's. Holds the tensors until
+// the collective is waited for.
+class SeamWork final : public Work {
+ public:
+  SeamWork(CollectiveAttrs attrs, Tensor input, Tensor output, WorkHandle work)
+      : attrs_(attrs), input_(std::move(input)), output_(std::move(output)), work_(std::move(work)) {}
+  void wait() override {
+    if (waited_) return;
+    waited_ = true;
+    // The input is an operand of the wait too: its memory is read until the collective is done.
+    if (input_.defined()) {
+      dispatch::run(OpKind::kCollectiveWait, attrs_, {&input_}, {&output_});
+    } else {
+      dispatch::run(OpKind::kCollectiveWait, attrs_, {}, {&output_});
+    }
+  }
+  bool is_completed() const override { return work_->is_completed(); }
+  double seconds() const override { return work_->seconds(); }
+  Clock::time_point started() const override { return work_->started(); }
+
+ private:
+  CollectiveAttrs attrs_;
+  Tensor input_, output_;
+  WorkHandle work_;
+  bool waited_ = false;
+};
+
+}  // namespace
+
+WorkHandle ProcessGroup::start(int kind, const Tensor& input, const Tensor& output, ReduceOp op, int root) {
+  const OpKind op_kind = static_cast<OpKind>(kind);
+  const char* name = op_name(op_kind);
+  check_tensor(output, name, input.defined() ? "output" : "tensor");
+  if (input.defined()) {
+    check_tensor(input, name, "input");
+    EMBER_CHECK(input.dtype() == output.dtype(), "[dist] ", name, ": the input is ", input.dtype(), " and the output ",
+                output.dtype());
+  }
+  const CollectiveAttrs attrs{.group = id_, .reduce = static_cast<int64_t>(op), .root = root};
+  if (input.defined()) {
+    dispatch::run(op_kind, attrs, {&input}, {&output});
+  } else {
+    dispatch::run(op_kind, attrs, {}, {&output});
+  }
+  return std::make_shared<SeamWork>(attrs, input, output, started(output.data_ptr()));
+}
+
+namespace {
 
 // Note [timeouts]
 // A collective that does not complete within the group's timeout, or that fails in the library
@@ -128,6 +177,10 @@ class WorkImpl final : public Work {
 
   uint64_t seq() const { return seq_; }
   const std::string& description() const { return description_; }
+  bool succeeded() const {
+    std::lock_guard lock(mutex_);
+    return done_ && !error_;
+  }
 
  private:
   friend class GroupImpl;
@@ -156,16 +209,19 @@ void divide(void* data, int64_t count, DType dtype, int divisor) {
   }
 }
 
-// The one concrete group; ProcessGroup's protected interface is what it implements.
-class GroupImpl final : public ProcessGroup {
+// The one concrete group: ProcessGroup's protected interface, and the communicator the collective
+// primitives' kernels call (Note [collectives as primitives] in src/ops/collective.h).
+class GroupImpl final : public ProcessGroup, public collective::Communicator {
  public:
   GroupImpl(int rank, int world_size, Backend backend, std::chrono::milliseconds timeout,
             std::unique_ptr<detail::CommBackend> comm, std::unique_ptr<detail::TcpStore> store)
       : ProcessGroup(rank, world_size, backend, timeout), comm_(std::move(comm)), store_(std::move(store)) {
+    id_ = collective::register_communicator(this);
     thread_ = std::thread([this] { run(); });
   }
 
   ~GroupImpl() override {
+    collective::unregister_communicator(id_);
     {
       std::lock_guard lock(mutex_);
       stopping_ = true;
@@ -206,31 +262,70 @@ class GroupImpl final : public ProcessGroup {
  protected:
   WorkHandle enqueue(Request request) override {
     const char* name = collective_name(static_cast<int>(request.collective));
-    if (request.collective != Collective::kBarrier) {
-      check_tensor(request.output, name, request.input.is_same(request.output) ? "tensor" : "output");
-      if (!request.input.is_same(request.output)) {
-        check_tensor(request.input, name, "input");
-        EMBER_CHECK(request.input.dtype() == request.output.dtype(), "[dist] ", name, ": the input is ",
-                    request.input.dtype(), " and the output ", request.output.dtype());
-      }
-    }
     EMBER_CHECK(!broken_.load(), "[dist] the process group is unusable after an earlier collective failed");
     std::lock_guard lock(mutex_);
     const uint64_t seq = issued_++;
     std::ostringstream description;
     description << name << " #" << seq;
     if (request.collective != Collective::kBarrier) {
-      description << " (" << request.input.dtype() << ", " << request.input.numel() << " elements)";
+      description << " (" << request.dtype << ", " << request.count << " elements)";
     }
     auto work = std::make_shared<WorkImpl>(*this, seq, description.str());
-    queue_.push_back({work, std::move(request)});
+    if (request.output != nullptr) {
+      // Completed collectives on this buffer that went well are forgotten; a failed one stays until
+      // waited for, so its error is not lost.
+      std::deque<std::shared_ptr<WorkImpl>>& on_buffer = pending_[request.output];
+      std::erase_if(on_buffer, [](const std::shared_ptr<WorkImpl>& w) { return w->succeeded(); });
+      on_buffer.push_back(work);
+    }
+    queue_.push_back({work, request});
     cv_.notify_all();
     return work;
+  }
+
+  WorkHandle started(const void* data) override {
+    std::lock_guard lock(mutex_);
+    const auto it = pending_.find(data);
+    return it == pending_.end() || it->second.empty() ? nullptr : it->second.back();
+  }
+
+  // --- collective::Communicator: the kernels of the collective primitives -----------------------
+
+  void start(OpKind kind, const Operand& input, const Operand& output, const CollectiveAttrs& attrs) override {
+    Request request{.collective = Collective::kAllReduce,
+                    .output = output.data,
+                    .input = input.data,
+                    .count = input.numel(),
+                    .output_count = output.numel(),
+                    .dtype = output.dtype,
+                    .op = static_cast<ReduceOp>(attrs.reduce),
+                    .root = static_cast<int>(attrs.root)};
+    if (kind == OpKind::kBroadcast) request.collective = Collective::kBroadcast;
+    if (kind == OpKind::kAllGather) request.collective = Collective::kAllGather;
+    if (kind == OpKind::kReduceScatter) request.collective = Collective::kReduceScatter;
+    (void)enqueue(request);
+  }
+
+  void wait(const void* data) override {
+    std::deque<std::shared_ptr<WorkImpl>> works;
+    {
+      std::lock_guard lock(mutex_);
+      const auto it = pending_.find(data);
+      if (it == pending_.end()) return;
+      works.swap(it->second);
+      pending_.erase(it);
+    }
+    for (const std::shared_ptr<WorkImpl>& work : works) work->wait();
   }
 
   uint64_t issued() const override {
     std::lock_guard lock(mutex_);
     return issued_;
+  }
+
+  double busy_seconds() const override {
+    std::lock_guard lock(mutex_);
+    return busy_seconds_;
   }
 
  private:
@@ -258,30 +353,30 @@ class GroupImpl final : public ProcessGroup {
       {
         std::lock_guard lock(mutex_);
         running_.reset();
+        busy_seconds_ += seconds;
       }
       item.work->finish(error, start, seconds);
     }
   }
 
   void execute(const Request& r) {
-    const int64_t count = r.collective == Collective::kBarrier ? 0 : r.input.numel();
     switch (r.collective) {
       case Collective::kAllReduce: {
         const ReduceOp op = r.op == ReduceOp::kAvg ? ReduceOp::kSum : r.op;
-        comm_->all_reduce(r.output.data_ptr(), count, r.output.dtype(), op);
-        if (r.op == ReduceOp::kAvg) divide(r.output.data_ptr(), count, r.output.dtype(), world_size());
+        comm_->all_reduce(r.output, r.count, r.dtype, op);
+        if (r.op == ReduceOp::kAvg) divide(r.output, r.count, r.dtype, world_size());
         break;
       }
       case Collective::kBroadcast:
-        comm_->broadcast(r.output.data_ptr(), count, r.output.dtype(), r.root);
+        comm_->broadcast(r.output, r.count, r.dtype, r.root);
         break;
       case Collective::kAllGather:
-        comm_->all_gather(r.input.data_ptr(), r.output.data_ptr(), count, r.input.dtype());
+        comm_->all_gather(r.input, r.output, r.count, r.dtype);
         break;
       case Collective::kReduceScatter: {
         const ReduceOp op = r.op == ReduceOp::kAvg ? ReduceOp::kSum : r.op;
-        comm_->reduce_scatter(r.input.data_ptr(), r.output.data_ptr(), r.output.numel(), r.input.dtype(), op);
-        if (r.op == ReduceOp::kAvg) divide(r.output.data_ptr(), r.output.numel(), r.output.dtype(), world_size());
+        comm_->reduce_scatter(r.input, r.output, r.output_count, r.dtype, op);
+        if (r.op == ReduceOp::kAvg) divide(r.output, r.output_count, r.dtype, world_size());
         break;
       }
       case Collective::kBarrier:
@@ -343,8 +438,11 @@ class GroupImpl final : public ProcessGroup {
   mutable std::mutex mutex_;
   std::condition_variable cv_;
   std::deque<Queued> queue_;
+  // The collectives started on each output buffer and not yet waited for (by the wait primitive).
+  std::unordered_map<const void*, std::deque<std::shared_ptr<WorkImpl>>> pending_;
   bool stopping_ = false;
   uint64_t issued_ = 0;
+  double busy_seconds_ = 0;
   std::shared_ptr<WorkImpl> running_;
   Clock::time_point running_since_{};
   std::atomic<bool> broken_{false};

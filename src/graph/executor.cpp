@@ -79,6 +79,7 @@ Executable::Executable(Graph graph, const MemoryPlan& plan) : graph_(std::move(g
     Step step;
     step.kind = n.kind;
     step.node = static_cast<int>(i);
+    step.host_attrs = n.host_attrs != nullptr;
     if (n.kind == NodeKind::kKernel) {
       step.first_operand = static_cast<int>(operands_.size());
       Device device = kCPU;
@@ -170,6 +171,11 @@ std::vector<Tensor> Executable::run(const std::vector<Tensor>& arguments) {
   draw();
   const bool observed = dispatch::observed();
   for (const Step& step : steps_) {
+    if (step.host_attrs) [[unlikely]] {  // Note [host attributes]: as the host computed them for this run
+      Node& n = graph_.nodes[step.node];
+      if (n.host_attrs->skip) continue;
+      n.attrs = n.host_attrs->attrs;  // the kernel call refers to n.attrs
+    }
     if (observed && (step.kind == NodeKind::kKernel || step.kind == NodeKind::kFused)) [[unlikely]] {
       run_observed(step);
       continue;

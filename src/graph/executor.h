@@ -44,8 +44,9 @@ class Executable {
     int node = 0;
     int first_operand = 0;
     int num_operands = 0;
-    int call = -1;   // kKernel: calls_
-    int fused = -1;  // kFused: fused_
+    int call = -1;            // kKernel: calls_
+    int fused = -1;           // kFused: fused_
+    bool host_attrs = false;  // kKernel: its attributes come from the host each run
   };
   void bind(const std::vector<Tensor>& arguments);
   void draw();

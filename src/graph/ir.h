@@ -35,6 +35,7 @@
 #include "ember/primitives.h"
 #include "ember/shape.h"
 #include "ember/tensor.h"
+#include "ops/dispatch.h"
 
 namespace ember::graph {
 
@@ -76,7 +77,10 @@ struct Node {
   Attrs attrs;
   std::vector<View> inputs;
   std::vector<View> outputs;
-  int draw = -1;                  // a random op: the draw (Graph::draws) its attributes carry
+  int draw = -1;  // a random op: the draw (Graph::draws) its attributes carry
+  // A kernel whose attributes the host computes before each run (Note [host attributes] in
+  // ops/dispatch.h): the executor reads them from here, and leaves the kernel out when they say so.
+  std::shared_ptr<dispatch::HostAttrs> host_attrs;
   int index = -1;                 // kHost: Graph::hosts; kGradSlot: Graph::grad_slots
   std::vector<Node> body;         // kFused: the members, in order
   std::string label;              // kFused: what it fused; kHost: the region's name

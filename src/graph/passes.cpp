@@ -8,6 +8,7 @@
 #include <unordered_set>
 
 #include "ember/ops.h"
+#include "ops/collective.h"
 
 namespace ember::graph {
 namespace {
@@ -47,9 +48,11 @@ void rename(Graph& g, size_t from, int old, const View& with) {
 
 bool is_kernel(const Node& n) { return n.kind == NodeKind::kKernel; }
 
-// A node with deterministic results from its inputs alone (no draw, no update of its outputs).
+// A node with deterministic results from its inputs alone (no draw, no update of its outputs, no
+// collective).
 bool pure(const Node& n) {
-  return is_kernel(n) && !has_trait(n.op, kRandom) && !has_trait(n.op, kUpdate) && is_primitive(n.op);
+  return is_kernel(n) && !has_trait(n.op, kRandom) && !has_trait(n.op, kUpdate) && is_primitive(n.op) &&
+         !collective::is_collective(n.op);
 }
 
 // Are all of n's outputs temporaries (or, with `results`, returned buffers) it alone writes, each
@@ -252,7 +255,7 @@ void dce(Graph& g, PassStats& stats) {
   for (const View& v : g.outputs) needed[v.buffer] = true;
   for (size_t i = g.nodes.size(); i-- > 0;) {
     const Node& n = g.nodes[i];
-    bool live = !is_kernel(n) && n.kind != NodeKind::kFused;
+    bool live = (!is_kernel(n) && n.kind != NodeKind::kFused) || (is_kernel(n) && collective::is_collective(n.op));
     for_each_write(n, [&](const View& v) { live = live || needed[v.buffer]; });
     if (!live) {
       drop[i] = true;

@@ -58,6 +58,7 @@ class Tracer final : public dispatch::Observer {
     for (const Tensor* t : call.outputs) n.outputs.push_back(view_of(t, !update));
     // Random ops, and ops that carry a random op's key (attention with dropout and its gradient).
     n.draw = find_draw(call.attrs);
+    if (call.host != nullptr) n.host_attrs = *call.host;
     g_.nodes.push_back(std::move(n));
   }
   void end(const dispatch::OpCall&) override {}
@@ -73,7 +74,8 @@ class Tracer final : public dispatch::Observer {
   }
 
   void host_read(const char* what) override {
-    if (std::this_thread::get_id() != thread_) return;
+    // Inside a host region the read is fine: the region is replayed, reading the values anew.
+    if (std::this_thread::get_id() != thread_ || host_depth_ > 0) return;
     EMBER_FAIL("[compile] ", what,
                "() reads a tensor's value on the host while tracing: a compiled graph cannot depend on it (the value "
                "would be frozen into the graph). Move the read out of the compiled function, or keep it a tensor");
@@ -100,13 +102,20 @@ class Tracer final : public dispatch::Observer {
     g_.nodes.push_back(std::move(n));
   }
 
-  void begin_host(const char* name, const std::function<void()>& replay) override {
+  void begin_host(const char* name, const std::function<void()>& replay,
+                  std::span<const Tensor* const> reads) override {
     if (std::this_thread::get_id() != thread_) return;
     if (host_depth_++ > 0) return;
     Node n;
     n.kind = NodeKind::kHost;
     n.label = name;
     n.index = static_cast<int>(g_.hosts.size());
+    // What the region reads on the host: inputs of its node (computed before it, kept at their
+    // addresses).
+    for (const Tensor* t : reads) {
+      n.inputs.push_back(view_of(t, false));
+      host_touched_.insert(n.inputs.back().buffer);
+    }
     g_.hosts.push_back({name, replay});
     g_.nodes.push_back(std::move(n));
     host_node_ = static_cast<int>(g_.nodes.size()) - 1;

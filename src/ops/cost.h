@@ -54,6 +54,7 @@ void define_cumsum_ops(OpRuleTable& table);
 void define_quant_ops(OpRuleTable& table);
 void define_sort_ops(OpRuleTable& table);
 void define_multinomial_ops(OpRuleTable& table);
+void define_collective_ops(OpRuleTable& table);
 
 namespace cost {
 

@@ -10,6 +10,7 @@
 
 #include "cuda/device_allocator.h"
 #include "kernels/cpu/registry.h"
+#include "ops/collective.h"
 
 namespace ember::dispatch {
 namespace detail {
@@ -101,8 +102,8 @@ long observer_storage_refs(const StorageImpl* storage) {
   return refs;
 }
 
-void HostRegion::begin(const char* name, const std::function<void()>& replay) {
-  for_each_observer([&](Observer& o) { o.begin_host(name, replay); });
+void HostRegion::begin(const char* name, const std::function<void()>& replay, std::span<const Tensor* const> reads) {
+  for_each_observer([&](Observer& o) { o.begin_host(name, replay, reads); });
   active_ = true;
 }
 void HostRegion::end() noexcept {
@@ -116,6 +117,7 @@ const KernelTable& kernel_table() {
   static const KernelTable table = [] {
     KernelTable t;
     cpu::register_kernels(t);
+    collective::register_collective_kernels(t);
     cuda::register_backend(t);
     return t;
   }();
@@ -155,8 +157,10 @@ std::string dtype_list(DTypeSet set) {
 
 }  // namespace
 
-void run(OpKind kind, const Attrs& attrs, std::span<const Tensor* const> inputs,
-         std::span<const Tensor* const> outputs) {
+namespace {
+
+void run_call(OpKind kind, const Attrs& attrs, std::span<const Tensor* const> inputs,
+              std::span<const Tensor* const> outputs, const std::shared_ptr<HostAttrs>* host) {
   EMBER_CHECK(attrs.index() == op_info(kind).attrs_index, "[", op_name(kind), "] internal error: called with the ",
               "attributes of another op (alternative ", attrs.index(), ")");
   OperandSlots slots;
@@ -191,11 +195,30 @@ void run(OpKind kind, const Attrs& attrs, std::span<const Tensor* const> inputs,
 
   const KernelCall call{kind, attrs, std::span<const Operand>(operands, num_inputs),
                         std::span<const Operand>(operands + num_inputs, num_outputs)};
+  const bool skip = host != nullptr && (*host)->skip;
   if (observed()) [[unlikely]] {
-    detail::run_observed({kind, CallKind::kKernel, current_phase(), attrs, inputs, outputs, &call}, entry.fn);
+    const OpCall observed_call{kind, CallKind::kKernel, current_phase(), attrs, inputs, outputs, &call, false, host};
+    if (skip) {
+      detail::notify(observed_call, true);
+      detail::notify(observed_call, false);
+    } else {
+      detail::run_observed(observed_call, entry.fn);
+    }
     return;
   }
-  entry.fn(call);
+  if (!skip) entry.fn(call);
+}
+
+}  // namespace
+
+void run(OpKind kind, const Attrs& attrs, std::span<const Tensor* const> inputs,
+         std::span<const Tensor* const> outputs) {
+  run_call(kind, attrs, inputs, outputs, nullptr);
+}
+
+void run_host(OpKind kind, const std::shared_ptr<HostAttrs>& host, std::span<const Tensor* const> inputs,
+              std::span<const Tensor* const> outputs) {
+  run_call(kind, host->attrs, inputs, outputs, &host);
 }
 
 void view_slow(OpKind kind, const Attrs& attrs, const Tensor& input, const Tensor& output) {

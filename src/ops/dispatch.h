@@ -18,6 +18,7 @@
 #include <atomic>
 #include <functional>
 #include <initializer_list>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string_view>
@@ -38,6 +39,17 @@ enum class CallKind : uint8_t {
   kBackward,   // the autograd engine running a node's vjp (kind is the node's op)
 };
 
+// Note [host attributes]: the attributes of a kernel that host code computes for each call from
+// state outside tensors (an optimizer's learning rate, step count and bias corrections), and
+// whether the kernel runs at all this time (not when a loss scaler found Inf or NaN). The host
+// code that fills them runs in a HostRegion, which a compiled step replays; the kernel itself is a
+// node of the graph that reads its attributes from here at every replay. So an optimizer's update
+// is a kernel of the plan like any other, and a compiled step reads the current learning rate.
+struct HostAttrs {
+  Attrs attrs;
+  bool skip = false;
+};
+
 struct OpCall {
   OpKind kind;
   CallKind call_kind;
@@ -47,6 +59,8 @@ struct OpCall {
   std::span<const Tensor* const> outputs;  // empty for scopes
   const KernelCall* kernel = nullptr;      // kKernel only: the operands as the kernel sees them
   bool failed = false;                     // end() only: the call threw
+  // A kernel whose attributes the host computes (Note [host attributes]); it did not run when skip.
+  const std::shared_ptr<HostAttrs>* host = nullptr;
 };
 
 // Sees every op call on every thread while attached: begin() before the kernel runs (or the scope
@@ -70,8 +84,10 @@ class Observer {
   // `accumulate`, added to in place (its current value read).
   virtual void grad_slot(const Tensor& leaf, const Tensor& grad, bool accumulate) {}
   // Host code that changes state outside tensors (an optimizer step, a scheduler step) runs between
-  // begin_host and end_host; `replay` repeats it (HostRegion).
-  virtual void begin_host(const char* name, const std::function<void()>& replay) {}
+  // begin_host and end_host; `replay` repeats it (HostRegion); `reads` are tensors whose values it
+  // reads on the host.
+  virtual void begin_host(const char* name, const std::function<void()>& replay, std::span<const Tensor* const> reads) {
+  }
   virtual void end_host() {}
   // A step of a compiled graph that is not one kernel call (a fused group, named after what it
   // fused), with the FLOPs and bytes of the whole step; end_step() closes it.
@@ -126,6 +142,16 @@ inline void run(OpKind kind, const Attrs& attrs, std::initializer_list<const Ten
                 std::initializer_list<const Tensor*> outputs) {
   run(kind, attrs, std::span<const Tensor* const>(inputs.begin(), inputs.size()),
       std::span<const Tensor* const>(outputs.begin(), outputs.size()));
+}
+
+// Runs primitive `kind` with the host's attributes (Note [host attributes]), or, when host->skip,
+// tells the observers of the call without running the kernel (a tracer records it either way).
+void run_host(OpKind kind, const std::shared_ptr<HostAttrs>& host, std::span<const Tensor* const> inputs,
+              std::span<const Tensor* const> outputs);
+inline void run_host(OpKind kind, const std::shared_ptr<HostAttrs>& host, std::initializer_list<const Tensor*> inputs,
+                     std::initializer_list<const Tensor*> outputs) {
+  run_host(kind, host, std::span<const Tensor* const>(inputs.begin(), inputs.size()),
+           std::span<const Tensor* const>(outputs.begin(), outputs.size()));
 }
 
 // Tells observers that view op `kind` made `output` from `input` (a view runs no kernel).
@@ -188,15 +214,19 @@ void notify_end_step();
 long observer_storage_refs(const StorageImpl* storage);
 
 // Marks host code that changes state a traced graph cannot see in its ops (an optimizer's step
-// counters and learning rate, a scheduler's epoch): a tracer records `replay` as one step of the
-// graph and replays it instead of the ops run inside the region, which it only notes as reads and
-// writes. Without observers, constructing one costs a load and a branch.
+// counters and learning rate, a scheduler's epoch, a loss scaler's decision to step): a tracer
+// records `replay` as one step of the graph and replays it instead of the ops run inside the region,
+// which it only notes as reads and writes. The region may read tensors' values on the host (a replay
+// reads them anew): `reads` names them, so that the graph computes them before the region runs.
+// Without observers, constructing one costs a load and a branch.
 class HostRegion {
  public:
-  HostRegion(const char* name, const std::function<void()>& replay) {
+  HostRegion(const char* name, const std::function<void()>& replay, std::span<const Tensor* const> reads = {}) {
     if (observed()) [[unlikely]]
-      begin(name, replay);
+      begin(name, replay, reads);
   }
+  HostRegion(const char* name, const std::function<void()>& replay, std::initializer_list<const Tensor*> reads)
+      : HostRegion(name, replay, std::span<const Tensor* const>(reads.begin(), reads.size())) {}
   ~HostRegion() {
     if (active_) [[unlikely]]
       end();
@@ -205,7 +235,7 @@ class HostRegion {
   HostRegion& operator=(const HostRegion&) = delete;
 
  private:
-  void begin(const char* name, const std::function<void()>& replay);
+  void begin(const char* name, const std::function<void()>& replay, std::span<const Tensor* const> reads);
   void end() noexcept;
   bool active_ = false;
 };

@@ -24,6 +24,7 @@ const OpRuleTable& op_rules() {
     define_quant_ops(t);
     define_sort_ops(t);
     define_multinomial_ops(t);
+    define_collective_ops(t);
     return t;
   }();
   return table;

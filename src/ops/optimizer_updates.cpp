@@ -53,6 +53,45 @@ void rmsprop_update(const Tensor& param, const Tensor& grad, const Tensor& squar
   dispatch::run(OpKind::kRmspropStep, attrs, {&grad}, {&param, &square_avg, &grad_avg, &momentum_buffer});
 }
 
+void sgd_update(const Tensor& param, const Tensor& grad, const Tensor& momentum_buffer, const HostAttrsPtr& attrs) {
+  if (!dispatch::has_kernel(OpKind::kSgdStep, param.device())) {
+    if (!attrs->skip) reference::sgd_update(param, grad, momentum_buffer, std::get<SgdAttrs>(attrs->attrs));
+    return;
+  }
+  dispatch::run_host(OpKind::kSgdStep, attrs, {&grad}, {&param, &momentum_buffer});
+}
+
+void adam_update(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
+                 const Tensor& max_exp_avg_sq, const HostAttrsPtr& attrs) {
+  if (!dispatch::has_kernel(OpKind::kAdamStep, param.device())) {
+    if (!attrs->skip) {
+      reference::adam_update(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, std::get<AdamAttrs>(attrs->attrs));
+    }
+    return;
+  }
+  dispatch::run_host(OpKind::kAdamStep, attrs, {&grad}, {&param, &exp_avg, &exp_avg_sq, &max_exp_avg_sq});
+}
+
+void adagrad_update(const Tensor& param, const Tensor& grad, const Tensor& sum, const HostAttrsPtr& attrs) {
+  if (!dispatch::has_kernel(OpKind::kAdagradStep, param.device())) {
+    if (!attrs->skip) reference::adagrad_update(param, grad, sum, std::get<AdagradAttrs>(attrs->attrs));
+    return;
+  }
+  dispatch::run_host(OpKind::kAdagradStep, attrs, {&grad}, {&param, &sum});
+}
+
+void rmsprop_update(const Tensor& param, const Tensor& grad, const Tensor& square_avg, const Tensor& grad_avg,
+                    const Tensor& momentum_buffer, const HostAttrsPtr& attrs) {
+  if (!dispatch::has_kernel(OpKind::kRmspropStep, param.device())) {
+    if (!attrs->skip) {
+      reference::rmsprop_update(param, grad, square_avg, grad_avg, momentum_buffer,
+                                std::get<RmspropAttrs>(attrs->attrs));
+    }
+    return;
+  }
+  dispatch::run_host(OpKind::kRmspropStep, attrs, {&grad}, {&param, &square_avg, &grad_avg, &momentum_buffer});
+}
+
 }  // namespace detail
 
 namespace {

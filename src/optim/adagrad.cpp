@@ -51,19 +51,22 @@ void Adagrad::init_state(const ParamGroup& group) {
 
 std::vector<std::string> Adagrad::state_names(const Options&) const { return {"sum"}; }
 
-void Adagrad::step_group(ParamGroup& group) {
+void Adagrad::prepare_group(const ParamGroup& group) {
   init_state(group);  // parameters added after construction, or without state in a loaded checkpoint
-  const double lr = group.option("lr");
-  const double lr_decay = group.option("lr_decay");
-  AdagradAttrs step;
-  step.weight_decay = group.option("weight_decay");
-  step.eps = group.option("eps");
-  for_each_param_with_grad(group, [&](const Tensor& param, const Tensor& grad, ParamState& state) {
-    state.step += 1;
-    AdagradAttrs s = step;
-    s.clr = lr / (1.0 + static_cast<double>(state.step - 1) * lr_decay);
-    ember::detail::adagrad_update(param, grad, state.buffers.at("sum"), s);
-  });
+}
+
+Attrs Adagrad::prepare_update(const ParamGroup& group, const Tensor& param, ParamState& state, bool skip) {
+  if (!skip) state.step += 1;
+  AdagradAttrs s;
+  s.weight_decay = group.option("weight_decay");
+  s.eps = group.option("eps");
+  s.clr = group.option("lr") / (1.0 + static_cast<double>(state.step - 1) * group.option("lr_decay"));
+  return s;
+}
+
+void Adagrad::run_update(const ParamGroup& group, const Tensor& param, const Tensor& grad, ParamState& state,
+                         const std::shared_ptr<dispatch::HostAttrs>& attrs) {
+  ember::detail::adagrad_update(param, grad, state.buffers.at("sum"), attrs);
 }
 
 }  // namespace ember::optim

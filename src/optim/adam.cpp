@@ -56,41 +56,42 @@ std::vector<std::string> Adam::state_names(const Options& options) const {
   return {"exp_avg", "exp_avg_sq"};
 }
 
-void Adam::step_group(ParamGroup& group) {
+Attrs Adam::prepare_update(const ParamGroup& group, const Tensor& param, ParamState& state, bool skip) {
   const double lr = group.option("lr");
   const double beta1 = group.option("beta1");
   const double beta2 = group.option("beta2");
   const bool amsgrad = group.option("amsgrad") != 0;
-  AdamAttrs step;
-  step.lr = lr;
-  step.beta1 = beta1;
-  step.beta2 = beta2;
-  step.eps = group.option("eps");
-  step.weight_decay = group.option("weight_decay");
-  step.decoupled_weight_decay = decoupled_weight_decay_;
-  step.amsgrad = amsgrad;
-  for_each_param_with_grad(group, [&](const Tensor& param, const Tensor& grad, ParamState& state) {
-    if (state.buffers.empty()) {
-      state.step = 0;
-      state.buffers.emplace("exp_avg", zeros(param.shape(), param.dtype()));
-      state.buffers.emplace("exp_avg_sq", zeros(param.shape(), param.dtype()));
-    }
-    // amsgrad may have been switched on after the first steps: its maximum starts at zero, as in PyTorch.
-    if (amsgrad && state.buffers.count("max_exp_avg_sq") == 0) {
-      state.buffers.emplace("max_exp_avg_sq", zeros(param.shape(), param.dtype()));
-    }
-    state.step += 1;
-    // The per-step scalars exactly as PyTorch computes them in Python (double precision).
-    const auto t = static_cast<double>(state.step);
-    const double bias_correction1 = 1.0 - std::pow(beta1, t);
-    const double bias_correction2 = 1.0 - std::pow(beta2, t);
-    AdamAttrs s = step;
-    s.step_size = lr / bias_correction1;
-    s.bias_correction2_sqrt = std::sqrt(bias_correction2);
-    const Tensor max_exp_avg_sq = amsgrad ? state.buffers.at("max_exp_avg_sq") : Tensor();
-    ember::detail::adam_update(param, grad, state.buffers.at("exp_avg"), state.buffers.at("exp_avg_sq"), max_exp_avg_sq,
-                               s);
-  });
+  if (state.buffers.empty()) {
+    state.step = 0;
+    state.buffers.emplace("exp_avg", zeros(param.shape(), param.dtype()));
+    state.buffers.emplace("exp_avg_sq", zeros(param.shape(), param.dtype()));
+  }
+  // amsgrad may have been switched on after the first steps: its maximum starts at zero, as in PyTorch.
+  if (amsgrad && state.buffers.count("max_exp_avg_sq") == 0) {
+    state.buffers.emplace("max_exp_avg_sq", zeros(param.shape(), param.dtype()));
+  }
+  if (!skip) state.step += 1;
+  AdamAttrs s;
+  s.lr = lr;
+  s.beta1 = beta1;
+  s.beta2 = beta2;
+  s.eps = group.option("eps");
+  s.weight_decay = group.option("weight_decay");
+  s.decoupled_weight_decay = decoupled_weight_decay_;
+  s.amsgrad = amsgrad;
+  // The per-step scalars exactly as PyTorch computes them in Python (double precision).
+  const auto t = static_cast<double>(state.step);
+  s.step_size = lr / (1.0 - std::pow(beta1, t));
+  s.bias_correction2_sqrt = std::sqrt(1.0 - std::pow(beta2, t));
+  return s;
+}
+
+void Adam::run_update(const ParamGroup& group, const Tensor& param, const Tensor& grad, ParamState& state,
+                      const std::shared_ptr<dispatch::HostAttrs>& attrs) {
+  const bool amsgrad = group.option("amsgrad") != 0;
+  const Tensor max_exp_avg_sq = amsgrad ? state.buffers.at("max_exp_avg_sq") : Tensor();
+  ember::detail::adam_update(param, grad, state.buffers.at("exp_avg"), state.buffers.at("exp_avg_sq"), max_exp_avg_sq,
+                             attrs);
 }
 
 }  // namespace ember::optim

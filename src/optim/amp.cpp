@@ -6,6 +6,7 @@
 #include "ember/autograd.h"
 #include "ember/ops.h"
 #include "ops/autocast.h"
+#include "ops/dispatch.h"
 
 namespace ember::amp {
 
@@ -17,7 +18,8 @@ Autocast::Autocast(DType dtype, bool enabled) : previous_(amp::autocast_dtype())
 Autocast::~Autocast() { set_autocast_dtype(previous_); }
 
 GradScaler::GradScaler(Options options)
-    : scale_(options.init_scale),
+    : scale_(full({}, options.init_scale, kFloat64)),
+      found_inf_(zeros({}, kBool)),
       growth_factor_(options.growth_factor),
       backoff_factor_(options.backoff_factor),
       growth_interval_(options.growth_interval),
@@ -31,28 +33,33 @@ GradScaler::GradScaler(Options options)
               options.growth_interval);
 }
 
+double GradScaler::get_scale() const { return enabled_ ? scale_.item<double>() : 1.0; }
+
+bool GradScaler::found_inf() const { return found_inf_.item<bool>(); }
+
 Tensor GradScaler::scale(const Tensor& loss) const {
   if (!enabled_) return loss;
-  return loss * scale_;
+  // The scale rounded to the loss's dtype, as multiplying by the number itself rounds it.
+  return loss * scale_.to(loss.dtype());
 }
 
 void GradScaler::unscale_(optim::Optimizer& optimizer) {
   if (!enabled_) return;
   EMBER_CHECK(!unscaled_, "[GradScaler] unscale_() has already been called on this optimizer since the last update()");
   const autograd::NoGradGuard no_grad;
-  const double inverse = 1.0 / scale_;
-  bool found = false;
+  const Tensor inverse = div(Scalar(1.0), scale_);  // float64, rounded to each gradient's dtype below
+  Tensor found = zeros({}, kBool);
   for (optim::ParamGroup& group : optimizer.param_groups()) {
     for (Tensor& p : group.params) {
       Tensor g = p.grad();
       if (!g.defined()) continue;
-      g.mul_(inverse);
+      g.mul_(inverse.to(g.dtype()));
       // |g| <= max is false for NaN and Inf alike.
       const double largest = std::numeric_limits<double>::max();
-      found = found || !le(abs(g.to(kFloat64)), largest).all().item<bool>();
+      found = logical_or(found, logical_not(le(abs(g.to(kFloat64)), largest).all()));
     }
   }
-  found_inf_ = found;
+  found_inf_.copy_(found);
   unscaled_ = true;
 }
 
@@ -62,27 +69,33 @@ bool GradScaler::step(optim::Optimizer& optimizer) {
     return true;
   }
   if (!unscaled_) unscale_(optimizer);
-  if (found_inf_) return false;
-  optimizer.step();
-  return true;
+  // The optimizer reads the flag on the host, in the host part of its step that a compiled step
+  // replays: the updates stay kernels of the plan.
+  return optimizer.step(found_inf_);
 }
 
 void GradScaler::update() {
   if (!enabled_) return;
-  if (found_inf_) {
-    scale_ *= backoff_factor_;
+  const dispatch::HostRegion region("GradScaler.update", [this] { update_host(); }, {&found_inf_, &scale_});
+  update_host();
+  unscaled_ = false;
+}
+
+void GradScaler::update_host() {
+  const autograd::NoGradGuard no_grad;
+  if (found_inf()) {
+    scale_.fill_(scale_.item<double>() * backoff_factor_);
     growth_tracker_ = 0;
   } else if (++growth_tracker_ == growth_interval_) {
-    scale_ *= growth_factor_;
+    scale_.fill_(scale_.item<double>() * growth_factor_);
     growth_tracker_ = 0;
   }
-  unscaled_ = false;
-  found_inf_ = false;
+  found_inf_.fill_(false);
 }
 
 StateDict GradScaler::state_dict() const {
   const auto number = [](double v) { return full({}, v, kFloat64); };
-  return {{"scale", number(scale_)},
+  return {{"scale", number(scale_.item<double>())},
           {"growth_factor", number(growth_factor_)},
           {"backoff_factor", number(backoff_factor_)},
           {"growth_interval", number(static_cast<double>(growth_interval_))},
@@ -103,7 +116,7 @@ void GradScaler::load_state_dict(const StateDict& state) {
                   tracker >= 0 && tracker < interval,
               "[GradScaler] load_state_dict: inconsistent values (scale ", scale, ", growth_factor ", growth,
               ", backoff_factor ", backoff, ", growth_interval ", interval, ", _growth_tracker ", tracker, ")");
-  scale_ = scale;
+  scale_.fill_(scale);
   growth_factor_ = growth;
   backoff_factor_ = backoff;
   growth_interval_ = static_cast<int64_t>(interval);

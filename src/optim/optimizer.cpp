@@ -66,15 +66,59 @@ const ParamState* Optimizer::state(const Tensor& param) const {
 
 ParamState& Optimizer::state_for(const Tensor& param) { return state_[param.impl_ptr().get()]; }
 
-void Optimizer::step() {
-  // A compiled training step replays this whole call: its step counters and options live on the host.
-  const dispatch::HostRegion host(name_.c_str(), [this] { step(); });
+bool Optimizer::step(const Tensor& skip_if) {
   autograd::NoGradGuard no_grad;
   const PhaseGuard phase(Phase::kOptimizer);
+  bool stepped = false;
+  {
+    // The host part (Note [host attributes]): a compiled step replays it, then runs the updates.
+    const Tensor* const reads[1] = {&skip_if};
+    const dispatch::HostRegion host(
+        name_.c_str(), [this, skip_if] { prepare(skip_if); },
+        std::span<const Tensor* const>(reads, skip_if.defined() ? 1 : 0));
+    stepped = prepare(skip_if);
+  }
+  for (const ParamGroup& group : groups_) {
+    for (const Tensor& param : group.params) {
+      const Tensor grad = param.grad();
+      if (!grad.defined()) continue;
+      const Tensor g = grad.contiguous();
+      ParamState& state = state_for(param);
+      const std::shared_ptr<dispatch::HostAttrs>& attrs = host_attrs_.at(param.impl_ptr().get());
+      if (param.is_contiguous()) {
+        run_update(group, param, g, state, attrs);
+      } else {
+        // The kernels need contiguous memory: update a contiguous copy and write it back.
+        const Tensor work = param.contiguous();
+        run_update(group, work, g, state, attrs);
+        Tensor target = param;
+        target.copy_(work);
+      }
+      param.bump_version();
+    }
+  }
+  return stepped;
+}
+
+bool Optimizer::prepare(const Tensor& skip_if) {
+  const bool skip = skip_if.defined() && skip_if.item<bool>();
   for (ParamGroup& group : groups_) {
     validate_(group.options);  // a scheduler or the user may have changed them since the last step
-    step_group(group);
+    prepare_group(group);
+    for (const Tensor& param : group.params) {
+      const Tensor grad = param.grad();
+      if (!grad.defined()) continue;
+      EMBER_CHECK(grad.dtype() == param.dtype() && grad.shape() == param.shape(), "[", name_, "] parameter of shape ",
+                  param.shape(), " and dtype ", param.dtype(), " has a gradient of shape ", grad.shape(), " and dtype ",
+                  grad.dtype());
+      std::shared_ptr<dispatch::HostAttrs>& attrs = host_attrs_[param.impl_ptr().get()];
+      if (!attrs) attrs = std::make_shared<dispatch::HostAttrs>();
+      // The state is made even by a skipped step: a compiled step traced by one runs its updates later.
+      attrs->attrs = prepare_update(group, param, state_for(param), skip);
+      attrs->skip = skip;
+    }
   }
+  return !skip;
 }
 
 void Optimizer::zero_grad(bool set_to_none) {
@@ -94,28 +138,6 @@ void Optimizer::zero_grad(bool set_to_none) {
         grad.zero_();
       }
     }
-  }
-}
-
-void Optimizer::for_each_param_with_grad(const ParamGroup& group, const Update& update) {
-  for (const Tensor& param : group.params) {
-    const Tensor grad = param.grad();
-    if (!grad.defined()) continue;
-    EMBER_CHECK(grad.dtype() == param.dtype() && grad.shape() == param.shape(), "[", name_, "] parameter of shape ",
-                param.shape(), " and dtype ", param.dtype(), " has a gradient of shape ", grad.shape(), " and dtype ",
-                grad.dtype());
-    const Tensor g = grad.contiguous();
-    ParamState& state = state_for(param);
-    if (param.is_contiguous()) {
-      update(param, g, state);
-    } else {
-      // The kernels need contiguous memory: update a contiguous copy and write it back.
-      const Tensor work = param.contiguous();
-      update(work, g, state);
-      Tensor target = param;
-      target.copy_(work);
-    }
-    param.bump_version();
   }
 }
 
@@ -216,6 +238,8 @@ void Optimizer::load_state_dict(const StateDict& dict) {
           buffer.copy_(saved_buffer);
           st.buffers.emplace(name, std::move(buffer));
         }
+        // An optimizer that saves no step count (SGD) still counts its updates: loaded buffers have seen one.
+        if (!counts_steps()) st.step = st.buffers.empty() ? 0 : 1;
         state.emplace(param.impl_ptr().get(), std::move(st));
       }
       ++index;

@@ -43,28 +43,32 @@ std::vector<std::string> RMSprop::state_names(const Options& options) const {
   return names;
 }
 
-void RMSprop::step_group(ParamGroup& group) {
-  RmspropAttrs step;
-  step.lr = group.option("lr");
-  step.alpha = group.option("alpha");
-  step.eps = group.option("eps");
-  step.weight_decay = group.option("weight_decay");
-  step.momentum = group.option("momentum");
-  step.centered = group.option("centered") != 0;
-  for_each_param_with_grad(group, [&](const Tensor& param, const Tensor& grad, ParamState& state) {
-    if (state.buffers.empty()) state.step = 0;
-    // Buffers start at zero; one switched on after the first steps (momentum, centered) starts then.
-    for (const std::string& name : state_names(group.options)) {
-      if (state.buffers.count(name) == 0) state.buffers.emplace(name, zeros(param.shape(), param.dtype()));
-    }
-    state.step += 1;
-    auto buffer = [&](const char* name) -> Tensor {
-      const auto it = state.buffers.find(name);
-      return it == state.buffers.end() ? Tensor() : it->second;
-    };
-    ember::detail::rmsprop_update(param, grad, buffer("square_avg"), step.centered ? buffer("grad_avg") : Tensor(),
-                                  step.momentum > 0 ? buffer("momentum_buffer") : Tensor(), step);
-  });
+Attrs RMSprop::prepare_update(const ParamGroup& group, const Tensor& param, ParamState& state, bool skip) {
+  if (state.buffers.empty()) state.step = 0;
+  // Buffers start at zero; one switched on after the first steps (momentum, centered) starts then.
+  for (const std::string& name : state_names(group.options)) {
+    if (state.buffers.count(name) == 0) state.buffers.emplace(name, zeros(param.shape(), param.dtype()));
+  }
+  if (!skip) state.step += 1;
+  RmspropAttrs s;
+  s.lr = group.option("lr");
+  s.alpha = group.option("alpha");
+  s.eps = group.option("eps");
+  s.weight_decay = group.option("weight_decay");
+  s.momentum = group.option("momentum");
+  s.centered = group.option("centered") != 0;
+  return s;
+}
+
+void RMSprop::run_update(const ParamGroup& group, const Tensor& param, const Tensor& grad, ParamState& state,
+                         const std::shared_ptr<dispatch::HostAttrs>& attrs) {
+  auto buffer = [&](const char* name) -> Tensor {
+    const auto it = state.buffers.find(name);
+    return it == state.buffers.end() ? Tensor() : it->second;
+  };
+  const bool centered = group.option("centered") != 0;
+  ember::detail::rmsprop_update(param, grad, buffer("square_avg"), centered ? buffer("grad_avg") : Tensor(),
+                                group.option("momentum") > 0 ? buffer("momentum_buffer") : Tensor(), attrs);
 }
 
 }  // namespace ember::optim

@@ -46,25 +46,31 @@ std::vector<std::string> SGD::state_names(const Options& options) const {
   return {"momentum_buffer"};
 }
 
-void SGD::step_group(ParamGroup& group) {
-  SgdAttrs step;
-  step.lr = group.option("lr");
-  step.momentum = group.option("momentum");
-  step.dampening = group.option("dampening");
-  step.weight_decay = group.option("weight_decay");
-  step.nesterov = group.option("nesterov") != 0;
-  for_each_param_with_grad(group, [&](const Tensor& param, const Tensor& grad, ParamState& state) {
-    SgdAttrs s = step;
-    Tensor buffer;
-    if (s.momentum != 0) {
-      auto it = state.buffers.find("momentum_buffer");
-      s.first_step = it == state.buffers.end();
-      // PyTorch's first buffer is a copy of the gradient; the kernel writes it in the same pass.
-      if (s.first_step) it = state.buffers.emplace("momentum_buffer", empty(param.shape(), param.dtype())).first;
-      buffer = it->second;
-    }
-    ember::detail::sgd_update(param, grad, buffer, s);
-  });
+Attrs SGD::prepare_update(const ParamGroup& group, const Tensor& param, ParamState& state, bool skip) {
+  SgdAttrs s;
+  s.lr = group.option("lr");
+  s.momentum = group.option("momentum");
+  s.dampening = group.option("dampening");
+  s.weight_decay = group.option("weight_decay");
+  s.nesterov = group.option("nesterov") != 0;
+  if (s.momentum != 0) {
+    auto it = state.buffers.find("momentum_buffer");
+    // PyTorch's first buffer is a copy of the gradient; the kernel writes it in the same pass. The
+    // buffer is made even by a skipped step (a loss scaler's), which leaves the next one the first:
+    // state.step counts the updates done (SGD saves no step count; a loaded buffer counts as one).
+    s.first_step = it == state.buffers.end() || state.step == 0;
+    if (it == state.buffers.end())
+      it = state.buffers.emplace("momentum_buffer", empty(param.shape(), param.dtype())).first;
+  }
+  if (!skip) state.step += 1;
+  return s;
+}
+
+void SGD::run_update(const ParamGroup& group, const Tensor& param, const Tensor& grad, ParamState& state,
+                     const std::shared_ptr<dispatch::HostAttrs>& attrs) {
+  const auto it = state.buffers.find("momentum_buffer");
+  const Tensor buffer = group.option("momentum") != 0 && it != state.buffers.end() ? it->second : Tensor();
+  ember::detail::sgd_update(param, grad, buffer, attrs);
 }
 
 }  // namespace ember::optim

@@ -77,9 +77,7 @@ StateDict strip_prefix(const StateDict& dict, std::string_view prefix) {
 
 StateDict Checkpoint::part(std::string_view prefix) const { return strip_prefix(tensors, prefix); }
 
-StateDict Checkpoint::model_state() const {
-  return format == FileFormat::kSafetensors ? part(kModelPrefix) : tensors;
-}
+StateDict Checkpoint::model_state() const { return training ? part(kModelPrefix) : tensors; }
 
 std::string Checkpoint::describe() const {
   if (!kind.empty()) return "a " + kind + " model";
@@ -109,7 +107,8 @@ Checkpoint read_checkpoint(const std::string& path, std::string_view op, bool fi
     c.settings = load_metadata(path);
     c.kind = kind_of_run(c.settings);
     c.tensors = load(path);
-    if (finite) {  // the model's tensors (an optimizer's state may hold any value)
+    c.training = true;  // a model file of ember is GGUF; a safetensors file holds a run's parts
+    if (finite) {       // the model's tensors (an optimizer's state may hold any value)
       Checkpoint model;
       model.path = path;
       model.tensors = c.model_state();
@@ -138,6 +137,10 @@ Checkpoint read_checkpoint(const std::string& path, std::string_view op, bool fi
   if (c.gguf.find_value(keys::kGgufDynamic) != nullptr) {
     c.dynamic_activations = entry(keys::kGgufDynamic, [](const gguf::Value& v) { return v.as_bool(); });
   }
+  if (c.gguf.find_value(keys::kGgufCheckpoint) != nullptr) {
+    c.training = entry(keys::kGgufCheckpoint, [](const gguf::Value& v) { return v.as_bool(); });
+  }
+  if (c.training && c.kind.empty()) c.kind = kind_of_run(c.settings);
   if (finite) check_finite(c, op);
   return c;
 }
@@ -159,6 +162,18 @@ void load_model_state(nn::Module& model, const StateDict& state, const Checkpoin
   }
 }
 
+std::map<std::string, std::string> read_settings(const std::string& path, std::string_view op) {
+  std::ifstream in(path, std::ios::binary);
+  char magic[4] = {};
+  in.read(magic, sizeof magic);
+  if (in.gcount() != 4 || std::memcmp(magic, "GGUF", 4) != 0) return load_metadata(path);
+  std::map<std::string, std::string> settings;
+  for (const auto& [key, value] : gguf::load(path).metadata) {
+    if (value.type() == gguf::ValueType::kString) settings.emplace(key, value.as_string());
+  }
+  return settings;
+}
+
 void save_checkpoint(const std::string& path, const TrainingState& state,
                      const std::map<std::string, std::string>& metadata) {
   StateDict tensors;
@@ -167,7 +182,21 @@ void save_checkpoint(const std::string& path, const TrainingState& state,
   if (state.schedule != nullptr) tensors.merge(with_prefix(state.schedule->state_dict(), kSchedulePrefix));
   if (state.scaler != nullptr) tensors.merge(with_prefix(state.scaler->state_dict(), kScalerPrefix));
   tensors.merge(with_prefix(state.average, kAveragePrefix));
-  save(tensors, path, metadata);
+  if (!path.ends_with(".gguf")) {
+    save(tensors, path, metadata);
+    return;
+  }
+  gguf::File file;
+  file.metadata = {{"general.architecture", "ember"},
+                   {keys::kGgufModel, kind_of_run(metadata)},
+                   {keys::kGgufQuantization, "f32"},
+                   {keys::kGgufCheckpoint, true}};
+  for (const auto& [key, value] : metadata) {
+    if (key.starts_with("general.") || key.starts_with("ember.")) continue;
+    file.metadata.emplace_back(key, value);
+  }
+  for (const auto& [name, tensor] : tensors) file.tensors.emplace_back(name, tensor);
+  gguf::save(path, file);
 }
 
 void save_model_gguf(const std::string& path, const std::string& kind, const std::string& quantization,

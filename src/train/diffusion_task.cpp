@@ -63,8 +63,8 @@ DiffusionTask::DiffusionTask(DiffusionOptions options)
 
 std::map<std::string, std::string> DiffusionTask::settings() const {
   const DiffusionOptions& o = options_;
-  std::map<std::string, std::string> settings = config_settings(
-      models::UNetConfig{.channels = o.channels, .multipliers = kMultipliers, .groups = kGroups, .num_classes = kClasses});
+  std::map<std::string, std::string> settings = config_settings(models::UNetConfig{
+      .channels = o.channels, .multipliers = kMultipliers, .groups = kGroups, .num_classes = kClasses});
   settings.insert({{keys::kTask, "diffusion"},
                    {"image_size", std::to_string(kImageSize)},
                    {"timesteps", std::to_string(o.timesteps)},
@@ -143,9 +143,7 @@ StateDict DiffusionTask::average_state() const {
   return state;
 }
 
-void DiffusionTask::save(TrainingState& state, std::map<std::string, std::string>&) {
-  state.average = average_state();
-}
+void DiffusionTask::save(TrainingState& state, std::map<std::string, std::string>&) { state.average = average_state(); }
 
 void DiffusionTask::load(const Checkpoint& checkpoint, const std::map<std::string, uint64_t>&) {
   const StateDict saved = checkpoint.part(kAveragePrefix);

@@ -4,7 +4,6 @@
 #include <chrono>
 #include <cmath>
 
-#include "ember/io.h"
 #include "ember/memory.h"
 #include "ember/nn/module.h"
 #include "ember/ops.h"
@@ -57,7 +56,10 @@ Trainer::Trainer(Task& task, LoopOptions options) : task_(task), options_(std::m
     rules.unit = per_epoch > 0 ? "epochs" : "steps";
     rules.limit = steps / unit;
     rules.state_keys = task_.state_keys();
-    const ResumePoint point = check_resume(load_metadata(options_.resume_path), rules);
+    // The settings first (nothing is loaded from a checkpoint of another run), then every part.
+    // The model's values are not checked: the run shows where they go wrong (autograd's anomaly
+    // mode names the op).
+    const ResumePoint point = check_resume(read_settings(options_.resume_path, task_.op()), rules);
     first_step_ = point.done * unit;
     const Checkpoint checkpoint = read_checkpoint(options_.resume_path, task_.op(), /*finite=*/false);
     step_->load_state(checkpoint);
@@ -110,6 +112,7 @@ RunSummary Trainer::run(const ProgressFn& on_progress) {
         summary.train_seconds > 0 ? static_cast<double>(summary.samples) / summary.train_seconds : 0.0;
     report(progress);
   };
+  const double busy_at_start = options_.group ? options_.group->busy_seconds() : 0.0;
   auto epoch_start = start;
   double epoch_loss = 0;  // the epoch's sums over the global batches
   int64_t epoch_correct = 0, epoch_seen = 0;
@@ -139,16 +142,20 @@ RunSummary Trainer::run(const ProgressFn& on_progress) {
       metrics = task_.metrics(batch, outputs);
     }
     if (options_.group) {  // the global batch's loss and counts
-      const Tensor totals = from_vector(std::vector<double>{metrics.loss * static_cast<double>(metrics.samples),
-                                                            static_cast<double>(metrics.correct),
-                                                            static_cast<double>(metrics.samples)});
+      const Tensor totals =
+          from_vector(std::vector<double>{metrics.loss * static_cast<double>(metrics.samples),
+                                          static_cast<double>(metrics.correct), static_cast<double>(metrics.samples)});
       options_.group->all_reduce(totals)->wait();
       const double* t = static_cast<const double*>(totals.data_ptr());
       metrics.samples = static_cast<int64_t>(t[2]);
       metrics.loss = t[0] / t[2];
       if (metrics.correct >= 0) metrics.correct = static_cast<int64_t>(t[1]);
     }
-    if (dist::DistributedDataParallel* ddp = step_->ddp()) {
+    if (dist::DistributedDataParallel* ddp = step_->ddp(); ddp != nullptr && step_->options().compile) {
+      // A replayed step runs the recorded collectives without DDP's bookkeeping: the communication
+      // thread's time is all there is to report.
+      summary.communication.communication_seconds = options_.group->busy_seconds() - busy_at_start;
+    } else if (ddp != nullptr) {
       const dist::DdpStats& last = ddp->last_stats();
       summary.communication.buckets = last.buckets;
       summary.communication.bytes = last.bytes;

@@ -84,7 +84,8 @@ int64_t MnistTask::steps_per_epoch() const {
 
 void MnistTask::setup(TrainingStep& step) {
   // The learning rate follows a cosine from lr down to 0 over the whole run, stepped per batch.
-  if (options_.schedule == "cosine") step.set_schedule(std::make_unique<optim::CosineAnnealingLR>(step.optimizer(), steps()));
+  if (options_.schedule == "cosine")
+    step.set_schedule(std::make_unique<optim::CosineAnnealingLR>(step.optimizer(), steps()));
   // Under data-parallel training each rank takes every world-th example of the shuffled epoch
   // (DistributedSampler), so that batch i of the ranks together is batch i of a single process.
   loader_ = std::make_unique<data::DataLoader>(train_set_, options_.batch_size / world_size_, /*shuffle=*/true,
@@ -111,8 +112,8 @@ std::vector<Tensor> MnistTask::batch(int64_t step) {
   // Shifts depend on (seed, epoch, batch) only, so a resumed run replays them; each rank draws its own.
   // The value of a blank pixel after normalization fills the pixels a shift uncovers.
   const double background = (0.0 - data::MNIST::kMean) / data::MNIST::kStd;
-  const uint64_t stream = (static_cast<uint64_t>(rank_) << 56) + (static_cast<uint64_t>(epoch) << 32) +
-                          static_cast<uint64_t>(index);
+  const uint64_t stream =
+      (static_cast<uint64_t>(rank_) << 56) + (static_cast<uint64_t>(epoch) << 32) + static_cast<uint64_t>(index);
   return {data::random_shift(batch.inputs, options_.shift, background, options_.seed + kShiftSeedOffset, stream),
           batch.targets};
 }

@@ -325,7 +325,6 @@ std::vector<Candidate> next_generation(const std::vector<Candidate>& population,
 
 }  // namespace
 
-
 NasSearch::NasSearch(NasOptions options)
     : options_(std::move(options)),
       train_set_(options_.data_dir, data::Split::kTrain),

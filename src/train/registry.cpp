@@ -7,7 +7,6 @@
 #include <cmath>
 #include <filesystem>
 
-
 namespace ember::train {
 namespace {
 
@@ -253,8 +252,8 @@ void LoadedModel::fail_as(const char* type) const {
 LoadedModel load_model(const std::string& path, std::string_view op, const LoadOptions& options) {
   std::error_code error;
   // A folder, or nothing at all: a sentence-transformers folder (from_folder's error names scripts/setup).
-  const bool minilm = options.kinds.empty() ||
-                      std::find(options.kinds.begin(), options.kinds.end(), "minilm") != options.kinds.end();
+  const bool minilm =
+      options.kinds.empty() || std::find(options.kinds.begin(), options.kinds.end(), "minilm") != options.kinds.end();
   if (minilm && (fs::is_directory(path, error) || !fs::exists(path, error))) {
     models::SentenceEncoder encoder = models::SentenceEncoder::from_folder(path);
     LoadedModel loaded{.kind = "minilm", .config = encoder.model().config};

@@ -9,13 +9,15 @@ namespace ember::train {
 
 OptimizerFactory optimizer_factory(const std::string& name, double lr) {
   using Groups = std::vector<optim::ParamGroup>;
-  if (name == "sgd") return [lr](Groups g) { return std::make_unique<optim::SGD>(std::move(g), optim::SGDOptions{.lr = lr}); };
+  if (name == "sgd")
+    return [lr](Groups g) { return std::make_unique<optim::SGD>(std::move(g), optim::SGDOptions{.lr = lr}); };
   if (name == "momentum") {
     return [lr](Groups g) {
       return std::make_unique<optim::SGD>(std::move(g), optim::SGDOptions{.lr = lr, .momentum = 0.9});
     };
   }
-  if (name == "adam") return [lr](Groups g) { return std::make_unique<optim::Adam>(std::move(g), optim::AdamOptions{.lr = lr}); };
+  if (name == "adam")
+    return [lr](Groups g) { return std::make_unique<optim::Adam>(std::move(g), optim::AdamOptions{.lr = lr}); };
   if (name == "adamw") {
     return [lr](Groups g) { return std::make_unique<optim::AdamW>(std::move(g), optim::AdamWOptions{.lr = lr}); };
   }
@@ -46,11 +48,6 @@ TrainingStep::TrainingStep(std::shared_ptr<nn::Module> model, std::vector<optim:
   EMBER_CHECK(!(scaled && options_.zero), "[", op,
               "] --amp f16 cannot run with --zero: the loss scaler steps one optimizer, not a sharded one (--amp "
               "bf16 can)");
-  EMBER_CHECK(!(options_.group && options_.compile), "[", op,
-              "] --ddp cannot run with --compile yet: the compiled step has no place for the gradient all-reduce");
-  EMBER_CHECK(!(scaled && options_.compile), "[", op,
-              "] --amp f16 cannot run with --compile: the loss scaler reads the gradients on the host to decide "
-              "whether to step (--amp bf16 can)");
   if (options_.zero) {
     sharded_ = std::make_unique<dist::ZeroRedundancyOptimizer>(std::move(groups), options_.group, make_optimizer);
   } else {
@@ -98,7 +95,11 @@ std::vector<Tensor> TrainingStep::eager(const std::vector<Tensor>& batch) {
   } else {
     loss.backward();
     if (options_.clip_grad_norm > 0) optim::clip_grad_norm_(model_->parameters(), options_.clip_grad_norm);
-    sharded_ ? sharded_->step() : inner.step();
+    if (sharded_) {
+      sharded_->step();
+    } else {
+      inner.step();
+    }
   }
   if (schedule_) schedule_->step();
   return outputs;

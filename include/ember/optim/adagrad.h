@@ -25,7 +25,10 @@ class Adagrad : public Optimizer {
   explicit Adagrad(std::vector<ParamGroup> groups, AdagradOptions defaults = {});
 
  protected:
-  void step_group(ParamGroup& group) override;
+  void prepare_group(const ParamGroup& group) override;
+  Attrs prepare_update(const ParamGroup& group, const Tensor& param, ParamState& state, bool skip) override;
+  void run_update(const ParamGroup& group, const Tensor& param, const Tensor& grad, ParamState& state,
+                  const std::shared_ptr<dispatch::HostAttrs>& attrs) override;
   std::vector<std::string> state_names(const Options& options) const override;
 
  private:

@@ -37,7 +37,9 @@ class Adam : public Optimizer {
 
  protected:
   Adam(std::string name, Options defaults, std::vector<ParamGroup> groups, bool decoupled_weight_decay);
-  void step_group(ParamGroup& group) override;
+  Attrs prepare_update(const ParamGroup& group, const Tensor& param, ParamState& state, bool skip) override;
+  void run_update(const ParamGroup& group, const Tensor& param, const Tensor& grad, ParamState& state,
+                  const std::shared_ptr<dispatch::HostAttrs>& attrs) override;
   std::vector<std::string> state_names(const Options& options) const override;
 
  private:

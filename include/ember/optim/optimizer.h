@@ -7,12 +7,18 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
+#include "ember/attrs.h"
 #include "ember/state_dict.h"
 #include "ember/tensor.h"
+
+namespace ember::dispatch {
+struct HostAttrs;  // src/ops/dispatch.h
+}
 
 namespace ember::optim {
 
@@ -52,7 +58,14 @@ class Optimizer {
   // Parameters must be float32/float64 CPU tensors. The fused kernels need contiguous memory: a
   // non-contiguous parameter is updated through a contiguous copy that is then copied back (same
   // values, two extra passes); a non-contiguous gradient is read through a contiguous copy.
-  void step();
+  // With `skip_if` (a 0-dim bool tensor, a loss scaler's Inf/NaN flag) set, nothing changes and
+  // false is returned.
+  //
+  // In a compiled step the updates are kernels of the plan; what they read of the host (the
+  // learning rate, the step counts, whether to step) is computed by a host region the plan replays
+  // before them (Note [host attributes] in src/ops/dispatch.h), so a new learning rate reaches the
+  // next call without a new trace.
+  bool step(const Tensor& skip_if = Tensor());
   // Clears the gradients: to undefined (set_to_none), or to zeros in place.
   void zero_grad(bool set_to_none = true);
 
@@ -87,18 +100,21 @@ class Optimizer {
   using Validator = void (*)(const Options& options);
   Optimizer(std::string name, Options defaults, Validator validate, std::vector<ParamGroup> groups);
 
-  // Updates the parameters of one group; called by step() under NoGradGuard with validated options.
-  virtual void step_group(ParamGroup& group) = 0;
+  // The two halves of a parameter's update, called by step() under NoGradGuard with validated
+  // options. prepare_update runs on the host (replayed by a compiled step): it makes the state at the
+  // parameter's first update, advances the step count unless `skip`, and returns the update's
+  // attributes. run_update runs the fused update with them (param and grad contiguous, of one dtype
+  // and shape; through the detail::*_update functions that take HostAttrs).
+  virtual Attrs prepare_update(const ParamGroup& group, const Tensor& param, ParamState& state, bool skip) = 0;
+  virtual void run_update(const ParamGroup& group, const Tensor& param, const Tensor& grad, ParamState& state,
+                          const std::shared_ptr<dispatch::HostAttrs>& attrs) = 0;
+  // Before a group's parameters are prepared (state every parameter of the group has).
+  virtual void prepare_group(const ParamGroup& group) {}
   // The buffers a parameter's state holds under these options (all are required on load).
   virtual std::vector<std::string> state_names(const Options& options) const = 0;
   // Whether ParamState::step is part of the state (PyTorch's SGD has no step count).
   virtual bool counts_steps() const { return true; }
 
-  // Calls update(param, grad, state) for each parameter of the group that has a gradient, with
-  // param and grad contiguous float32/float64 CPU tensors of the same dtype and shape. A
-  // non-contiguous parameter is updated through a contiguous copy that is written back afterwards.
-  using Update = std::function<void(const Tensor& param, const Tensor& grad, ParamState& state)>;
-  void for_each_param_with_grad(const ParamGroup& group, const Update& update);
   // The state of a parameter, created empty if it has none yet.
   ParamState& state_for(const Tensor& param);
 
@@ -108,8 +124,11 @@ class Optimizer {
   Validator validate_;
   std::vector<ParamGroup> groups_;
   std::unordered_map<const TensorImpl*, ParamState> state_;
+  // Each parameter's update attributes, as the host part of the last step computed them.
+  std::unordered_map<const TensorImpl*, std::shared_ptr<dispatch::HostAttrs>> host_attrs_;
 
   ParamGroup complete(ParamGroup group, size_t index) const;
+  bool prepare(const Tensor& skip_if);
 };
 
 }  // namespace ember::optim

@@ -24,7 +24,9 @@ class RMSprop : public Optimizer {
   explicit RMSprop(std::vector<ParamGroup> groups, RMSpropOptions defaults = {});
 
  protected:
-  void step_group(ParamGroup& group) override;
+  Attrs prepare_update(const ParamGroup& group, const Tensor& param, ParamState& state, bool skip) override;
+  void run_update(const ParamGroup& group, const Tensor& param, const Tensor& grad, ParamState& state,
+                  const std::shared_ptr<dispatch::HostAttrs>& attrs) override;
   std::vector<std::string> state_names(const Options& options) const override;
 };
 

@@ -23,7 +23,9 @@ class SGD : public Optimizer {
   explicit SGD(std::vector<ParamGroup> groups, SGDOptions defaults = {});
 
  protected:
-  void step_group(ParamGroup& group) override;
+  Attrs prepare_update(const ParamGroup& group, const Tensor& param, ParamState& state, bool skip) override;
+  void run_update(const ParamGroup& group, const Tensor& param, const Tensor& grad, ParamState& state,
+                  const std::shared_ptr<dispatch::HostAttrs>& attrs) override;
   std::vector<std::string> state_names(const Options& options) const override;
   bool counts_steps() const override { return false; }
 };

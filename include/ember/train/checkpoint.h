@@ -7,8 +7,10 @@
 // - a model file (`ember quantize`'s GGUF) holds the model's tensors under their own names, the
 //   source's settings as GGUF strings and ember.* keys (the model kind, its quantization).
 //
-// A file's format is told by its first bytes, never by its name. Writes are atomic: a checkpoint
-// being written is never the one on disk until it is complete.
+// A file's format is told by its first bytes, never by its name. A training checkpoint is written as
+// safetensors, or as GGUF when its name ends in ".gguf" (the same tensors and settings: GGUF strings,
+// with ember.checkpoint = true); both read back the same. Writes are atomic: a checkpoint being
+// written is never the one on disk until it is complete.
 //
 //   train::Checkpoint c = train::read_checkpoint("run.safetensors");
 //   model.load_state_dict(c.part(train::kModelPrefix));
@@ -55,9 +57,10 @@ inline constexpr const char* kBatchState = "batch_state";  // where a text run's
 inline constexpr const char* kAmp = "amp";                 // "bf16" or "f16" (no entry: float32)
 inline constexpr const char* kVocabulary = "vocabulary";   // a character model's characters, as hex
 // The GGUF keys ember writes beside a model's settings.
-inline constexpr const char* kGgufModel = "ember.model";  // the model kind
-inline constexpr const char* kGgufQuantization = "ember.quantization";  // "f32", "q8_0", "q4_0", "int8"
+inline constexpr const char* kGgufModel = "ember.model";                  // the model kind
+inline constexpr const char* kGgufQuantization = "ember.quantization";    // "f32", "q8_0", "q4_0", "int8"
 inline constexpr const char* kGgufDynamic = "ember.dynamic_activations";  // false: --weights-only
+inline constexpr const char* kGgufCheckpoint = "ember.checkpoint";        // true: a training checkpoint's parts
 }  // namespace keys
 
 enum class FileFormat { kSafetensors, kGguf };
@@ -75,6 +78,8 @@ struct Checkpoint {
   std::string kind{};
   std::string quantization = "f32";
   bool dynamic_activations = true;
+  /// A training checkpoint (its tensors under the parts' prefixes), not a model file.
+  bool training = false;
   /// The safetensors metadata, or the GGUF's string values.
   std::map<std::string, std::string> settings{};
   /// Every tensor of the file under its name in the file (prefixes included).
@@ -106,6 +111,10 @@ Checkpoint read_checkpoint(const std::string& path, std::string_view op = "check
 /// `source`'s file and listing the keys.
 void load_model_state(nn::Module& model, const StateDict& state, const Checkpoint& source, std::string_view op);
 
+/// Only the settings of a checkpoint (no tensor is read): a GGUF file's string values, else the
+/// safetensors metadata (whose reader names what is wrong with a file that is neither).
+std::map<std::string, std::string> read_settings(const std::string& path, std::string_view op = "checkpoint");
+
 /// The parts of a training run that a checkpoint holds; each is left out when absent.
 struct TrainingState {
   const nn::Module* model = nullptr;
@@ -115,7 +124,8 @@ struct TrainingState {
   StateDict average{};  // the weights' moving average, by parameter name
 };
 
-/// Writes `state` and `metadata` to `path` atomically as a safetensors file.
+/// Writes `state` and `metadata` to `path` atomically: a safetensors file, or a GGUF file when the
+/// name ends in ".gguf".
 void save_checkpoint(const std::string& path, const TrainingState& state,
                      const std::map<std::string, std::string>& metadata);
 

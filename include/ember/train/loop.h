@@ -38,9 +38,9 @@ struct Progress {
   int64_t epoch_samples = 0;  // samples seen in this epoch, and in a whole one
   int64_t epoch_total = 0;
   double loss = 0;
-  double accuracy = -1;        // classification runs; -1 otherwise
-  double seconds = 0;          // since the run started
-  double epoch_seconds = 0;    // since the epoch started
+  double accuracy = -1;           // classification runs; -1 otherwise
+  double seconds = 0;             // since the run started
+  double epoch_seconds = 0;       // since the epoch started
   double samples_per_second = 0;  // training steps only (what a sample is, the task says)
   std::map<std::string, double> metrics{};
 };
@@ -48,9 +48,9 @@ using ProgressFn = std::function<void(const Progress&)>;
 
 /// One step's contribution to the running totals.
 struct StepMetrics {
-  double loss = 0;      // the batch's mean loss
-  int64_t samples = 0;  // this rank's examples in the batch
-  int64_t correct = -1; // classification: examples whose most likely class is the label
+  double loss = 0;       // the batch's mean loss
+  int64_t samples = 0;   // this rank's examples in the batch
+  int64_t correct = -1;  // classification: examples whose most likely class is the label
 };
 
 /// A kind of run. The loop calls these in this order: settings(), the model, its groups, optimizer
@@ -106,10 +106,10 @@ class Task {
 };
 
 struct LoopOptions {
-  int64_t stop_after = 0;  // > 0: this many epochs (or steps) now; save, then resume later
-  std::string save_path{};   // checkpoints (safetensors)
+  int64_t stop_after = 0;   // > 0: this many epochs (or steps) now; save, then resume later
+  std::string save_path{};  // checkpoints (safetensors)
   std::string resume_path{};
-  std::string profile_path{};  // a Chrome trace of the training steps
+  std::string profile_path{};                   // a Chrome trace of the training steps
   std::shared_ptr<dist::ProcessGroup> group{};  // data-parallel: this process is one rank
 };
 
@@ -119,13 +119,13 @@ struct RunSummary {
   double final_loss = 0;   // the last step's (NaN when no step ran)
   double train_seconds = 0;
   double seconds = 0;
-  int64_t samples = 0;     // seen by the training steps (over all ranks)
-  double system_allocs_per_step = 0;  // NaN unless measured (the last epoch's steps after its first)
+  int64_t samples = 0;                         // seen by the training steps (over all ranks)
+  double system_allocs_per_step = 0;           // NaN unless measured (the last epoch's steps after its first)
   std::map<std::string, double> evaluation{};  // the last evaluation's metrics
   std::optional<CompileStats> compile{};
-  dist::DdpStats communication{};  // summed over the steps (buckets and bytes: the last step's)
+  dist::DdpStats communication{};                 // summed over the steps (buckets and bytes: the last step's)
   std::unique_ptr<profiler::Profiler> profile{};  // stopped; with profile_path
-  bool speaks = true;  // rank 0 (prints, evaluates, saves)
+  bool speaks = true;                             // rank 0 (prints, evaluates, saves)
 };
 
 /// A run of `task`: construction builds the model (after manual_seed(task.seed())), the training

@@ -49,10 +49,10 @@ struct NasCandidate {
 
 struct NasGeneration {
   int generation = 0;
-  double seconds = 0;  // since the search started
+  double seconds = 0;                      // since the search started
   std::vector<NasCandidate> population{};  // best first
-  int64_t front = 0;                     // candidates of rank 0
-  size_t trained = 0;                    // candidates trained so far
+  int64_t front = 0;                       // candidates of rank 0
+  size_t trained = 0;                      // candidates trained so far
 };
 
 struct NasResult {

@@ -44,14 +44,14 @@ OptimizerFactory optimizer_factory(const std::string& name, double lr);
 OptimizerFactory adamw_factory(optim::AdamWOptions options);
 
 struct StepOptions {
-  double clip_grad_norm = 0;       // > 0: the gradients' total norm is clipped to this before the update
-  std::optional<DType> autocast{};   // kBFloat16 or kFloat16: the forward and loss under autocast;
-                                   // float16 also scales the loss (a GradScaler, in checkpoints)
-  bool compile = false;            // trace the whole step once per batch signature and replay it
+  double clip_grad_norm = 0;                    // > 0: the gradients' total norm is clipped to this before the update
+  std::optional<DType> autocast{};              // kBFloat16 or kFloat16: the forward and loss under autocast;
+                                                // float16 also scales the loss (a GradScaler, in checkpoints)
+  bool compile = false;                         // trace the whole step once per batch signature and replay it
   std::shared_ptr<dist::ProcessGroup> group{};  // data-parallel over the group's ranks (DDP)
-  double bucket_cap_mb = 25;       // DDP's gradient buckets
-  bool zero = false;               // with a group: the optimizer state sharded over the ranks (ZeRO-1)
-  std::string op = "train";        // names the step in errors
+  double bucket_cap_mb = 25;                    // DDP's gradient buckets
+  bool zero = false;                            // with a group: the optimizer state sharded over the ranks (ZeRO-1)
+  std::string op = "train";                     // names the step in errors
 };
 
 class TrainingStep {

@@ -47,16 +47,16 @@ std::vector<int64_t> generate_text(models::LanguageModel& model, const std::vect
 struct MnistOptions {
   std::string model = "cnn";  // "cnn" or "mlp" (models/mnist.h)
   int64_t epochs = 10;
-  int64_t batch_size = 64;     // the global batch (each rank of a data-parallel run takes its share)
-  std::string optimizer = "adam";  // sgd, momentum, adam, adamw, adagrad or rmsprop
-  std::optional<double> lr{};        // unset: 0.01 for sgd, momentum and adagrad; 1e-3 rmsprop; 3e-3 adam(w)
+  int64_t batch_size = 64;          // the global batch (each rank of a data-parallel run takes its share)
+  std::string optimizer = "adam";   // sgd, momentum, adam, adamw, adagrad or rmsprop
+  std::optional<double> lr{};       // unset: 0.01 for sgd, momentum and adagrad; 1e-3 rmsprop; 3e-3 adam(w)
   std::string schedule = "cosine";  // "cosine": decay to 0 over the run, stepped per batch; "constant"
   int64_t shift = 2;                // augmentation: random shifts of up to this many pixels (0: none)
   uint64_t seed = 0;
   std::string data_dir = "data/mnist";  // IDX files, else the offline 5,000-image subset
   bool compile = false;
   std::optional<DType> amp{};  // autocast: kBFloat16 or kFloat16 (with loss scaling)
-  bool zero = false;         // data-parallel: the optimizer state sharded over the ranks (ZeRO-1)
+  bool zero = false;           // data-parallel: the optimizer state sharded over the ranks (ZeRO-1)
   double bucket_cap_mb = 25;
   std::shared_ptr<dist::ProcessGroup> group{};  // data-parallel: this process's group (LoopOptions too)
 };
