@@ -1,7 +1,9 @@
 """ember: a readable C++ deep-learning library with PyTorch's API.
 
 The package is the C++ library itself (ember._ember, bound with nanobind) under PyTorch's names:
-ember.Tensor, ember.nn, ember.optim, ember.autograd, ember.compile, ember.profiler, ember.data.
+ember.Tensor, ember.nn, ember.optim, ember.autograd, ember.compile, ember.profiler, ember.data;
+and ember.models (GPT, Mamba, UNet, Bert), ember.train (checkpoints, load_model, the training step
+and the runs of `ember train`), ember.onnx and ember.gguf.
 Tensors share memory with NumPy (numpy(), from_numpy) and with anything that speaks DLPack
 (torch.from_dlpack(t), ember.from_dlpack(x)). Errors from the library raise ember.Error, a
 RuntimeError carrying the library's "[op] ..." message. Every call into the library releases the
@@ -24,6 +26,15 @@ autograd = _importlib.import_module(".autograd", __name__)
 profiler = _importlib.import_module(".profiler", __name__)
 data = _importlib.import_module(".data", __name__)
 del functional  # noqa: F821  (ember.nn.functional)
+
+# ember.models, ember.train, ember.onnx, ember.gguf: the extension's submodules as they are, importable
+# by name (import ember.train).
+import sys as _sys
+
+for _name in ("models", "train", "onnx", "gguf"):
+    _sys.modules[f"{__name__}.{_name}"] = getattr(_ember, _name)
+    globals()[_name] = getattr(_ember, _name)
+del _name
 
 __version__ = "0.1.0"
 

@@ -24,6 +24,10 @@
 #include "ember/shape.h"
 #include "ember/tensor.h"
 
+namespace ember::nn {
+class Module;
+}
+
 namespace ember::python {
 
 namespace nb = nanobind;
@@ -52,6 +56,20 @@ class PyRef {
 #define EMBER_PYTHON_REDUCTIONS(X) X(sum) X(mean) X(prod) X(amax) X(amin) X(all) X(any)
 // clang-format on
 
+// The type slots every module class is bound with (its collector traversal: Note [Python modules and
+// the garbage collector] in nn.cpp), and what a module made from Python calls when it is destroyed.
+PyType_Slot* module_type_slots();
+void forget_module(const nn::Module* module);
+// A module made from Python: shared from the start, as in C++, and forgotten by PythonRefs when
+// destroyed.
+template <class M, class... Args>
+std::shared_ptr<M> make_python_module(Args&&... args) {
+  return std::shared_ptr<M>(new M(std::forward<Args>(args)...), [](M* module) {
+    forget_module(module);
+    delete module;
+  });
+}
+
 // The per-area registration functions (one file each).
 void bind_dtype(nb::module_& m);
 void bind_tensor(nb::module_& m);
@@ -62,7 +80,8 @@ void bind_ops(nb::module_& m);
 void bind_autograd(nb::module_& m);
 void bind_nn(nb::module_& m);
 void bind_optim(nb::module_& m);
-void bind_runtime(nb::module_& m);  // save/load, memory, seeds, threads, profiler, compile, data
+void bind_runtime(nb::module_& m);   // save/load, memory, seeds, threads, profiler, compile, data
+void bind_training(nb::module_& m);  // models, train, onnx, gguf
 
 // A Python number as an ember Scalar (bool, int, float, or anything with __index__ / __float__).
 bool scalar_from_python(nb::handle src, bool convert, Scalar& out);

@@ -99,4 +99,5 @@ NB_MODULE(_ember, m) {
   bind_nn(m);
   bind_optim(m);
   bind_runtime(m);
+  bind_training(m);
 }

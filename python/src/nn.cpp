@@ -306,6 +306,9 @@ void bind_indexed(nb::class_<M, Module>& c) {
 
 }  // namespace
 
+PyType_Slot* module_type_slots() { return kModuleSlots; }
+void forget_module(const nn::Module* module) { python_refs().forget(module); }
+
 void bind_nn(nb::module_& top) {
   nb::module_ m = top.def_submodule("nn", "Layers and the Module base class (torch.nn)");
 

@@ -12,9 +12,13 @@ from . import (
     autograd as autograd,
     data as data,
     functional as functional,
+    gguf as gguf,
+    models as models,
     nn as nn,
+    onnx as onnx,
     optim as optim,
-    profiler as profiler
+    profiler as profiler,
+    train as train
 )
 
 
