@@ -13,42 +13,12 @@ trap 'rm -rf "$tmp"' EXIT
 target=AVX2
 grep -qw avx2 /proc/cpuinfo || target=SSE4
 export EMBER_MAX_CPU_ISA=$target
-# The expectations and the runs: make_checkpoints.sh runs exactly these (its `expected` part).
-sed -n '/^declare -A command options/,/^names=/p' "$here/make_checkpoints.sh" > "$tmp/runs.sh"
-# shellcheck disable=SC1091
-source "$tmp/runs.sh"
+# The runs and results make_checkpoints.sh made the expectations from.
+# shellcheck source=tests/data/checkpoints/runs.sh
+source "$here/runs.sh"
 results="$tmp/results.jsonl"
 : > "$results"
-for name in "${names[@]}"; do
-  cp "$here/$name.safetensors" "$tmp/resumed.safetensors"
-  # shellcheck disable=SC2086,SC2154
-  "$ember" ${command[$name]} ${options[$name]} $(data_option "$name") --threads 2 \
-    --resume "$tmp/resumed.safetensors" --save "$tmp/resumed.safetensors" --json > "$tmp/run.json"
-  python3 - "$name" "$tmp/run.json" "$tmp/resumed.safetensors" >> "$results" <<'PY'
-import hashlib, json, sys
-name, run, checkpoint = sys.argv[1:4]
-result = json.loads(open(run).read().strip().splitlines()[-1])
-keep = ["final_loss", "test_accuracy", "train_loss", "val_loss", "sample", "loss", "curve", "evals"]
-kept = {k: result[k] for k in keep if k in result}
-for e in kept.get("evals", []):
-    e.pop("tokens_per_second", None)
-for c in kept.get("curve", []):
-    c.pop("seconds", None)
-print(json.dumps({"name": name, "sha256": hashlib.sha256(open(checkpoint, "rb").read()).hexdigest(), "result": kept}))
-PY
-done
-for file in gpt.safetensors gpt_q8_0.gguf; do
-  "$ember" eval gpt --checkpoint "$here/$file" --data "$data/shakespeare/input.txt" --batches 2 --threads 2 --json |
-    python3 -c 'import json,sys; r=json.load(sys.stdin); print(json.dumps({"name": "eval '"$file"'", "result": {"val_loss": r["val_loss"]}}))' >> "$results"
-  "$ember" generate --checkpoint "$here/$file" --prompt "ROMEO:" --tokens 24 --temperature 0 --threads 2 2> /dev/null |
-    python3 -c 'import json,sys; print(json.dumps({"name": "generate '"$file"'", "result": {"text": sys.stdin.read()}}))' >> "$results"
-done
-"$ember" generate --checkpoint "$here/ssm.safetensors" --prompt "ROMEO:" --tokens 24 --temperature 0 --threads 2 2> /dev/null |
-  python3 -c 'import json,sys; print(json.dumps({"name": "generate ssm.safetensors", "result": {"text": sys.stdin.read()}}))' >> "$results"
-for file in mnist_cnn.safetensors mnist_mlp_q4_0.gguf; do
-  "$ember" eval mnist --checkpoint "$here/$file" --data "$data/mnist" --threads 2 --json |
-    python3 -c 'import json,sys; r=json.load(sys.stdin); print(json.dumps({"name": "eval '"$file"'", "result": {"test_accuracy": r["test_accuracy"]}}))' >> "$results"
-done
+collect_results "$results"
 python3 - "$here/expected.json" "$target" "$results" <<'PY'
 import json, sys
 expected_path, target, results = sys.argv[1:4]
