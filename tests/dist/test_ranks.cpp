@@ -10,6 +10,7 @@
 
 #include "ember/autograd.h"
 #include "ember/dist.h"
+#include "ember/dist/functional.h"
 #include "ember/models/gpt.h"
 #include "ember/models/mnist.h"
 #include "ember/nn.h"
@@ -83,6 +84,66 @@ TEST(Collectives, EveryCollectiveOnEveryDtype) {
   test_util::expect_error([&] { g.all_reduce(zeros({2}, kInt32)); }, {"[dist] all_reduce", "int32"});
   test_util::expect_error([&] { g.all_reduce(zeros({4, 4}).t()); }, {"contiguous"});
   test_util::expect_error([&] { g.all_gather(zeros({3}), zeros({2})); }, {"all_gather", "elements"});
+}
+
+// The differentiable collectives: every rank's loss is (output * (rank + 1)).sum(), so the gradient
+// of each input is what the sum of the ranks' losses says about it.
+TEST(Collectives, DifferentiableCollectivesBackpropagateTheSumOfTheRanksLosses) {
+  namespace F = functional;
+  const std::shared_ptr<ProcessGroup> g = group_ptr();
+  const int world = g->world_size();
+  const int rank = g->rank();
+  const double weights = world * (world + 1) / 2.0;  // the sum over ranks of rank + 1
+  auto input = [&](const Shape& shape) {
+    return (arange(0, shape.numel(), 1, kFloat64).reshape(shape) + 10.0 * rank).requires_grad_(true);
+  };
+  auto backward = [&](const Tensor& out) { (out * static_cast<double>(rank + 1)).sum().backward(); };
+  const Tensor base = arange(0, 6, 1, kFloat64).reshape({2, 3});
+
+  Tensor x = input({2, 3});
+  Tensor y = F::all_reduce(x.t(), g);  // a non-contiguous input
+  EXPECT_TRUE(same(y, (base * world + 10.0 * world * (world - 1) / 2).t()));
+  EXPECT_TRUE(same(x, base + 10.0 * rank));  // the input is left as it was
+  backward(y);
+  EXPECT_TRUE(same(x.grad(), full({2, 3}, weights, kFloat64)));
+
+  x = input({2, 3});
+  backward(F::all_reduce(x, g, ReduceOp::kAvg));
+  EXPECT_TRUE(same(x.grad(), full({2, 3}, weights / world, kFloat64)));
+
+  x = input({2, 3});
+  y = F::all_gather(x, g);
+  ASSERT_EQ(y.shape(), Shape({2 * world, 3}));
+  for (int r = 0; r < world; ++r) EXPECT_TRUE(same(y.narrow(0, 2 * r, 2), base + 10.0 * r));
+  const Tensor ramp = arange(0, 6 * world, 1, kFloat64).reshape({2 * world, 3});
+  (y * ramp * static_cast<double>(rank + 1)).sum().backward();
+  EXPECT_TRUE(same(x.grad(), ramp.narrow(0, 2 * rank, 2) * weights));
+
+  x = input({2 * world, 3});
+  y = F::reduce_scatter(x, g);
+  ASSERT_EQ(y.shape(), Shape({2, 3}));
+  const Tensor rows = arange(0, 6 * world, 1, kFloat64).reshape({2 * world, 3}).narrow(0, 2 * rank, 2);
+  EXPECT_TRUE(same(y, rows * world + 10.0 * world * (world - 1) / 2));
+  backward(y);
+  for (int r = 0; r < world; ++r) EXPECT_TRUE(same(x.grad().narrow(0, 2 * r, 2), full({2, 3}, r + 1.0, kFloat64)));
+
+  const int root = world - 1;
+  x = input({2, 3});
+  y = F::broadcast(x, g, root);
+  EXPECT_TRUE(same(y, base + 10.0 * root));
+  backward(y);
+  EXPECT_TRUE(same(x.grad(), full({2, 3}, rank == root ? weights : 0.0, kFloat64)));
+
+  // A max has no gradient; integers record none.
+  x = input({2, 3});
+  y = F::all_reduce(x, g, ReduceOp::kMax);
+  EXPECT_TRUE(same(y, base + 10.0 * (world - 1)));
+  test_util::expect_error([&] { backward(y); }, {"[dist] all_reduce with ReduceOp::kMax has no gradient"});
+  EXPECT_FALSE(F::all_reduce(arange(0, 3, 1, kInt64), g).requires_grad());
+  test_util::expect_error([&] { (void)F::reduce_scatter(zeros({2 * world + 1}), g); },
+                          {"[dist] reduce_scatter splits dim 0 into world_size"});
+  test_util::expect_error([&] { (void)F::broadcast(zeros({2}), g, world); }, {"[dist] broadcast: root"});
+  test_util::expect_error([&] { (void)F::all_gather(zeros({}), g); }, {"[dist] all_gather stacks along dim 0"});
 }
 
 // One process with the global batch, and every rank with its share of it under DDP, trained alike;
