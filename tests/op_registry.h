@@ -24,6 +24,12 @@
 
 namespace op_registry {
 
+// A tensor that is not a leaf, so that in-place ops on it are differentiable.
+inline ember::Tensor non_leaf(const ember::Tensor& x) { return x * 1.0; }
+
+// An integer attribute of a golden case.
+inline int64_t attr_int(const golden::Case& c, const char* name) { return c.attrs.at(name).get<int64_t>(); }
+
 using ember::OpKind;
 using ember::Tensor;
 

@@ -130,11 +130,12 @@ void unknown_group_is_an_error() {
   EXPECT_THROW(run_collective(OpKind::kAllReduce, {.group = 123456}, nullptr, x), ember::Error);
 }
 
-[[maybe_unused]] const bool kRegistered = add({{.name = "collectives",
-                                                .ops = {OpKind::kAllReduce, OpKind::kBroadcast, OpKind::kAllGather,
-                                                        OpKind::kReduceScatter, OpKind::kCollectiveWait},
-                                                .checks = {{"collectives_start_and_wait", collectives_start_and_wait},
-                                                           {"collectives_unknown_group", unknown_group_is_an_error}}}});
+[[maybe_unused]] const bool kCollectiveRegistered =
+    add({{.name = "collectives",
+          .ops = {OpKind::kAllReduce, OpKind::kBroadcast, OpKind::kAllGather, OpKind::kReduceScatter,
+                  OpKind::kCollectiveWait},
+          .checks = {{"collectives_start_and_wait", collectives_start_and_wait},
+                     {"collectives_unknown_group", unknown_group_is_an_error}}}});
 
 }  // namespace
 }  // namespace op_registry

@@ -14,9 +14,6 @@ namespace {
 using ember::DType;
 using golden::Case;
 
-// A tensor that is not a leaf, so that in-place ops on it are differentiable.
-Tensor non_leaf(const Tensor& x) { return x * 1.0; }
-
 // --- fill ---------------------------------------------------------------------------------------
 
 // full, fill_ and zero_ write the value into every element they reach, in every dtype, and into no
@@ -199,7 +196,7 @@ std::vector<Entry> creation_entries() {
   };
 }
 
-[[maybe_unused]] const bool kRegistered = add(creation_entries());
+[[maybe_unused]] const bool kCreationRegistered = add(creation_entries());
 
 }  // namespace
 }  // namespace op_registry

@@ -43,9 +43,6 @@ GoldenForward elementwise(const std::string& op, golden::OpFn fn, const std::str
 
 // --- gradchecks of in-place forms ---------------------------------------------------------------
 
-// A tensor that is not a leaf, so that in-place ops on it are differentiable.
-Tensor non_leaf(const Tensor& x) { return x * 1.0; }
-
 Gradcheck inplace_unary(std::string name, std::function<void(Tensor&)> op, Values values = kAny) {
   return unary_gradcheck(
       std::move(name),
@@ -408,7 +405,7 @@ std::vector<Entry> elementwise_entries() {
   return all;
 }
 
-[[maybe_unused]] const bool kRegistered = add(elementwise_entries());
+[[maybe_unused]] const bool kElementwiseRegistered = add(elementwise_entries());
 
 }  // namespace
 }  // namespace op_registry

@@ -114,7 +114,7 @@ std::vector<Entry> linalg_entries() {
   };
 }
 
-[[maybe_unused]] const bool kRegistered = add(linalg_entries());
+[[maybe_unused]] const bool kLinalgRegistered = add(linalg_entries());
 
 }  // namespace
 }  // namespace op_registry

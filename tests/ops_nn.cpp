@@ -576,9 +576,9 @@ std::vector<Entry> scan_entries() {
               {in({1, 2, 4}, kUnit), in({2, 17}, kUnit), in({1, 17, 4}, kUnit), in({1, 17, 4}, kUnit)}, scan(64))}}};
 }
 
-[[maybe_unused]] const bool kRegistered = add(conv_and_pool_entries()) && add(norm_entries()) &&
-                                          add(loss_and_dropout_entries()) && add(attention_entries()) &&
-                                          add(scan_entries());
+[[maybe_unused]] const bool kNnRegistered = add(conv_and_pool_entries()) && add(norm_entries()) &&
+                                            add(loss_and_dropout_entries()) && add(attention_entries()) &&
+                                            add(scan_entries());
 
 }  // namespace
 }  // namespace op_registry

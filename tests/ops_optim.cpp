@@ -56,8 +56,9 @@ Entry update_entry(OpKind kind) {
                      {name + "_non_contiguous", [kind] { matches_torch_every_step(kind, /*contiguous=*/false); }}}};
 }
 
-[[maybe_unused]] const bool kRegistered = add({update_entry(OpKind::kSgdStep), update_entry(OpKind::kAdamStep),
-                                               update_entry(OpKind::kAdagradStep), update_entry(OpKind::kRmspropStep)});
+[[maybe_unused]] const bool kOptimRegistered =
+    add({update_entry(OpKind::kSgdStep), update_entry(OpKind::kAdamStep), update_entry(OpKind::kAdagradStep),
+         update_entry(OpKind::kRmspropStep)});
 
 }  // namespace
 }  // namespace op_registry

@@ -68,7 +68,7 @@ std::vector<Entry> quant_entries() {
                 .checks = {{"quantized_matmul_exact", quantized_matmul_is_exact_on_representable_values}}}};
 }
 
-[[maybe_unused]] const bool kRegistered = add(quant_entries());
+[[maybe_unused]] const bool kQuantRegistered = add(quant_entries());
 
 }  // namespace
 }  // namespace op_registry

@@ -200,7 +200,7 @@ std::vector<Entry> reduce_entries() {
   };
 }
 
-[[maybe_unused]] const bool kRegistered = add(reduce_entries());
+[[maybe_unused]] const bool kReduceRegistered = add(reduce_entries());
 
 }  // namespace
 }  // namespace op_registry

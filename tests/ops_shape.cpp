@@ -12,7 +12,6 @@ namespace {
 
 using golden::Case;
 
-int64_t attr_int(const Case& c, const char* name) { return c.attrs.at(name).get<int64_t>(); }
 std::vector<int64_t> attr_list(const Case& c, const char* name) { return c.attrs.at(name).get<std::vector<int64_t>>(); }
 
 // The cases of `op` in shape.json.
@@ -173,7 +172,7 @@ std::vector<Entry> indexing_entries() {
   };
 }
 
-[[maybe_unused]] const bool kRegistered = add(shape_entries()) && add(indexing_entries());
+[[maybe_unused]] const bool kShapeRegistered = add(shape_entries()) && add(indexing_entries());
 
 }  // namespace
 }  // namespace op_registry

@@ -401,7 +401,7 @@ std::vector<Entry> sort_entries() {
   };
 }
 
-[[maybe_unused]] const bool kRegistered = add(sort_entries());
+[[maybe_unused]] const bool kSortRegistered = add(sort_entries());
 
 }  // namespace
 }  // namespace op_registry

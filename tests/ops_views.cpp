@@ -16,8 +16,6 @@ namespace {
 using ember::Shape;
 using golden::Case;
 
-int64_t attr_int(const Case& c, const char* name) { return c.attrs.at(name).get<int64_t>(); }
-
 // (2, 3, 4) holding 0 .. 23: element (i, j, k) is 12 i + 4 j + k.
 Tensor ramp() { return ember::arange(24).reshape({2, 3, 4}); }
 
@@ -255,7 +253,7 @@ std::vector<Entry> view_entries() {
   };
 }
 
-[[maybe_unused]] const bool kRegistered = add(view_entries());
+[[maybe_unused]] const bool kViewsRegistered = add(view_entries());
 
 }  // namespace
 }  // namespace op_registry

@@ -79,10 +79,10 @@ TEST(Autocast, GradientsReachFloat32WeightsInFloat32) {
   EXPECT_GT((layer.weight.grad() - twin.weight.grad()).abs().max().item<double>(), 0.0);
 }
 
-const std::string kParityDir = std::string(EMBER_GOLDEN_DIR) + "/parity/";
+const std::string kAmpParityDir = std::string(EMBER_GOLDEN_DIR) + "/parity/";
 
 nlohmann::json amp_reference() {
-  std::ifstream in(kParityDir + "amp.json");
+  std::ifstream in(kAmpParityDir + "amp.json");
   return nlohmann::json::parse(in);
 }
 
@@ -94,12 +94,12 @@ nlohmann::json amp_reference() {
 TEST(Autocast, MnistCnnTrainsLikePyTorchCpuAutocast) {
   const nlohmann::json ref = amp_reference()["cnn_bf16"];
   const nlohmann::json parity = [] {
-    std::ifstream in(kParityDir + "parity.json");
+    std::ifstream in(kAmpParityDir + "parity.json");
     return nlohmann::json::parse(in);
   }();
   const data::MNIST train(std::string(EMBER_DATA_DIR) + "/mnist", data::Split::kTrain);
   auto model = models::mnist_model("cnn");
-  model->load_state_dict(load(kParityDir + "cnn_init.safetensors"));
+  model->load_state_dict(load(kAmpParityDir + "cnn_init.safetensors"));
   optim::SGD sgd(model->parameters(), optim::SGDOptions{.lr = ref["lr"].get<double>(), .momentum = 0.9});
   const std::vector<double> losses = ref["losses"].get<std::vector<double>>();
   double worst = 0;
@@ -121,7 +121,7 @@ TEST(Autocast, MnistCnnTrainsLikePyTorchCpuAutocast) {
     EXPECT_LT(relative, step < 10 ? 1e-4 : 0.05)
         << "step " << step << ": ember " << loss.item<double>() << ", PyTorch " << losses[step];
   }
-  const StateDict expected = load(kParityDir + "cnn_amp_bf16_final.safetensors");
+  const StateDict expected = load(kAmpParityDir + "cnn_amp_bf16_final.safetensors");
   for (const auto& [name, value] : expected) {
     EXPECT_LT((model->state_dict().at(name) - value).abs().max().item<double>(), 0.01) << name;
   }

@@ -21,7 +21,7 @@ using ember::AttentionAttrs;
 using ember::Shape;
 using ember::Tensor;
 
-struct Case {
+struct SdpaCase {
   Shape q, k, v;
   bool causal = false;
   bool gqa = false;
@@ -30,7 +30,7 @@ struct Case {
 };
 
 // Output and gradients of q, k, v under one fixed output gradient.
-std::vector<Tensor> run(const Case& c, bool flash, uint64_t seed) {
+std::vector<Tensor> run(const SdpaCase& c, bool flash, uint64_t seed) {
   ember::manual_seed(seed);
   const Tensor q = ember::randn(c.q).requires_grad_(), k = ember::randn(c.k).requires_grad_(),
                v = ember::randn(c.v).requires_grad_();
@@ -57,7 +57,7 @@ std::vector<Tensor> run(const Case& c, bool flash, uint64_t seed) {
   return {out.detach(), q.grad(), k.grad(), v.grad()};
 }
 
-void expect_flash_matches_composite(const Case& c) {
+void expect_flash_matches_composite(const SdpaCase& c) {
   const std::vector<Tensor> flash = run(c, true, 3), composite = run(c, false, 3);
   const char* names[] = {"out", "grad q", "grad k", "grad v"};
   for (size_t i = 0; i < flash.size(); ++i) {

@@ -156,14 +156,7 @@ TEST(Allocator, SteadyStateLoopHitsTheCache) {
 // Note [what cannot be allocated]: a size that does not fit in 64 bits, or a request larger than the
 // machine's memory, is an ember::Error naming the op the user called, before any memory is touched.
 namespace {
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const ember::Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using test_util::error_of;
 // The error `f` throws starts with `prefix` (the message is shown when it does not).
 ::testing::AssertionResult error_starts(const std::function<void()>& f, const std::string& prefix) {
   const std::string message = error_of(f);

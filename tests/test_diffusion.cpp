@@ -24,7 +24,7 @@ namespace models = ember::models;
 
 #define EXPECT_ERROR(statement, message) test_util::expect_error([&] { (void)(statement); }, {message})
 
-const std::string kParity = std::string(EMBER_GOLDEN_DIR) + "/diffusion_parity.safetensors";
+const std::string kUnetParity = std::string(EMBER_GOLDEN_DIR) + "/diffusion_parity.safetensors";
 
 models::UNetConfig parity_config(const std::map<std::string, std::string>& meta) {
   models::UNetConfig config{.image_channels = std::stoll(meta.at("image_channels")),
@@ -42,8 +42,8 @@ models::UNetConfig parity_config(const std::map<std::string, std::string>& meta)
 }
 
 TEST(DiffusionParity, TrainingStepsAndSamplersMatchPyTorch) {
-  const ember::StateDict golden = ember::load(kParity);
-  const std::map<std::string, std::string> meta = ember::load_metadata(kParity);
+  const ember::StateDict golden = ember::load(kUnetParity);
+  const std::map<std::string, std::string> meta = ember::load_metadata(kUnetParity);
   models::UNet model(parity_config(meta));
   const ember::StateDict init = with_prefix_removed(golden, "init.");
   ASSERT_EQ(model.state_dict().size(), init.size());
@@ -98,7 +98,7 @@ TEST(DiffusionParity, TrainingStepsAndSamplersMatchPyTorch) {
 }
 
 TEST(DiffusionSchedule, AlphaBarsMatchTheReference) {
-  const ember::StateDict golden = ember::load(kParity);
+  const ember::StateDict golden = ember::load(kUnetParity);
   for (const auto& [key, kind, n] : {std::tuple{"alpha_bars.linear", models::NoiseSchedule::kLinear, 50},
                                      std::tuple{"alpha_bars.cosine", models::NoiseSchedule::kCosine, 50},
                                      std::tuple{"alpha_bars.linear1000", models::NoiseSchedule::kLinear, 1000},
@@ -145,13 +145,13 @@ TEST(DiffusionSchedule, AddNoiseMixesByAlphaBar) {
 }
 
 TEST(Diffusion, TimestepEmbeddingMatchesTheReference) {
-  const ember::StateDict golden = ember::load(kParity);
+  const ember::StateDict golden = ember::load(kUnetParity);
   EXPECT_TRUE(golden::all_close(models::timestep_embedding(golden.at("embedding.t"), 16), golden.at("embedding.value"),
                                 {1e-5, 1e-5}));
   EXPECT_ERROR(models::timestep_embedding(ember::zeros({3}), 7), "dim must be even");
 }
 
-models::UNetConfig tiny() { return {.channels = 4, .multipliers = {1, 2}, .groups = 2, .num_classes = 3}; }
+models::UNetConfig tiny_unet() { return {.channels = 4, .multipliers = {1, 2}, .groups = 2, .num_classes = 3}; }
 
 TEST(Diffusion, UNetStartsAtZeroAndCountsItsWork) {
   ember::manual_seed(5);
@@ -169,7 +169,7 @@ TEST(Diffusion, UNetStartsAtZeroAndCountsItsWork) {
 
 TEST(Diffusion, GradcheckThroughTheUNet) {
   ember::manual_seed(6);
-  models::UNet model(tiny());
+  models::UNet model(tiny_unet());
   // Random weights everywhere (the zero-initialized layers too), in float64.
   {
     ember::autograd::NoGradGuard no_grad;
@@ -187,7 +187,7 @@ TEST(Diffusion, GradcheckThroughTheUNet) {
 
 TEST(Diffusion, SamplingIsSeededAndGuidanceOneSkipsTheUnconditionalPass) {
   ember::manual_seed(7);
-  models::UNet model(tiny());
+  models::UNet model(tiny_unet());
   {
     ember::autograd::NoGradGuard no_grad;
     for (Tensor& p : model.parameters()) p.copy_(ember::randn(p.shape()) * 0.1);
@@ -229,7 +229,7 @@ TEST(Diffusion, BadConfigsAndInputsNameWhatIsWrong) {
   EXPECT_ERROR(models::UNet({.multipliers = {}}), "expected 1 to 8 width multipliers, got 0");
   EXPECT_ERROR(models::noise_schedule("quadratic"), "unknown noise schedule \"quadratic\"");
   EXPECT_ERROR(models::diffusion_sampler("euler"), "unknown sampler \"euler\": expected ddpm or ddim");
-  models::UNet model(tiny());
+  models::UNet model(tiny_unet());
   const Tensor t = ember::zeros({2}, ember::kInt64);
   const Tensor labels = ember::from_vector(std::vector<int64_t>{0, 1});
   EXPECT_ERROR(model.forward(ember::zeros({2, 1, 6, 5}), t, labels),

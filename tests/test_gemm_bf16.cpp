@@ -16,7 +16,7 @@
 namespace ember {
 namespace {
 
-struct Case {
+struct GemmCase {
   int64_t m, n, k;
   bool a_transposed, b_transposed;
   int64_t spread = 1;  // both operands' elements `spread` apart in memory (no unit stride: the generic packing)
@@ -26,12 +26,12 @@ TEST(GemmBf16, MatchesFloat64SumsOfTheSameValues) {
   if (!cpu::supports(cpu::cpu_isa(), cpu::Isa::kAvx512Bf16)) GTEST_SKIP() << "no AVX512_BF16 on this CPU (or capped)";
   std::mt19937 rng(9);
   std::normal_distribution<float> normal;
-  const std::vector<Case> cases = {
+  const std::vector<GemmCase> cases = {
       {1, 1, 1, false, true},        {1, 37, 100, false, true},    {3, 5000, 64, false, true},
       {4, 33, 1031, false, true},    {5, 33, 3, false, false},     {14, 32, 512, false, true},
       {15, 31, 513, true, false},    {29, 65, 1030, false, true},  {130, 70, 257, true, true},
       {113, 2100, 40, false, false}, {20, 40, 67, false, true, 2}, {17, 35, 66, true, false, 3}};
-  for (const Case& c : cases) {
+  for (const GemmCase& c : cases) {
     SCOPED_TRACE("m=" + std::to_string(c.m) + " n=" + std::to_string(c.n) + " k=" + std::to_string(c.k) +
                  (c.a_transposed ? " A^T" : "") + (c.b_transposed ? " B^T" : ""));
     const int64_t s = c.spread;

@@ -22,11 +22,11 @@ using ember::models::GPT;
 using ember::models::GPTConfig;
 using golden::with_prefix_removed;
 
-const std::string kParity = std::string(EMBER_GOLDEN_DIR) + "/gpt_parity.safetensors";
+const std::string kGptParity = std::string(EMBER_GOLDEN_DIR) + "/gpt_parity.safetensors";
 
 TEST(GptParity, FiftyStepsMatchPyTorch) {
-  const ember::StateDict golden = ember::load(kParity);
-  const std::map<std::string, std::string> meta = ember::load_metadata(kParity);
+  const ember::StateDict golden = ember::load(kGptParity);
+  const std::map<std::string, std::string> meta = ember::load_metadata(kGptParity);
   const GPTConfig config{.vocab_size = std::stoll(meta.at("vocab_size")),
                          .block_size = std::stoll(meta.at("block_size")),
                          .n_layer = std::stoll(meta.at("n_layer")),
@@ -59,11 +59,11 @@ TEST(GptParity, FiftyStepsMatchPyTorch) {
   }
 }
 
-GPTConfig tiny() { return {.vocab_size = 11, .block_size = 12, .n_layer = 2, .n_head = 2, .n_embd = 16}; }
+GPTConfig tiny_gpt() { return {.vocab_size = 11, .block_size = 12, .n_layer = 2, .n_head = 2, .n_embd = 16}; }
 
 TEST(Gpt, GreedyDecodingWithAndWithoutTheCacheAgrees) {
   ember::manual_seed(3);
-  GPT model(tiny());
+  GPT model(tiny_gpt());
   const std::vector<int64_t> prompt = {1, 5, 2, 7};
   // Past the context of 12: the cache restarts from the window, as the recomputation crops it.
   const std::vector<int64_t> cached = ember::models::generate(model, prompt, 20, {.temperature = 0.0}, true);
@@ -123,7 +123,7 @@ TEST(Gpt, SamplingOptions) {
 
 TEST(Gpt, Errors) {
   test_util::expect_error([] { GPT({.n_head = 3, .n_embd = 16}); }, {"[GPT]", "not divisible"});
-  GPT model(tiny());
+  GPT model(tiny_gpt());
   test_util::expect_error(
       [&] {
         model.forward(ember::zeros({1, 13}, ember::kInt64));

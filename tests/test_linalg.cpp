@@ -41,14 +41,7 @@ Tensor matrix(int64_t rows, int64_t cols, const std::string& layout, ember::DTyp
 
 using test_util::ThreadCountGuard;
 
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const ember::Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using test_util::error_of;
 
 }  // namespace
 

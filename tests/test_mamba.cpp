@@ -23,11 +23,11 @@ using ember::models::Mamba;
 using ember::models::MambaConfig;
 using golden::with_prefix_removed;
 
-const std::string kParity = std::string(EMBER_GOLDEN_DIR) + "/mamba_parity.safetensors";
+const std::string kMambaParity = std::string(EMBER_GOLDEN_DIR) + "/mamba_parity.safetensors";
 
 TEST(MambaParity, ThirtyStepsMatchPyTorch) {
-  const ember::StateDict golden = ember::load(kParity);
-  const std::map<std::string, std::string> meta = ember::load_metadata(kParity);
+  const ember::StateDict golden = ember::load(kMambaParity);
+  const std::map<std::string, std::string> meta = ember::load_metadata(kMambaParity);
   const MambaConfig config{.vocab_size = std::stoll(meta.at("vocab_size")),
                            .d_model = std::stoll(meta.at("d_model")),
                            .n_layer = std::stoll(meta.at("n_layer")),
@@ -66,11 +66,11 @@ TEST(MambaParity, ThirtyStepsMatchPyTorch) {
   }
 }
 
-MambaConfig tiny() { return {.vocab_size = 11, .d_model = 16, .n_layer = 2, .d_state = 4, .d_conv = 3}; }
+MambaConfig tiny_mamba() { return {.vocab_size = 11, .d_model = 16, .n_layer = 2, .d_state = 4, .d_conv = 3}; }
 
 TEST(Mamba, TheRecurrentStepGivesTheForwardsLogits) {
   ember::manual_seed(3);
-  Mamba model(tiny());
+  Mamba model(tiny_mamba());
   ember::autograd::NoGradGuard no_grad;
   model.eval();
   const Tensor idx = ember::from_vector(std::vector<int64_t>{1, 5, 2, 7, 3, 3, 9, 0, 10, 4, 4, 6}).view({2, 6});
@@ -85,7 +85,7 @@ TEST(Mamba, TheRecurrentStepGivesTheForwardsLogits) {
 }
 
 TEST(Mamba, ScanChunksDoNotChangeTheModel) {
-  MambaConfig a = tiny(), b = tiny();
+  MambaConfig a = tiny_mamba(), b = tiny_mamba();
   a.scan_chunk = 64;
   b.scan_chunk = 3;
   ember::manual_seed(5);
@@ -106,7 +106,7 @@ TEST(Mamba, ScanChunksDoNotChangeTheModel) {
 
 TEST(Mamba, GenerationIsSeededAndHasNoContextLimit) {
   ember::manual_seed(6);
-  Mamba model(tiny());
+  Mamba model(tiny_mamba());
   const std::vector<int64_t> prompt = {1, 2, 3};
   const std::vector<int64_t> a = ember::models::generate(model, prompt, 200, {.temperature = 1.0, .seed = 9});
   const std::vector<int64_t> b = ember::models::generate(model, prompt, 200, {.temperature = 1.0, .seed = 9});
@@ -141,7 +141,7 @@ TEST(Mamba, ParametersAndTheirGroups) {
 TEST(Mamba, BadConfigsAndInputsAreErrors) {
   test_util::expect_error([] { Mamba({.d_model = 0}); }, {"[Mamba]", "positive"});
   test_util::expect_error([] { Mamba({.scan_chunk = 0}); }, {"[Mamba]", "scan_chunk"});
-  Mamba model(tiny());
+  Mamba model(tiny_mamba());
   test_util::expect_error([&] { model.forward(ember::zeros({2, 3})); }, {"[Mamba]", "int64"});
   test_util::expect_error([&] { model.forward(ember::zeros({2, 0}, ember::kInt64)); }, {"[Mamba]", "T >= 1"});
   test_util::expect_error(

@@ -20,14 +20,7 @@ namespace F = ember::nn::functional;
 using ember::Tensor;
 using ember::nn::Reduction;
 
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const ember::Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using test_util::error_of;
 
 TEST(NNFunctional, ErrorsNameTheOpAndTheValues) {
   const Tensor x = ember::zeros({2, 3, 6, 6});

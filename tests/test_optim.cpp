@@ -41,15 +41,7 @@ ember::StateDict snapshot(const ember::StateDict& dict) {
   return out;
 }
 
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const ember::Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using test_util::error_of;
 
 #define EXPECT_ERROR_CONTAINS(statement, text) EXPECT_THAT_ERROR(error_of([&] { statement; }), text)
 #define EXPECT_THAT_ERROR(message, text) \

@@ -9,21 +9,13 @@
 #include <string>
 
 #include "golden.h"
+#include "test_util.h"
 
 using ember::Tensor;
 
 namespace {
 
-// The message of the ember::Error that `fn` throws ("" if it throws none).
-template <class F>
-std::string error_of(F&& fn) {
-  try {
-    fn();
-  } catch (const ember::Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using test_util::error_of;
 
 #define EXPECT_ERROR_PREFIX(prefix, expr)                                      \
   do {                                                                         \

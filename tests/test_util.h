@@ -20,6 +20,17 @@
 
 namespace test_util {
 
+// The message of the ember::Error that `fn` throws, "(no error)" if it throws none.
+template <class Fn>
+std::string error_of(Fn&& fn) {
+  try {
+    fn();
+  } catch (const ember::Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
 // Runs fn and expects an ember::Error whose message contains every one of `parts`.
 template <class Fn>
 void expect_error(Fn&& fn, const std::vector<std::string>& parts) {

@@ -16,8 +16,6 @@
 namespace ember::data {
 namespace {
 
-namespace format = mnist_format;
-
 bool file_exists(const std::filesystem::path& path) {
   std::error_code error;
   return std::filesystem::exists(path, error);
@@ -41,10 +39,10 @@ std::vector<uint8_t> read_file(const std::string& path) {
                 "': ", std::generic_category().message(errno != 0 ? errno : EIO));
     if (got < kChunk) break;
     // The limit on unpacked bytes holds for the file as it is too (no MNIST file comes near it).
-    EMBER_CHECK(bytes.size() <= format::kMaxFileBytes, "[mnist] '", path, "' is larger than ",
-                format::kMaxFileBytes >> 20, " MiB unpacked: not an MNIST file");
+    EMBER_CHECK(bytes.size() <= mnist_format::kMaxFileBytes, "[mnist] '", path, "' is larger than ",
+                mnist_format::kMaxFileBytes >> 20, " MiB unpacked: not an MNIST file");
   }
-  return format::unpack(bytes, path);
+  return mnist_format::unpack(bytes, path);
 }
 
 // Pixel byte -> float: scaled to [0, 1], then standardized when asked.
@@ -70,12 +68,13 @@ std::string find_idx_file(const std::filesystem::path& root, const std::string& 
 std::string idx_prefix(Split split) { return split == Split::kTrain ? "train" : "t10k"; }
 
 // The digits as tensors: images float32 (rows, 1, 28, 28), labels int64 (rows).
-std::pair<Tensor, Tensor> to_tensors(const format::Digits& digits, bool normalize) {
+std::pair<Tensor, Tensor> to_tensors(const mnist_format::Digits& digits, bool normalize) {
   const int64_t rows = digits.rows();
   Tensor images = empty({rows, 1, 28, 28}, kFloat32);
   const std::array<float, 256> table = pixel_table(normalize);
   float* out = images.data_ptr<float>();
-  for (int64_t i = 0; i < rows * format::kPixelsPerImage; ++i) out[i] = table[digits.pixels[static_cast<size_t>(i)]];
+  for (int64_t i = 0; i < rows * mnist_format::kPixelsPerImage; ++i)
+    out[i] = table[digits.pixels[static_cast<size_t>(i)]];
   Tensor labels = empty({rows}, kInt64);
   std::copy(digits.labels.begin(), digits.labels.end(), labels.data_ptr<int64_t>());
   return {std::move(images), std::move(labels)};
@@ -90,10 +89,12 @@ MNIST MNIST::from_idx(const std::string& root, Split split, bool normalize) {
   const std::string prefix = idx_prefix(split);
   const std::string images_path = find_idx_file(root, prefix + "-images-idx3-ubyte");
   const std::string labels_path = find_idx_file(root, prefix + "-labels-idx1-ubyte");
-  const format::IdxArray images_file =
-      format::parse_idx(read_file(images_path), 3, "images (count x rows x columns)", images_path);
-  const format::IdxArray labels_file = format::parse_idx(read_file(labels_path), 1, "labels (count)", labels_path);
-  auto [images, labels] = to_tensors(format::idx_digits(images_file, images_path, labels_file, labels_path), normalize);
+  const mnist_format::IdxArray images_file =
+      mnist_format::parse_idx(read_file(images_path), 3, "images (count x rows x columns)", images_path);
+  const mnist_format::IdxArray labels_file =
+      mnist_format::parse_idx(read_file(labels_path), 1, "labels (count)", labels_path);
+  auto [images, labels] =
+      to_tensors(mnist_format::idx_digits(images_file, images_path, labels_file, labels_path), normalize);
   return MNIST(std::move(images), std::move(labels), images_path + " + " + labels_path);
 }
 
@@ -104,9 +105,9 @@ MNIST MNIST::from_csv(const std::string& path, Split split, bool normalize) {
 MNIST MNIST::read_csv(const std::string& path, Split split, bool normalize, bool require_full_subset) {
   EMBER_CHECK(file_exists(path), "[mnist] '", path, "' not found: run scripts/setup to download ", kCsvName);
   const std::vector<uint8_t> bytes = read_file(path);
-  const format::Digits digits = format::parse_csv(bytes, path);
-  if (require_full_subset) format::check_full_subset(digits, path);
-  auto [images, labels] = to_tensors(format::split_rows(digits, split == Split::kTrain), normalize);
+  const mnist_format::Digits digits = mnist_format::parse_csv(bytes, path);
+  if (require_full_subset) mnist_format::check_full_subset(digits, path);
+  auto [images, labels] = to_tensors(mnist_format::split_rows(digits, split == Split::kTrain), normalize);
   return MNIST(std::move(images), std::move(labels), path);
 }
 

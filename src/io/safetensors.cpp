@@ -15,8 +15,6 @@
 
 namespace ember {
 namespace {
-
-namespace format = safetensors_format;
 using detail::AtomicFile;
 
 // --- save -----------------------------------------------------------------------------------------
@@ -49,7 +47,7 @@ void save(const StateDict& tensors, const std::string& path, const std::map<std:
   std::stable_sort(plan.begin(), plan.end(), [](const PlannedTensor& a, const PlannedTensor& b) {
     return a.data.element_size() > b.data.element_size();
   });
-  std::vector<format::TensorEntry> entries;
+  std::vector<safetensors_format::TensorEntry> entries;
   uint64_t offset = 0;
   for (PlannedTensor& p : plan) {
     p.begin = offset;
@@ -57,7 +55,7 @@ void save(const StateDict& tensors, const std::string& path, const std::map<std:
     offset = p.end;
     entries.push_back({*p.name, p.data.dtype(), p.data.shape(), p.begin, p.end});
   }
-  const std::string header = format::encode_header(entries, metadata, path);
+  const std::string header = safetensors_format::encode_header(entries, metadata, path);
 
   AtomicFile file(path, "save");
   file.write(header.data(), header.size());
@@ -77,12 +75,12 @@ void save_bytes(const std::string& path, std::string_view bytes, std::string_vie
 
 StateDict load(const std::string& path) {
   const detail::FileSource file(path, "load");
-  const format::Header header = format::read_header(file, path);
+  const safetensors_format::Header header = safetensors_format::read_header(file, path);
   StateDict tensors;
-  for (const format::TensorEntry& entry : header.tensors) {
+  for (const safetensors_format::TensorEntry& entry : header.tensors) {
     // Validated: the bytes are inside the file, so the allocation is no larger than the file.
     Tensor t = empty(entry.shape, entry.dtype);
-    format::read_tensor(file, header, entry, t.data_ptr());
+    safetensors_format::read_tensor(file, header, entry, t.data_ptr());
     tensors.emplace(entry.name, std::move(t));
   }
   return tensors;
@@ -90,7 +88,7 @@ StateDict load(const std::string& path) {
 
 std::map<std::string, std::string> load_metadata(const std::string& path) {
   const detail::FileSource file(path, "load");
-  return format::read_header(file, path).metadata;
+  return safetensors_format::read_header(file, path).metadata;
 }
 
 }  // namespace ember

@@ -14,14 +14,13 @@
 #include "ember/nn/init.h"
 #include "ember/nn/transformer.h"
 #include "ember/ops.h"
+#include "nn/optional_tensor.h"
 #include "nn/repr.h"
 
 namespace ember::nn {
 namespace {
 
 constexpr const char* kOp = "MultiheadAttention";
-
-std::optional<Tensor> optional_tensor(const Tensor& t) { return t.defined() ? std::optional<Tensor>(t) : std::nullopt; }
 
 bool same_tensor(const Tensor& a, const Tensor& b) { return &a.impl() == &b.impl(); }
 

@@ -8,12 +8,11 @@
 #include "ember/nn/modules.h"
 #include "ember/ops.h"
 #include "ember/quant.h"
+#include "nn/optional_tensor.h"
 #include "nn/repr.h"
 
 namespace ember::nn {
 namespace {
-
-std::optional<Tensor> optional_tensor(const Tensor& t) { return t.defined() ? std::optional<Tensor>(t) : std::nullopt; }
 
 // PyTorch's reset_parameters for Linear and Conv*: kaiming_uniform_(weight, a = sqrt(5)), which is
 // U(-1/sqrt(fan_in), 1/sqrt(fan_in)), and the bias from the same range.

@@ -4,12 +4,11 @@
 #include "ember/nn/init.h"
 #include "ember/nn/modules.h"
 #include "ember/ops.h"
+#include "nn/optional_tensor.h"
 #include "nn/repr.h"
 
 namespace ember::nn {
 namespace {
-
-std::optional<Tensor> optional_tensor(const Tensor& t) { return t.defined() ? std::optional<Tensor>(t) : std::nullopt; }
 
 void check_normalized_shape(const char* op, const Shape& shape) {
   EMBER_CHECK(!shape.empty(), "[", op, "] normalized_shape must have at least one dim");

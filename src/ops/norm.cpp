@@ -44,7 +44,7 @@ void check_parameter(const char* op, const char* name, const Tensor& p, const Sh
   EMBER_CHECK(p.shape() == expected, "[", op, "] expected ", name, " of shape ", expected, ", got ", p.shape());
 }
 
-void check_input(const char* op, const Tensor& input) {
+void check_norm_input(const char* op, const Tensor& input) {
   EMBER_CHECK(is_floating(input.dtype()), "[", op, "] expects a floating-point input, got ", input.dtype(), " (shape ",
               input.shape(), ")");
 }
@@ -54,7 +54,7 @@ Tensor row_norm(OpKind kind, const Tensor& input, const Shape& normalized_shape,
                 const Tensor& bias, double eps) {
   const char* op = op_name(kind);
   const bool center = kind == OpKind::kLayerNorm;
-  check_input(op, input);
+  check_norm_input(op, input);
   const int nd = normalized_shape.size();
   EMBER_CHECK(nd >= 1, "[", op, "] normalized_shape must have at least one dim");
   bool matches = input.dim() >= nd;
@@ -124,7 +124,7 @@ double machine_epsilon(DType dtype) {
 Tensor batch_norm(const Tensor& input, const Tensor& running_mean, const Tensor& running_var,
                   const std::optional<Tensor>& weight, const std::optional<Tensor>& bias, bool training,
                   double momentum, double eps) {
-  check_input("batch_norm", input);
+  check_norm_input("batch_norm", input);
   EMBER_CHECK(input.dim() >= 2, "[batch_norm] expected an input of at least 2 dims (N, C, ...), got shape ",
               input.shape());
   const int64_t outer = input.size(0), channels = input.size(1);
@@ -215,7 +215,7 @@ Tensor group_norm(const Tensor& input_arg, int64_t num_groups, const std::option
   const Tensor input = amp::cast(OpKind::kGroupNorm, input_arg);
   const Tensor w = amp::cast(OpKind::kGroupNorm, weight_arg).value_or(Tensor());
   const Tensor b = amp::cast(OpKind::kGroupNorm, bias_arg).value_or(Tensor());
-  check_input("group_norm", input);
+  check_norm_input("group_norm", input);
   EMBER_CHECK(input.dim() >= 2, "[group_norm] expected an input of at least 2 dims (N, C, ...), got shape ",
               input.shape());
   EMBER_CHECK(num_groups > 0, "[group_norm] num_groups must be positive, got ", num_groups);
@@ -275,7 +275,7 @@ Tensor rms_norm(const Tensor& input_arg, const Shape& normalized_shape, const st
                 std::optional<double> eps) {
   const Tensor input = amp::cast(OpKind::kRmsNorm, input_arg);
   const std::optional<Tensor> weight = amp::cast(OpKind::kRmsNorm, weight_arg);
-  check_input("rms_norm", input);
+  check_norm_input("rms_norm", input);
   return row_norm(OpKind::kRmsNorm, input, normalized_shape, weight.value_or(Tensor()), Tensor(),
                   eps.value_or(machine_epsilon(input.dtype())));
 }

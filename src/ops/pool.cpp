@@ -30,7 +30,7 @@ namespace {
 
 using detail::compute_dtype;
 
-void check_input(const char* op, const Tensor& input) {
+void check_pool_input(const char* op, const Tensor& input) {
   EMBER_CHECK(input.dim() == 3 || input.dim() == 4, "[", op,
               "] expected a 3-D (C, H, W) or 4-D (N, C, H, W) input, got shape ", input.shape());
   EMBER_CHECK(input.size(-1) > 0 && input.size(-2) > 0 && input.size(-3) > 0, "[", op,
@@ -50,7 +50,7 @@ int64_t pooled_size(int64_t in, int64_t kernel, int64_t stride, int64_t pad, int
 // Checks the window arguments; returns the pooling's attributes and its output shape.
 Pool2dAttrs pool_attrs(const char* op, const Tensor& input, Pair kernel, std::optional<Pair> stride_arg, Pair padding,
                        Pair dilation, bool ceil_mode, bool count_include_pad, Shape* out_shape) {
-  check_input(op, input);
+  check_pool_input(op, input);
   const Pair stride = stride_arg.value_or(kernel);
   EMBER_CHECK(kernel.h > 0 && kernel.w > 0, "[", op, "] kernel_size must be positive, got (", kernel.h, ", ", kernel.w,
               ")");
@@ -75,13 +75,13 @@ Pool2dAttrs pool_attrs(const char* op, const Tensor& input, Pair kernel, std::op
 
 // The input as the kernels want it: contiguous, in the compute dtype, and detached (the conversions
 // record no graph of their own: the op records one node for itself).
-Tensor kernel_operand(const Tensor& t) { return detail::kernel_operand(t, compute_dtype(t.dtype())); }
+Tensor pool_operand(const Tensor& t) { return detail::kernel_operand(t, compute_dtype(t.dtype())); }
 
 // Runs the forward primitive on the input in its compute dtype (extra outputs: `more`) and returns
 // the output in the input's dtype.
 Tensor run_forward(OpKind kind, const Pool2dAttrs& attrs, const Tensor& input, const Shape& out_shape,
                    const Tensor* more = nullptr) {
-  const Tensor x = kernel_operand(input);
+  const Tensor x = pool_operand(input);
   Tensor out = detail::make_empty(out_shape, x.dtype(), x.device());
   dispatch::run(kind, attrs, {&x}, {&out, more});
   return out.dtype() == input.dtype() ? out : out.to(input.dtype());
@@ -91,7 +91,7 @@ Tensor run_forward(OpKind kind, const Pool2dAttrs& attrs, const Tensor& input, c
 // the compute dtype (the engine casts it).
 Tensor run_backward(OpKind kind, const Pool2dAttrs& attrs, const Tensor& grad, const Shape& in_shape,
                     const Tensor* more = nullptr) {
-  const Tensor go = kernel_operand(grad);
+  const Tensor go = pool_operand(grad);
   Tensor gi = detail::make_empty(in_shape, go.dtype(), go.device());
   dispatch::run(kind, attrs, {&go, more}, {&gi});
   return gi;
@@ -131,7 +131,7 @@ Tensor avg_pool2d(const Tensor& input, Pair kernel_size, std::optional<Pair> str
 }
 
 Tensor adaptive_avg_pool2d(const Tensor& input, Pair output_size) {
-  check_input("adaptive_avg_pool2d", input);
+  check_pool_input("adaptive_avg_pool2d", input);
   EMBER_CHECK(output_size.h > 0 && output_size.w > 0, "[adaptive_avg_pool2d] output_size must be positive, got (",
               output_size.h, ", ", output_size.w, ")");
   Pool2dAttrs attrs;

@@ -8,7 +8,7 @@
 namespace ember::optim {
 namespace {
 
-constexpr const char* kName = "Adagrad";
+constexpr const char* kAdagrad = "Adagrad";
 
 Options to_options(const AdagradOptions& o) {
   return {{"lr", o.lr},
@@ -18,12 +18,12 @@ Options to_options(const AdagradOptions& o) {
           {"eps", o.eps}};
 }
 
-void validate(const Options& options) {
-  detail::check_non_negative(kName, options, "lr");
-  detail::check_non_negative(kName, options, "lr_decay");
-  detail::check_non_negative(kName, options, "weight_decay");
-  detail::check_non_negative(kName, options, "initial_accumulator_value");
-  detail::check_non_negative(kName, options, "eps");
+void validate_adagrad(const Options& options) {
+  detail::check_non_negative(kAdagrad, options, "lr");
+  detail::check_non_negative(kAdagrad, options, "lr_decay");
+  detail::check_non_negative(kAdagrad, options, "weight_decay");
+  detail::check_non_negative(kAdagrad, options, "initial_accumulator_value");
+  detail::check_non_negative(kAdagrad, options, "eps");
 }
 
 }  // namespace
@@ -32,7 +32,7 @@ Adagrad::Adagrad(std::vector<Tensor> params, AdagradOptions options)
     : Adagrad(detail::single_group(std::move(params)), options) {}
 
 Adagrad::Adagrad(std::vector<ParamGroup> groups, AdagradOptions defaults)
-    : Optimizer(kName, to_options(defaults), validate, std::move(groups)) {
+    : Optimizer(kAdagrad, to_options(defaults), validate_adagrad, std::move(groups)) {
   // PyTorch creates Adagrad's state with the optimizer, so it is in the state_dict from the start.
   for (const ParamGroup& group : param_groups()) init_state(group);
 }

@@ -8,7 +8,7 @@
 namespace ember::optim {
 namespace {
 
-constexpr const char* kName = "RMSprop";
+constexpr const char* kRmsprop = "RMSprop";
 
 Options to_options(const RMSpropOptions& o) {
   return {{"lr", o.lr},
@@ -19,13 +19,13 @@ Options to_options(const RMSpropOptions& o) {
           {"centered", o.centered ? 1.0 : 0.0}};
 }
 
-void validate(const Options& options) {
-  detail::check_non_negative(kName, options, "lr");
-  detail::check_non_negative(kName, options, "eps");
-  detail::check_non_negative(kName, options, "momentum");
-  detail::check_non_negative(kName, options, "weight_decay");
-  detail::check_non_negative(kName, options, "alpha");
-  detail::get_flag(kName, options, "centered");
+void validate_rmsprop(const Options& options) {
+  detail::check_non_negative(kRmsprop, options, "lr");
+  detail::check_non_negative(kRmsprop, options, "eps");
+  detail::check_non_negative(kRmsprop, options, "momentum");
+  detail::check_non_negative(kRmsprop, options, "weight_decay");
+  detail::check_non_negative(kRmsprop, options, "alpha");
+  detail::get_flag(kRmsprop, options, "centered");
 }
 
 }  // namespace
@@ -34,7 +34,7 @@ RMSprop::RMSprop(std::vector<Tensor> params, RMSpropOptions options)
     : RMSprop(detail::single_group(std::move(params)), options) {}
 
 RMSprop::RMSprop(std::vector<ParamGroup> groups, RMSpropOptions defaults)
-    : Optimizer(kName, to_options(defaults), validate, std::move(groups)) {}
+    : Optimizer(kRmsprop, to_options(defaults), validate_rmsprop, std::move(groups)) {}
 
 std::vector<std::string> RMSprop::state_names(const Options& options) const {
   std::vector<std::string> names = {"square_avg"};

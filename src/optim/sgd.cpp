@@ -10,7 +10,7 @@
 namespace ember::optim {
 namespace {
 
-constexpr const char* kName = "SGD";
+constexpr const char* kSgd = "SGD";
 
 Options to_options(const SGDOptions& o) {
   return {{"lr", o.lr},
@@ -20,13 +20,13 @@ Options to_options(const SGDOptions& o) {
           {"nesterov", o.nesterov ? 1.0 : 0.0}};
 }
 
-void validate(const Options& options) {
-  detail::check_non_negative(kName, options, "lr");
-  detail::check_non_negative(kName, options, "momentum");
-  detail::check_non_negative(kName, options, "weight_decay");
+void validate_sgd(const Options& options) {
+  detail::check_non_negative(kSgd, options, "lr");
+  detail::check_non_negative(kSgd, options, "momentum");
+  detail::check_non_negative(kSgd, options, "weight_decay");
   const double dampening = detail::get(options, "dampening");
   EMBER_CHECK(!std::isnan(dampening), "[SGD] invalid dampening: ", dampening);
-  if (detail::get_flag(kName, options, "nesterov")) {
+  if (detail::get_flag(kSgd, options, "nesterov")) {
     const double momentum = detail::get(options, "momentum");
     EMBER_CHECK(momentum > 0 && dampening == 0,
                 "[SGD] Nesterov momentum requires momentum > 0 and dampening == 0, got momentum ", momentum,
@@ -39,7 +39,7 @@ void validate(const Options& options) {
 SGD::SGD(std::vector<Tensor> params, SGDOptions options) : SGD(detail::single_group(std::move(params)), options) {}
 
 SGD::SGD(std::vector<ParamGroup> groups, SGDOptions defaults)
-    : Optimizer(kName, to_options(defaults), validate, std::move(groups)) {}
+    : Optimizer(kSgd, to_options(defaults), validate_sgd, std::move(groups)) {}
 
 std::vector<std::string> SGD::state_names(const Options& options) const {
   if (detail::get(options, "momentum") == 0) return {};

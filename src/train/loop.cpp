@@ -7,15 +7,9 @@
 #include "ember/memory.h"
 #include "ember/nn/module.h"
 #include "ember/ops.h"
+#include "train/clock.h"
 
 namespace ember::train {
-namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
-
-}  // namespace
 
 std::vector<optim::ParamGroup> Task::param_groups() { return {{.params = model()->parameters(), .options = {}}}; }
 

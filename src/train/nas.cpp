@@ -14,6 +14,7 @@
 #include "ember/ops.h"
 #include "ember/optim.h"
 #include "ember/train/tasks.h"
+#include "train/clock.h"
 
 namespace ember::train {
 namespace {
@@ -210,9 +211,6 @@ struct Candidate {
   double seconds = 0;
   int rank = 0;  // Pareto rank in its generation's population (0: not dominated)
 };
-
-using Clock = std::chrono::steady_clock;
-double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
 // Trains `model` as `ember train mnist` does (Adam 3e-3 with a cosine decay to 0 over the run, batch
 // 64, random shifts of up to 2 pixels), from batches and shifts drawn from `seed`.
