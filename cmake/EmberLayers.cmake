@@ -71,6 +71,18 @@ function(ember_build_layers out)
       list(FILTER sources EXCLUDE REGEX "^${PROJECT_SOURCE_DIR}/src/(${BUILD_EXCLUDE})$")
     endif()
     add_library(ember_${name} OBJECT ${sources})
+    # Unity batches save parsing the same headers again; the kernels' time goes to generating code
+    # (their files take minutes each, and a batch of them would be one job of many minutes).
+    if(EMBER_UNITY AND NOT name STREQUAL "kernels")
+      set_target_properties(ember_${name} PROPERTIES UNITY_BUILD ON)
+      # Highway's per-target files include themselves once per instruction set: each compiles alone.
+      foreach(source ${sources})
+        file(STRINGS ${source} per_target REGEX "hwy/foreach_target\\.h")
+        if(per_target)
+          set_source_files_properties(${source} TARGET_DIRECTORY ember_${name} PROPERTIES SKIP_UNITY_BUILD_INCLUSION ON)
+        endif()
+      endforeach()
+    endif()
     target_include_directories(ember_${name} PRIVATE ${view}/src ${view}/include)
     target_compile_options(ember_${name} PRIVATE ${EMBER_WARNINGS})
     target_compile_definitions(ember_${name} PRIVATE EMBER_VERSION="${PROJECT_VERSION}"
