@@ -8,6 +8,8 @@
 
 namespace ember::nn {
 
-inline std::optional<Tensor> optional_tensor(const Tensor& t) { return t.defined() ? std::optional<Tensor>(t) : std::nullopt; }
+inline std::optional<Tensor> optional_tensor(const Tensor& t) {
+  return t.defined() ? std::optional<Tensor>(t) : std::nullopt;
+}
 
 }  // namespace ember::nn
