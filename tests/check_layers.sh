@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The layers are enforced by the build: a file of a layer that includes a header of a layer above
-# it does not compile. Compiles small probes with each layer's include path (build/layers/<layer>,
+# it does not compile. Preprocesses small probes with each layer's include path (build/layers/<layer>,
 # made by cmake/EmberLayers.cmake) and expects the upward includes to fail and the allowed ones to
-# pass.
+# pass. An upward #include, direct or through other headers, is a file the preprocessor cannot find:
+# preprocessing alone decides it (2 s for the probes here, against 158 s compiling each one).
 #
 # The code over the library (apps/, python/, wasm/, fuzz/) sees the public headers (the fuzzers also
 # the sources of the parsers they link alone): none of it can include apps/, and only the fuzzers
@@ -18,7 +19,7 @@ trap 'rm -rf "$tmp"' EXIT
 probe() {
   local layer="$1" header="$2" expect="$3"
   printf '#include "%s"\nint main() { return 0; }\n' "$header" > "$tmp/probe.cpp"
-  if "$compiler" -std=c++20 -fsyntax-only -I"$layers/$layer/src" -I"$layers/$layer/include" "$tmp/probe.cpp" \
+  if "$compiler" -std=c++20 -E -o /dev/null -I"$layers/$layer/src" -I"$layers/$layer/include" "$tmp/probe.cpp" \
       2> "$tmp/err.txt"; then
     [ "$expect" = pass ] || { echo "layer $layer can include $header, which is above it"; exit 1; }
   else
@@ -58,7 +59,7 @@ consumer() {
   local name="$1" header="$2" expect="$3"
   shift 3
   printf '#include "%s"\nint main() { return 0; }\n' "$header" > "$tmp/probe.cpp"
-  if "$compiler" -std=c++20 -fsyntax-only "$@" "$tmp/probe.cpp" 2> "$tmp/err.txt"; then
+  if "$compiler" -std=c++20 -E -o /dev/null "$@" "$tmp/probe.cpp" 2> "$tmp/err.txt"; then
     [ "$expect" = pass ] || { echo "$name can include $header"; exit 1; }
   else
     [ "$expect" = fail ] || { echo "$name cannot include $header:"; cat "$tmp/err.txt"; exit 1; }
