@@ -3,8 +3,11 @@
 // inputs, with the op's scalar and in-place forms beside it) and its gradients pinned against
 // PyTorch (grad.json) at ties, bounds and zeros. Inputs of the gradchecks avoid the points where an
 // op is not differentiable (abs and relu at 0, clamp at its bounds); the pinned cases cover those.
+#include <cmath>
+#include <limits>
 #include <optional>
 #include <stdexcept>
+#include <vector>
 
 #include "op_registry.h"
 #include "test_util.h"
@@ -117,6 +120,35 @@ std::vector<Entry> unary_entries() {
             .ops = {OpKind::kExpm1},
             .golden = {elementwise("expm1", unary(ember::expm1))},
             .gradchecks = {unary_gradcheck("expm1", ember::expm1)}},
+      // Against the C library's erf in float64 (what PyTorch's CPU erf agrees with to an ulp): float64
+      // is std::erf itself; float32 (vectorized) is within 2.5e-7 of the exact value relatively,
+      // near 0 (where 1 - erfc would cancel) and in the tails; the special values are IEEE's.
+      Entry{.name = "erf",
+            .ops = {OpKind::kErf},
+            .checks = {{"erf_against_libm",
+                        [] {
+                          std::vector<double> xs = {0.0, -0.0,    1e-30, -1e-8, 1e-3, 0.4999,
+                                                    0.5, -0.5001, 3.9,   -6.0,  30.0};
+                          for (int i = 0; i <= 24000; ++i) xs.push_back(-6.0 + i * 0.0005);
+                          const Tensor x64 = ember::from_vector(xs);
+                          const std::vector<double> got64 = ember::erf(x64).to_vector<double>();
+                          const std::vector<float> got32 = ember::erf(x64.to(ember::kFloat32)).to_vector<float>();
+                          for (size_t i = 0; i < xs.size(); ++i) {
+                            EXPECT_EQ(got64[i], std::erf(xs[i])) << xs[i];
+                            const double x32 = static_cast<float>(xs[i]), want = std::erf(x32);
+                            EXPECT_LE(std::abs(got32[i] - want), 2.5e-7 * std::abs(want)) << xs[i];
+                            EXPECT_EQ(std::signbit(got32[i]), std::signbit(want)) << xs[i];
+                          }
+                          const float inf = std::numeric_limits<float>::infinity();
+                          const std::vector<float> special =
+                              ember::erf(ember::tensor<float>({inf, -inf, std::nanf("")})).to_vector<float>();
+                          EXPECT_EQ(special[0], 1.0F);
+                          EXPECT_EQ(special[1], -1.0F);
+                          EXPECT_TRUE(std::isnan(special[2]));
+                          // Integers compute in the default float dtype.
+                          EXPECT_EQ(ember::erf(ember::tensor<int64_t>({0, 1})).dtype(), ember::kFloat32);
+                        }}},
+            .gradchecks = {unary_gradcheck("erf", ember::erf)}},
       Entry{.name = "sqrt",
             .ops = {OpKind::kSqrt},
             .golden = {elementwise("sqrt", unary(ember::sqrt))},

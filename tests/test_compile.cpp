@@ -234,8 +234,8 @@ TEST(Compile, TheGraphIsPrintedAfterEveryPass) {
   const auto stages = f.graph_stages();
   std::vector<std::string> names;
   for (const auto& [name, text] : stages) names.push_back(name);
-  EXPECT_EQ(names, (std::vector<std::string>{"trace", "fold_constants", "simplify", "cse", "dce", "fuse_attention",
-                                             "fuse_epilogues", "fuse_elementwise", "plan_memory"}));
+  EXPECT_EQ(names, (std::vector<std::string>{"trace", "fold_constants", "simplify", "cse", "dce", "fuse_gelu",
+                                             "fuse_attention", "fuse_epilogues", "fuse_elementwise", "plan_memory"}));
   EXPECT_THAT(stages.front().second.dump(), HasSubstr("= mul("));
   EXPECT_THAT(stages.back().second.dump(), HasSubstr("fused(sigmoid, mul, add)"));
   EXPECT_THAT(stages.back().second.dot(), HasSubstr("digraph ember"));

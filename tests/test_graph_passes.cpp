@@ -3,6 +3,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <functional>
 #include <random>
 #include <sstream>
 
@@ -122,6 +124,54 @@ TEST(GraphPasses, EpilogueFusionFoldsBiasReluAndResidualIntoTheMatmul) {
   fuse_epilogues(u.graph, su);
   EXPECT_EQ(su.epilogues, 1);
   EXPECT_THAT(nodes(u.graph), ::testing::HasSubstr("gelu("));
+}
+
+// GELU as exporters write it: x * 0.5 * (1 + erf(x / sqrt(2))), in both association orders, with
+// scalars or with captured 0-d constants (an imported model's initializers), becomes one gelu.
+TEST(GraphPasses, GeluErfChainsBecomeOneGelu) {
+  const Tensor x = randn({4, 8});
+  const Tensor sqrt2 = scalar_tensor(std::sqrt(2.0), kFloat32), half = scalar_tensor(0.5, kFloat32),
+               one = scalar_tensor(1.0, kFloat32);
+  autograd::NoGradGuard no_grad;
+  const std::vector<std::function<Tensor()>> forms = {
+      [&] { return x * (erf(x / std::sqrt(2.0)) + 1.0) * 0.5; },
+      [&] { return (x * 0.5) * (1.0 + erf(x * (1.0 / std::sqrt(2.0)))); },
+      [&] { return (half * x) * (erf(x / sqrt2) + one); },
+  };
+  for (size_t i = 0; i < forms.size(); ++i) {
+    Trace t = trace_of({x}, forms[i]);
+    PassStats s;
+    fold_constants(t.graph, s);
+    fuse_gelu(t.graph, s);
+    EXPECT_EQ(s.gelus, 1) << "form " << i;
+    const std::string text = nodes(t.graph);
+    EXPECT_THAT(text, ::testing::MatchesRegex("%[0-9]+ = gelu\\(%0\\) float32\\[4, 8\\]\nreturn %[0-9]+\n")) << i;
+  }
+  // Compiled, the result is gelu's (to erf_f32's accuracy against the chain's own erf).
+  auto f = compile([](const Tensor& a) { return a * 0.5 * (erf(a / std::sqrt(2.0)) + 1.0); });
+  const Tensor got = f(x);
+  EXPECT_EQ(f.stats().gelus, 1);
+  EXPECT_LE((got - gelu(x)).abs().max().item<double>(), 1e-6);
+}
+
+TEST(GraphPasses, GeluErfChainsStayWhenAPartIsUsedOrTheConstantsDiffer) {
+  const Tensor x = randn({4, 8});
+  autograd::NoGradGuard no_grad;
+  // The erf is also returned: the chain is not the GELU alone.
+  Trace used = trace(std::vector<Tensor>{x}, [&] {
+    const Tensor e = erf(x / std::sqrt(2.0));
+    return std::vector<Tensor>{x * (e + 1.0) * 0.5, e};
+  });
+  // Not GELU: x / 1.5 inside, 0.25 outside.
+  Trace other = trace_of({x}, [&] { return x * (erf(x / 1.5) + 1.0) * 0.5; });
+  Trace quarter = trace_of({x}, [&] { return x * (erf(x / std::sqrt(2.0)) + 1.0) * 0.25; });
+  for (Trace* t : {&used, &other, &quarter}) {
+    PassStats s;
+    fold_constants(t->graph, s);
+    fuse_gelu(t->graph, s);
+    EXPECT_EQ(s.gelus, 0);
+    EXPECT_THAT(nodes(t->graph), ::testing::HasSubstr("erf("));
+  }
 }
 
 TEST(GraphPasses, ElementwiseFusionGroupsChainsAndKeepsOnlyTheirResults) {

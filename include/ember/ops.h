@@ -104,6 +104,7 @@ Tensor exp(const Tensor& x);
 Tensor log(const Tensor& x);
 Tensor log1p(const Tensor& x);
 Tensor expm1(const Tensor& x);
+Tensor erf(const Tensor& x);
 Tensor sqrt(const Tensor& x);
 Tensor rsqrt(const Tensor& x);
 Tensor square(const Tensor& x);

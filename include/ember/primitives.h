@@ -55,6 +55,7 @@ inline constexpr uint32_t kComparison = kElementwise | kBoolResult;
   X(Log, "log", kUnaryMath | kFloatResult, NoAttrs, 8)                          \
   X(Log1p, "log1p", kUnaryMath | kFloatResult, NoAttrs, 8)                      \
   X(Expm1, "expm1", kUnaryMath | kFloatResult, NoAttrs, 8)                      \
+  X(Erf, "erf", kUnaryMath | kFloatResult, NoAttrs, 16)                         \
   X(Sqrt, "sqrt", kUnaryMath | kFloatResult, NoAttrs, 1)                        \
   X(Rsqrt, "rsqrt", kUnaryMath | kFloatResult, NoAttrs, 2)                      \
   X(Square, "square", kUnaryMath, NoAttrs, 1)                                   \

@@ -233,6 +233,7 @@ class Tensor {
   Tensor log() const;
   Tensor log1p() const;
   Tensor expm1() const;
+  Tensor erf() const;
   Tensor sqrt() const;
   Tensor rsqrt() const;
   Tensor square() const;

@@ -49,7 +49,7 @@ class PyRef {
 // The ops bound both as ember.<name>(x, ...) and as the method x.<name>(...), listed once.
 // clang-format off
 #define EMBER_PYTHON_UNARY_OPS(X) \
-  X(neg) X(abs) X(sign) X(exp) X(log) X(log1p) X(expm1) X(sqrt) X(rsqrt) X(square) X(sin) X(cos) \
+  X(neg) X(abs) X(sign) X(exp) X(log) X(log1p) X(expm1) X(erf) X(sqrt) X(rsqrt) X(square) X(sin) X(cos) \
   X(tanh) X(sigmoid) X(relu) X(silu) X(isnan) X(isinf) X(logical_not)
 #define EMBER_PYTHON_BINARY_OPS(X) X(add) X(sub) X(mul) X(div) X(pow) X(eq) X(ne) X(lt) X(le) X(gt) X(ge)
 // Reductions over `dim` (an int, a sequence of ints, or None for every dimension) with `keepdim`.

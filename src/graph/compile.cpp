@@ -84,6 +84,7 @@ constexpr Pass kPasses[] = {
     {"simplify", graph::simplify, false},
     {"cse", graph::cse, false},
     {"dce", graph::dce, false},
+    {"fuse_gelu", graph::fuse_gelu, true},
     {"fuse_attention", graph::fuse_attention, true},
     {"fuse_epilogues", graph::fuse_epilogues, true},
     {"fuse_elementwise", graph::fuse_elementwise, true},
@@ -183,6 +184,7 @@ struct CompiledCore::Impl {
     stats.dead = ps.dead;
     stats.epilogues = ps.epilogues;
     stats.attention = ps.attention;
+    stats.gelus = ps.gelus;
     stats.fused_groups = ps.fused_groups;
     stats.fused_kernels = ps.fused_nodes;
     stats.in_place = ps.in_place;
@@ -335,6 +337,7 @@ std::string CompiledCore::explain() const {
       << "  simplification: " << s.simplified << " kernels\n"
       << "  common subexpressions: " << s.cse << " kernels\n"
       << "  dead code: " << s.dead << " kernels\n"
+      << "  GELU patterns: " << s.gelus << " -> gelu\n"
       << "  attention patterns: " << s.attention << " -> scaled_dot_product_attention\n"
       << "  GEMM epilogues: " << s.epilogues << " kernels folded into matmuls\n"
       << "  elementwise fusion: " << s.fused_kernels << " kernels in " << s.fused_groups << " groups\n"

@@ -391,6 +391,21 @@ double constant_value(const Graph& g, const View& v) {
   return g.buffers[v.buffer].kind == BufferKind::kConstant ? stored_value(g, v) : NAN;
 }
 
+// The value of a one-element operand known when compiling: a constant, or a captured tensor the graph
+// never writes (an imported model's initializer), which is then checked for writes before each call
+// as folded constants are. NaN otherwise.
+double known_value(Graph& g, const View& v, const std::vector<int>& writers) {
+  const double value = constant_value(g, v);
+  if (!std::isnan(value) || writers[v.buffer] != 0 || g.buffers[v.buffer].kind != BufferKind::kState) return value;
+  const double captured = stored_value(g, v);
+  if (!std::isnan(captured)) {
+    Buffer& b = g.buffers[v.buffer];
+    b.guard_version = true;
+    b.version = b.storage->version();
+  }
+  return captured;
+}
+
 // The view seen with 4 dims (leading size-1 dims added).
 View as_4d(const View& v) {
   View r = v;
@@ -451,18 +466,7 @@ void fuse_attention(Graph& g, PassStats& stats) {
         (g.nodes[at].op == OpKind::kMul || g.nodes[at].op == OpKind::kDiv)) {
       const Node& n = g.nodes[at];
       const View* c = other_input(n);
-      double value = c != nullptr ? constant_value(g, *c) : NAN;
-      // A captured scalar the graph never writes (an imported model's constant) counts too, checked
-      // for writes before each call as folded constants are.
-      if (c != nullptr && std::isnan(value) && writers[c->buffer] == 0 &&
-          g.buffers[c->buffer].kind == BufferKind::kState) {
-        value = stored_value(g, *c);
-        if (!std::isnan(value)) {
-          Buffer& cb = g.buffers[c->buffer];
-          cb.guard_version = true;
-          cb.version = cb.storage->version();
-        }
-      }
+      const double value = c != nullptr ? known_value(g, *c, writers) : NAN;
       if (!std::isnan(value) && value != 0 && (n.op == OpKind::kMul || n.inputs[0].buffer == cur)) {
         scale = n.op == OpKind::kMul ? value : 1.0 / value;
         advance(at);
@@ -609,6 +613,91 @@ void fuse_attention(Graph& g, PassStats& stats) {
     for (size_t n : chain) drop[n] = true;
     g.nodes[at] = std::move(sdpa);
     ++stats.attention;
+  }
+  erase_marked(g, drop);
+}
+
+// --- GELU ----------------------------------------------------------------------------------------
+
+void fuse_gelu(Graph& g, PassStats& stats) {
+  const std::vector<int> writers = count_writers(g);
+  const auto readers = readers_of(g);
+  std::vector<bool> drop(g.nodes.size(), false);
+  // Is node i a kernel of `op` (not yet taken by another chain) whose results are temporaries?
+  auto link = [&](int i, OpKind op) {
+    return i >= 0 && !drop[i] && is_kernel(g.nodes[i]) && g.nodes[i].op == op && g.nodes[i].inputs.size() <= 2 &&
+           fresh_outputs(g, g.nodes[i], writers);
+  };
+  auto near = [](double value, double target) { return std::abs(value - target) <= 1e-6 * std::abs(target); };
+  // For binary node n with an operand known to equal `value`: the other operand.
+  auto other_than = [&](const Node& n, double value) -> const View* {
+    if (n.inputs.size() != 2) return nullptr;
+    for (int k = 0; k < 2; ++k) {
+      if (near(known_value(g, n.inputs[k], writers), value)) return &n.inputs[1 - k];
+    }
+    return nullptr;
+  };
+  // The node that wrote buffer b, when one kernel alone did.
+  std::vector<int> writer_of(g.buffers.size(), -1);
+  for (size_t i = 0; i < g.nodes.size(); ++i)
+    for_each_write(g.nodes[i], [&](const View& v) { writer_of[v.buffer] = static_cast<int>(i); });
+  auto reader = [&](const Node& n) { return only_reader(readers, n.outputs[0].buffer, g.nodes.size()); };
+  for (size_t e = 0; e < g.nodes.size(); ++e) {
+    const Node& erf_node = g.nodes[e];
+    if (!link(static_cast<int>(e), OpKind::kErf)) continue;
+    // x / sqrt(2) or x * (1 / sqrt(2)), read only by the erf_node.
+    const int p = writer_of[erf_node.inputs[0].buffer];
+    const View* x = nullptr;
+    if (link(p, OpKind::kDiv) && reader(g.nodes[p]) == static_cast<int>(e) &&
+        near(known_value(g, g.nodes[p].inputs[1], writers), std::sqrt(2.0))) {
+      x = &g.nodes[p].inputs[0];
+    } else if (link(p, OpKind::kMul) && reader(g.nodes[p]) == static_cast<int>(e)) {
+      x = other_than(g.nodes[p], 1.0 / std::sqrt(2.0));
+    }
+    if (x == nullptr || !is_floating(x->dtype)) continue;
+    // 1 + erf, then times x and 0.5 in either order: (x * (1 + erf)) * 0.5 or (0.5 * x) * (1 + erf).
+    const int a = reader(erf_node);
+    if (!link(a, OpKind::kAdd) || other_than(g.nodes[a], 1.0) == nullptr ||
+        *other_than(g.nodes[a], 1.0) != erf_node.outputs[0])
+      continue;
+    const int m = reader(g.nodes[a]);
+    if (m < 0 || !is_kernel(g.nodes[m]) || g.nodes[m].op != OpKind::kMul || g.nodes[m].inputs.size() != 2) continue;
+    const Node& product = g.nodes[m];
+    const View& other = product.inputs[0] == g.nodes[a].outputs[0] ? product.inputs[1] : product.inputs[0];
+    std::vector<int> chain{p, static_cast<int>(e), a};
+    int last = -1;
+    if (other == *x && fresh_outputs(g, product, writers)) {
+      const int h = reader(product);
+      if (h >= 0 && is_kernel(g.nodes[h]) && g.nodes[h].op == OpKind::kMul && other_than(g.nodes[h], 0.5) != nullptr &&
+          *other_than(g.nodes[h], 0.5) == product.outputs[0] && fresh_outputs(g, g.nodes[h], writers, true)) {
+        chain.push_back(m);
+        last = h;
+      }
+    } else if (const int q = writer_of[other.buffer];
+               link(q, OpKind::kMul) && reader(g.nodes[q]) == m && other_than(g.nodes[q], 0.5) != nullptr &&
+               *other_than(g.nodes[q], 0.5) == *x && fresh_outputs(g, product, writers, true)) {
+      chain.push_back(q);
+      last = m;
+    }
+    if (last < 0) continue;
+    const View& out = g.nodes[last].outputs[0];
+    if (out.shape != x->shape || out.dtype != x->dtype) continue;
+    // x is read at the end of the chain now: nothing in between may write it.
+    const int first = *std::min_element(chain.begin(), chain.end());
+    bool clear = true;
+    for (int n = first + 1; n < last && clear; ++n) {
+      for_each_write(g.nodes[n], [&](const View& w) { clear = clear && w.buffer != x->buffer; });
+    }
+    if (!clear) continue;
+    Node gelu;
+    gelu.op = OpKind::kGeluErf;
+    gelu.attrs = NoAttrs{};
+    gelu.phase = g.nodes[last].phase;
+    gelu.inputs = {*x};
+    gelu.outputs = {out};
+    for (int n : chain) drop[n] = true;
+    g.nodes[last] = std::move(gelu);
+    ++stats.gelus;
   }
   erase_marked(g, drop);
 }

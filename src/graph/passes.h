@@ -7,6 +7,8 @@
 //   cse              a kernel repeating an earlier one (same op, attributes and operands, none
 //                    written in between) reuses its result;
 //   dce              kernels whose results nothing reads are dropped;
+//   fuse_gelu        x * 0.5 * (1 + erf(x / sqrt(2))), as exported models write GELU, becomes one
+//                    gelu kernel (the erf chain's five passes over x become one);
 //   fuse_attention   softmax(scale * q @ k^T [masked]) @ v becomes one scaled_dot_product_attention
 //                    (the flash kernel: no (L, S) matrix), the mask a causal flag when it is one;
 //   fuse_epilogues   matmul followed by a bias add, a ReLU and a residual add becomes one matmul
@@ -33,6 +35,7 @@ struct PassStats {
   int dead = 0;
   int epilogues = 0;
   int attention = 0;
+  int gelus = 0;
   int fused_groups = 0;
   int fused_nodes = 0;
   int in_place = 0;
@@ -42,6 +45,7 @@ void fold_constants(Graph& g, PassStats& stats);
 void simplify(Graph& g, PassStats& stats);
 void cse(Graph& g, PassStats& stats);
 void dce(Graph& g, PassStats& stats);
+void fuse_gelu(Graph& g, PassStats& stats);
 void fuse_attention(Graph& g, PassStats& stats);
 void fuse_epilogues(Graph& g, PassStats& stats);
 void fuse_elementwise(Graph& g, PassStats& stats);

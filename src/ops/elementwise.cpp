@@ -406,6 +406,7 @@ Tensor unary_saving_output(OpKind op, const Tensor& x_arg, Backward backward) {
 
 constexpr double kSqrt2OverPi = 0.79788456080286535588;  // sqrt(2 / pi)
 constexpr double kInvSqrt2Pi = 0.39894228040143267794;   // 1 / sqrt(2 pi)
+constexpr double k2OverSqrtPi = 1.12837916709551257390;  // 2 / sqrt(pi)
 constexpr double kGeluTanhCoefficient = 0.044715;
 
 }  // namespace
@@ -437,6 +438,11 @@ Tensor log1p(const Tensor& x) {
 }
 Tensor expm1(const Tensor& x) {  // d/dx = exp(x) = y + 1
   return unary_saving_output(OpKind::kExpm1, x, [](const Tensor& g, const Tensor& y) { return mul(g, add(y, 1)); });
+}
+Tensor erf(const Tensor& x) {  // d/dx = 2 / sqrt(pi) * exp(-x^2)
+  return unary_saving_input(OpKind::kErf, x, [](const Tensor& g, const Tensor& in) {
+    return mul(g, mul(exp(neg(square(in))), k2OverSqrtPi));
+  });
 }
 Tensor sqrt(const Tensor& x) {  // d/dx = 1 / (2 sqrt(x))
   return unary_saving_output(OpKind::kSqrt, x, [](const Tensor& g, const Tensor& y) { return div(g, mul(y, 2)); });
@@ -543,8 +549,8 @@ Tensor gelu(const Tensor& x, std::string_view approximate) {
       return mul(g, slope);
     });
   }
-  // y = x Phi(x): dy/dx = Phi(x) + x phi(x). ember has no erf op, so the decomposition takes Phi
-  // from the saved output as y / x (exact to the kernel's accuracy), with Phi(0) = 1/2.
+  // y = x Phi(x): dy/dx = Phi(x) + x phi(x). The decomposition takes Phi from the saved output as
+  // y / x (exact to the kernel's accuracy), with Phi(0) = 1/2.
   Tensor out = unary_op(OpKind::kGeluErf, x);
   if (needs_grad(x)) {
     autograd::record(OpKind::kGeluErf, {}, out, {&x},

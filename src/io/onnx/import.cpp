@@ -2,7 +2,6 @@
 // constants determine, recognizing GELU's erf form, and running the graph through the op table.
 #include <algorithm>
 #include <cmath>
-#include <deque>
 #include <filesystem>
 #include <fstream>
 #include <iomanip>
@@ -165,8 +164,7 @@ ModelInfo inspect(const std::string& path) { return info_of(onnx_format::parse_m
 // --- the model -----------------------------------------------------------------------------------------
 
 struct Model::Impl {
-  ::onnx::ModelProto proto;                 // the nodes (initializers are dropped once read)
-  std::deque<::onnx::NodeProto> rewritten;  // nodes the importer made (fused GELUs)
+  ::onnx::ModelProto proto;  // the nodes (initializers are dropped once read)
   std::string base_dir;
   std::string what;
   ModelInfo info;
@@ -182,7 +180,6 @@ struct Model::Impl {
   std::vector<Step> steps;
   std::vector<int> input_slots, output_slots;
   std::vector<std::string> input_names, output_names;
-  int gelus = 0;
   int folded = 0;
   ember::detail::CompiledCore compiled;
 
@@ -287,8 +284,6 @@ void register_named(nn::Module& root, const std::string& name, const Tensor& ten
   leaf(root, flat);
 }
 
-bool near(double value, double target) { return std::abs(value - target) <= 1e-4 * std::abs(target); }
-
 }  // namespace
 
 Model::Model(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -329,8 +324,6 @@ class Builder {
     }
     impl_.initial.resize(slots_.size());
     fold_constants();
-    fuse_gelus();
-    drop_dead_steps();
     impl_.proto.mutable_graph()->clear_initializer();  // read into tensors; nodes stay
   }
 
@@ -400,101 +393,6 @@ class Builder {
         kept.push_back(step);
       }
     }
-    impl_.steps = std::move(kept);
-  }
-
-  // The constant value of slot `s`, when it holds one number.
-  std::optional<double> constant(int s) const {
-    if (s < 0 || !impl_.initial[s].is_static || impl_.initial[s].tensor.numel() != 1) return std::nullopt;
-    const dispatch::Unobserved host_side;
-    return impl_.initial[s].tensor.reshape({-1}).to(kFloat64).to_vector<double>()[0];
-  }
-
-  // gelu(x) exported as 0.5 * x * (1 + erf(x / sqrt(2))) (PyTorch before opset 20, Hugging Face's
-  // BERT): Erf's chain is replaced by one Gelu step, as onnxruntime's fusion does.
-  void fuse_gelus() {
-    auto& steps = impl_.steps;
-    std::unordered_map<int, int> producer;
-    std::unordered_map<int, int> uses;
-    for (size_t i = 0; i < steps.size(); ++i) {
-      for (int s : steps[i].out) {
-        if (s >= 0) producer[s] = static_cast<int>(i);
-      }
-      for (int s : steps[i].in) {
-        if (s >= 0) ++uses[s];
-      }
-    }
-    for (int s : impl_.output_slots) ++uses[s];
-    auto type = [&](int i) -> const std::string& { return steps[i].node->op_type(); };
-    // The step reading `s` when it is the only reader.
-    auto sole_reader = [&](int s) -> int {
-      if (uses[s] != 1) return -1;
-      for (size_t i = 0; i < steps.size(); ++i) {
-        if (std::find(steps[i].in.begin(), steps[i].in.end(), s) != steps[i].in.end()) return static_cast<int>(i);
-      }
-      return -1;
-    };
-    // For a binary step with a constant operand equal to `value`: the other operand's slot.
-    auto other_than_constant = [&](int i, double value) -> int {
-      const auto& in = steps[i].in;
-      if (in.size() != 2) return -1;
-      for (int k = 0; k < 2; ++k) {
-        if (auto c = constant(in[k]); c && near(*c, value)) return in[1 - k];
-      }
-      return -1;
-    };
-    for (size_t e = 0; e < steps.size(); ++e) {
-      if (type(static_cast<int>(e)) != "Erf" || steps[e].in.size() != 1) continue;
-      auto pre = producer.find(steps[e].in[0]);
-      if (pre == producer.end() || uses[steps[e].in[0]] != 1) continue;
-      int x = -1;
-      if (type(pre->second) == "Div") {
-        if (steps[pre->second].in.size() == 2 && constant(steps[pre->second].in[1]) &&
-            near(*constant(steps[pre->second].in[1]), std::sqrt(2.0))) {
-          x = steps[pre->second].in[0];
-        }
-      } else if (type(pre->second) == "Mul") {
-        x = other_than_constant(pre->second, 1.0 / std::sqrt(2.0));
-      }
-      if (x < 0 || steps[e].out.empty() || steps[e].out[0] < 0) continue;
-      const int add = sole_reader(steps[e].out[0]);
-      if (add < 0 || type(add) != "Add" || other_than_constant(add, 1.0) != steps[e].out[0]) continue;
-      const int mul = sole_reader(steps[add].out[0]);
-      if (mul < 0 || type(mul) != "Mul" || steps[mul].in.size() != 2) continue;
-      const int other = steps[mul].in[0] == steps[add].out[0] ? steps[mul].in[1] : steps[mul].in[0];
-      int last = -1;
-      if (other == x) {  // (x * (1 + erf)) * 0.5
-        const int half = sole_reader(steps[mul].out[0]);
-        if (half >= 0 && type(half) == "Mul" && other_than_constant(half, 0.5) == steps[mul].out[0]) last = half;
-      } else if (auto p = producer.find(other);
-                 p != producer.end() && type(p->second) == "Mul" && other_than_constant(p->second, 0.5) == x) {
-        last = mul;  // (0.5 * x) * (1 + erf)
-      }
-      if (last < 0) continue;
-      ::onnx::NodeProto& gelu = impl_.rewritten.emplace_back();
-      gelu.set_op_type("Gelu");
-      gelu.set_name(steps[e].node->name().empty() ? "gelu" : steps[e].node->name() + " (gelu)");
-      gelu.add_input(steps[pre->second].node->input(0));
-      gelu.add_output(steps[last].node->output(0));
-      steps[last] = Model::Impl::Step{&gelu, detail::find_op("", "Gelu"), {x}, {steps[last].out[0]}};
-      ++impl_.gelus;
-    }
-  }
-
-  // Steps none of whose outputs reach a graph output (the rest of a fused chain, unused branches).
-  void drop_dead_steps() {
-    std::vector<bool> live(slots_.size(), false);
-    for (int s : impl_.output_slots) live[s] = true;
-    std::vector<Model::Impl::Step> kept;
-    for (auto it = impl_.steps.rbegin(); it != impl_.steps.rend(); ++it) {
-      const bool needed = std::any_of(it->out.begin(), it->out.end(), [&](int s) { return s >= 0 && live[s]; });
-      if (!needed) continue;
-      for (int s : it->in) {
-        if (s >= 0) live[s] = true;
-      }
-      kept.push_back(*it);
-    }
-    std::reverse(kept.begin(), kept.end());
     impl_.steps = std::move(kept);
   }
 
@@ -573,7 +471,7 @@ GraphText Model::graph() const { return impl_->compiled.graph(); }
 std::string Model::explain() const {
   std::ostringstream out;
   out << "import: " << impl_->steps.size() << " steps from " << impl_->info.nodes << " nodes (" << impl_->folded
-      << " folded at load, " << impl_->gelus << " GELU chains fused)\n";
+      << " folded at load)\n";
   return out.str() + impl_->compiled.explain();
 }
 

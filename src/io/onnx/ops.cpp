@@ -158,19 +158,9 @@ Tensor isnan_(const Tensor& x) { return isnan(x); }
 Tensor reciprocal_(const Tensor& x) { return div(1.0, x); }
 Tensor identity_(const Tensor& x) { return x; }
 
-// erf(x) to 1.5e-7 (Abramowitz and Stegun 7.1.26), from ops autograd differentiates. GELU's erf
-// form is imported as ember's gelu instead (import.cpp), so this serves erf used on its own.
-Tensor erf_(const Tensor& x) {
-  const Tensor ax = ember::abs(x);
-  const Tensor t = div(1.0, add(mul(ax, 0.3275911), 1.0));
-  Tensor poly = add(mul(t, 1.061405429), -1.453152027);
-  poly = add(mul(poly, t), 1.421413741);
-  poly = add(mul(poly, t), -0.284496736);
-  poly = add(mul(poly, t), 0.254829592);
-  poly = mul(poly, t);
-  const Tensor y = rsub(mul(poly, ember::exp(neg(square(x)))), 1.0);
-  return mul(sign(x), y);
-}
+// GELU's erf form, x * 0.5 * (1 + erf(x / sqrt(2))), becomes one gelu in a compiled run (the graph
+// compiler's fuse_gelu pass).
+Tensor erf_(const Tensor& x) { return ember::erf(x); }
 
 // Floor and Ceil through a cast to int64 (truncation toward zero), corrected by one where it
 // rounded the wrong way; values of 2^52 and beyond, infinities and NaN are already integral.

@@ -139,6 +139,25 @@ V patched_log(D d, V x, V edge, const F& log_form) {
 EMBER_VECTOR_UNARY(Log, patched_log(d, x, hn::Zero(d), [](D dd, V v) { return hn::Log(dd, v); }))
 EMBER_VECTOR_UNARY(Log1p, patched_log(d, x, hn::Set(d, -1), [](D dd, V v) { return hn::Log1p(dd, v); }))
 
+// erf itself, to a relative error below 2.5e-7 everywhere: below |x| = 0.5, where 1 - erfc(|x|)
+// would lose the small result's digits (erf(1e-8) = 1.128e-8), the Taylor series x * P(x^2) to x^13
+// (the next term is below 1e-9 of the result); erf_f32 above. GELU keeps erf_f32 alone: it adds
+// 1 to erf, where only the absolute error counts.
+struct Erf {
+  template <class T>
+  static constexpr bool kVector = std::is_same_v<T, float>;  // double keeps std::erf's accuracy
+  template <class D, class V>
+  V operator()(D d, V x) const {
+    const V x2 = hn::Mul(x, x);
+    // 2/sqrt(pi) * (-1)^n / (n! (2n + 1)), n = 6 .. 0.
+    V p = hn::Set(d, 1.2055332981789664e-4f);
+    for (float c : {-8.5483270234508510e-4f, 5.2239776254421878e-3f, -2.6866170645131252e-2f, 1.1283791670955126e-1f,
+                    -3.7612638903183754e-1f, 1.1283791670955126f}) {
+      p = hn::MulAdd(p, x2, hn::Set(d, c));
+    }
+    return hn::IfThenElse(hn::Lt(hn::Abs(x), hn::Set(d, 0.5f)), hn::Mul(x, p), erf_f32(d, x));
+  }
+};
 struct GeluErf {
   template <class T>
   static constexpr bool kVector = std::is_same_v<T, float>;  // double keeps std::erf's accuracy

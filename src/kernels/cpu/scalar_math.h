@@ -35,6 +35,7 @@ C sigmoid(C x) {
 EMBER_UNARY(Neg, -x)
 EMBER_UNARY(Exp, std::exp(x))
 EMBER_UNARY(Expm1, std::expm1(x))
+EMBER_UNARY(Erf, std::erf(x))
 EMBER_UNARY(Log, std::log(x))
 EMBER_UNARY(Log1p, std::log1p(x))
 EMBER_UNARY(Sqrt, std::sqrt(x))
