@@ -6,6 +6,7 @@
 #include <cmath>
 #include <functional>
 #include <limits>
+#include <string_view>
 
 #include "golden.h"
 #include "test_util.h"
@@ -72,6 +73,118 @@ TEST(Elementwise, InPlaceMethodsMatchOutOfPlace) {
   check([&](Tensor& y) { y.masked_fill_(mask, 9); }, ember::masked_fill(x, mask, 9));
   check([](Tensor& y) { y -= 1.5; }, x - 1.5);
   check([](Tensor& y) { y /= 4; }, x / 4);
+}
+
+// The uniform families' API is generated from the op table (ember/op_list.h): every row's method,
+// in-place method and function must agree bit for bit, and an in-place op must pass the gradient
+// its function does.
+namespace {
+
+// The gradient of sum(op(x)) at x, through `apply` on a non-leaf copy of x.
+Tensor gradient_through(const Tensor& x, const std::function<Tensor(Tensor)>& apply) {
+  const Tensor leaf = x.detach().clone().requires_grad_();
+  apply(ember::mul(leaf, 1.0)).sum().backward();
+  return leaf.grad();
+}
+
+}  // namespace
+
+TEST(Elementwise, EveryUnaryRowHasItsMethodAndInPlaceForm) {
+  ember::manual_seed(11);
+  const Tensor x = ember::add(ember::rand({5, 7}), 0.25);  // in every op's domain (log, sqrt, rsqrt)
+#define EMBER_CHECK_UNARY_ROW(Kind, fn, ...)                                                           \
+  {                                                                                                    \
+    SCOPED_TRACE(#fn);                                                                                 \
+    const Tensor expected = ember::fn(x);                                                              \
+    EXPECT_TRUE(test_util::bitwise_equal(x.fn(), expected));                                           \
+    Tensor y = x.clone();                                                                              \
+    y.fn##_();                                                                                         \
+    EXPECT_TRUE(test_util::bitwise_equal(y, expected));                                                \
+    EXPECT_TRUE(test_util::bitwise_equal(gradient_through(x, [](Tensor t) { return t.fn##_(); }),      \
+                                         gradient_through(x, [](Tensor t) { return ember::fn(t); }))); \
+  }
+  EMBER_UNARY_MATH(EMBER_CHECK_UNARY_ROW)
+#undef EMBER_CHECK_UNARY_ROW
+#define EMBER_CHECK_PREDICATE_ROW(Kind, fn, ...)                 \
+  {                                                              \
+    SCOPED_TRACE(#fn);                                           \
+    EXPECT_TRUE(test_util::bitwise_equal(x.fn(), ember::fn(x))); \
+    EXPECT_EQ(ember::fn(x).dtype(), ember::kBool);               \
+  }
+  EMBER_UNARY_PREDICATES(EMBER_CHECK_PREDICATE_ROW)
+#undef EMBER_CHECK_PREDICATE_ROW
+}
+
+TEST(Elementwise, EveryBinaryRowHasItsMethodsAndInPlaceForms) {
+  ember::manual_seed(12);
+  const Tensor a = ember::add(ember::rand({4, 6}), 0.5);
+  const Tensor b = ember::add(ember::rand({6}), 0.5);  // broadcast along the rows
+  const Tensor mask_a = a > 1.0, mask_b = b > 1.0;
+#define EMBER_CHECK_BINARY_ROW(Kind, fn, ...)                                                                \
+  {                                                                                                          \
+    SCOPED_TRACE(#fn);                                                                                       \
+    const Tensor expected = ember::fn(a, b), expected_scalar = ember::fn(a, 0.75);                           \
+    EXPECT_TRUE(test_util::bitwise_equal(a.fn(b), expected));                                                \
+    EXPECT_TRUE(test_util::bitwise_equal(a.fn(0.75), expected_scalar));                                      \
+    Tensor y = a.clone();                                                                                    \
+    y.fn##_(b);                                                                                              \
+    EXPECT_TRUE(test_util::bitwise_equal(y, expected));                                                      \
+    y = a.clone();                                                                                           \
+    y.fn##_(0.75);                                                                                           \
+    EXPECT_TRUE(test_util::bitwise_equal(y, expected_scalar));                                               \
+    EXPECT_TRUE(test_util::bitwise_equal(gradient_through(a, [&](Tensor t) { return t.fn##_(b); }),          \
+                                         gradient_through(a, [&](Tensor t) { return ember::fn(t, b); })));   \
+    EXPECT_TRUE(test_util::bitwise_equal(gradient_through(a, [](Tensor t) { return t.fn##_(0.75); }),        \
+                                         gradient_through(a, [](Tensor t) { return ember::fn(t, 0.75); }))); \
+  }
+  EMBER_BINARY_ARITHMETIC(EMBER_CHECK_BINARY_ROW)
+#undef EMBER_CHECK_BINARY_ROW
+#define EMBER_CHECK_TENSOR_BINARY_ROW(Kind, fn, ...)                                                       \
+  {                                                                                                        \
+    SCOPED_TRACE(#fn);                                                                                     \
+    const Tensor expected = ember::fn(a, b);                                                               \
+    EXPECT_TRUE(test_util::bitwise_equal(a.fn(b), expected));                                              \
+    Tensor y = a.clone();                                                                                  \
+    y.fn##_(b);                                                                                            \
+    EXPECT_TRUE(test_util::bitwise_equal(y, expected));                                                    \
+    EXPECT_TRUE(test_util::bitwise_equal(gradient_through(a, [&](Tensor t) { return t.fn##_(b); }),        \
+                                         gradient_through(a, [&](Tensor t) { return ember::fn(t, b); }))); \
+  }
+  EMBER_BINARY_EXTREMA(EMBER_CHECK_TENSOR_BINARY_ROW)
+#undef EMBER_CHECK_TENSOR_BINARY_ROW
+#define EMBER_CHECK_RELATION_ROW(Kind, fn, ...)                      \
+  {                                                                  \
+    SCOPED_TRACE(#fn);                                               \
+    EXPECT_TRUE(test_util::bitwise_equal(a.fn(b), ember::fn(a, b))); \
+    EXPECT_TRUE(test_util::bitwise_equal(a.fn(1), ember::fn(a, 1))); \
+    EXPECT_EQ(ember::fn(a, 1).dtype(), ember::kBool);                \
+  }
+  EMBER_RELATIONS(EMBER_CHECK_RELATION_ROW)
+#undef EMBER_CHECK_RELATION_ROW
+#define EMBER_CHECK_LOGICAL_ROW(Kind, fn, ...)                                           \
+  {                                                                                      \
+    SCOPED_TRACE(#fn);                                                                   \
+    EXPECT_TRUE(test_util::bitwise_equal(mask_a.fn(mask_b), ember::fn(mask_a, mask_b))); \
+    EXPECT_EQ(ember::fn(mask_a, mask_b).dtype(), ember::kBool);                          \
+  }
+  EMBER_LOGICAL_BINARY(EMBER_CHECK_LOGICAL_ROW)
+#undef EMBER_CHECK_LOGICAL_ROW
+}
+
+TEST(Elementwise, EveryReductionRowHasItsMethods) {
+  ember::manual_seed(13);
+  const Tensor x = ember::rand({3, 4, 5});
+  const Tensor flags = x > 0.5;
+#define EMBER_CHECK_REDUCTION_ROW(Kind, fn, ...)                                                   \
+  {                                                                                                \
+    SCOPED_TRACE(#fn);                                                                             \
+    const Tensor t = std::string_view(#fn) == "all" || std::string_view(#fn) == "any" ? flags : x; \
+    EXPECT_TRUE(test_util::bitwise_equal(t.fn(), ember::fn(t)));                                   \
+    EXPECT_TRUE(test_util::bitwise_equal(t.fn({0, 2}, true), ember::fn(t, {0, 2}, true)));         \
+    EXPECT_EQ(t.fn({0, 2}, true).shape(), (ember::Shape{1, 4, 1}));                                \
+  }
+  EMBER_DIM_REDUCTIONS(EMBER_CHECK_REDUCTION_ROW)
+#undef EMBER_CHECK_REDUCTION_ROW
 }
 
 TEST(Elementwise, ScalarOnTheLeftAndTensorBounds) {

@@ -66,61 +66,32 @@ DType result_type(const Tensor& a, const Tensor& b);
 DType result_type(const Tensor& a, const Scalar& b);
 
 // --- elementwise ----------------------------------------------------------------------------------
-Tensor add(const Tensor& a, const Tensor& b);
-Tensor add(const Tensor& a, const Scalar& b);
-Tensor sub(const Tensor& a, const Tensor& b);
-Tensor sub(const Tensor& a, const Scalar& b);
+// One function per row of the op table's elementwise families (ember/op_list.h): neg(x), exp(x),
+// ..., isnan(x); add(a, b) and add(a, 2.0), ..., pow; minimum(a, b), maximum(a, b); eq(a, b) and
+// eq(a, 2.0), ..., ge; logical_and(a, b), logical_or(a, b).
+// Binary ops broadcast and promote as PyTorch; div is true division (integers give float32);
+// minimum and maximum propagate NaN.
+#define EMBER_DECLARE_UNARY(kind, fn, ...) Tensor fn(const Tensor& x);
+EMBER_UNARY_MATH(EMBER_DECLARE_UNARY)
+EMBER_UNARY_PREDICATES(EMBER_DECLARE_UNARY)
+#undef EMBER_DECLARE_UNARY
+#define EMBER_DECLARE_BINARY(kind, fn, ...) Tensor fn(const Tensor& a, const Tensor& b);
+EMBER_BINARY_MATH(EMBER_DECLARE_BINARY)
+EMBER_COMPARISONS(EMBER_DECLARE_BINARY)
+#undef EMBER_DECLARE_BINARY
+#define EMBER_DECLARE_SCALAR_BINARY(kind, fn, ...) Tensor fn(const Tensor& a, const Scalar& b);
+EMBER_BINARY_ARITHMETIC(EMBER_DECLARE_SCALAR_BINARY)
+EMBER_RELATIONS(EMBER_DECLARE_SCALAR_BINARY)
+#undef EMBER_DECLARE_SCALAR_BINARY
 Tensor rsub(const Tensor& a, const Scalar& b);  // b - a
-Tensor mul(const Tensor& a, const Tensor& b);
-Tensor mul(const Tensor& a, const Scalar& b);
-Tensor div(const Tensor& a, const Tensor& b);  // true division: integers give float32
-Tensor div(const Tensor& a, const Scalar& b);
 Tensor div(const Scalar& a, const Tensor& b);
-Tensor pow(const Tensor& a, const Tensor& b);
-Tensor pow(const Tensor& a, const Scalar& b);
 Tensor pow(const Scalar& a, const Tensor& b);
-Tensor minimum(const Tensor& a, const Tensor& b);  // propagates NaN
-Tensor maximum(const Tensor& a, const Tensor& b);  // propagates NaN
-Tensor eq(const Tensor& a, const Tensor& b);
-Tensor eq(const Tensor& a, const Scalar& b);
-Tensor ne(const Tensor& a, const Tensor& b);
-Tensor ne(const Tensor& a, const Scalar& b);
-Tensor lt(const Tensor& a, const Tensor& b);
-Tensor lt(const Tensor& a, const Scalar& b);
-Tensor le(const Tensor& a, const Tensor& b);
-Tensor le(const Tensor& a, const Scalar& b);
-Tensor gt(const Tensor& a, const Tensor& b);
-Tensor gt(const Tensor& a, const Scalar& b);
-Tensor ge(const Tensor& a, const Tensor& b);
-Tensor ge(const Tensor& a, const Scalar& b);
-Tensor logical_and(const Tensor& a, const Tensor& b);
-Tensor logical_or(const Tensor& a, const Tensor& b);
-Tensor logical_not(const Tensor& x);
 
-Tensor neg(const Tensor& x);
-Tensor abs(const Tensor& x);
-Tensor sign(const Tensor& x);
-Tensor exp(const Tensor& x);
-Tensor log(const Tensor& x);
-Tensor log1p(const Tensor& x);
-Tensor expm1(const Tensor& x);
-Tensor erf(const Tensor& x);
-Tensor sqrt(const Tensor& x);
-Tensor rsqrt(const Tensor& x);
-Tensor square(const Tensor& x);
-Tensor sin(const Tensor& x);
-Tensor cos(const Tensor& x);
-Tensor tanh(const Tensor& x);
-Tensor sigmoid(const Tensor& x);
-Tensor relu(const Tensor& x);
 // approximate: "none" (erf form) or "tanh".
 Tensor gelu(const Tensor& x, std::string_view approximate = "none");
-Tensor silu(const Tensor& x);
 // PyTorch's softplus: log(1 + exp(beta x)) / beta, and x where beta x > threshold (where the two
 // agree to float precision); the gradient is sigmoid(beta x), 1 above the threshold.
 Tensor softplus(const Tensor& x, double beta = 1.0, double threshold = 20.0);
-Tensor isnan(const Tensor& x);
-Tensor isinf(const Tensor& x);
 Tensor clamp(const Tensor& x, std::optional<Scalar> min, std::optional<Scalar> max);
 Tensor clamp(const Tensor& x, const std::optional<Tensor>& min, const std::optional<Tensor>& max);
 Tensor where(const Tensor& condition, const Tensor& a, const Tensor& b);
@@ -136,18 +107,15 @@ Tensor& mul_out(Tensor& out, const Tensor& a, const Tensor& b);
 Tensor& div_out(Tensor& out, const Tensor& a, const Tensor& b);
 
 // --- reductions (empty `dims` reduces every dim) ------------------------------------------------
-Tensor sum(const Tensor& x, const Axes& dims = {}, bool keepdim = false);
-Tensor mean(const Tensor& x, const Axes& dims = {}, bool keepdim = false);
-Tensor prod(const Tensor& x, const Axes& dims = {}, bool keepdim = false);
-Tensor amax(const Tensor& x, const Axes& dims = {}, bool keepdim = false);
-Tensor amin(const Tensor& x, const Axes& dims = {}, bool keepdim = false);
+// sum, prod, amax, amin, all, any, mean: one function per row of EMBER_DIM_REDUCTIONS.
+#define EMBER_DECLARE_REDUCTION(kind, fn, ...) Tensor fn(const Tensor& x, const Axes& dims = {}, bool keepdim = false);
+EMBER_DIM_REDUCTIONS(EMBER_DECLARE_REDUCTION)
+#undef EMBER_DECLARE_REDUCTION
 Tensor argmax(const Tensor& x, std::optional<int64_t> dim = std::nullopt, bool keepdim = false);
 Tensor argmin(const Tensor& x, std::optional<int64_t> dim = std::nullopt, bool keepdim = false);
 Tensor var(const Tensor& x, const Axes& dims = {}, int64_t correction = 1, bool keepdim = false);
 Tensor std(const Tensor& x, const Axes& dims = {}, int64_t correction = 1, bool keepdim = false);
 Tensor logsumexp(const Tensor& x, const Axes& dims, bool keepdim = false);
-Tensor all(const Tensor& x, const Axes& dims = {}, bool keepdim = false);
-Tensor any(const Tensor& x, const Axes& dims = {}, bool keepdim = false);
 // p-norm over dims: p = 2, 1, any positive p, or infinity (max |x|).
 Tensor norm(const Tensor& x, double p = 2.0, const Axes& dims = {}, bool keepdim = false);
 Tensor softmax(const Tensor& x, int64_t dim);

@@ -16,6 +16,7 @@
 #include "ember/dtype.h"
 #include "ember/error.h"
 #include "ember/handle.h"
+#include "ember/op_list.h"
 #include "ember/scalar.h"
 #include "ember/shape.h"
 
@@ -199,92 +200,53 @@ class Tensor {
   Tensor& zero_();
 
   // --- ops as methods (see ember/ops.h) -----------------------------------------------------------
-  Tensor add(const Tensor& o) const;
-  Tensor add(const Scalar& o) const;
-  Tensor sub(const Tensor& o) const;
-  Tensor sub(const Scalar& o) const;
-  Tensor mul(const Tensor& o) const;
-  Tensor mul(const Scalar& o) const;
-  Tensor div(const Tensor& o) const;
-  Tensor div(const Scalar& o) const;
-  Tensor pow(const Tensor& o) const;
-  Tensor pow(const Scalar& o) const;
-  Tensor minimum(const Tensor& o) const;
-  Tensor maximum(const Tensor& o) const;
-  Tensor eq(const Tensor& o) const;
-  Tensor eq(const Scalar& o) const;
-  Tensor ne(const Tensor& o) const;
-  Tensor ne(const Scalar& o) const;
-  Tensor lt(const Tensor& o) const;
-  Tensor lt(const Scalar& o) const;
-  Tensor le(const Tensor& o) const;
-  Tensor le(const Scalar& o) const;
-  Tensor gt(const Tensor& o) const;
-  Tensor gt(const Scalar& o) const;
-  Tensor ge(const Tensor& o) const;
-  Tensor ge(const Scalar& o) const;
-  Tensor logical_and(const Tensor& o) const;
-  Tensor logical_or(const Tensor& o) const;
-  Tensor logical_not() const;
-  Tensor neg() const;
-  Tensor abs() const;
-  Tensor sign() const;
-  Tensor exp() const;
-  Tensor log() const;
-  Tensor log1p() const;
-  Tensor expm1() const;
-  Tensor erf() const;
-  Tensor sqrt() const;
-  Tensor rsqrt() const;
-  Tensor square() const;
-  Tensor sin() const;
-  Tensor cos() const;
-  Tensor tanh() const;
-  Tensor sigmoid() const;
-  Tensor relu() const;
+  // One set per row of the op table's uniform families (ember/op_list.h): x.neg(), x.neg_(),
+  // x.add(y), x.add(2.0), x.add_(y), x.eq(y), x.sum(), x.sum({0}, true), ...
+#define EMBER_DECLARE_UNARY_METHODS(kind, fn, ...) \
+  Tensor fn() const;                               \
+  Tensor& fn##_();
+  EMBER_UNARY_MATH(EMBER_DECLARE_UNARY_METHODS)
+#undef EMBER_DECLARE_UNARY_METHODS
+#define EMBER_DECLARE_PREDICATE_METHOD(kind, fn, ...) Tensor fn() const;
+  EMBER_UNARY_PREDICATES(EMBER_DECLARE_PREDICATE_METHOD)
+#undef EMBER_DECLARE_PREDICATE_METHOD
+#define EMBER_DECLARE_BINARY_METHODS(kind, fn, ...) \
+  Tensor fn(const Tensor& o) const;                 \
+  Tensor& fn##_(const Tensor& o);
+  EMBER_BINARY_MATH(EMBER_DECLARE_BINARY_METHODS)
+#undef EMBER_DECLARE_BINARY_METHODS
+#define EMBER_DECLARE_SCALAR_BINARY_METHODS(kind, fn, ...) \
+  Tensor fn(const Scalar& o) const;                        \
+  Tensor& fn##_(const Scalar& o);
+  EMBER_BINARY_ARITHMETIC(EMBER_DECLARE_SCALAR_BINARY_METHODS)
+#undef EMBER_DECLARE_SCALAR_BINARY_METHODS
+#define EMBER_DECLARE_COMPARISON_METHOD(kind, fn, ...) Tensor fn(const Tensor& o) const;
+  EMBER_COMPARISONS(EMBER_DECLARE_COMPARISON_METHOD)
+#undef EMBER_DECLARE_COMPARISON_METHOD
+#define EMBER_DECLARE_SCALAR_COMPARISON_METHOD(kind, fn, ...) Tensor fn(const Scalar& o) const;
+  EMBER_RELATIONS(EMBER_DECLARE_SCALAR_COMPARISON_METHOD)
+#undef EMBER_DECLARE_SCALAR_COMPARISON_METHOD
+#define EMBER_DECLARE_REDUCTION_METHODS(kind, fn, ...) \
+  Tensor fn() const;                                   \
+  Tensor fn(const Axes& dims, bool keepdim = false) const;
+  EMBER_DIM_REDUCTIONS(EMBER_DECLARE_REDUCTION_METHODS)
+#undef EMBER_DECLARE_REDUCTION_METHODS
+
   Tensor gelu(std::string_view approximate = "none") const;
-  Tensor silu() const;
-  Tensor isnan() const;
-  Tensor isinf() const;
   Tensor clamp(std::optional<Scalar> min, std::optional<Scalar> max) const;
   Tensor masked_fill(const Tensor& mask, const Scalar& value) const;
-
-  Tensor& add_(const Tensor& o);
-  Tensor& add_(const Scalar& o);
-  Tensor& sub_(const Tensor& o);
-  Tensor& sub_(const Scalar& o);
-  Tensor& mul_(const Tensor& o);
-  Tensor& mul_(const Scalar& o);
-  Tensor& div_(const Tensor& o);
-  Tensor& div_(const Scalar& o);
-  Tensor& pow_(const Scalar& o);
-  Tensor& neg_();
-  Tensor& exp_();
-  Tensor& relu_();
-  Tensor& sigmoid_();
-  Tensor& tanh_();
   Tensor& clamp_(std::optional<Scalar> min, std::optional<Scalar> max);
   Tensor& masked_fill_(const Tensor& mask, const Scalar& value);
 
-  Tensor sum() const;
-  Tensor sum(const Axes& dims, bool keepdim = false) const;
-  Tensor mean() const;
-  Tensor mean(const Axes& dims, bool keepdim = false) const;
-  Tensor prod() const;
-  Tensor prod(const Axes& dims, bool keepdim = false) const;
-  Tensor max() const;
+  Tensor max() const;  // amax
   Tensor max(const Axes& dims, bool keepdim = false) const;
-  Tensor min() const;
+  Tensor min() const;  // amin
   Tensor min(const Axes& dims, bool keepdim = false) const;
   Tensor argmax(std::optional<int64_t> dim = std::nullopt, bool keepdim = false) const;
   Tensor argmin(std::optional<int64_t> dim = std::nullopt, bool keepdim = false) const;
   Tensor var(const Axes& dims = {}, int64_t correction = 1, bool keepdim = false) const;
   Tensor std(const Axes& dims = {}, int64_t correction = 1, bool keepdim = false) const;
   Tensor logsumexp(const Axes& dims, bool keepdim = false) const;
-  Tensor all() const;
-  Tensor all(const Axes& dims, bool keepdim = false) const;
-  Tensor any() const;
-  Tensor any(const Axes& dims, bool keepdim = false) const;
   Tensor norm(double p = 2.0, const Axes& dims = {}, bool keepdim = false) const;
   Tensor softmax(int64_t dim) const;
   Tensor log_softmax(int64_t dim) const;

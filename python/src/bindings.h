@@ -46,15 +46,10 @@ class PyRef {
   std::shared_ptr<PyObject> object_;
 };
 
-// The ops bound both as ember.<name>(x, ...) and as the method x.<name>(...), listed once.
-// clang-format off
-#define EMBER_PYTHON_UNARY_OPS(X) \
-  X(neg) X(abs) X(sign) X(exp) X(log) X(log1p) X(expm1) X(erf) X(sqrt) X(rsqrt) X(square) X(sin) X(cos) \
-  X(tanh) X(sigmoid) X(relu) X(silu) X(isnan) X(isinf) X(logical_not)
-#define EMBER_PYTHON_BINARY_OPS(X) X(add) X(sub) X(mul) X(div) X(pow) X(eq) X(ne) X(lt) X(le) X(gt) X(ge)
-// Reductions over `dim` (an int, a sequence of ints, or None for every dimension) with `keepdim`.
-#define EMBER_PYTHON_REDUCTIONS(X) X(sum) X(mean) X(prod) X(amax) X(amin) X(all) X(any)
-// clang-format on
+// The ops bound both as ember.<name>(x, ...) and as the method x.<name>(...) are the op table's
+// uniform families (ember/op_list.h): EMBER_UNARY_MATH, EMBER_UNARY_PREDICATES, EMBER_BINARY_MATH,
+// EMBER_COMPARISONS and EMBER_DIM_REDUCTIONS (over `dim`: an int, a sequence of ints, or None for
+// every dimension, with `keepdim`).
 
 // The type slots every module class is bound with (its collector traversal: Note [Python modules and
 // the garbage collector] in nn.cpp), and what a module made from Python calls when it is destroyed.

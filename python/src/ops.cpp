@@ -89,20 +89,22 @@ void bind_ops(nb::module_& m) {
   m.def("result_type", nb::overload_cast<const Tensor&, const Scalar&>(&result_type), "tensor1"_a, "tensor2"_a);
 
   // --- elementwise ------------------------------------------------------------------------------
-#define EMBER_BIND_BINARY(name)                                                                         \
+#define EMBER_BIND_BINARY(kind, name, ...)                                                              \
   m.def(#name, nb::overload_cast<const Tensor&, const Tensor&>(&name), "input"_a, "other"_a, kRelease); \
   m.def(#name, nb::overload_cast<const Tensor&, const Scalar&>(&name), "input"_a, "other"_a, kRelease);
-  EMBER_PYTHON_BINARY_OPS(EMBER_BIND_BINARY)
+  EMBER_BINARY_ARITHMETIC(EMBER_BIND_BINARY)
+  EMBER_RELATIONS(EMBER_BIND_BINARY)
 #undef EMBER_BIND_BINARY
+#define EMBER_BIND_TENSOR_BINARY(kind, name, ...) m.def(#name, &name, "input"_a, "other"_a, kRelease);
+  EMBER_BINARY_EXTREMA(EMBER_BIND_TENSOR_BINARY)
+  EMBER_LOGICAL_BINARY(EMBER_BIND_TENSOR_BINARY)
+#undef EMBER_BIND_TENSOR_BINARY
   m.def("div", nb::overload_cast<const Scalar&, const Tensor&>(&div), "input"_a, "other"_a, kRelease);
   m.def("pow", nb::overload_cast<const Scalar&, const Tensor&>(&pow), "input"_a, "exponent"_a, kRelease);
   m.def("rsub", &rsub, "input"_a, "other"_a, kRelease);
-  m.def("minimum", &minimum, "input"_a, "other"_a, kRelease);
-  m.def("maximum", &maximum, "input"_a, "other"_a, kRelease);
-  m.def("logical_and", &logical_and, "input"_a, "other"_a, kRelease);
-  m.def("logical_or", &logical_or, "input"_a, "other"_a, kRelease);
-#define EMBER_BIND_UNARY(name) m.def(#name, &name, "input"_a, kRelease);
-  EMBER_PYTHON_UNARY_OPS(EMBER_BIND_UNARY)
+#define EMBER_BIND_UNARY(kind, name, ...) m.def(#name, &name, "input"_a, kRelease);
+  EMBER_UNARY_MATH(EMBER_BIND_UNARY)
+  EMBER_UNARY_PREDICATES(EMBER_BIND_UNARY)
 #undef EMBER_BIND_UNARY
   m.def("gelu", &gelu, "input"_a, "approximate"_a = "none", kRelease);
   m.def("softplus", &softplus, "input"_a, "beta"_a = 1.0, "threshold"_a = 20.0, kRelease);
@@ -119,12 +121,12 @@ void bind_ops(nb::module_& m) {
   m.def("masked_fill", &masked_fill, "input"_a, "mask"_a, "value"_a, kRelease);
 
   // --- reductions -------------------------------------------------------------------------------
-#define EMBER_BIND_REDUCTION(name)                                                                               \
+#define EMBER_BIND_REDUCTION(kind, name, ...)                                                                    \
   m.def(                                                                                                         \
       #name,                                                                                                     \
       [](const Tensor& x, std::optional<Axes> dim, bool keepdim) { return name(x, dims_or_all(dim), keepdim); }, \
       "input"_a, "dim"_a = nb::none(), "keepdim"_a = false, kRelease);
-  EMBER_PYTHON_REDUCTIONS(EMBER_BIND_REDUCTION)
+  EMBER_DIM_REDUCTIONS(EMBER_BIND_REDUCTION)
 #undef EMBER_BIND_REDUCTION
   m.def("argmax", &argmax, "input"_a, "dim"_a = nb::none(), "keepdim"_a = false, kRelease);
   m.def("argmin", &argmin, "input"_a, "dim"_a = nb::none(), "keepdim"_a = false, kRelease);

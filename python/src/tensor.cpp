@@ -219,9 +219,15 @@ void bind_tensor(nb::module_& m) {
           name, [](const Tensor& a, const Tensor& b) { return a.method(b); }, "other"_a, nb::call_guard<Release>()) \
       .def(                                                                                                         \
           name, [](const Tensor& a, const Scalar& b) { return a.method(b); }, "other"_a, nb::call_guard<Release>());
-#define EMBER_BIND_METHOD(name) EMBER_BIND_BINARY(#name, name)
-  EMBER_PYTHON_BINARY_OPS(EMBER_BIND_METHOD)
+#define EMBER_BIND_METHOD(kind, name, ...) EMBER_BIND_BINARY(#name, name)
+  EMBER_BINARY_ARITHMETIC(EMBER_BIND_METHOD)
+  EMBER_RELATIONS(EMBER_BIND_METHOD)
 #undef EMBER_BIND_METHOD
+#define EMBER_BIND_TENSOR_METHOD(kind, name, ...) \
+  tensor.def(#name, &Tensor::name, "other"_a, nb::call_guard<Release>());
+  EMBER_BINARY_EXTREMA(EMBER_BIND_TENSOR_METHOD)
+  EMBER_LOGICAL_BINARY(EMBER_BIND_TENSOR_METHOD)
+#undef EMBER_BIND_TENSOR_METHOD
   EMBER_BIND_BINARY("__add__", add)
   EMBER_BIND_BINARY("__sub__", sub)
   EMBER_BIND_BINARY("__mul__", mul)
@@ -250,10 +256,19 @@ void bind_tensor(nb::module_& m) {
             return a.method(b);                       \
           },                                          \
           "other"_a, nb::rv_policy::none);
-  EMBER_BIND_INPLACE("add_", add_)
-  EMBER_BIND_INPLACE("sub_", sub_)
-  EMBER_BIND_INPLACE("mul_", mul_)
-  EMBER_BIND_INPLACE("div_", div_)
+#define EMBER_BIND_INPLACE_METHOD(kind, name, ...) EMBER_BIND_INPLACE(#name "_", name##_)
+  EMBER_BINARY_ARITHMETIC(EMBER_BIND_INPLACE_METHOD)
+#undef EMBER_BIND_INPLACE_METHOD
+#define EMBER_BIND_INPLACE_TENSOR_METHOD(kind, name, ...) \
+  tensor.def(                                             \
+      #name "_",                                          \
+      [](Tensor& a, const Tensor& b) -> Tensor& {         \
+        const Release release;                            \
+        return a.name##_(b);                              \
+      },                                                  \
+      "other"_a, nb::rv_policy::none);
+  EMBER_BINARY_EXTREMA(EMBER_BIND_INPLACE_TENSOR_METHOD)
+#undef EMBER_BIND_INPLACE_TENSOR_METHOD
   EMBER_BIND_INPLACE("__iadd__", add_)
   EMBER_BIND_INPLACE("__isub__", sub_)
   EMBER_BIND_INPLACE("__imul__", mul_)
@@ -277,17 +292,6 @@ void bind_tensor(nb::module_& m) {
       .def("__invert__", &Tensor::logical_not, nb::call_guard<Release>())
       .def("__and__", &Tensor::logical_and, nb::call_guard<Release>())
       .def("__or__", &Tensor::logical_or, nb::call_guard<Release>())
-      .def(
-          "pow_",
-          [](Tensor& a, const Scalar& b) -> Tensor& {
-            const Release release;
-            return a.pow_(b);
-          },
-          nb::rv_policy::none)
-      .def("minimum", &Tensor::minimum, nb::call_guard<Release>())
-      .def("maximum", &Tensor::maximum, nb::call_guard<Release>())
-      .def("logical_and", &Tensor::logical_and, nb::call_guard<Release>())
-      .def("logical_or", &Tensor::logical_or, nb::call_guard<Release>())
       .def("matmul", &Tensor::matmul, nb::call_guard<Release>())
       .def("clamp", &Tensor::clamp, "min"_a = nb::none(), "max"_a = nb::none(), nb::call_guard<Release>())
       .def("clip", &Tensor::clamp, "min"_a = nb::none(), "max"_a = nb::none(), nb::call_guard<Release>())
@@ -308,32 +312,29 @@ void bind_tensor(nb::module_& m) {
           "mask"_a, "value"_a, nb::rv_policy::none)
       .def("gelu", &Tensor::gelu, "approximate"_a = "none", nb::call_guard<Release>());
 
-#define EMBER_BIND_UNARY(name) tensor.def(#name, &Tensor::name, nb::call_guard<Release>());
-  EMBER_PYTHON_UNARY_OPS(EMBER_BIND_UNARY)
+#define EMBER_BIND_UNARY(kind, name, ...) tensor.def(#name, &Tensor::name, nb::call_guard<Release>());
+  EMBER_UNARY_MATH(EMBER_BIND_UNARY)
+  EMBER_UNARY_PREDICATES(EMBER_BIND_UNARY)
 #undef EMBER_BIND_UNARY
-#define EMBER_BIND_UNARY_INPLACE(name) \
-  tensor.def(                          \
-      #name,                           \
-      [](Tensor& t) -> Tensor& {       \
-        const Release release;         \
-        return t.name();               \
-      },                               \
+#define EMBER_BIND_UNARY_INPLACE(kind, name, ...) \
+  tensor.def(                                     \
+      #name "_",                                  \
+      [](Tensor& t) -> Tensor& {                  \
+        const Release release;                    \
+        return t.name##_();                       \
+      },                                          \
       nb::rv_policy::none);
-  EMBER_BIND_UNARY_INPLACE(neg_)
-  EMBER_BIND_UNARY_INPLACE(exp_)
-  EMBER_BIND_UNARY_INPLACE(relu_)
-  EMBER_BIND_UNARY_INPLACE(sigmoid_)
-  EMBER_BIND_UNARY_INPLACE(tanh_)
+  EMBER_UNARY_MATH(EMBER_BIND_UNARY_INPLACE)
 #undef EMBER_BIND_UNARY_INPLACE
 
   // --- reductions -------------------------------------------------------------------------------
   // dim: an int, a sequence of ints, or None for every dimension (as in PyTorch).
-#define EMBER_BIND_REDUCTION(name)                                                                               \
+#define EMBER_BIND_REDUCTION(kind, name, ...)                                                                    \
   tensor.def(                                                                                                    \
       #name,                                                                                                     \
       [](const Tensor& t, std::optional<Axes> dim, bool keepdim) { return name(t, dims_or_all(dim), keepdim); }, \
       "dim"_a = nb::none(), "keepdim"_a = false, nb::call_guard<Release>());
-  EMBER_PYTHON_REDUCTIONS(EMBER_BIND_REDUCTION)
+  EMBER_DIM_REDUCTIONS(EMBER_BIND_REDUCTION)
 #undef EMBER_BIND_REDUCTION
   tensor
       .def(

@@ -1,6 +1,7 @@
 // Autocast's policy (ember/amp.h): which ops run in the lower precision and which in float32 while
-// an amp::Autocast guard is alive on this thread. The front-ends of the ops on either list pass
-// their tensor inputs through cast() first: this file is the one place the policy lives.
+// an amp::Autocast guard is alive on this thread. The policy is the kAmpLower/kAmpFloat32 trait of
+// each op's row (ember/op_list.h); the front-ends of the ops that have one pass their tensor inputs
+// through cast() first.
 #pragma once
 
 #include <optional>

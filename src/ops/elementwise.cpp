@@ -8,6 +8,7 @@
 #include "ops/elementwise.h"
 
 #include <cmath>
+#include <numbers>
 
 #include "autograd/function.h"
 #include "ember/ops.h"
@@ -307,33 +308,23 @@ Tensor extremum(OpKind op, const Tensor& a, const Tensor& b, Loses loses) {
   return out;
 }
 
+const auto kMinimumLoses = [](const Tensor& x, const Tensor& y) { return gt(x, y); };
+const auto kMaximumLoses = [](const Tensor& x, const Tensor& y) { return lt(x, y); };
+
 }  // namespace
 
-Tensor minimum(const Tensor& a, const Tensor& b) {
-  return extremum(OpKind::kMinimum, a, b, [](const Tensor& x, const Tensor& y) { return gt(x, y); });
-}
-Tensor maximum(const Tensor& a, const Tensor& b) {
-  return extremum(OpKind::kMaximum, a, b, [](const Tensor& x, const Tensor& y) { return lt(x, y); });
-}
+Tensor minimum(const Tensor& a, const Tensor& b) { return extremum(OpKind::kMinimum, a, b, kMinimumLoses); }
+Tensor maximum(const Tensor& a, const Tensor& b) { return extremum(OpKind::kMaximum, a, b, kMaximumLoses); }
 
 // Comparisons and logical ops give bool tensors: nothing to differentiate.
-#define EMBER_BINARY_FRONT(fn, Kind)                                                                               \
-  Tensor fn(const Tensor& a, const Tensor& b) { return binary_op(OpKind::k##Kind, {&a, nullptr}, {&b, nullptr}); } \
+#define EMBER_DEFINE_COMPARISON_FRONT(Kind, fn, ...) \
+  Tensor fn(const Tensor& a, const Tensor& b) { return binary_op(OpKind::k##Kind, {&a, nullptr}, {&b, nullptr}); }
+EMBER_COMPARISONS(EMBER_DEFINE_COMPARISON_FRONT)
+#undef EMBER_DEFINE_COMPARISON_FRONT
+#define EMBER_DEFINE_SCALAR_COMPARISON_FRONT(Kind, fn, ...) \
   Tensor fn(const Tensor& a, const Scalar& b) { return binary_op(OpKind::k##Kind, {&a, nullptr}, {nullptr, &b}); }
-EMBER_BINARY_FRONT(eq, Eq)
-EMBER_BINARY_FRONT(ne, Ne)
-EMBER_BINARY_FRONT(lt, Lt)
-EMBER_BINARY_FRONT(le, Le)
-EMBER_BINARY_FRONT(gt, Gt)
-EMBER_BINARY_FRONT(ge, Ge)
-#undef EMBER_BINARY_FRONT
-
-Tensor logical_and(const Tensor& a, const Tensor& b) {
-  return binary_op(OpKind::kLogicalAnd, {&a, nullptr}, {&b, nullptr});
-}
-Tensor logical_or(const Tensor& a, const Tensor& b) {
-  return binary_op(OpKind::kLogicalOr, {&a, nullptr}, {&b, nullptr});
-}
+EMBER_RELATIONS(EMBER_DEFINE_SCALAR_COMPARISON_FRONT)
+#undef EMBER_DEFINE_SCALAR_COMPARISON_FRONT
 
 // out= forms write into a caller's buffer, which autograd cannot track: they refuse to run when a
 // gradient would be needed.
@@ -373,123 +364,61 @@ Tensor& div_out(Tensor& out, const Tensor& a, const Tensor& b) {
 
 // --- unary --------------------------------------------------------------------------------------
 //
-// Each op saves only what its derivative needs: the input x, or the output y where the derivative
-// is cheapest in terms of it (exp, sqrt, tanh, sigmoid, ...).
+// Each op of EMBER_UNARY_MATH keeps only what its derivative needs (the saved column of its row):
+// the input x, or the output y where the derivative is cheapest in terms of it (exp, sqrt, tanh,
+// sigmoid, ...), or nothing.
 
 namespace {
 
-// y = op(x) with dx = backward(g, x).
-template <class Backward>
-Tensor unary_saving_input(OpKind op, const Tensor& x_arg, Backward backward) {
+enum class Keep { none, x, y };
+
+// y = op(x), whose backward is gradient(g, the kept value).
+template <class Gradient>
+Tensor unary_differentiable(OpKind op, const Tensor& x_arg, Keep keep, Gradient gradient) {
   const Tensor x = amp::cast(op, x_arg);
   Tensor out = unary_op(op, x);
   if (needs_grad(x)) {
-    autograd::record(op, {}, out, {&x}, [sx = SavedTensor(x), backward](const Tensor& g, GradMask) -> Grads {
-      return {backward(g, sx.get())};
-    });
+    const SavedTensor kept = keep == Keep::x ? SavedTensor(x) : keep == Keep::y ? SavedTensor(out) : SavedTensor();
+    autograd::record(op, {}, out, {&x},
+                     [kept, gradient](const Tensor& g, GradMask) -> Grads { return {gradient(g, kept.get())}; });
   }
   return out;
 }
 
-// y = op(x) with dx = backward(g, y).
-template <class Backward>
-Tensor unary_saving_output(OpKind op, const Tensor& x_arg, Backward backward) {
-  const Tensor x = amp::cast(op, x_arg);
-  Tensor out = unary_op(op, x);
-  if (needs_grad(x)) {
-    autograd::record(op, {}, out, {&x}, [so = SavedTensor(out), backward](const Tensor& g, GradMask) -> Grads {
-      return {backward(g, so.get())};
-    });
+// relu's gradient passes where the output is positive (none at 0): PyTorch's threshold_backward,
+// y <= 0 blocks (a NaN output passes). One fused pass (the ThresholdBackward primitive) unless this
+// backward is itself differentiated, the layout or dtype does not suit it, or the device has no
+// kernel for it; then the decomposition, which is also its reference.
+Tensor relu_backward(const Tensor& g, const Tensor& y) {
+  if (!needs_grad(g) && g.dtype() == y.dtype() &&
+      dispatch::has_kernel(OpKind::kThresholdBackward, g.device(), g.dtype()) && g.shape() == y.shape() &&
+      g.is_contiguous() && y.is_contiguous()) {
+    Tensor result = detail::make_empty(y.shape(), y.dtype(), y.device());
+    dispatch::run(OpKind::kThresholdBackward, {}, {&g, &y}, {&result});
+    return result;
   }
-  return out;
+  return where(le(y, 0), 0.0, g);
+}
+
+// d/dx [x s(x)] = s (1 + x (1 - s)), s = sigmoid(x).
+Tensor silu_backward(const Tensor& g, const Tensor& x) {
+  const Tensor s = sigmoid(x);
+  return mul(g, mul(s, add(mul(x, rsub(s, 1)), 1)));
 }
 
 constexpr double kSqrt2OverPi = 0.79788456080286535588;  // sqrt(2 / pi)
 constexpr double kInvSqrt2Pi = 0.39894228040143267794;   // 1 / sqrt(2 pi)
-constexpr double k2OverSqrtPi = 1.12837916709551257390;  // 2 / sqrt(pi)
 constexpr double kGeluTanhCoefficient = 0.044715;
 
 }  // namespace
 
-Tensor neg(const Tensor& x) {
-  Tensor out = unary_op(OpKind::kNeg, x);
-  if (needs_grad(x))
-    autograd::record(OpKind::kNeg, {}, out, {&x}, [](const Tensor& g, GradMask) -> Grads { return {neg(g)}; });
-  return out;
-}
-Tensor abs(const Tensor& x) {  // sign(0) = 0: no gradient at the kink, as PyTorch
-  return unary_saving_input(OpKind::kAbs, x, [](const Tensor& g, const Tensor& in) { return mul(g, sign(in)); });
-}
-Tensor sign(const Tensor& x) {  // piecewise constant: a zero gradient
-  Tensor out = unary_op(OpKind::kSign, x);
-  if (needs_grad(x)) {
-    autograd::record(OpKind::kSign, {}, out, {&x}, [](const Tensor& g, GradMask) -> Grads { return {zeros_like(g)}; });
+#define EMBER_DEFINE_UNARY_FRONT(Kind, fn, traits, attrs, flops, saved, gradient)                                \
+  Tensor fn(const Tensor& input) {                                                                               \
+    return unary_differentiable(OpKind::k##Kind, input, Keep::saved,                                             \
+                                [](const Tensor& g, [[maybe_unused]] const Tensor& saved) { return gradient; }); \
   }
-  return out;
-}
-Tensor exp(const Tensor& x) {
-  return unary_saving_output(OpKind::kExp, x, [](const Tensor& g, const Tensor& y) { return mul(g, y); });
-}
-Tensor log(const Tensor& x) {
-  return unary_saving_input(OpKind::kLog, x, [](const Tensor& g, const Tensor& in) { return div(g, in); });
-}
-Tensor log1p(const Tensor& x) {
-  return unary_saving_input(OpKind::kLog1p, x, [](const Tensor& g, const Tensor& in) { return div(g, add(in, 1)); });
-}
-Tensor expm1(const Tensor& x) {  // d/dx = exp(x) = y + 1
-  return unary_saving_output(OpKind::kExpm1, x, [](const Tensor& g, const Tensor& y) { return mul(g, add(y, 1)); });
-}
-Tensor erf(const Tensor& x) {  // d/dx = 2 / sqrt(pi) * exp(-x^2)
-  return unary_saving_input(OpKind::kErf, x, [](const Tensor& g, const Tensor& in) {
-    return mul(g, mul(exp(neg(square(in))), k2OverSqrtPi));
-  });
-}
-Tensor sqrt(const Tensor& x) {  // d/dx = 1 / (2 sqrt(x))
-  return unary_saving_output(OpKind::kSqrt, x, [](const Tensor& g, const Tensor& y) { return div(g, mul(y, 2)); });
-}
-Tensor rsqrt(const Tensor& x) {  // d/dx = -x^(-3/2) / 2 = -y^3 / 2
-  return unary_saving_output(OpKind::kRsqrt, x,
-                             [](const Tensor& g, const Tensor& y) { return mul(mul(g, mul(square(y), y)), -0.5); });
-}
-Tensor square(const Tensor& x) {
-  return unary_saving_input(OpKind::kSquare, x, [](const Tensor& g, const Tensor& in) { return mul(g, mul(in, 2)); });
-}
-Tensor sin(const Tensor& x) {
-  return unary_saving_input(OpKind::kSin, x, [](const Tensor& g, const Tensor& in) { return mul(g, cos(in)); });
-}
-Tensor cos(const Tensor& x) {
-  return unary_saving_input(OpKind::kCos, x, [](const Tensor& g, const Tensor& in) { return mul(g, neg(sin(in))); });
-}
-Tensor tanh(const Tensor& x) {  // d/dx = 1 - y^2
-  return unary_saving_output(OpKind::kTanh, x,
-                             [](const Tensor& g, const Tensor& y) { return mul(g, rsub(square(y), 1)); });
-}
-Tensor sigmoid(const Tensor& x) {  // d/dx = y (1 - y)
-  return unary_saving_output(OpKind::kSigmoid, x,
-                             [](const Tensor& g, const Tensor& y) { return mul(g, mul(y, rsub(y, 1))); });
-}
-Tensor relu(const Tensor& x) {  // the gradient passes where the output is positive (none at 0)
-  return unary_saving_output(OpKind::kRelu, x, [](const Tensor& g, const Tensor& y) {
-    // PyTorch's threshold_backward: y <= 0 blocks (a NaN output passes). One fused pass (the
-    // ThresholdBackward primitive) unless this backward is itself differentiated, the layout or
-    // dtype does not suit it, or the device has no kernel for it; then the decomposition, which is
-    // also its reference.
-    if (!needs_grad(g) && g.dtype() == y.dtype() &&
-        dispatch::has_kernel(OpKind::kThresholdBackward, g.device(), g.dtype()) && g.shape() == y.shape() &&
-        g.is_contiguous() && y.is_contiguous()) {
-      Tensor result = detail::make_empty(y.shape(), y.dtype(), y.device());
-      dispatch::run(OpKind::kThresholdBackward, {}, {&g, &y}, {&result});
-      return result;
-    }
-    return where(le(y, 0), 0.0, g);
-  });
-}
-Tensor silu(const Tensor& x) {  // d/dx [x s(x)] = s (1 + x (1 - s))
-  return unary_saving_input(OpKind::kSilu, x, [](const Tensor& g, const Tensor& in) {
-    const Tensor s = sigmoid(in);
-    return mul(g, mul(s, add(mul(in, rsub(s, 1)), 1)));
-  });
-}
+EMBER_UNARY_MATH(EMBER_DEFINE_UNARY_FRONT)
+#undef EMBER_DEFINE_UNARY_FRONT
 
 Tensor softplus(const Tensor& x_arg, double beta, double threshold) {
   const Tensor x = amp::cast(OpKind::kSoftplus, x_arg);
@@ -540,7 +469,7 @@ Tensor gelu(const Tensor& x, std::string_view approximate) {
   if (approximate == "tanh") {
     // y = x/2 (1 + t), t = tanh(u), u = sqrt(2/pi) (x + c x^3):
     // dy/dx = (1 + t)/2 + x/2 (1 - t^2) sqrt(2/pi) (1 + 3 c x^2).
-    return unary_saving_input(OpKind::kGeluTanh, x, [](const Tensor& g, const Tensor& in) {
+    return unary_differentiable(OpKind::kGeluTanh, x, Keep::x, [](const Tensor& g, const Tensor& in) {
       if (Tensor fused = fused_gelu_grad(g, in, Activation::kGeluTanh); fused.defined()) return fused;
       const Tensor in2 = square(in);
       const Tensor t = tanh(mul(mul(in, add(mul(in2, kGeluTanhCoefficient), 1)), kSqrt2OverPi));
@@ -565,12 +494,11 @@ Tensor gelu(const Tensor& x, std::string_view approximate) {
   return out;
 }
 
-#define EMBER_UNARY_FRONT(fn, Kind) \
+// Predicates give bool tensors: nothing to differentiate.
+#define EMBER_DEFINE_PREDICATE_FRONT(Kind, fn, ...) \
   Tensor fn(const Tensor& x) { return unary_op(OpKind::k##Kind, x); }
-EMBER_UNARY_FRONT(logical_not, LogicalNot)
-EMBER_UNARY_FRONT(isnan, IsNan)
-EMBER_UNARY_FRONT(isinf, IsInf)
-#undef EMBER_UNARY_FRONT
+EMBER_UNARY_PREDICATES(EMBER_DEFINE_PREDICATE_FRONT)
+#undef EMBER_DEFINE_PREDICATE_FRONT
 
 // --- where, clamp, masked_fill ------------------------------------------------------------------
 
@@ -720,7 +648,7 @@ Tensor masked_fill(const Tensor& x, const Tensor& mask, const Scalar& value) {
 // --- cost rules ----------------------------------------------------------------------------------
 
 void define_elementwise_ops(OpRuleTable& table) {
-#define EMBER_ELEMENTWISE_COST(kind, name, traits, attrs, flops) table.set_cost(OpKind::k##kind, cost::elementwise);
+#define EMBER_ELEMENTWISE_COST(kind, ...) table.set_cost(OpKind::k##kind, cost::elementwise);
   EMBER_UNARY_PRIMITIVES(EMBER_ELEMENTWISE_COST)
   EMBER_BINARY_PRIMITIVES(EMBER_ELEMENTWISE_COST)
 #undef EMBER_ELEMENTWISE_COST

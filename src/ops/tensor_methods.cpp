@@ -6,50 +6,27 @@
 
 namespace ember {
 
-#define EMBER_METHOD_BINARY(fn)                                            \
-  Tensor Tensor::fn(const Tensor& o) const { return ember::fn(*this, o); } \
-  Tensor Tensor::fn(const Scalar& o) const { return ember::fn(*this, o); }
-EMBER_METHOD_BINARY(add)
-EMBER_METHOD_BINARY(sub)
-EMBER_METHOD_BINARY(mul)
-EMBER_METHOD_BINARY(div)
-EMBER_METHOD_BINARY(pow)
-EMBER_METHOD_BINARY(eq)
-EMBER_METHOD_BINARY(ne)
-EMBER_METHOD_BINARY(lt)
-EMBER_METHOD_BINARY(le)
-EMBER_METHOD_BINARY(gt)
-EMBER_METHOD_BINARY(ge)
-#undef EMBER_METHOD_BINARY
-
-Tensor Tensor::minimum(const Tensor& o) const { return ember::minimum(*this, o); }
-Tensor Tensor::maximum(const Tensor& o) const { return ember::maximum(*this, o); }
-Tensor Tensor::logical_and(const Tensor& o) const { return ember::logical_and(*this, o); }
-Tensor Tensor::logical_or(const Tensor& o) const { return ember::logical_or(*this, o); }
-
-#define EMBER_METHOD_UNARY(fn) \
+// The uniform families' methods, one set per row of the op table (ember/op_list.h).
+#define EMBER_DEFINE_UNARY_METHOD(kind, fn, ...) \
   Tensor Tensor::fn() const { return ember::fn(*this); }
-EMBER_METHOD_UNARY(logical_not)
-EMBER_METHOD_UNARY(neg)
-EMBER_METHOD_UNARY(abs)
-EMBER_METHOD_UNARY(sign)
-EMBER_METHOD_UNARY(exp)
-EMBER_METHOD_UNARY(log)
-EMBER_METHOD_UNARY(log1p)
-EMBER_METHOD_UNARY(expm1)
-EMBER_METHOD_UNARY(erf)
-EMBER_METHOD_UNARY(sqrt)
-EMBER_METHOD_UNARY(rsqrt)
-EMBER_METHOD_UNARY(square)
-EMBER_METHOD_UNARY(sin)
-EMBER_METHOD_UNARY(cos)
-EMBER_METHOD_UNARY(tanh)
-EMBER_METHOD_UNARY(sigmoid)
-EMBER_METHOD_UNARY(relu)
-EMBER_METHOD_UNARY(silu)
-EMBER_METHOD_UNARY(isnan)
-EMBER_METHOD_UNARY(isinf)
-#undef EMBER_METHOD_UNARY
+EMBER_UNARY_MATH(EMBER_DEFINE_UNARY_METHOD)
+EMBER_UNARY_PREDICATES(EMBER_DEFINE_UNARY_METHOD)
+#undef EMBER_DEFINE_UNARY_METHOD
+#define EMBER_DEFINE_BINARY_METHOD(kind, fn, ...) \
+  Tensor Tensor::fn(const Tensor& o) const { return ember::fn(*this, o); }
+EMBER_BINARY_MATH(EMBER_DEFINE_BINARY_METHOD)
+EMBER_COMPARISONS(EMBER_DEFINE_BINARY_METHOD)
+#undef EMBER_DEFINE_BINARY_METHOD
+#define EMBER_DEFINE_SCALAR_BINARY_METHOD(kind, fn, ...) \
+  Tensor Tensor::fn(const Scalar& o) const { return ember::fn(*this, o); }
+EMBER_BINARY_ARITHMETIC(EMBER_DEFINE_SCALAR_BINARY_METHOD)
+EMBER_RELATIONS(EMBER_DEFINE_SCALAR_BINARY_METHOD)
+#undef EMBER_DEFINE_SCALAR_BINARY_METHOD
+#define EMBER_DEFINE_REDUCTION_METHOD(kind, fn, ...)     \
+  Tensor Tensor::fn() const { return ember::fn(*this); } \
+  Tensor Tensor::fn(const Axes& dims, bool keepdim) const { return ember::fn(*this, dims, keepdim); }
+EMBER_DIM_REDUCTIONS(EMBER_DEFINE_REDUCTION_METHOD)
+#undef EMBER_DEFINE_REDUCTION_METHOD
 
 Tensor Tensor::gelu(std::string_view approximate) const { return ember::gelu(*this, approximate); }
 Tensor Tensor::clamp(std::optional<Scalar> min, std::optional<Scalar> max) const {
@@ -100,7 +77,7 @@ Tensor other_operand(const Tensor& other, const Tensor& self, const Tensor& old_
 
 }  // namespace
 
-#define EMBER_INPLACE_BINARY(fn, Kind)                                                                                \
+#define EMBER_DEFINE_INPLACE_BINARY(Kind, fn, ...)                                                                    \
   Tensor& Tensor::fn##_(const Tensor& o) {                                                                            \
     detail::check_no_internal_overlap(#fn "_", *this);                                                                \
     if (autograd::needs_grad(*this, o)) {                                                                             \
@@ -109,31 +86,22 @@ Tensor other_operand(const Tensor& other, const Tensor& self, const Tensor& old_
     }                                                                                                                 \
     detail::binary_op(OpKind::k##Kind, {this, nullptr}, {&o, nullptr}, this);                                         \
     return *this;                                                                                                     \
-  }                                                                                                                   \
-  Tensor& Tensor::fn##_(const Scalar& o) {                                                                            \
-    detail::check_no_internal_overlap(#fn "_", *this);                                                                \
-    if (autograd::needs_grad(*this)) {                                                                                \
-      return differentiable_inplace(#fn "_", *this, [&](const Tensor& old) { return ember::fn(old, o); });            \
-    }                                                                                                                 \
-    detail::binary_op(OpKind::k##Kind, {this, nullptr}, {nullptr, &o}, this);                                         \
-    return *this;                                                                                                     \
   }
-EMBER_INPLACE_BINARY(add, Add)
-EMBER_INPLACE_BINARY(sub, Sub)
-EMBER_INPLACE_BINARY(mul, Mul)
-EMBER_INPLACE_BINARY(div, Div)
-#undef EMBER_INPLACE_BINARY
-
-Tensor& Tensor::pow_(const Scalar& o) {
-  detail::check_no_internal_overlap("pow_", *this);
-  if (autograd::needs_grad(*this)) {
-    return differentiable_inplace("pow_", *this, [&](const Tensor& old) { return ember::pow(old, o); });
+EMBER_BINARY_MATH(EMBER_DEFINE_INPLACE_BINARY)
+#undef EMBER_DEFINE_INPLACE_BINARY
+#define EMBER_DEFINE_INPLACE_SCALAR_BINARY(Kind, fn, ...)                                                  \
+  Tensor& Tensor::fn##_(const Scalar& o) {                                                                 \
+    detail::check_no_internal_overlap(#fn "_", *this);                                                     \
+    if (autograd::needs_grad(*this)) {                                                                     \
+      return differentiable_inplace(#fn "_", *this, [&](const Tensor& old) { return ember::fn(old, o); }); \
+    }                                                                                                      \
+    detail::binary_op(OpKind::k##Kind, {this, nullptr}, {nullptr, &o}, this);                              \
+    return *this;                                                                                          \
   }
-  detail::binary_op(OpKind::kPow, {this, nullptr}, {nullptr, &o}, this);
-  return *this;
-}
+EMBER_BINARY_ARITHMETIC(EMBER_DEFINE_INPLACE_SCALAR_BINARY)
+#undef EMBER_DEFINE_INPLACE_SCALAR_BINARY
 
-#define EMBER_INPLACE_UNARY(fn, Kind)                                                                  \
+#define EMBER_DEFINE_INPLACE_UNARY(Kind, fn, ...)                                                      \
   Tensor& Tensor::fn##_() {                                                                            \
     detail::check_no_internal_overlap(#fn "_", *this);                                                 \
     if (autograd::needs_grad(*this)) {                                                                 \
@@ -142,12 +110,8 @@ Tensor& Tensor::pow_(const Scalar& o) {
     detail::unary_op(OpKind::k##Kind, *this, this);                                                    \
     return *this;                                                                                      \
   }
-EMBER_INPLACE_UNARY(neg, Neg)
-EMBER_INPLACE_UNARY(exp, Exp)
-EMBER_INPLACE_UNARY(relu, Relu)
-EMBER_INPLACE_UNARY(sigmoid, Sigmoid)
-EMBER_INPLACE_UNARY(tanh, Tanh)
-#undef EMBER_INPLACE_UNARY
+EMBER_UNARY_MATH(EMBER_DEFINE_INPLACE_UNARY)
+#undef EMBER_DEFINE_INPLACE_UNARY
 
 Tensor& Tensor::clamp_(std::optional<Scalar> min, std::optional<Scalar> max) {
   detail::check_no_internal_overlap("clamp_", *this);
@@ -167,12 +131,6 @@ Tensor& Tensor::masked_fill_(const Tensor& mask, const Scalar& value) {
 
 // --- reductions, matmul, shape and indexing -------------------------------------------------------
 
-Tensor Tensor::sum() const { return ember::sum(*this); }
-Tensor Tensor::sum(const Axes& dims, bool keepdim) const { return ember::sum(*this, dims, keepdim); }
-Tensor Tensor::mean() const { return ember::mean(*this); }
-Tensor Tensor::mean(const Axes& dims, bool keepdim) const { return ember::mean(*this, dims, keepdim); }
-Tensor Tensor::prod() const { return ember::prod(*this); }
-Tensor Tensor::prod(const Axes& dims, bool keepdim) const { return ember::prod(*this, dims, keepdim); }
 Tensor Tensor::max() const { return ember::amax(*this); }
 Tensor Tensor::max(const Axes& dims, bool keepdim) const { return ember::amax(*this, dims, keepdim); }
 Tensor Tensor::min() const { return ember::amin(*this); }
@@ -186,10 +144,6 @@ Tensor Tensor::std(const Axes& dims, int64_t correction, bool keepdim) const {
   return ember::std(*this, dims, correction, keepdim);
 }
 Tensor Tensor::logsumexp(const Axes& dims, bool keepdim) const { return ember::logsumexp(*this, dims, keepdim); }
-Tensor Tensor::all() const { return ember::all(*this); }
-Tensor Tensor::all(const Axes& dims, bool keepdim) const { return ember::all(*this, dims, keepdim); }
-Tensor Tensor::any() const { return ember::any(*this); }
-Tensor Tensor::any(const Axes& dims, bool keepdim) const { return ember::any(*this, dims, keepdim); }
 Tensor Tensor::norm(double p, const Axes& dims, bool keepdim) const { return ember::norm(*this, p, dims, keepdim); }
 Tensor Tensor::softmax(int64_t dim) const { return ember::softmax(*this, dim); }
 Tensor Tensor::log_softmax(int64_t dim) const { return ember::log_softmax(*this, dim); }

@@ -109,8 +109,8 @@ To convert(From value) {
 
 void unary(OpKind op, DType dtype, void* out, const void* in, const Loop& loop) {
   switch (op) {
-#define EMBER_UNARY_CASE(kind, name, traits, attrs, flops) \
-  case OpKind::k##kind:                                    \
+#define EMBER_UNARY_CASE(kind, ...) \
+  case OpKind::k##kind:             \
     return run_unary<OpKind::k##kind, scalar::kind>(dtype, out, in, loop);
     EMBER_UNARY_PRIMITIVES(EMBER_UNARY_CASE)
 #undef EMBER_UNARY_CASE
@@ -122,8 +122,8 @@ void unary(OpKind op, DType dtype, void* out, const void* in, const Loop& loop) 
 
 void binary(OpKind op, DType dtype, void* out, const void* a, const void* b, const Loop& loop) {
   switch (op) {
-#define EMBER_BINARY_CASE(kind, name, traits, attrs, flops) \
-  case OpKind::k##kind:                                     \
+#define EMBER_BINARY_CASE(kind, ...) \
+  case OpKind::k##kind:              \
     return run_binary<OpKind::k##kind, scalar::kind>(dtype, out, a, b, loop);
     EMBER_BINARY_PRIMITIVES(EMBER_BINARY_CASE)
 #undef EMBER_BINARY_CASE
@@ -350,12 +350,10 @@ void fill_kernel(const KernelCall& c) {
 }  // namespace
 
 void register_elementwise_kernels(KernelTable& table) {
-#define EMBER_REGISTER_UNARY(kind, name, traits, attrs, flops) \
-  table.add(OpKind::k##kind, DeviceType::kCPU, unary_kernel, DTypeSet::all());
+#define EMBER_REGISTER_UNARY(kind, ...) table.add(OpKind::k##kind, DeviceType::kCPU, unary_kernel, DTypeSet::all());
   EMBER_UNARY_PRIMITIVES(EMBER_REGISTER_UNARY)
 #undef EMBER_REGISTER_UNARY
-#define EMBER_REGISTER_BINARY(kind, name, traits, attrs, flops) \
-  table.add(OpKind::k##kind, DeviceType::kCPU, binary_kernel, DTypeSet::all());
+#define EMBER_REGISTER_BINARY(kind, ...) table.add(OpKind::k##kind, DeviceType::kCPU, binary_kernel, DTypeSet::all());
   EMBER_BINARY_PRIMITIVES(EMBER_REGISTER_BINARY)
 #undef EMBER_REGISTER_BINARY
   table.add(OpKind::kWhere, DeviceType::kCPU, where_kernel, DTypeSet::all());

@@ -103,7 +103,7 @@ int64_t binary_vectors(void* out_ptr, const void* a_ptr, bool a_scalar, const vo
 
 int64_t UnaryRow(OpKind op, DType dtype, void* out, const void* in, int64_t n) {
   switch (op) {
-#define EMBER_UNARY_CASE(kind, name, traits, attrs, flops)                         \
+#define EMBER_UNARY_CASE(kind, ...)                                                \
   case OpKind::k##kind:                                                            \
     if (dtype == kFloat32) return unary_vectors<vec::kind, float>(out, in, n);     \
     if (dtype == kFloat64) return unary_vectors<vec::kind, double>(out, in, n);    \
@@ -120,7 +120,7 @@ int64_t UnaryRow(OpKind op, DType dtype, void* out, const void* in, int64_t n) {
 int64_t BinaryRow(OpKind op, DType dtype, void* out, const void* a, bool a_scalar, const void* b, bool b_scalar,
                   int64_t n) {
   switch (op) {
-#define EMBER_BINARY_CASE(kind, name, traits, attrs, flops)                                               \
+#define EMBER_BINARY_CASE(kind, ...)                                                                      \
   case OpKind::k##kind:                                                                                   \
     if (dtype == kFloat32) return binary_vectors<vec::kind, float>(out, a, a_scalar, b, b_scalar, n);     \
     if (dtype == kFloat64) return binary_vectors<vec::kind, double>(out, a, a_scalar, b, b_scalar, n);    \
