@@ -102,7 +102,7 @@ for kind in ["q8_0", "int8"]:
 PY
 
 # --- errors ----------------------------------------------------------------------------------------------
-expect_error "\[quantize\] --type must be q8_0, q4_0, int8 or f32, got \"q5_k\"" \
+expect_error "\[quantize\] --type must be q8_0, q4_0, q4_1, int8 or f32, got \"q5_k\"" \
   "$ember" quantize "$tmp/gpt.safetensors" "$tmp/x.gguf" --type q5_k
 expect_error "\[quantize\] cannot open $tmp/missing.safetensors" \
   "$ember" quantize "$tmp/missing.safetensors" "$tmp/x.gguf" --type q8_0

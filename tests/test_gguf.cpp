@@ -106,7 +106,7 @@ std::vector<std::pair<std::string, Value>> metadata_from_json(const json& sideca
 
 DType dtype_named(const std::string& ggml_type) {
   static const std::map<std::string, DType> kTypes = {
-      {"F32", kFloat32}, {"F16", kFloat16}, {"BF16", kBFloat16}, {"Q8_0", kQ8_0}, {"Q4_0", kQ4_0},
+      {"F32", kFloat32}, {"F16", kFloat16}, {"BF16", kBFloat16}, {"Q8_0", kQ8_0}, {"Q4_0", kQ4_0},  {"Q4_1", kQ4_1},
       {"I8", kInt8},     {"I16", kInt16},   {"I32", kInt32},     {"I64", kInt64}, {"F64", kFloat64}};
   return kTypes.at(ggml_type);
 }
@@ -267,6 +267,8 @@ TEST_F(GgufReference, ReadsTensorsAsTheGgufPackageStoredThem) {
   EXPECT_EQ(mixed.tensor("blk.0.q8_0.weight").shape(), (Shape{3, 64}));
   EXPECT_EQ(mixed.tensor("blk.0.q4_0.weight").dtype(), kQ4_0);
   EXPECT_EQ(mixed.tensor("blk.0.q4_0.weight").shape(), (Shape{2, 96}));
+  EXPECT_EQ(mixed.tensor("blk.1.q4_1.weight").dtype(), kQ4_1);
+  EXPECT_EQ(mixed.tensor("blk.1.q4_1.weight").shape(), (Shape{2, 64}));
   EXPECT_EQ(mixed.find_tensor("missing"), nullptr);
   expect_error([&] { mixed.tensor("missing"); }, {"[gguf::File] there is no tensor 'missing'"});
 }
@@ -285,7 +287,7 @@ TEST_F(GgufReference, QuantizeMatchesTheGgufPackageBitForBit) {
       ++checked;
     }
   }
-  EXPECT_EQ(checked, 5);
+  EXPECT_EQ(checked, 6);
 }
 
 TEST_F(GgufReference, WritesTheGgufPackagesBytes) {
@@ -537,9 +539,9 @@ TEST(GgufMalformed, CountsAndLengthsBoundedByTheFileBeforeAnythingIsReserved) {
 
 TEST(GgufMalformed, TruncatedAnywhere) {
   // Every prefix of a file the gguf package wrote that cuts into its data is refused with an error,
-  // never a crash; only the padding after the last tensor (136 bytes padded to 160) may go.
+  // never a crash; only the padding after the last tensor (80 bytes padded to 96) may go.
   const std::string bytes = read_bytes(kData / "mixed.gguf");
-  const size_t data_end = bytes.size() - (160 - 136);
+  const size_t data_end = bytes.size() - (96 - 80);
   for (size_t size = 0; size < bytes.size(); ++size) {
     try {
       const gguf::File file = gguf::load_bytes(as_bytes(bytes.substr(0, size)));
@@ -550,7 +552,7 @@ TEST(GgufMalformed, TruncatedAnywhere) {
     }
   }
   expect_malformed(bytes.substr(0, data_end - 1),
-                   {"tensor 'blk.1.q8_0.weight'", "ends past the end of the 3079-byte file: it is truncated"});
+                   {"tensor 'blk.1.q4_1.weight'", "ends past the end of the 3247-byte file: it is truncated"});
   // Where the file ends names what was being read.
   const std::string one_key = gguf_bytes(0, 1, kv("general.architecture", kString, str("llama")), "", "");
   expect_malformed(one_key.substr(0, 40), {"the string length 20 of the key of metadata entry 0 (at byte 24) is more "
@@ -561,7 +563,7 @@ TEST(GgufMalformed, TruncatedAnywhere) {
   expect_malformed(one_key.substr(0, 66), {"the string length 5 of metadata 'general.architecture' (at byte 56) is "
                                            "more than the 2 bytes left"});
   // A count the rest of the file cannot hold is refused before anything is read.
-  expect_malformed(bytes.substr(0, 30), {"the header says there are 6 tensors, more than the 6 bytes left in the file "
+  expect_malformed(bytes.substr(0, 30), {"the header says there are 7 tensors, more than the 6 bytes left in the file "
                                          "can describe: it is truncated or corrupt"});
 }
 
@@ -614,7 +616,7 @@ TEST(GgufMalformed, TensorInfos) {
                    {"tensor 'w' of shape [4611686018427387904] has more than 2^64 - 1 bytes"});
   expect_malformed(gguf_bytes(1, 1, key, info("blk.0.ffn_up.weight", {256, 2}, kQ4K, 0), data),
                    {"tensor 'blk.0.ffn_up.weight' has GGML type Q4_K (12), which ember does not read; supported: "
-                    "F32, F16, BF16, Q8_0, Q4_0, I8, I16, I32, I64, F64"});
+                    "F32, F16, BF16, Q8_0, Q4_0, Q4_1, I8, I16, I32, I64, F64"});
   expect_malformed(gguf_bytes(1, 1, key, info("w", {2}, 99, 0), data),
                    {"tensor 'w' has GGML type 99, which GGML does not define; ember reads F32, F16"});
   expect_malformed(gguf_bytes(1, 1, key, info("w", {48, 2}, kQ8, 0), data),
@@ -689,7 +691,7 @@ TEST_F(GgufSave, RefusesWhatGgufCannotHoldBeforeWritingAByte) {
   };
   refused({{}, {{"b", ones({2}, kBool)}}},
           "tensor 'b' is bool, which GGUF has no type for (it holds float32, float16, bfloat16, float64, int8, "
-          "int16, int32, int64, q8_0 and q4_0)");
+          "int16, int32, int64, q8_0, q4_0 and q4_1)");
   refused({{}, {{"u", ones({2}, kUInt8)}}}, "tensor 'u' is uint8, which GGUF has no type for");
   refused({{}, {{"x", Tensor()}}}, "tensor 'x' is undefined");
   refused({{}, {{"five", zeros({1, 1, 1, 1, 2})}}}, "tensor 'five' has shape [1, 1, 1, 1, 2]; GGUF holds at most 4");

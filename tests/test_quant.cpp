@@ -1,4 +1,4 @@
-// Quantization: q8_0 and q4_0 bit for bit against the PyPI gguf package (llama.cpp's reference
+// Quantization: q8_0, q4_0 and q4_1 bit for bit against the PyPI gguf package (llama.cpp's reference
 // quantizer; tests/quant/make_quant.py), every code path of the quantized products (scalar, AVX2,
 // AVX-512 VNNI, whichever this CPU runs) against the scalar reference of ember/blocks.h, and the
 // front-ends' contracts: shapes, dtypes, conversions and errors.
@@ -41,6 +41,10 @@ TEST(QuantFormats, BlockLayoutsAreLlamaCpps) {
   EXPECT_EQ(block_traits(kQ8_0).block_bytes, 34);
   EXPECT_EQ(block_traits(kQ4_0).dtype, kQ4_0);
   EXPECT_EQ(dtype_name(kQ4_0), "q4_0");
+  EXPECT_EQ(block_layout(kQ4_1).bytes, 20);
+  EXPECT_EQ(storage_bytes(kQ4_1, 4096), 128 * 20);
+  EXPECT_EQ(block_traits(kQ4_1).block_bytes, 20);
+  EXPECT_EQ(dtype_name(kQ4_1), "q4_1");
   expect_error([] { block_traits(kFloat32); }, {"[block_traits] float32 is not a block-quantized dtype"});
 }
 
@@ -48,7 +52,7 @@ TEST(QuantFormats, BlockLayoutsAreLlamaCpps) {
 // floats bit for bit (NaN where a float16 scale overflowed to Inf and met a 0).
 TEST(QuantFormats, QuantizeAndDequantizeMatchTheGgufPackageBitForBit) {
   const Tensor x = load_npy(kData + "input.npy");
-  for (const auto& [dtype, name] : {std::pair{kQ8_0, "q8_0"}, std::pair{kQ4_0, "q4_0"}}) {
+  for (const auto& [dtype, name] : {std::pair{kQ8_0, "q8_0"}, std::pair{kQ4_0, "q4_0"}, std::pair{kQ4_1, "q4_1"}}) {
     SCOPED_TRACE(name);
     const Tensor expected = load_npy(kData + name + ".npy");
     const Tensor expected_values = load_npy(kData + name + "_dequantized.npy");
@@ -82,6 +86,13 @@ TEST(QuantFormats, ErrorIsHalfAStep) {
     const Tensor bound = amax / steps * (allowed + steps * 1e-3);
     EXPECT_TRUE(le(error, bound).all().item<bool>()) << dtype;
   }
+  // q4_1: half a step of d = (max - min) / 15, plus float16's rounding of d (over 15 steps) and of
+  // the minimum.
+  const Tensor blocks = x.reshape({16, 8, 32});
+  const Tensor error = abs(dequantize(quantize(x, kQ4_1)) - x).reshape({16, 8, 32});
+  const Tensor low = ember::amin(blocks, {-1}, true), range = ember::amax(blocks, {-1}, true) - low;
+  const Tensor bound = range / 15.0 * (0.5 + 15 * 1e-3) + abs(low) * 1e-3;
+  EXPECT_TRUE(le(error, bound).all().item<bool>());
 }
 
 // --- the quantized products -------------------------------------------------------------------
@@ -119,7 +130,7 @@ TEST(QuantKernels, EveryBlockPathMatchesTheScalarReference) {
   std::mt19937 rng(5);
   std::vector<Problem> problems = kProblems;
   for (const int64_t k : {1, 31, 100, 784}) problems.push_back({3, 6, k});  // rows padded to whole blocks
-  for (const DType wtype : {kQ8_0, kQ4_0}) {
+  for (const DType wtype : {kQ8_0, kQ4_0, kQ4_1}) {
     const BlockTraits& traits = block_traits(wtype);
     for (const Problem& p : problems) {
       const int64_t kp = padded(p.k);
@@ -252,11 +263,12 @@ TEST(QuantizedLinear, ApproximatesTheFloatProduct) {
   const Tensor bias = randn({40});
   const Tensor exact = linear(x, w, bias);
   const double norm = exact.norm().item<double>();
-  for (const DType dtype : {kQ8_0, kQ4_0}) {
+  for (const DType dtype : {kQ8_0, kQ4_0, kQ4_1}) {
     const Tensor y = quantized_linear(x, quantize(w, dtype), std::nullopt, bias);
     EXPECT_EQ(y.shape(), (Shape{2, 3, 40}));
     EXPECT_EQ(y.dtype(), kFloat32);
-    // Relative error of the whole product: q8_0 about 0.5%, q4_0 about 10% on Gaussian weights.
+    // Relative error of the whole product: q8_0 about 0.5%, q4_0 and q4_1 about 10% on Gaussian
+    // weights.
     const double error = (y - exact).norm().item<double>() / norm;
     EXPECT_LT(error, dtype == kQ8_0 ? 0.01 : 0.15) << dtype;
     EXPECT_GT(error, 0.0) << dtype;
@@ -289,14 +301,14 @@ TEST(QuantizedLinear, BadInputsAreErrors) {
   expect_error([&] { quantized_linear(ones({2, 32}), w); }, {"[quantized_linear] input of shape [2, 32]", "64"});
   expect_error([&] { quantized_linear(ones({2, 64}), w, ones({8})); }, {"pass no scale"});
   expect_error([&] { quantized_linear(ones({2, 64}), ones({8, 64}).to(kInt8)); }, {"needs its per-row float32 scales"});
-  expect_error([&] { quantized_linear(ones({2, 64}), ones({8, 64})); }, {"expected a q8_0, q4_0 or int8 weight"});
+  expect_error([&] { quantized_linear(ones({2, 64}), ones({8, 64})); }, {"expected a q8_0, q4_0, q4_1 or int8 weight"});
   expect_error([&] { quantized_linear(ones({2, 64}), w, std::nullopt, ones({7})); }, {"expected a bias of shape (8)"});
   expect_error([&] { quantized_linear(full({1, 64}, std::nan("")), w); }, {"NaN or Inf"});
   expect_error([&] { quantized_linear(ones({1, 64}).to(kInt64), w); }, {"expected a floating-point input"});
   expect_error([] { quantize(ones({4, 48}), kQ8_0); }, {"[quantize] q8_0 stores rows in blocks of 32", "[4, 48]"});
   expect_error([] { quantize(ones({4, 32}), kInt8); }, {"[quantize] int8 is not a block-quantized dtype"});
   expect_error([] { quantize(full({32}, INFINITY), kQ4_0); }, {"[quantize] the input holds NaN or Inf"});
-  expect_error([] { dequantize(ones({32})); }, {"[dequantize] expected a q8_0 or q4_0 tensor, got float32"});
+  expect_error([] { dequantize(ones({32})); }, {"[dequantize] expected a q8_0, q4_0 or q4_1 tensor, got float32"});
 }
 
 TEST(QuantizedTensors, AreOpaqueExceptWhereTheyMeanSomething) {

@@ -1,4 +1,4 @@
-// `ember quantize IN OUT.gguf --type q8_0|q4_0|int8|f32`: post-training quantization of a trained
+// `ember quantize IN OUT.gguf --type q8_0|q4_0|q4_1|int8|f32`: post-training quantization of a trained
 // model's Linear layers (train::quantize_model_file), written as a GGUF file that `ember generate`,
 // `ember eval` and `ember embed` load; prints the summary and the sizes on disk.
 #include "ember/train/quantize.h"
@@ -70,8 +70,9 @@ void add_quantize_command(CLI::App& app, Commands& commands) {
   cmd->add_option("input", o->input, "A checkpoint of `ember train gpt|mnist --save`, or a MiniLM folder (data/minilm)")
       ->required();
   cmd->add_option("output", o->output, "The GGUF file to write")->required();
-  cmd->add_option("--type", o->file.type,
-                  "q8_0 or q4_0 (llama.cpp's 32-value blocks), int8 (per output channel), or f32 (no quantization)")
+  cmd->add_option(
+         "--type", o->file.type,
+         "q8_0, q4_0 or q4_1 (llama.cpp's 32-value blocks), int8 (per output channel), or f32 (no quantization)")
       ->required();
   cmd->add_option("--skip", o->file.skip, "Linear layers (or modules) to keep in float, by dotted name")
       ->delimiter(',');

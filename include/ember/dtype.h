@@ -30,10 +30,11 @@ enum class DType : uint8_t {
 #undef EMBER_DTYPE_ENUM
       kQ8_0,
   kQ4_0,
+  kQ4_1,
 };
 
 inline constexpr int kNumElementDTypes = 10;  // those with a C++ element type (dispatch_dtype)
-inline constexpr int kNumDTypes = 12;
+inline constexpr int kNumDTypes = 13;
 
 inline constexpr DType kFloat32 = DType::kFloat32;
 inline constexpr DType kFloat64 = DType::kFloat64;
@@ -48,15 +49,16 @@ inline constexpr DType kBool = DType::kBool;
 
 // Block-quantized dtypes, with llama.cpp's byte layouts (ember/quant.h): the values of each row
 // are stored in blocks of 32, each a float16 scale and 32 8-bit (q8_0, 34 bytes) or 4-bit (q4_0,
-// 18 bytes) integers. A tensor of a block dtype is contiguous, its last dim a multiple of 32; it
-// is made by quantize (or read from a GGUF file), turned back by dequantize (or .to(float32)),
-// and multiplied by quantized_matmul. Views and elementwise ops reject it.
+// 18 bytes) integers, or a float16 scale, a float16 minimum and 32 4-bit integers (q4_1, 20 bytes). A tensor of a block
+// dtype is contiguous, its last dim a multiple of 32; it is made by quantize (or read from a GGUF file), turned back by
+// dequantize (or .to(float32)), and multiplied by quantized_matmul. Views and elementwise ops reject it.
 inline constexpr DType kQ8_0 = DType::kQ8_0;
 inline constexpr DType kQ4_0 = DType::kQ4_0;
+inline constexpr DType kQ4_1 = DType::kQ4_1;
 
-constexpr bool is_block_quantized(DType d) { return d == kQ8_0 || d == kQ4_0; }
+constexpr bool is_block_quantized(DType d) { return d == kQ8_0 || d == kQ4_0 || d == kQ4_1; }
 
-// Values per block and bytes per block: (32, 34) for q8_0, (32, 18) for q4_0, (1, element size)
+// Values per block and bytes per block: (32, 34) for q8_0, (32, 18) for q4_0, (32, 20) for q4_1, (1, element size)
 // for the element dtypes.
 struct BlockLayout {
   int64_t values;
@@ -84,6 +86,7 @@ decltype(auto) dispatch_dtype(DType dtype, F&& f) {
 #undef EMBER_DTYPE_CASE
     case DType::kQ8_0:
     case DType::kQ4_0:
+    case DType::kQ4_1:
       break;
   }
   detail::fail_no_element_type(dtype);
@@ -108,6 +111,8 @@ constexpr std::string_view dtype_name(DType dtype) {
       return "q8_0";
     case DType::kQ4_0:
       return "q4_0";
+    case DType::kQ4_1:
+      return "q4_1";
   }
   return "?";
 }
@@ -123,6 +128,7 @@ constexpr int64_t dtype_size(DType dtype) {
 #undef EMBER_DTYPE_SIZE
     case DType::kQ8_0:
     case DType::kQ4_0:
+    case DType::kQ4_1:
       return 0;
   }
   return 0;
@@ -131,6 +137,7 @@ constexpr int64_t dtype_size(DType dtype) {
 constexpr BlockLayout block_layout(DType dtype) {
   if (dtype == kQ8_0) return {32, 34};
   if (dtype == kQ4_0) return {32, 18};
+  if (dtype == kQ4_1) return {32, 20};
   return {1, dtype_size(dtype)};
 }
 

@@ -194,7 +194,7 @@ struct File {
 /// Reads a GGUF file (version 3, or version 2, which has the same layout) into CPU tensors.
 ///
 /// Tensor types: F32, F16, BF16, F64, I8, I16, I32, I64 (as ember's dtypes of the same name) and
-/// Q8_0, Q4_0 (as kQ8_0, kQ4_0: the blocks exactly as stored). A tensor of any other GGML type
+/// Q8_0, Q4_0, Q4_1 (as kQ8_0, kQ4_0, kQ4_1: the blocks exactly as stored). A tensor of any other GGML type
 /// (Q4_K, IQ2_XXS, ...) is an ember::Error naming the tensor and its type. A tensor with no
 /// dimensions (n_dims 0) is a 0-dim tensor holding one value.
 ///
@@ -222,7 +222,7 @@ File load_bytes(std::span<const uint8_t> bytes, const std::string& what = "<memo
 /// the metadata holds it (a uint32, a nonzero power of two), else 32; no key is added.
 ///
 /// Tensors must be CPU tensors of a dtype GGUF holds (float32, float16, bfloat16, float64, int8,
-/// int16, int32, int64, q8_0, q4_0; bool and uint8 are refused) with at most 4 dimensions;
+/// int16, int32, int64, q8_0, q4_0, q4_1; bool and uint8 are refused) with at most 4 dimensions;
 /// non-contiguous ones are written contiguous. Keys must be nonempty and unique, tensor names
 /// unique.
 ///

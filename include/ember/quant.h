@@ -1,4 +1,4 @@
-// Quantized tensors and products, for inference: the block dtypes q8_0 and q4_0 (llama.cpp's
+// Quantized tensors and products, for inference: the block dtypes q8_0, q4_0 and q4_1 (llama.cpp's
 // layouts, ember/blocks.h) and per-row symmetric int8. None of these ops records a gradient.
 //
 //   Tensor q = ember::quantize(w, ember::kQ4_0);        // (out, in) -> 18 bytes per 32 values
@@ -15,7 +15,7 @@
 namespace ember {
 
 // x (floating, on the CPU, last dim a multiple of 32, every value finite) in the block dtype
-// `dtype` (kQ8_0 or kQ4_0), row by row along the last dim, bit for bit as llama.cpp's reference
+// `dtype` (kQ8_0, kQ4_0 or kQ4_1), row by row along the last dim, bit for bit as llama.cpp's reference
 // quantizer. x.to(kQ8_0) is the same.
 Tensor quantize(const Tensor& x, DType dtype);
 
@@ -30,7 +30,7 @@ struct Int8Rows {
 };
 Int8Rows quantize_int8(const Tensor& x);
 
-// y = x @ W^T + bias, W (out, in) stored as `weight`: q8_0 or q4_0 blocks (scale absent), or int8
+// y = x @ W^T + bias, W (out, in) stored as `weight`: q8_0, q4_0 or q4_1 blocks (scale absent), or int8
 // with a float32 scale per output row. A block weight's rows may be zero-padded to whole blocks:
 // (out, in rounded up to 32), as Linear::quantize_ stores a layer whose in is no multiple of 32. x (..., in) is
 // floating (computed in float32); y is

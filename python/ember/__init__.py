@@ -51,6 +51,7 @@ uint8 = dtype.uint8
 bool = dtype.bool  # noqa: A001  (as torch.bool)
 q8_0 = dtype.q8_0
 q4_0 = dtype.q4_0
+q4_1 = dtype.q4_1
 float = float32  # noqa: A001
 double = float64
 half = float16
@@ -123,7 +124,7 @@ def as_tensor(data, dtype: dtype | None = None) -> Tensor:
 # Every public name, for `from ember import *` and for the stubs.
 __all__ = [name for name in dir(_ember) if not name.startswith("_")] + [
     "float32", "float64", "float16", "bfloat16", "int64", "int32", "int16", "int8", "uint8", "bool", "q8_0", "q4_0",
-    "float", "double", "half", "long", "int", "short", "no_grad", "enable_grad", "inference_mode", "autocast",
+    "q4_1", "float", "double", "half", "long", "int", "short", "no_grad", "enable_grad", "inference_mode", "autocast",
     "as_tensor", "nn", "optim", "autograd", "profiler", "data",
 ]
 __all__ = [name for name in __all__ if name != "functional"]

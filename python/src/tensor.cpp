@@ -66,7 +66,7 @@ void bind_dtype(nb::module_& m) {
 #define EMBER_BIND_DTYPE(name, type, str) dtype.value(str, DType::k##name);
   EMBER_DTYPES(EMBER_BIND_DTYPE)
 #undef EMBER_BIND_DTYPE
-  dtype.value("q8_0", DType::kQ8_0).value("q4_0", DType::kQ4_0);
+  dtype.value("q8_0", DType::kQ8_0).value("q4_0", DType::kQ4_0).value("q4_1", DType::kQ4_1);
   dtype.def_prop_ro("itemsize", [](DType d) { return is_block_quantized(d) ? 0 : dtype_size(d); })
       .def_prop_ro("is_floating_point", [](DType d) { return is_floating(d); })
       .def("__repr__", [](DType d) { return "ember." + std::string(dtype_name(d)); })

@@ -52,6 +52,28 @@ void quantize_q4_0(const float* in, BlockQ4_0* out, int64_t count) {
   }
 }
 
+void quantize_q4_1(const float* in, BlockQ4_1* out, int64_t count) {
+  constexpr int64_t kHalf = kQuantBlock / 2;
+  for (int64_t b = 0; b < count / kQuantBlock; ++b) {
+    const float* x = in + b * kQuantBlock;
+    float min = x[0];
+    float max = x[0];
+    for (int64_t j = 1; j < kQuantBlock; ++j) {
+      min = std::min(min, x[j]);
+      max = std::max(max, x[j]);
+    }
+    const float d = (max - min) / 15.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    out[b].scale = float_to_half(d);
+    out[b].min = float_to_half(min);
+    for (int64_t j = 0; j < kHalf; ++j) {
+      const auto lo = static_cast<uint8_t>(std::min(15.0f, std::trunc((x[j] - min) * id + 0.5f)));
+      const auto hi = static_cast<uint8_t>(std::min(15.0f, std::trunc((x[j + kHalf] - min) * id + 0.5f)));
+      out[b].nibbles[j] = static_cast<uint8_t>(lo | (hi << 4));
+    }
+  }
+}
+
 void dequantize_q8_0(const BlockQ8_0* in, float* out, int64_t count) {
   for (int64_t b = 0; b < count / kQuantBlock; ++b) {
     const float d = half_to_float(in[b].scale);
@@ -66,6 +88,17 @@ void dequantize_q4_0(const BlockQ4_0* in, float* out, int64_t count) {
     for (int64_t j = 0; j < kHalf; ++j) {
       out[b * kQuantBlock + j] = d * static_cast<float>((in[b].nibbles[j] & 0x0f) - 8);
       out[b * kQuantBlock + j + kHalf] = d * static_cast<float>((in[b].nibbles[j] >> 4) - 8);
+    }
+  }
+}
+
+void dequantize_q4_1(const BlockQ4_1* in, float* out, int64_t count) {
+  constexpr int64_t kHalf = kQuantBlock / 2;
+  for (int64_t b = 0; b < count / kQuantBlock; ++b) {
+    const float d = half_to_float(in[b].scale), m = half_to_float(in[b].min);
+    for (int64_t j = 0; j < kHalf; ++j) {
+      out[b * kQuantBlock + j] = d * static_cast<float>(in[b].nibbles[j] & 0x0f) + m;
+      out[b * kQuantBlock + j + kHalf] = d * static_cast<float>(in[b].nibbles[j] >> 4) + m;
     }
   }
 }
@@ -90,6 +123,23 @@ float vec_dot_q4_0(const BlockQ4_0* w, const BlockQ8_0* x, int64_t count) {
       isum += ((w[b].nibbles[j] >> 4) - 8) * int32_t{x[b].values[j + kHalf]};
     }
     sum += static_cast<float>(isum) * (half_to_float(w[b].scale) * half_to_float(x[b].scale));
+  }
+  return sum;
+}
+
+float vec_dot_q4_1(const BlockQ4_1* w, const BlockQ8_0* x, int64_t count) {
+  constexpr int64_t kHalf = kQuantBlock / 2;
+  float sum = 0.0f;
+  for (int64_t b = 0; b < count / kQuantBlock; ++b) {
+    int32_t isum = 0, xsum = 0;
+    for (int64_t j = 0; j < kHalf; ++j) {
+      isum +=
+          (w[b].nibbles[j] & 0x0f) * int32_t{x[b].values[j]} + (w[b].nibbles[j] >> 4) * int32_t{x[b].values[j + kHalf]};
+      xsum += int32_t{x[b].values[j]} + int32_t{x[b].values[j + kHalf]};
+    }
+    const float dx = half_to_float(x[b].scale);
+    sum += static_cast<float>(isum) * (half_to_float(w[b].scale) * dx) +
+           half_to_float(w[b].min) * (static_cast<float>(xsum) * dx);
   }
   return sum;
 }
@@ -129,15 +179,19 @@ constexpr BlockTraits kQ8_0Traits =
     make_traits<BlockQ8_0, quant_ref::quantize_q8_0, quant_ref::dequantize_q8_0, quant_ref::vec_dot_q8_0>(kQ8_0);
 constexpr BlockTraits kQ4_0Traits =
     make_traits<BlockQ4_0, quant_ref::quantize_q4_0, quant_ref::dequantize_q4_0, quant_ref::vec_dot_q4_0>(kQ4_0);
+constexpr BlockTraits kQ4_1Traits =
+    make_traits<BlockQ4_1, quant_ref::quantize_q4_1, quant_ref::dequantize_q4_1, quant_ref::vec_dot_q4_1>(kQ4_1);
 
 }  // namespace
 
 const BlockTraits& block_traits(DType dtype) {
   if (dtype == kQ8_0) return kQ8_0Traits;
   if (dtype == kQ4_0) return kQ4_0Traits;
-  EMBER_FAIL("[block_traits] ", dtype, " is not a block-quantized dtype (q8_0, q4_0)");
+  if (dtype == kQ4_1) return kQ4_1Traits;
+  EMBER_FAIL("[block_traits] ", dtype, " is not a block-quantized dtype (q8_0, q4_0, q4_1)");
 }
 
-static_assert(sizeof(BlockQ8_0) == block_layout(kQ8_0).bytes && sizeof(BlockQ4_0) == block_layout(kQ4_0).bytes);
+static_assert(sizeof(BlockQ8_0) == block_layout(kQ8_0).bytes && sizeof(BlockQ4_0) == block_layout(kQ4_0).bytes &&
+              sizeof(BlockQ4_1) == block_layout(kQ4_1).bytes);
 
 }  // namespace ember

@@ -49,8 +49,8 @@ Tensor Linear::forward(const Tensor& input) {
 
 void Linear::quantize_(DType dtype, bool dynamic) {
   EMBER_CHECK(!is_quantized(), "[Linear::quantize_] the weight is already ", weight.dtype());
-  EMBER_CHECK(is_block_quantized(dtype) || dtype == kInt8, "[Linear::quantize_] expected q8_0, q4_0 or int8, got ",
-              dtype);
+  EMBER_CHECK(is_block_quantized(dtype) || dtype == kInt8,
+              "[Linear::quantize_] expected q8_0, q4_0, q4_1 or int8, got ", dtype);
   const autograd::NoGradGuard no_grad;
   if (dtype == kInt8) {
     const auto [values, scales] = quantize_int8(weight);

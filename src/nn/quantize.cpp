@@ -21,7 +21,7 @@ bool skipped_by(const std::string& name, const std::vector<std::string>& skip) {
 
 Summary quantize(nn::Module& model, const Scheme& scheme) {
   EMBER_CHECK(is_block_quantized(scheme.dtype) || scheme.dtype == kInt8,
-              "[quant::quantize] expected a scheme of q8_0, q4_0 or int8, got ", scheme.dtype);
+              "[quant::quantize] expected a scheme of q8_0, q4_0, q4_1 or int8, got ", scheme.dtype);
   Summary summary;
   for (const auto& [name, module] : model.named_modules()) {
     auto* linear = module->as<nn::Linear>();
@@ -63,7 +63,7 @@ void prepare(nn::Module& model, const StateDict& state) {
     if (it == state.end() || it->second.is_floating_point()) continue;
     const DType dtype = it->second.dtype();
     EMBER_CHECK(is_block_quantized(dtype) || dtype == kInt8, "[quant::prepare] \"", it->first, "\" has dtype ", dtype,
-                ", which is not a weight dtype (float, q8_0, q4_0 or int8)");
+                ", which is not a weight dtype (float, q8_0, q4_0, q4_1 or int8)");
     linear->quantize_(dtype);
   }
 }

@@ -40,7 +40,7 @@ Tensor float_operand(const char* op, const Tensor& x) {
 }  // namespace
 
 Tensor quantize(const Tensor& x, DType dtype) {
-  EMBER_CHECK(is_block_quantized(dtype), "[quantize] ", dtype, " is not a block-quantized dtype (q8_0, q4_0)");
+  EMBER_CHECK(is_block_quantized(dtype), "[quantize] ", dtype, " is not a block-quantized dtype (q8_0, q4_0, q4_1)");
   const Tensor input = float_operand("quantize", x);
   EMBER_CHECK(input.dim() >= 1 && input.size(-1) % kQuantBlock == 0, "[quantize] ", dtype, " stores rows in blocks of ",
               kQuantBlock, " values: the last dim must be a multiple of ", kQuantBlock, ", got shape ", x.shape());
@@ -52,7 +52,7 @@ Tensor quantize(const Tensor& x, DType dtype) {
 
 Tensor dequantize(const Tensor& q) {
   EMBER_CHECK(q.defined(), "[dequantize] the input is undefined");
-  EMBER_CHECK(is_block_quantized(q.dtype()), "[dequantize] expected a q8_0 or q4_0 tensor, got ", q.dtype());
+  EMBER_CHECK(is_block_quantized(q.dtype()), "[dequantize] expected a q8_0, q4_0 or q4_1 tensor, got ", q.dtype());
   const Tensor out = detail::make_empty(q.shape(), kFloat32, q.device());
   dispatch::run(OpKind::kDequantize, {}, {&q}, {&out});
   return out;
@@ -77,7 +77,7 @@ Tensor quantized_linear(const Tensor& x, const Tensor& weight, const std::option
   EMBER_CHECK(weight.defined() && weight.dim() == 2, "[", kOp, "] expected a 2-D weight (out, in), got ",
               weight.defined() ? weight.shape() : Shape{});
   const bool block = is_block_quantized(weight.dtype());
-  EMBER_CHECK(block || weight.dtype() == kInt8, "[", kOp, "] expected a q8_0, q4_0 or int8 weight, got ",
+  EMBER_CHECK(block || weight.dtype() == kInt8, "[", kOp, "] expected a q8_0, q4_0, q4_1 or int8 weight, got ",
               weight.dtype());
   EMBER_CHECK(block != scale.has_value(), "[", kOp, "] ",
               block ? "a block-quantized weight carries its scales: pass no scale"

@@ -19,8 +19,9 @@ namespace fs = std::filesystem;
 std::optional<DType> quantized_dtype(const std::string& type) {
   if (type == "q8_0") return kQ8_0;
   if (type == "q4_0") return kQ4_0;
+  if (type == "q4_1") return kQ4_1;
   if (type == "int8") return kInt8;
-  EMBER_CHECK(type == "f32", "[quantize] --type must be q8_0, q4_0, int8 or f32, got \"", type, "\"");
+  EMBER_CHECK(type == "f32", "[quantize] --type must be q8_0, q4_0, q4_1, int8 or f32, got \"", type, "\"");
   return std::nullopt;
 }
 
@@ -58,7 +59,7 @@ QuantizeReport quantize_model_file(const std::string& input, const std::string& 
                                    const QuantizeFileOptions& options) {
   const std::optional<DType> dtype = quantized_dtype(options.type);
   EMBER_CHECK(dtype.has_value() || (options.skip.empty() && !options.weights_only),
-              "[quantize] --skip and --weights-only need a quantized --type (q8_0, q4_0 or int8)");
+              "[quantize] --skip and --weights-only need a quantized --type (q8_0, q4_0, q4_1 or int8)");
   std::error_code error;
   EMBER_CHECK(!fs::equivalent(input, output, error), "[quantize] the output ", output,
               " is the input: write the GGUF file elsewhere");

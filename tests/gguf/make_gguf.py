@@ -6,7 +6,7 @@ reads and rebuild the same metadata and tensors, write them with ember::gguf::sa
 bytes:
 
   mixed.gguf     metadata of every value type (arrays of every type, arrays of strings, nested
-                 arrays, unicode and empty strings) and tensors in F32, F16, BF16, Q8_0 and Q4_0
+                 arrays, unicode and empty strings) and tensors in F32, F16, BF16, Q8_0, Q4_0 and Q4_1
   aligned.gguf   general.alignment = 64 (add_custom_alignment), tensors in I8, I16, I32, I64, F64,
                  a 0-dim F32, an empty F32, a 4-D F16 and a Q4_0 of one block
   empty.gguf     no metadata (an empty architecture is not written) and no tensors
@@ -76,7 +76,7 @@ class Writer:
     def tensor(self, name, source, qtype):
         """Stores `source` (a NumPy array) as GGML type `qtype`."""
         source = np.asarray(source)
-        if qtype in (Q.BF16, Q.Q8_0, Q.Q4_0):
+        if qtype in (Q.BF16, Q.Q8_0, Q.Q4_0, Q.Q4_1):
             stored = gguf.quants.quantize(source.astype(np.float32), qtype)  # uint8 bytes
             self.writer.add_tensor(name, stored, raw_dtype=qtype)
             dequantized = gguf.quants.dequantize(stored, qtype)
@@ -143,6 +143,8 @@ def mixed(rng):
     w.tensor("blk.0.q8_0.weight", (rng.standard_normal((3, 64)) * 2).astype(np.float32), Q.Q8_0)
     w.tensor("blk.0.q4_0.weight", (rng.standard_normal((2, 96)) * 2).astype(np.float32), Q.Q4_0)
     w.tensor("blk.1.q8_0.weight", (rng.standard_normal((2, 2, 32))).astype(np.float32), Q.Q8_0)
+    # Its own generator, so the tensors above and the other files keep their values.
+    w.tensor("blk.1.q4_1.weight", (np.random.default_rng(41).standard_normal((2, 64)) - 1).astype(np.float32), Q.Q4_1)
     w.close()
 
 

@@ -57,7 +57,7 @@ R guarded(Fn&& body, R failed) {
 // A model read from a checkpoint of `ember train mnist` (safetensors) or `ember quantize` (GGUF).
 struct Model {
   std::string kind;          // "mnist_cnn" or "mnist_mlp"
-  std::string quantization;  // "f32", "q8_0", "q4_0" or "int8"
+  std::string quantization;  // "f32", "q8_0", "q4_0", "q4_1" or "int8"
   std::shared_ptr<ember::nn::Sequential> net;
   // The forward pass through the graph compiler: traced on the first call of each input shape.
   std::function<Tensor(const Tensor&)> compiled;

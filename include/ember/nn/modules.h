@@ -100,7 +100,7 @@ class Linear : public Module {
   std::string extra_repr() const override;
   void reset_parameters();
 
-  // Quantizes the weight in place to kQ8_0, kQ4_0 or kInt8. Block dtypes store whole blocks of 32:
+  // Quantizes the weight in place to kQ8_0, kQ4_0, kQ4_1 or kInt8. Block dtypes store whole blocks of 32:
   // with in_features no multiple of 32 the weight is zero-padded to (out, in rounded up to 32).
   // Once only: a quantized layer cannot be quantized again.
   void quantize_(DType dtype, bool dynamic_activations = true);

@@ -16,7 +16,7 @@
 namespace ember::quant {
 
 struct Scheme {
-  DType dtype = kQ8_0;  // kQ8_0, kQ4_0 or kInt8 (per output channel)
+  DType dtype = kQ8_0;  // kQ8_0, kQ4_0, kQ4_1 or kInt8 (per output channel)
   // true: activations quantized on the fly (q8_0 blocks, or per-row int8), integer products;
   // false: weights only: the weight is dequantized for each call and multiplied in float.
   bool dynamic_activations = true;

@@ -58,7 +58,7 @@ inline constexpr const char* kAmp = "amp";                 // "bf16" or "f16" (n
 inline constexpr const char* kVocabulary = "vocabulary";   // a character model's characters, as hex
 // The GGUF keys ember writes beside a model's settings.
 inline constexpr const char* kGgufModel = "ember.model";                  // the model kind
-inline constexpr const char* kGgufQuantization = "ember.quantization";    // "f32", "q8_0", "q4_0", "int8"
+inline constexpr const char* kGgufQuantization = "ember.quantization";    // "f32", "q8_0", "q4_0", "q4_1", "int8"
 inline constexpr const char* kGgufDynamic = "ember.dynamic_activations";  // false: --weights-only
 inline constexpr const char* kGgufCheckpoint = "ember.checkpoint";        // true: a training checkpoint's parts
 }  // namespace keys

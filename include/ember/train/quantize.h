@@ -12,7 +12,7 @@
 namespace ember::train {
 
 struct QuantizeFileOptions {
-  std::string type{};               // "q8_0", "q4_0", "int8", or "f32" (the float model as GGUF)
+  std::string type{};               // "q8_0", "q4_0", "q4_1", "int8", or "f32" (the float model as GGUF)
   std::vector<std::string> skip{};  // Linear layers (or modules) to leave in float, by dotted name
   bool weights_only = false;        // float activations times the dequantized weight
 };

@@ -42,12 +42,13 @@ struct SupportedType {
   DType dtype;
 };
 
-constexpr std::array<SupportedType, 10> kSupportedTypes{{
+constexpr std::array<SupportedType, 11> kSupportedTypes{{
     {0, "F32", kFloat32},
     {1, "F16", kFloat16},
     {30, "BF16", kBFloat16},
     {8, "Q8_0", kQ8_0},
     {2, "Q4_0", kQ4_0},
+    {3, "Q4_1", kQ4_1},
     {24, "I8", kInt8},
     {25, "I16", kInt16},
     {26, "I32", kInt32},

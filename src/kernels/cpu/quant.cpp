@@ -9,7 +9,9 @@
 // the correction is -128 * sum(x); with q4_0 weights it feeds the stored nibble q + 8, and the
 // correction is -8 * sum(x). Summing the 8 lanes of each block then gives exactly
 // sum(w * x) + correction, an integer, which the kernel scales by d_w * d_x in float32 and adds to
-// 16 float accumulators. The AVX2 and scalar paths read the same records.
+// 16 float accumulators. The AVX2 and scalar paths read the same records. For q4_1 weights the
+// lane holds sum(x) itself, for the term m_w * d_x * sum(x) of the blocks' minimums; those weights
+// have AVX2 and scalar kernels only (an AVX-512 machine runs the AVX2 one).
 //
 // Note [quantized matmul tiling]: a task owns a block of rows of x (64) and of weight rows (as many
 // as fit in L2); inside it, tiles of up to 4 rows of x by 4 rows of w keep 16 accumulators in
@@ -94,7 +96,8 @@ void packed_matmul(const MatmulArgs&, const std::vector<PairRecord>&, int) { no_
 
 // Block b (0 or 1) of a record from 32 floats: the reference quantizer's values (ember/blocks.h),
 // their float16-rounded scale and the correction for weights stored with `offset` (128 for q8_0,
-// 8 for q4_0). Returns false, leaving the record undefined, when a value is NaN or Inf.
+// 8 for q4_0; -1 for q4_1, whose lane then holds sum(x)). Returns false, leaving the record undefined, when a value is
+// NaN or Inf.
 bool quantize_block_scalar(const float* x, PairRecord& rec, int64_t b, int32_t offset) {
   for (int64_t j = 0; j < kQuantBlock; ++j) {
     if (!std::isfinite(x[j])) return false;
@@ -151,7 +154,7 @@ EMBER_AVX512 bool quantize_block_avx512(const float* x, PairRecord& rec, int64_t
 bool quantize_activations(const MatmulArgs& a, Isa isa, int threads, std::vector<PairRecord>& records) {
   const int64_t pairs = pairs_of(a.k);
   records.assign(static_cast<size_t>(a.m * pairs), PairRecord{});
-  const int32_t offset = a.wtype == kQ8_0 ? 128 : 8;
+  const int32_t offset = a.wtype == kQ8_0 ? 128 : a.wtype == kQ4_0 ? 8 : -1;
   const auto block = supports(isa, Isa::kAvx512) ? quantize_block_avx512 : quantize_block_scalar;
   std::atomic<bool> finite{true};
   parallel_for_threads(threads, 0, a.m, 1, [&](int64_t begin, int64_t end) {
@@ -246,13 +249,21 @@ float pair_dot_scalar(DType wtype, const uint8_t* w_row, int64_t p, int64_t bloc
       const auto* block = reinterpret_cast<const BlockQ8_0*>(w_row) + 2 * p + b;
       for (int64_t j = 0; j < kQuantBlock; ++j) isum += int32_t{block->values[j]} * x[j];
       dw = detail::half_bits_to_float(block->scale);
-    } else {
+    } else if (wtype == kQ4_0) {
       const auto* block = reinterpret_cast<const BlockQ4_0*>(w_row) + 2 * p + b;
       for (int64_t j = 0; j < kQuantBlock / 2; ++j) {
         isum += ((block->nibbles[j] & 0x0f) - 8) * int32_t{x[j]};
         isum += ((block->nibbles[j] >> 4) - 8) * int32_t{x[j + kQuantBlock / 2]};
       }
       dw = detail::half_bits_to_float(block->scale);
+    } else {
+      const auto* block = reinterpret_cast<const BlockQ4_1*>(w_row) + 2 * p + b;
+      for (int64_t j = 0; j < kQuantBlock / 2; ++j) {
+        isum += (block->nibbles[j] & 0x0f) * int32_t{x[j]} + (block->nibbles[j] >> 4) * int32_t{x[j + kQuantBlock / 2]};
+      }
+      dw = detail::half_bits_to_float(block->scale);
+      const float dx = rec.scales[b * 8];
+      sum += detail::half_bits_to_float(block->min) * (static_cast<float>(rec.correction[b * 8]) * dx);
     }
     sum += static_cast<float>(isum) * (dw * rec.scales[b * 8]);
   }
@@ -311,18 +322,28 @@ EMBER_AVX2 inline int32_t hsum_i32_avx2(__m256i v) {
   return _mm_cvtsi128_si32(s);
 }
 
-// One block of weights as 32 signed bytes.
-EMBER_AVX2 inline __m256i load_block_avx2(DType wtype, const uint8_t* w_row, int64_t block, float* dw) {
+// 16 bytes of nibbles as 32 bytes: the low nibbles, then the high ones.
+EMBER_AVX2 inline __m256i unpack_nibbles_avx2(const uint8_t* nibbles) {
+  const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(nibbles));
+  return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(packed, 4), packed), _mm256_set1_epi8(0x0f));
+}
+
+// One block of weights as 32 signed bytes, its scale in *dw and (q4_1) its minimum in *mw.
+EMBER_AVX2 inline __m256i load_block_avx2(DType wtype, const uint8_t* w_row, int64_t block, float* dw, float* mw) {
   if (wtype == kQ8_0) {
     const auto* b = reinterpret_cast<const BlockQ8_0*>(w_row) + block;
     *dw = detail::half_bits_to_float(b->scale);
     return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b->values));
   }
+  if (wtype == kQ4_1) {
+    const auto* b = reinterpret_cast<const BlockQ4_1*>(w_row) + block;
+    *dw = detail::half_bits_to_float(b->scale);
+    *mw = detail::half_bits_to_float(b->min);
+    return unpack_nibbles_avx2(b->nibbles);
+  }
   const auto* b = reinterpret_cast<const BlockQ4_0*>(w_row) + block;
   *dw = detail::half_bits_to_float(b->scale);
-  const __m128i nibbles = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b->nibbles));
-  const __m256i both = _mm256_set_m128i(_mm_srli_epi16(nibbles, 4), nibbles);
-  return _mm256_sub_epi8(_mm256_and_si256(both, _mm256_set1_epi8(0x0f)), _mm256_set1_epi8(8));
+  return _mm256_sub_epi8(unpack_nibbles_avx2(b->nibbles), _mm256_set1_epi8(8));
 }
 
 EMBER_AVX2 void block_rows_avx2(const MatmulArgs& a, const PairRecord* records, int64_t m_begin, int64_t m_end,
@@ -334,15 +355,18 @@ EMBER_AVX2 void block_rows_avx2(const MatmulArgs& a, const PairRecord* records, 
     for (int64_t c = n_begin; c < n_end; ++c) {
       const auto* w_row = static_cast<const uint8_t*>(a.w) + c * row_bytes;
       __m256 acc = _mm256_setzero_ps();
+      float mins = 0.0f;  // q4_1: the sum over blocks of m_w * d_x * sum(x)
       for (int64_t b = 0; b < blocks; ++b) {
-        float dw = 0.0f;
-        const __m256i w = load_block_avx2(a.wtype, w_row, b, &dw);
+        float dw = 0.0f, mw = 0.0f;
+        const __m256i w = load_block_avx2(a.wtype, w_row, b, &dw, &mw);
         const PairRecord& pr = rec[b / 2];
         const __m256i x = _mm256_load_si256(reinterpret_cast<const __m256i*>(pr.values + (b % 2) * kQuantBlock));
         const __m256 products = _mm256_cvtepi32_ps(dot_i8_avx2(w, x));
-        acc = _mm256_fmadd_ps(products, _mm256_set1_ps(dw * pr.scales[(b % 2) * 8]), acc);
+        const float dx = pr.scales[(b % 2) * 8];
+        acc = _mm256_fmadd_ps(products, _mm256_set1_ps(dw * dx), acc);
+        if (a.wtype == kQ4_1) mins += mw * (static_cast<float>(pr.correction[(b % 2) * 8]) * dx);
       }
-      a.y[r * a.y_stride + c] = hsum_avx2(acc) + (a.bias != nullptr ? a.bias[c] : 0.0f);
+      a.y[r * a.y_stride + c] = hsum_avx2(acc) + mins + (a.bias != nullptr ? a.bias[c] : 0.0f);
     }
   }
 }
@@ -720,7 +744,7 @@ void tiles(int64_t m_begin, int64_t m_end, int64_t n_begin, int64_t n_end, const
 
 bool matmul(const MatmulArgs& a, Isa isa, int threads) {
   if (a.m == 0 || a.n == 0) return true;
-  const bool vnni = supports(isa, Isa::kAvx512Vnni);
+  bool vnni = supports(isa, Isa::kAvx512Vnni);
   const bool avx2 = supports(isa, Isa::kAvx2);
   // Weight rows per task: enough that a task's weights are worth a thread (a mat-vec product is
   // cut finer than a product with many rows of x, whose tasks each sweep all of x).
@@ -758,7 +782,8 @@ bool matmul(const MatmulArgs& a, Isa isa, int threads) {
   std::vector<PairRecord> records;
   if (!quantize_activations(a, isa, threads, records)) return false;
   // Packing costs about as much as 16 rows of q8_0 (whose blocks take twice the gathers) or 6 of
-  // q4_0 against the tiles (4096 x 4096 weights, 2 threads).
+  // q4_0 against the tiles (4096 x 4096 weights, 2 threads). q4_1 runs the AVX2 kernel there.
+  if (a.wtype == kQ4_1) vnni = false;
   if (vnni && a.m > (a.wtype == kQ8_0 ? 16 : 8)) {
     packed_matmul(a, records, threads);
     return true;
@@ -813,7 +838,7 @@ namespace {
 int64_t row_length(const Operand& t) { return t.dim() == 0 ? 1 : t.size(-1); }
 int64_t row_count(const Operand& t) { return row_length(t) == 0 ? 0 : t.numel() / row_length(t); }
 
-// inputs: x, float32, contiguous, finite; outputs: the same shape in q8_0 or q4_0 (last dim a
+// inputs: x, float32, contiguous, finite; outputs: the same shape in q8_0, q4_0 or q4_1 (last dim a
 // multiple of 32), or in int8 and then the rows' scales (float32, one per row).
 void quantize_kernel(const KernelCall& c) {
   const Operand &x = c.inputs[0], &out = c.outputs[0];
@@ -833,13 +858,13 @@ void quantize_kernel(const KernelCall& c) {
                        });
 }
 
-// inputs: q8_0 or q4_0; outputs: the same shape in float32.
+// inputs: q8_0, q4_0 or q4_1; outputs: the same shape in float32.
 void dequantize_kernel(const KernelCall& c) {
   const Operand &q = c.inputs[0], &out = c.outputs[0];
   quant::dequantize_rows(q.dtype, q.data, row_count(q), row_length(q), out.ptr<float>(), num_threads());
 }
 
-// inputs: x (m, k) float32 contiguous, w (n, k) in q8_0, q4_0 or int8, w_scale (n) float32 for int8
+// inputs: x (m, k) float32 contiguous, w (n, k) in q8_0, q4_0, q4_1 or int8, w_scale (n) float32 for int8
 // weights (absent otherwise), bias (n) float32 or absent; outputs: y (m, n) float32 contiguous.
 void quantized_matmul_kernel(const KernelCall& c) {
   const Operand &x = c.inputs[0], &w = c.inputs[1], &w_scale = c.inputs[2], &bias = c.inputs[3];
@@ -863,7 +888,7 @@ void quantized_matmul_kernel(const KernelCall& c) {
 }  // namespace
 
 void register_quant_kernels(KernelTable& table) {
-  table.add(OpKind::kQuantize, DeviceType::kCPU, quantize_kernel, {kQ8_0, kQ4_0, kInt8});
+  table.add(OpKind::kQuantize, DeviceType::kCPU, quantize_kernel, {kQ8_0, kQ4_0, kQ4_1, kInt8});
   table.add(OpKind::kDequantize, DeviceType::kCPU, dequantize_kernel, {kFloat32});
   table.add(OpKind::kQuantizedMatmul, DeviceType::kCPU, quantized_matmul_kernel, {kFloat32});
 }

@@ -1,4 +1,4 @@
-// Quantized matrix products on the CPU: weights in a block format (q8_0, q4_0; ember/blocks.h)
+// Quantized matrix products on the CPU: weights in a block format (q8_0, q4_0, q4_1; ember/blocks.h)
 // or per-row int8, activations quantized on the fly, integer dot products (AVX-512 VNNI's
 // vpdpbusd, AVX2's vpmaddubsw, or scalar code), chosen at run time (cpu_isa.h).
 #pragma once
@@ -11,7 +11,7 @@
 namespace ember::cpu::quant {
 
 // y (m x n, rows y_stride apart) = x (m x k, rows x_stride apart) @ w^T + bias, where w holds n
-// rows of k values: blocks of `wtype` (kQ8_0, kQ4_0; when k is not a multiple of 32 the rows are
+// rows of k values: blocks of `wtype` (kQ8_0, kQ4_0, kQ4_1; when k is not a multiple of 32 the rows are
 // zero-padded to whole blocks, and so are the activations), or int8 (kInt8) with a float scale
 // per row in w_scale (x is then quantized per row to int8 as well). bias may be null. `isa` picks
 // the code path (at most cpu_isa(); the tests run every one).
