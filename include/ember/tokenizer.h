@@ -141,4 +141,113 @@ class TextSplit {
 /// Reads a whole file (an ember::Error naming the path when it cannot be read).
 std::string read_text_file(const std::string& path);
 
+// --- Byte-level BPE ----------------------------------------------------------------------------
+//
+// GPT-2's byte-level BPE, as Llama-family GGUF files carry it (tokenizer.ggml.model "gpt2": SmolLM2,
+// Llama 3, ...), token for token what Hugging Face's `tokenizers` gives with the model's own
+// tokenizer.json (llama.cpp agrees but in the corners src/data/bpe.cpp names):
+//
+//   0. special:      control and user-defined tokens written in the text (the leftmost, the longest
+//                    there) stand for themselves; the text between them goes on
+//   1. pre-tokenize: the regex the `pre` name selects cuts the text into pieces (words with the
+//                    space before them, runs of digits or punctuation, runs of whitespace)
+//   2. byte-level:   each piece's UTF-8 bytes become GPT-2's printable stand-ins (a space is "Ġ")
+//   3. BPE:          adjacent symbols merge, the pair of lowest merge rank first (the leftmost among
+//                    equals), until no listed pair is left; each symbol is then a token
+//
+//   ember::data::BpeOptions options;
+//   options.pre = "smollm";  // tokenizer.ggml.pre
+//   ember::data::BpeTokenizer tokenizer(tokens, token_types, merges, options);
+//   tokenizer.encode("Hello world");  // {19556, 905}: "Hello", "Ġworld" (SmolLM2)
+//   tokenizer.decode({19556, 905});   // "Hello world"
+//
+// Text is UTF-8; invalid bytes are an ember::Error naming their offset. The vocabulary comes as
+// plain vectors (a GGUF file's tokenizer.ggml.tokens, token_type and merges): this layer does not
+// read files.
+//
+// For SmolLM2 ("smollm") transformers' own GGUF conversion differs from both: it knows no "smollm"
+// and runs GPT-2's regex without splitting digits first, so "a  1" and " ½" tokenize otherwise
+// there; pre = "gpt2" gives its ids.
+
+/// A token's type, as a GGUF file's tokenizer.ggml.token_type numbers it (llama.cpp's
+/// llama_token_type).
+enum class BpeTokenType : int32_t {
+  kUndefined = 0,
+  kNormal = 1,
+  kUnknown = 2,
+  kControl = 3,      // <|im_start|>, <|endoftext|>: matched in the text unless told not to
+  kUserDefined = 4,  // added tokens: always matched in the text
+  kUnused = 5,
+  kByte = 6,
+};
+
+struct BpeOptions {
+  /// The pre-tokenizer (tokenizer.ggml.pre): "default" and "gpt2" (GPT-2's regex), "smollm" (each
+  /// digit a piece of its own, then GPT-2's regex), "llama-bpe" (Llama 3's regex; a piece that is a
+  /// token is not merged). Any other name is an ember::Error listing these.
+  std::string pre = "default";
+  std::optional<int64_t> bos_id;  // tokenizer.ggml.bos_token_id
+  std::optional<int64_t> eos_id;  // tokenizer.ggml.eos_token_id
+  /// Stands for a byte the vocabulary has no token for; unset, such a byte is dropped before merging,
+  /// as Hugging Face's BPE without an unk_token (SmolLM2's) drops it. A GGUF file's
+  /// tokenizer.ggml.unknown_token_id is not this: neither Hugging Face nor llama.cpp uses it here.
+  std::optional<int64_t> unk_id;
+  bool add_bos = false;  // tokenizer.ggml.add_bos_token: encode() starts with bos_id
+};
+
+class BpeTokenizer {
+ public:
+  /// `tokens` in id order, a type per token (BpeTokenType's numbers), and `merges` in rank order,
+  /// each "left right" (two tokens whose concatenation is a token). An ember::Error names the first
+  /// thing wrong: sizes that differ, a type out of range, a token that is not UTF-8, a malformed
+  /// merge (by its index), an id in `options` out of range, an unknown `pre`. A token listed twice
+  /// is looked up as its last id, as llama.cpp and Hugging Face's GGUF conversion do.
+  BpeTokenizer(std::vector<std::string> tokens, std::vector<int32_t> token_types, std::vector<std::string> merges,
+               BpeOptions options = {});
+  ~BpeTokenizer();
+  BpeTokenizer(BpeTokenizer&&) noexcept;
+  BpeTokenizer& operator=(BpeTokenizer&&) noexcept;
+
+  /// The ids of `text` (with bos_id first when add_bos). parse_special false reads control tokens
+  /// written in the text as plain text (user-defined ones still stand for themselves).
+  std::vector<int64_t> encode(std::string_view text, bool parse_special = true) const;
+  /// Step 1 alone: the pieces BPE works on, as UTF-8 text (special tokens are not looked for).
+  std::vector<std::string> pre_tokenize(std::string_view text) const;
+  /// The text of `ids`: their bytes (token_bytes) joined, where bytes that are not valid UTF-8 (ids
+  /// that end inside a character) become U+FFFD, as Hugging Face's decode() does.
+  std::string decode(const std::vector<int64_t>& ids) const;
+  /// The bytes a token stands for: a byte-level token's bytes (which may be part of a character),
+  /// a control, user-defined or unknown token's text as it is.
+  const std::string& token_bytes(int64_t id) const;
+
+  /// The id of a token (its byte-level text: " world" is "Ġworld"), or nullopt.
+  std::optional<int64_t> token_to_id(std::string_view token) const;
+  /// The token of an id, as the vocabulary writes it (an ember::Error when out of range).
+  const std::string& id_to_token(int64_t id) const;
+  BpeTokenType token_type(int64_t id) const;
+  int64_t vocab_size() const;
+  const BpeOptions& options() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+/// Streaming decoding, for text generated a token at a time: push() returns only complete, valid
+/// UTF-8, holding back the bytes of a character whose last bytes are still to come (an emoji is
+/// often 2-4 tokens); bytes that cannot begin or continue a character become U+FFFD. The tokenizer
+/// must outlive the decoder.
+class BpeDecoder {
+ public:
+  explicit BpeDecoder(const BpeTokenizer& tokenizer) : tokenizer_(&tokenizer) {}
+  /// The text that `id` completes (often empty while a character is incomplete).
+  std::string push(int64_t id);
+  /// What is held back, as U+FFFD (empty when nothing is); the decoder starts afresh.
+  std::string flush();
+
+ private:
+  const BpeTokenizer* tokenizer_;
+  std::string pending_;  // the start of a character whose remaining bytes have not come
+};
+
 }  // namespace ember::data
