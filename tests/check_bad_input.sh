@@ -236,7 +236,7 @@ missing="$tmp/missing.safetensors"
 # --- info ---------------------------------------------------------------------------------------------
 fails "an unknown option" "\[info\] .*--bogus" "$ember" info --bogus
 fails "no command" "\[ember\] A subcommand is required" "$ember"
-fails "an unknown command" "\[ember\] unknown command \"chat\"; the commands: info, train, sample, generate" "$ember" chat
+fails "an unknown command" "\[ember\] unknown command \"talk\"; the commands: info, train, sample, generate, chat" "$ember" talk
 fails "an unknown subcommand" "\[train\] unknown command \"bert\"; the commands: mnist, gpt, ssm, diffusion" \
   "$ember" train bert --epochs 1
 

@@ -18,6 +18,7 @@
 
 #include "cli_util.h"
 #include "ember/ember.h"
+#include "ember/models/llama.h"
 #include "ember/peaks.h"
 #include "workloads.h"
 
@@ -234,6 +235,39 @@ int run_bench(const BenchOptions& options) {
   return 0;
 }
 
+struct LlmBenchOptions {
+  std::string model = "data/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf";
+  int64_t prompt_tokens = 512;
+  int64_t gen_tokens = 128;
+  int repeats = 3;
+  bool json = false;
+  int threads = 0;
+};
+
+int run_llm_bench(const LlmBenchOptions& o) {
+  use_threads(o.threads);
+  const auto load_start = Clock::now();
+  const std::shared_ptr<models::Llama> model = models::Llama::from_gguf(o.model);
+  const double load_ms = milliseconds_since(load_start);
+  const models::LlamaSpeed speed = models::measure_speed(*model, o.prompt_tokens, o.gen_tokens, o.repeats);
+  if (o.json) {
+    std::cout << nlohmann::json{{"model", o.model},
+                                {"load_ms", load_ms},
+                                {"threads", get_num_threads()},
+                                {"pp", o.prompt_tokens},
+                                {"pp_tokens_per_s", speed.prompt_tokens_per_s},
+                                {"tg", o.gen_tokens},
+                                {"tg_tokens_per_s", speed.gen_tokens_per_s}}
+                     .dump()
+              << "\n";
+    return 0;
+  }
+  std::printf("%s (%d threads), loaded in %.0f ms\n", o.model.c_str(), get_num_threads(), load_ms);
+  std::printf("pp%lld  %8.1f tokens/s\ntg%lld  %8.1f tokens/s\n", static_cast<long long>(o.prompt_tokens),
+              speed.prompt_tokens_per_s, static_cast<long long>(o.gen_tokens), speed.gen_tokens_per_s);
+  return 0;
+}
+
 }  // namespace
 
 void add_bench_command(CLI::App& app, Commands& commands) {
@@ -250,6 +284,20 @@ void add_bench_command(CLI::App& app, Commands& commands) {
                   "Time single calls for this many seconds and report their median and p99 instead")
       ->check(kNonNegativeNumber);
   cmd->add_option("--data", o->data_dir, "MNIST folder for train_mnist_epoch")->capture_default_str();
+  // `ember bench llm`: llama-bench's prompt-processing and generation rates of a GGUF model.
+  auto llm = std::make_shared<LlmBenchOptions>();
+  CLI::App* llm_cmd =
+      cmd->add_subcommand("llm", "Prompt processing and generation tokens/s of a Llama GGUF file (pp, tg)");
+  llm_cmd->add_option("--model", llm->model, "A Llama-family GGUF file")->capture_default_str();
+  llm_cmd->add_option("--pp", llm->prompt_tokens, "Prompt tokens")->check(kPositiveCount)->capture_default_str();
+  llm_cmd->add_option("--tg", llm->gen_tokens, "Generated tokens")->check(kPositiveCount)->capture_default_str();
+  llm_cmd->add_option("--repeats", llm->repeats, "Runs of each (the median is reported)")
+      ->check(kPositiveInt)
+      ->capture_default_str();
+  llm_cmd->add_flag("--json", llm->json, "One JSON object");
+  add_threads(llm_cmd, llm->threads);
+  cmd->require_subcommand(0, 1);
+  commands.add(llm_cmd, [llm] { return run_llm_bench(*llm); });  // before `bench`, which is parsed too
   commands.add(cmd, [o] { return run_bench(*o); });
 }
 

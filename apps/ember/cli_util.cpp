@@ -59,6 +59,29 @@ void add_threads(CLI::App* command, int& threads) {
   command->add_option("--threads", threads, "Threads (default: all cores)")->check(kThreadCount);
 }
 
+void add_sampling_options(CLI::App* cmd, models::SamplingOptions& sampling) {
+  cmd->add_option("--temperature", sampling.temperature, "Sampling temperature (0: greedy)")
+      ->check(kNonNegativeNumber)
+      ->capture_default_str();
+  cmd->add_option("--top-k", sampling.top_k, "Sample among the k most likely (0: all)")
+      ->check(kNonNegativeCount)
+      ->capture_default_str();
+  cmd->add_option("--top-p", sampling.top_p, "Nucleus sampling: the most likely tokens summing to p")
+      ->check(finite_number(std::numeric_limits<double>::min(), 1, "a number in (0, 1]"))
+      ->capture_default_str();
+  cmd->add_option("--min-p", sampling.min_p, "Drop tokens less likely than min-p times the most likely one")
+      ->check(finite_number(0, 1, "a number in [0, 1]"))
+      ->capture_default_str();
+  cmd->add_option("--repeat-penalty", sampling.repetition_penalty,
+                  "Penalize the tokens of the last --repeat-last-n (1: off)")
+      ->check(kPositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--repeat-last-n", sampling.penalty_last_n, "Tokens the repeat penalty looks back over")
+      ->check(kNonNegativeCount)
+      ->capture_default_str();
+  cmd->add_option("--seed", sampling.seed, "Seed of the sampler")->capture_default_str();
+}
+
 void use_threads(int threads) {
   if (threads > 0) set_num_threads(threads);
 }

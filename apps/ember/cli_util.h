@@ -13,6 +13,7 @@
 
 #include "ember/compile.h"
 #include "ember/dist.h"
+#include "ember/models/language_model.h"
 #include "ember/profiler.h"
 #include "ember/train/registry.h"
 
@@ -41,6 +42,7 @@ void add_train_mnist_command(CLI::App& train, Commands& commands);
 void add_train_text_commands(CLI::App& train, Commands& commands);  // gpt, ssm
 void add_diffusion_commands(CLI::App& train, CLI::App& sample, Commands& commands);
 void add_generate_command(CLI::App& app, Commands& commands);
+void add_chat_command(CLI::App& app, Commands& commands);
 void add_eval_commands(CLI::App& app, Commands& commands);
 void add_embed_command(CLI::App& app, Commands& commands);
 void add_quantize_command(CLI::App& app, Commands& commands);
@@ -71,6 +73,9 @@ extern const CLI::Validator kFraction;
 
 // --threads (and --json) as every command has them.
 void add_threads(CLI::App* command, int& threads);
+// The sampler's options: --temperature, --top-k, --top-p, --min-p, --repeat-penalty, --repeat-last-n
+// and --seed.
+void add_sampling_options(CLI::App* command, models::SamplingOptions& sampling);
 // Sets the thread count when the option was given (0: all cores).
 void use_threads(int threads);
 // --detect-anomaly of a training command.

@@ -42,7 +42,7 @@ std::string given_options(const CLI::App* command) {
   return out;
 }
 
-// A word where a command is expected that names none ("ember chat", "ember train bert"): the
+// A word where a command is expected that names none ("ember talk", "ember train bert"): the
 // message names the word and lists the commands. Empty when the words are fine (a missing command,
 // options and the commands' own arguments are left to CLI11).
 std::string unknown_command(CLI::App& app, int argc, char** argv) {
@@ -126,6 +126,7 @@ int main(int argc, char** argv) {
   sample->require_subcommand(1);
   ember::cli::add_diffusion_commands(*train, *sample, commands);
   ember::cli::add_generate_command(app, commands);
+  ember::cli::add_chat_command(app, commands);
   ember::cli::add_bench_command(app, commands);
   ember::cli::add_embed_command(app, commands);
   ember::cli::add_quantize_command(app, commands);

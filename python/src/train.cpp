@@ -12,6 +12,7 @@
 
 #include "bindings.h"
 #include "ember/gguf.h"
+#include "ember/models/chat.h"
 #include "ember/onnx.h"
 #include "ember/optim.h"
 
@@ -250,6 +251,100 @@ void bind_models(nb::module_& m) {
                                   out.pooler_output.defined() ? nb::cast(out.pooler_output) : nb::none());
           },
           "input_ids"_a, "attention_mask"_a = nb::none(), "token_type_ids"_a = nb::none());
+  nb::class_<data::BpeTokenizer>(models, "BpeTokenizer")
+      .def("encode", &data::BpeTokenizer::encode, "text"_a, "parse_special"_a = true)
+      .def("decode", &data::BpeTokenizer::decode, "ids"_a)
+      .def("pre_tokenize", &data::BpeTokenizer::pre_tokenize, "text"_a)
+      .def("id_to_token", &data::BpeTokenizer::id_to_token, "id"_a)
+      .def("token_to_id", &data::BpeTokenizer::token_to_id, "token"_a)
+      .def_prop_ro("vocab_size", &data::BpeTokenizer::vocab_size)
+      .def_prop_ro("bos_id", [](const data::BpeTokenizer& t) { return t.options().bos_id; })
+      .def_prop_ro("eos_id", [](const data::BpeTokenizer& t) { return t.options().eos_id; });
+  nb::class_<models::Llama, nn::Module>(models, "Llama", nb::type_slots(module_type_slots()))
+      .def_static(
+          "from_gguf",
+          [](const std::string& path, bool dequantize) {
+            return models::Llama::from_gguf(path, {.dequantize = dequantize});
+          },
+          "path"_a, "dequantize"_a = false, nb::call_guard<Release>(),
+          "A Llama-family model from a GGUF file (quantized weights stay quantized unless `dequantize`).")
+      .def(
+          "__call__", [](models::Llama& m, const Tensor& idx) { return m.forward(idx); }, "idx"_a,
+          nb::call_guard<Release>())
+      .def(
+          "generate",
+          [](models::Llama& m, const std::vector<int64_t>& prompt, int64_t max_tokens, double temperature,
+             int64_t top_k, double top_p, double min_p, double repetition_penalty, uint64_t seed,
+             const std::vector<int64_t>& stop) {
+            const int64_t needed = static_cast<int64_t>(prompt.size()) + std::max<int64_t>(max_tokens, 1);
+            models::LlamaCache cache = m.make_cache(std::min(needed, m.config.context_length));
+            return models::generate(m, cache, prompt, max_tokens,
+                                    {.temperature = temperature,
+                                     .top_k = top_k,
+                                     .top_p = top_p,
+                                     .min_p = min_p,
+                                     .repetition_penalty = repetition_penalty,
+                                     .seed = seed},
+                                    stop);
+          },
+          "prompt"_a, "max_tokens"_a, "temperature"_a = 0.0, "top_k"_a = 0, "top_p"_a = 1.0, "min_p"_a = 0.0,
+          "repetition_penalty"_a = 1.0, "seed"_a = 0, "stop"_a = std::vector<int64_t>{}, nb::call_guard<Release>(),
+          "Continues the token ids `prompt` by up to max_tokens ids, stopping after an id in `stop`.")
+      .def_prop_ro("config", [](const models::Llama& m) {
+        const models::LlamaConfig& c = m.config;
+        nb::dict d;
+        d["vocab_size"] = c.vocab_size;
+        d["context_length"] = c.context_length;
+        d["dim"] = c.dim;
+        d["n_layer"] = c.n_layer;
+        d["n_head"] = c.n_head;
+        d["n_kv_head"] = c.n_kv_head;
+        d["ffn_dim"] = c.ffn_dim;
+        d["head_dim"] = c.head_dim;
+        d["rope_dim"] = c.rope_dim;
+        d["rope_base"] = c.rope_base;
+        d["norm_eps"] = c.norm_eps;
+        d["tied_output"] = c.tied_output;
+        return d;
+      });
+  models.def(
+      "load_tokenizer", [](const std::string& path) { return models::bpe_tokenizer(gguf::load(path), path); }, "path"_a,
+      nb::call_guard<Release>(), "The byte-level BPE tokenizer of a GGUF file's tokenizer.ggml.* metadata.");
+  nb::class_<models::ChatSession>(models, "Chat")
+      .def(
+          "__init__",
+          [](models::ChatSession* self, const std::string& path, const std::string& system, int64_t context,
+             int64_t max_tokens, double temperature, double top_p, double repetition_penalty, uint64_t seed,
+             const std::string& chat_template) {
+            const Release release;
+            models::LlamaFile llm = models::load_llama(path);
+            models::ChatTemplate t = chat_template.empty() ? models::ChatTemplate::from_file(llm)
+                                                           : models::ChatTemplate::named(chat_template);
+            new (self) models::ChatSession(std::move(llm), std::move(t),
+                                           {.system = system,
+                                            .context = context,
+                                            .max_tokens = max_tokens,
+                                            .sampling = {.temperature = temperature,
+                                                         .top_p = top_p,
+                                                         .repetition_penalty = repetition_penalty,
+                                                         .seed = seed}});
+          },
+          "path"_a, "system"_a = "", "context"_a = 2048, "max_tokens"_a = 512, "temperature"_a = 0.2, "top_p"_a = 0.9,
+          "repetition_penalty"_a = 1.1, "seed"_a = 0, "chat_template"_a = "")
+      .def(
+          "reply", [](models::ChatSession& c, const std::string& message) { return c.reply(message); }, "message"_a,
+          nb::call_guard<Release>(), "Adds the message, generates the assistant's reply and returns it.")
+      .def("reset", &models::ChatSession::reset)
+      .def_prop_ro("messages", [](const models::ChatSession& c) {
+        nb::list out;
+        for (const models::ChatMessage& m : c.messages()) {
+          nb::dict d;
+          d["role"] = m.role;
+          d["content"] = m.content;
+          out.append(d);
+        }
+        return out;
+      });
   nb::class_<models::SentenceEncoder>(models, "SentenceEncoder")
       .def_static("from_folder", &models::SentenceEncoder::from_folder, "folder"_a, nb::call_guard<Release>())
       .def("encode", &models::SentenceEncoder::encode, "texts"_a, "batch_size"_a = 32, nb::call_guard<Release>())

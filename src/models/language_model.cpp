@@ -1,4 +1,5 @@
-// Next-token sampling with temperature, top-k and top-p (include/ember/models/language_model.h).
+// Next-token sampling: repetition penalty, temperature, top-k, top-p and min-p
+// (include/ember/models/language_model.h).
 #include "ember/models/language_model.h"
 
 #include <algorithm>
@@ -28,13 +29,31 @@ Sampler::Sampler(const SamplingOptions& options) : options_(options), state_(opt
               "[generate] temperature must be a finite number >= 0, got ", options.temperature);
   EMBER_CHECK(options.top_k >= 0, "[generate] top_k must be >= 0, got ", options.top_k);
   EMBER_CHECK(options.top_p > 0.0 && options.top_p <= 1.0, "[generate] top_p must be in (0, 1], got ", options.top_p);
+  EMBER_CHECK(options.min_p >= 0.0 && options.min_p <= 1.0, "[generate] min_p must be in [0, 1], got ", options.min_p);
+  EMBER_CHECK(options.repetition_penalty > 0.0 && std::isfinite(options.repetition_penalty),
+              "[generate] repetition_penalty must be a finite number > 0, got ", options.repetition_penalty);
+  EMBER_CHECK(options.penalty_last_n >= 0, "[generate] penalty_last_n must be >= 0, got ", options.penalty_last_n);
 }
 
-int64_t Sampler::sample(const Tensor& logits) {
-  const Tensor row = logits.to(kFloat32).contiguous();
-  const float* x = row.data_ptr<float>();
+int64_t Sampler::sample(const Tensor& logits, const std::vector<int64_t>& history) {
+  Tensor row = logits.to(kFloat32).contiguous();
   const int64_t n = row.numel();
   EMBER_CHECK(n > 0, "[generate] no logits to sample from");
+  if (options_.repetition_penalty != 1.0 && !history.empty() && options_.penalty_last_n > 0) {
+    row = row.is_same(logits) ? row.clone() : row;  // never the caller's logits
+    float* values = row.data_ptr<float>();
+    const size_t first = history.size() - std::min(history.size(), static_cast<size_t>(options_.penalty_last_n));
+    std::vector<int64_t> seen(history.begin() + static_cast<std::ptrdiff_t>(first), history.end());
+    std::sort(seen.begin(), seen.end());
+    seen.erase(std::unique(seen.begin(), seen.end()), seen.end());
+    const auto penalty = static_cast<float>(options_.repetition_penalty);
+    for (const int64_t id : seen) {
+      if (id < 0 || id >= n) continue;
+      float& v = values[id];
+      v = v > 0 ? v / penalty : v * penalty;
+    }
+  }
+  const float* x = row.data_ptr<float>();
   if (options_.temperature == 0.0) return static_cast<int64_t>(std::max_element(x, x + n) - x);
   candidates_.resize(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) candidates_[static_cast<size_t>(i)] = {x[i], i};
@@ -63,6 +82,11 @@ int64_t Sampler::sample(const Tensor& logits) {
         break;
       }
     }
+  }
+  if (options_.min_p > 0.0) {  // probs[0] is the most likely token's
+    size_t above = 1;
+    while (above < kept && probs[above] >= options_.min_p * probs[0]) ++above;
+    kept = above;
   }
   double kept_total = 0;
   for (size_t i = 0; i < kept; ++i) kept_total += probs[i];

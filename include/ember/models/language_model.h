@@ -31,16 +31,24 @@ struct SamplingOptions {
   double temperature = 1.0;  // 0: greedy (the most likely token)
   int64_t top_k = 0;         // > 0: sample among the k most likely tokens only
   double top_p = 1.0;        // < 1: sample among the most likely tokens whose probabilities sum to top_p
+  double min_p = 0.0;        // > 0: drop tokens less likely than min_p times the most likely one
+  // > 1: the logits of the tokens among the last penalty_last_n of the history are made less
+  // likely (divided by it when positive, multiplied when negative: CTRL's penalty, as Hugging
+  // Face and llama.cpp apply it), before greedy choice or sampling.
+  double repetition_penalty = 1.0;
+  int64_t penalty_last_n = 64;
   uint64_t seed = 0;
 };
 
-// Draws tokens from next-token logits with temperature, top-k and top-p (nucleus), from its own
-// seeded stream (the same seed gives the same text).
+// Draws tokens from next-token logits, in this order: the repetition penalty, then greedy choice
+// (temperature 0), or the softmax at the temperature cut to the top k, the nucleus (top-p) and
+// min-p, sampled from the sampler's own seeded stream (the same seed gives the same text).
 class Sampler {
  public:
   explicit Sampler(const SamplingOptions& options);
-  // logits: vocab_size values (float32, contiguous, any device the host can read).
-  int64_t sample(const Tensor& logits);
+  // logits: vocab_size values (float32, contiguous, any device the host can read); history: the
+  // ids so far (for the repetition penalty).
+  int64_t sample(const Tensor& logits, const std::vector<int64_t>& history = {});
 
  private:
   SamplingOptions options_;

@@ -79,6 +79,59 @@ class Bert(ember._ember.nn.Module):
 
     def __call__(self, input_ids: ember._ember.Tensor, attention_mask: ember._ember.Tensor | None = None, token_type_ids: ember._ember.Tensor | None = None) -> tuple: ...
 
+class BpeTokenizer:
+    def encode(self, text: str, parse_special: bool = True) -> list[int]: ...
+
+    def decode(self, ids: Sequence[int]) -> str: ...
+
+    def pre_tokenize(self, text: str) -> list[str]: ...
+
+    def id_to_token(self, id: int) -> str: ...
+
+    def token_to_id(self, token: str) -> int | None: ...
+
+    @property
+    def vocab_size(self) -> int: ...
+
+    @property
+    def bos_id(self) -> int | None: ...
+
+    @property
+    def eos_id(self) -> int | None: ...
+
+class Llama(ember._ember.nn.Module):
+    @staticmethod
+    def from_gguf(path: str, dequantize: bool = False) -> Llama:
+        """
+        A Llama-family model from a GGUF file (quantized weights stay quantized unless `dequantize`).
+        """
+
+    def __call__(self, idx: ember._ember.Tensor) -> ember._ember.Tensor: ...
+
+    def generate(self, prompt: Sequence[int], max_tokens: int, temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0, min_p: float = 0.0, repetition_penalty: float = 1.0, seed: int = 0, stop: Sequence[int] = []) -> list[int]:
+        """
+        Continues the token ids `prompt` by up to max_tokens ids, stopping after an id in `stop`.
+        """
+
+    @property
+    def config(self) -> dict: ...
+
+def load_tokenizer(path: str) -> BpeTokenizer:
+    """
+    The byte-level BPE tokenizer of a GGUF file's tokenizer.ggml.* metadata.
+    """
+
+class Chat:
+    def __init__(self, path: str, system: str = '', context: int = 2048, max_tokens: int = 512, temperature: float = 0.2, top_p: float = 0.9, repetition_penalty: float = 1.1, seed: int = 0, chat_template: str = '') -> None: ...
+
+    def reply(self, message: str) -> str:
+        """Adds the message, generates the assistant's reply and returns it."""
+
+    def reset(self) -> None: ...
+
+    @property
+    def messages(self) -> list: ...
+
 class SentenceEncoder:
     @staticmethod
     def from_folder(folder: str) -> SentenceEncoder: ...
