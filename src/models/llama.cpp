@@ -173,7 +173,13 @@ LlamaBlock::LlamaBlock(const LlamaConfig& c, std::shared_ptr<LlamaAttention> att
   const autograd::NoGradGuard no_grad;
   attn_norm = register_module("attn_norm", std::make_shared<nn::RMSNorm>(Shape{c.dim}, c.norm_eps));
   attn_norm->weight.copy_(attn_norm_weight);
-  attention = register_module("attn", std::move(attn));
+  // The attention's weights are the block's children, as the file names them (blk.N.attn_q.weight):
+  // the attention module itself is not registered.
+  attention = std::move(attn);
+  register_module("attn_q", attention->attn_q);
+  register_module("attn_k", attention->attn_k);
+  register_module("attn_v", attention->attn_v);
+  register_module("attn_output", attention->attn_output);
   ffn_norm = register_module("ffn_norm", std::make_shared<nn::RMSNorm>(Shape{c.dim}, c.norm_eps));
   ffn_norm->weight.copy_(ffn_norm_weight);
   ffn_gate = register_module("ffn_gate", std::make_shared<LlamaLinear>(std::move(gate)));

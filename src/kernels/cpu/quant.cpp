@@ -9,9 +9,9 @@
 // the correction is -128 * sum(x); with q4_0 weights it feeds the stored nibble q + 8, and the
 // correction is -8 * sum(x). Summing the 8 lanes of each block then gives exactly
 // sum(w * x) + correction, an integer, which the kernel scales by d_w * d_x in float32 and adds to
-// 16 float accumulators. The AVX2 and scalar paths read the same records. For q4_1 weights the
-// lane holds sum(x) itself, for the term m_w * d_x * sum(x) of the blocks' minimums; those weights
-// have AVX2 and scalar kernels only (an AVX-512 machine runs the AVX2 one).
+// 16 float accumulators. The AVX2 and scalar paths read the same records. For q4_1 weights (fed
+// as their nibbles, no correction) the lane holds sum(x) itself, for the term m_w * d_x * sum(x) of
+// the blocks' minimums; q4_1 has record tiles but no packed panels.
 //
 // Note [quantized matmul tiling]: a task owns a block of rows of x (64) and of weight rows (as many
 // as fit in L2); inside it, tiles of up to 4 rows of x by 4 rows of w keep 16 accumulators in
@@ -397,10 +397,10 @@ EMBER_AVX2 void int8_rows_avx2(const MatmulArgs& a, const Int8Rows& x, int64_t m
 #define EMBER_UNROLL _Pragma("GCC unroll 16")
 
 // A pair of weight blocks as 64 unsigned bytes for vpdpbusd (Note [quantized activations]) and
-// their scales spread over the 16 lanes; `kSecond` is false for a row's odd last block, whose
-// missing partner reads as zero values with a zero scale.
+// their scales (and q4_1's minimums, in *mw) spread over the 16 lanes; `kSecond` is false for a
+// row's odd last block, whose missing partner reads as zero values with a zero scale.
 template <DType W, bool kSecond>
-EMBER_VNNI inline __m512i load_pair_vnni(const uint8_t* w_row, int64_t p, __m512* dw) {
+EMBER_VNNI inline __m512i load_pair_vnni(const uint8_t* w_row, int64_t p, __m512* dw, __m512* mw) {
   if constexpr (W == kQ8_0) {
     const auto* b = reinterpret_cast<const BlockQ8_0*>(w_row) + 2 * p;
     const __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b[0].values));
@@ -409,7 +409,7 @@ EMBER_VNNI inline __m512i load_pair_vnni(const uint8_t* w_row, int64_t p, __m512
     *dw = _mm512_cvtph_ps(_mm256_set_m128i(_mm_set1_epi16(static_cast<int16_t>(kSecond ? b[1].scale : 0)),
                                            _mm_set1_epi16(static_cast<int16_t>(b[0].scale))));
     return _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1), _mm512_set1_epi8(-128));
-  } else {
+  } else if constexpr (W == kQ4_0) {
     // Both blocks (36 bytes) in one load; as 16-bit words, block 0's scale is word 0 and its 16
     // bytes of nibbles words 1-8, block 1's scale word 9 and its nibbles words 10-17.
     static_assert(sizeof(BlockQ4_0) == 18);
@@ -422,6 +422,19 @@ EMBER_VNNI inline __m512i load_pair_vnni(const uint8_t* w_row, int64_t p, __m512
         1, 2, 3, 4, 5, 6, 7, 8, 1, 2, 3, 4, 5, 6, 7, 8, 10, 11, 12, 13, 14, 15, 16, 17, 10, 11, 12, 13, 14, 15, 16, 17};
     const __m512i spread = _mm512_permutexvar_epi16(_mm512_load_si512(kNibbleWords), raw);
     return _mm512_and_si512(_mm512_mask_srli_epi16(spread, 0xff00ff00u, spread, 4), _mm512_set1_epi8(0x0f));
+  } else {
+    // q4_1: both blocks (40 bytes) in one load; as 16-bit words, block 0's scale is word 0, its
+    // minimum word 1 and its nibbles words 2-9, block 1's words 10, 11 and 12-19.
+    static_assert(sizeof(BlockQ4_1) == 20);
+    const __m512i raw = _mm512_maskz_loadu_epi8(kSecond ? 0xffffffffffULL : 0xfffffULL, w_row + p * 40);
+    const __m256i scale_words = _mm256_setr_epi16(0, 0, 0, 0, 0, 0, 0, 0, 10, 10, 10, 10, 10, 10, 10, 10);
+    const __m256i min_words = _mm256_setr_epi16(1, 1, 1, 1, 1, 1, 1, 1, 11, 11, 11, 11, 11, 11, 11, 11);
+    *dw = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutexvar_epi16(_mm512_castsi256_si512(scale_words), raw)));
+    *mw = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutexvar_epi16(_mm512_castsi256_si512(min_words), raw)));
+    alignas(64) static constexpr int16_t kNibbleWords[32] = {
+        2, 3, 4, 5, 6, 7, 8, 9, 2, 3, 4, 5, 6, 7, 8, 9, 12, 13, 14, 15, 16, 17, 18, 19, 12, 13, 14, 15, 16, 17, 18, 19};
+    const __m512i spread = _mm512_permutexvar_epi16(_mm512_load_si512(kNibbleWords), raw);
+    return _mm512_and_si512(_mm512_mask_srli_epi16(spread, 0xff00ff00u, spread, 4), _mm512_set1_epi8(0x0f));
   }
 }
 
@@ -431,16 +444,27 @@ template <DType W, int R, int C, bool kSecond>
 EMBER_VNNI inline void block_pair_vnni(const uint8_t* const* w_rows, const PairRecord* records, int64_t pairs,
                                        int64_t p, __m512 (&acc)[R][C]) {
   __m512i w[C];
-  __m512 dw[C];
-  EMBER_UNROLL for (int c = 0; c < C; ++c) w[c] = load_pair_vnni<W, kSecond>(w_rows[c], p, &dw[c]);
+  __m512 dw[C], mw[C];
+  EMBER_UNROLL for (int c = 0; c < C; ++c) w[c] = load_pair_vnni<W, kSecond>(w_rows[c], p, &dw[c], &mw[c]);
   EMBER_UNROLL for (int r = 0; r < R; ++r) {
     const PairRecord& rec = records[r * pairs + p];
     const __m512i x = _mm512_load_si512(rec.values);
     const __m512i correction = _mm512_load_si512(rec.correction);
     const __m512 dx = _mm512_load_ps(rec.scales);
-    EMBER_UNROLL for (int c = 0; c < C; ++c) {
-      const __m512 products = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(correction, w[c], x));
-      acc[r][c] = _mm512_fmadd_ps(products, _mm512_mul_ps(dw[c], dx), acc[r][c]);
+    if constexpr (W == kQ4_1) {
+      // The nibbles need no correction; the record's lanes 0 and 8 hold each block's sum(x), which
+      // the minimums' term m_w * d_x * sum(x) takes (every lane is summed at the end).
+      const __m512 sums = _mm512_cvtepi32_ps(correction);
+      EMBER_UNROLL for (int c = 0; c < C; ++c) {
+        const __m512 products = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_setzero_si512(), w[c], x));
+        acc[r][c] = _mm512_fmadd_ps(products, _mm512_mul_ps(dw[c], dx), acc[r][c]);
+        acc[r][c] = _mm512_fmadd_ps(sums, _mm512_mul_ps(mw[c], dx), acc[r][c]);
+      }
+    } else {
+      EMBER_UNROLL for (int c = 0; c < C; ++c) {
+        const __m512 products = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(correction, w[c], x));
+        acc[r][c] = _mm512_fmadd_ps(products, _mm512_mul_ps(dw[c], dx), acc[r][c]);
+      }
     }
   }
 }
@@ -744,7 +768,7 @@ void tiles(int64_t m_begin, int64_t m_end, int64_t n_begin, int64_t n_end, const
 
 bool matmul(const MatmulArgs& a, Isa isa, int threads) {
   if (a.m == 0 || a.n == 0) return true;
-  bool vnni = supports(isa, Isa::kAvx512Vnni);
+  const bool vnni = supports(isa, Isa::kAvx512Vnni);
   const bool avx2 = supports(isa, Isa::kAvx2);
   // Weight rows per task: enough that a task's weights are worth a thread (a mat-vec product is
   // cut finer than a product with many rows of x, whose tasks each sweep all of x).
@@ -782,9 +806,8 @@ bool matmul(const MatmulArgs& a, Isa isa, int threads) {
   std::vector<PairRecord> records;
   if (!quantize_activations(a, isa, threads, records)) return false;
   // Packing costs about as much as 16 rows of q8_0 (whose blocks take twice the gathers) or 6 of
-  // q4_0 against the tiles (4096 x 4096 weights, 2 threads). q4_1 runs the AVX2 kernel there.
-  if (a.wtype == kQ4_1) vnni = false;
-  if (vnni && a.m > (a.wtype == kQ8_0 ? 16 : 8)) {
+  // q4_0 against the tiles (4096 x 4096 weights, 2 threads). q4_1 has no panels: tiles throughout.
+  if (vnni && a.wtype != kQ4_1 && a.m > (a.wtype == kQ8_0 ? 16 : 8)) {
     packed_matmul(a, records, threads);
     return true;
   }
@@ -792,9 +815,12 @@ bool matmul(const MatmulArgs& a, Isa isa, int threads) {
     if (vnni && a.wtype == kQ8_0) {
       tiles(m0, m1, n0, n1,
             [&]<int R, int C>(int64_t r, int64_t c) { block_tile_vnni<kQ8_0, R, C>(a, records.data(), r, c); });
-    } else if (vnni) {
+    } else if (vnni && a.wtype == kQ4_0) {
       tiles(m0, m1, n0, n1,
             [&]<int R, int C>(int64_t r, int64_t c) { block_tile_vnni<kQ4_0, R, C>(a, records.data(), r, c); });
+    } else if (vnni) {
+      tiles(m0, m1, n0, n1,
+            [&]<int R, int C>(int64_t r, int64_t c) { block_tile_vnni<kQ4_1, R, C>(a, records.data(), r, c); });
     } else if (avx2) {
       block_rows_avx2(a, records.data(), m0, m1, n0, n1);
     } else {
