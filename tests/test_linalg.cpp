@@ -196,14 +196,7 @@ TEST(Matmul, EverySimdTargetAgrees) {
       {ember::randn({31, 17}, ember::kFloat64), ember::randn({17, 1}, ember::kFloat64)},
   };
   const std::string compiled = "," + ember::build_info().simd_compiled + ",";
-  int tested = 0;
-  for (const int64_t target : hwy::SupportedAndGeneratedTargets()) {
-    const std::string name = hwy::TargetName(target);
-    if (compiled.find("," + name + ",") == std::string::npos) continue;  // not built into ember
-    hwy::SetSupportedTargetsForTest(target);
-    SCOPED_TRACE(name);
-    ASSERT_EQ(ember::build_info().simd_target, name);
-    ++tested;
+  const auto check_problems = [&] {
     for (const auto& [a, b] : problems) {
       const Tensor expected = naive_matmul(a, b);
       EXPECT_TRUE(golden::all_close(ember::matmul(a, b), expected, {1e-12, 1e-12}));
@@ -212,12 +205,29 @@ TEST(Matmul, EverySimdTargetAgrees) {
       const Tensor bias = ember::randn({b.size(1)}, ember::kFloat64);
       EXPECT_TRUE(golden::all_close(ember::linear(a, b.t(), bias), expected + bias, {1e-12, 1e-12}));
     }
+  };
+  int tested = 0;
+  for (const int64_t target : hwy::SupportedAndGeneratedTargets()) {
+    const std::string name = hwy::TargetName(target);
+    if (compiled.find("," + name + ",") == std::string::npos) continue;  // not built into ember
+    hwy::SetSupportedTargetsForTest(target);
+    SCOPED_TRACE(name);
+    ASSERT_EQ(ember::build_info().simd_target, name);
+    ++tested;
+    check_problems();
   }
   hwy::SetSupportedTargetsForTest(0);
   // Every x86 CPU runs at least SSE4 and scalar, unless EMBER_MAX_CPU_ISA=SCALAR leaves one or the
   // build compiled one target (the sanitizer builds).
   const char* cap = std::getenv("EMBER_MAX_CPU_ISA");
   const bool one_target = compiled.find(',', 1) == compiled.size() - 1;
+  // A build of one target compiled for this machine (-march=native: AVX3_DL on an AVX-512 VNNI CPU)
+  // may have a target this test's own Highway list does not generate: check the one ember runs.
+  if (tested == 0 && one_target) {
+    SCOPED_TRACE(ember::build_info().simd_target);
+    ++tested;
+    check_problems();
+  }
   EXPECT_GE(tested, (cap != nullptr && std::string(cap) == "SCALAR") || one_target ? 1 : 2);
 }
 

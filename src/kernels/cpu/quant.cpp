@@ -427,10 +427,12 @@ EMBER_VNNI inline __m512i load_pair_vnni(const uint8_t* w_row, int64_t p, __m512
     // minimum word 1 and its nibbles words 2-9, block 1's words 10, 11 and 12-19.
     static_assert(sizeof(BlockQ4_1) == 20);
     const __m512i raw = _mm512_maskz_loadu_epi8(kSecond ? 0xffffffffffULL : 0xfffffULL, w_row + p * 40);
-    const __m256i scale_words = _mm256_setr_epi16(0, 0, 0, 0, 0, 0, 0, 0, 10, 10, 10, 10, 10, 10, 10, 10);
-    const __m256i min_words = _mm256_setr_epi16(1, 1, 1, 1, 1, 1, 1, 1, 11, 11, 11, 11, 11, 11, 11, 11);
-    *dw = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutexvar_epi16(_mm512_castsi256_si512(scale_words), raw)));
-    *mw = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutexvar_epi16(_mm512_castsi256_si512(min_words), raw)));
+    // The scales and the minimums in one permute: [d0 x8, d1 x8 | m0 x8, m1 x8].
+    alignas(64) static constexpr int16_t kScaleMinWords[32] = {0, 0, 0, 0, 0, 0, 0, 0, 10, 10, 10, 10, 10, 10, 10, 10,
+                                                               1, 1, 1, 1, 1, 1, 1, 1, 11, 11, 11, 11, 11, 11, 11, 11};
+    const __m512i halves = _mm512_permutexvar_epi16(_mm512_load_si512(kScaleMinWords), raw);
+    *dw = _mm512_cvtph_ps(_mm512_castsi512_si256(halves));
+    *mw = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(halves, 1));
     alignas(64) static constexpr int16_t kNibbleWords[32] = {
         2, 3, 4, 5, 6, 7, 8, 9, 2, 3, 4, 5, 6, 7, 8, 9, 12, 13, 14, 15, 16, 17, 18, 19, 12, 13, 14, 15, 16, 17, 18, 19};
     const __m512i spread = _mm512_permutexvar_epi16(_mm512_load_si512(kNibbleWords), raw);
@@ -454,11 +456,11 @@ EMBER_VNNI inline void block_pair_vnni(const uint8_t* const* w_rows, const PairR
     if constexpr (W == kQ4_1) {
       // The nibbles need no correction; the record's lanes 0 and 8 hold each block's sum(x), which
       // the minimums' term m_w * d_x * sum(x) takes (every lane is summed at the end).
+      // (products * d_w + sum(x) * m_w) * d_x: both terms scaled by d_x at once.
       const __m512 sums = _mm512_cvtepi32_ps(correction);
       EMBER_UNROLL for (int c = 0; c < C; ++c) {
         const __m512 products = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_setzero_si512(), w[c], x));
-        acc[r][c] = _mm512_fmadd_ps(products, _mm512_mul_ps(dw[c], dx), acc[r][c]);
-        acc[r][c] = _mm512_fmadd_ps(sums, _mm512_mul_ps(mw[c], dx), acc[r][c]);
+        acc[r][c] = _mm512_fmadd_ps(_mm512_fmadd_ps(products, dw[c], _mm512_mul_ps(sums, mw[c])), dx, acc[r][c]);
       }
     } else {
       EMBER_UNROLL for (int c = 0; c < C; ++c) {
