@@ -1,4 +1,4 @@
-"""Writes the seed inputs (seed-*) of the safetensors, npy, mnist, tokenizer and resume fuzz targets
+"""Writes the seed inputs (seed-*) of the safetensors, npy, mnist, tokenizer, bpe and resume fuzz targets
 into fuzz/corpus/<target>/: small valid files laid out as ember writes them (and .npy files as
 NumPy's np.save writes them), and the edge cases next to them. The tokenizer seeds take a slice
 of the MiniLM vocabulary that scripts/setup downloads into data/minilm/.
@@ -183,9 +183,47 @@ def resume_seeds():
     write("resume", "gpt-done-past-steps.safetensors", safetensors({}, dict(runs["gpt"], steps_done="1801")))
 
 
+# --- bpe ---------------------------------------------------------------------------------------------
+
+def byte_alphabet():
+    """GPT-2's printable stand-ins for the 256 bytes, in byte order."""
+    printable = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
+    out, extra = {}, 0
+    for b in range(256):
+        if b in printable:
+            out[b] = chr(b)
+        else:
+            out[b] = chr(256 + extra)
+            extra += 1
+    return [out[b] for b in range(256)]
+
+
+def bpe_seeds():
+    """A byte-level vocabulary (the 256 bytes, a few merges and ChatML's control tokens) with texts
+    that reach the special tokens, digits, contractions, whitespace runs and multi-byte characters."""
+    alphabet = byte_alphabet()
+    merges = ["\u0120 t", "h e", "\u0120t he", "i n", "\u0120 w", "o r", "\u0120w or", "l d", "\u0120wor ld"]
+    merges = [m.encode().decode("unicode_escape") for m in merges]
+    tokens = alphabet + ["<|im_start|>", "<|im_end|>"] + [m.replace(" ", "") for m in merges]
+    vocab = "\n".join(tokens).encode()
+    merge_text = "\n".join(merges).encode()
+    texts = {
+        "chat": "<|im_start|>user\nHello the world<|im_end|>\n",
+        "digits": "In 2024, 3.14159 and  12 \t\t42",
+        "contractions": "don't I'M we'll they'd O'Neil's",
+        "unicode": "caf\u00e9 \u65e5\u672c\u8a9e \U0001F44B\U0001F3FD  \u00a0end\n\n",
+    }
+    for name, text in texts.items():
+        for pre in ["smollm", "gpt2", "llama-bpe"]:
+            write("bpe", f"{name}-{pre}.txt", vocab + b"\x00" + merge_text + b"\x00" + text.encode() + b"\x00" + pre.encode())
+    write("bpe", "bad-merge.txt", vocab + b"\x00" + b"a b c\n" + b"\x00" + b"abc")
+    write("bpe", "not-utf8.txt", vocab + b"\x00" + merge_text + b"\x00" + b"the \xc3\x28 world")
+
+
 if __name__ == "__main__":
     safetensors_seeds()
     npy_seeds()
     mnist_seeds()
     tokenizer_seeds()
+    bpe_seeds()
     resume_seeds()
