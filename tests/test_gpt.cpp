@@ -119,6 +119,39 @@ TEST(Gpt, SamplingOptions) {
   for (int i = 0; i < 10; ++i) EXPECT_EQ(a.sample(logits), b.sample(logits));
   test_util::expect_error([] { ember::models::Sampler({.temperature = -1}); }, {"[generate]", "temperature"});
   test_util::expect_error([] { ember::models::Sampler({.top_p = 0}); }, {"[generate]", "top_p"});
+  test_util::expect_error([] { ember::models::Sampler({.min_p = 1.5}); }, {"[generate]", "min_p"});
+  test_util::expect_error([] { ember::models::Sampler({.repetition_penalty = 0}); },
+                          {"[generate]", "repetition_penalty"});
+  test_util::expect_error([] { ember::models::Sampler({.penalty_last_n = -1}); }, {"[generate]", "penalty_last_n"});
+}
+
+// min-p keeps the tokens at least min_p times as likely as the best; the repetition penalty divides
+// a positive logit and multiplies a negative one of the tokens among the last penalty_last_n, and
+// applies to greedy choice too.
+TEST(Gpt, MinPAndRepetitionPenalty) {
+  const Tensor logits = ember::from_vector(std::vector<float>{0.0f, 3.0f, 1.0f, 2.9f});
+  for (uint64_t seed = 0; seed < 20; ++seed) {
+    // p(3) / p(1) = e^-0.1 = 0.90; p(2) / p(1) = e^-2 = 0.14, p(0) / p(1) = e^-3 = 0.05.
+    const int64_t id = ember::models::Sampler({.min_p = 0.5, .seed = seed}).sample(logits);
+    EXPECT_TRUE(id == 1 || id == 3) << id;
+  }
+  std::vector<int> counts(4);
+  ember::models::Sampler loose({.min_p = 0.1, .seed = 3});
+  for (int i = 0; i < 2000; ++i) ++counts[static_cast<size_t>(loose.sample(logits))];
+  EXPECT_EQ(counts[0], 0);  // below 0.1 of the best
+  EXPECT_GT(counts[2], 0);  // 0.14 of the best stays
+  // 3.0 / 1.5 = 2.0 falls below 2.9: greedy takes token 3; the history is not changed.
+  const std::vector<int64_t> history{1, 1};
+  EXPECT_EQ(ember::models::Sampler({.temperature = 0.0, .repetition_penalty = 1.5}).sample(logits, history), 3);
+  EXPECT_EQ(ember::models::Sampler({.temperature = 0.0}).sample(logits, history), 1);
+  EXPECT_EQ(logits.to_vector<float>(), (std::vector<float>{0.0f, 3.0f, 1.0f, 2.9f}));
+  // Only the last penalty_last_n ids count: token 1 is further back than 1.
+  EXPECT_EQ(ember::models::Sampler({.temperature = 0.0, .repetition_penalty = 1.5, .penalty_last_n = 1})
+                .sample(logits, {1, 2}),
+            1);
+  // A negative logit is multiplied: token 0's -1 becomes -3, below token 1's -2.
+  const Tensor negative = ember::from_vector(std::vector<float>{-1.0f, -2.0f});
+  EXPECT_EQ(ember::models::Sampler({.temperature = 0.0, .repetition_penalty = 3.0}).sample(negative, {0}), 1);
 }
 
 TEST(Gpt, Errors) {

@@ -227,7 +227,7 @@ std::vector<int64_t> generate(GPT& model, const std::vector<int64_t>& prompt, in
       cache.length = 0;  // prefill: the prompt, or the window after the text outgrew the context
       logits = model.forward_cached(window(from), cache);
     }
-    const int64_t id = sampler.sample(logits.select(0, 0).select(0, logits.size(1) - 1));
+    const int64_t id = sampler.sample(logits.select(0, 0).select(0, logits.size(1) - 1), text);
     text.push_back(id);
     out.push_back(id);
     if (on_token) on_token(id);

@@ -189,10 +189,11 @@ std::vector<int64_t> generate(Mamba& model, const std::vector<int64_t>& prompt, 
   std::vector<MambaLayerState> state = model.make_state(1);
   Tensor logits;
   for (const int64_t id : prompt) logits = model.step(from_vector(std::vector<int64_t>{id}), state);
-  std::vector<int64_t> out;
+  std::vector<int64_t> out, history = prompt;
   for (int64_t i = 0; i < tokens; ++i) {
-    const int64_t id = sampler.sample(logits.select(0, 0));
+    const int64_t id = sampler.sample(logits.select(0, 0), history);
     out.push_back(id);
+    history.push_back(id);
     if (on_token) on_token(id);
     if (i + 1 < tokens) logits = model.step(from_vector(std::vector<int64_t>{id}), state);
   }
