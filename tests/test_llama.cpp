@@ -190,6 +190,19 @@ TEST(Llama, CachedChunksMatchOnePass) {
             1e-4 * expected.abs().max().item<double>());
 }
 
+// The KV cache is preallocated and every temporary of a decode step comes from the caching
+// allocator: after the first step, a step asks the system for no memory.
+TEST(Llama, DecodingAllocatesNothingPerTokenAfterTheFirst) {
+  const autograd::NoGradGuard no_grad;
+  LlamaCache cache = quantized().make_cache(64);
+  quantized().forward_cached(from_vector(std::vector<int64_t>{1, 504, 3575}).view({1, -1}), cache, true);
+  const Tensor next = from_vector(std::vector<int64_t>{282}).view({1, 1});
+  quantized().forward_cached(next, cache, true);
+  const int64_t before = memory_stats().system_allocations;
+  for (int i = 0; i < 20; ++i) quantized().forward_cached(next, cache, true);
+  EXPECT_EQ(memory_stats().system_allocations, before);
+}
+
 // A chat's second turn reuses the cache: the ids it already holds are not run again, and the
 // tokens drawn are those of a fresh cache.
 TEST(Llama, GenerateReusesTheCachedPrefix) {
