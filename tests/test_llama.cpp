@@ -280,6 +280,70 @@ TEST(Llama, ChatSessionRepliesAndKeepsTheConversation) {
   expect_error([&] { tiny.reply("Hello there"); }, {"[chat] the conversation", "no longer fits the context of 16"});
 }
 
+// A tiny random Llama in every weight type a file may hold (F16, BF16, Q8_0, Q4_0, Q4_1), with a
+// tied or its own output layer, grouped-query attention (4 heads, 2 for keys and values) and RoPE
+// on half of each head: it loads, keeps block-quantized weights as stored, and gives the logits of
+// the same model with its weights dequantized (exactly for the float types, within the activations'
+// quantization for the block types).
+gguf::File tiny_llama(DType type, bool tied) {
+  manual_seed(21);
+  gguf::File f;
+  f.metadata = {{"general.architecture", "llama"},           {"llama.block_count", uint32_t{2}},
+                {"llama.embedding_length", uint32_t{64}},    {"llama.feed_forward_length", uint32_t{96}},
+                {"llama.attention.head_count", uint32_t{4}}, {"llama.attention.head_count_kv", uint32_t{2}},
+                {"llama.context_length", uint32_t{32}},      {"llama.rope.dimension_count", uint32_t{8}},
+                {"llama.rope.freq_base", 10000.0f},          {"llama.attention.layer_norm_rms_epsilon", 1e-5f}};
+  const auto weight = [&](int64_t out, int64_t in) {
+    const Tensor w = randn({out, in}) * 0.2;
+    return is_block_quantized(type) ? quantize(w, type) : w.to(type);
+  };
+  const auto norm = [] { return 1.0 + randn({64}) * 0.1; };
+  f.tensors.emplace_back("token_embd.weight", weight(50, 64));
+  for (int l = 0; l < 2; ++l) {
+    const std::string p = "blk." + std::to_string(l) + ".";
+    f.tensors.emplace_back(p + "attn_norm.weight", norm());
+    f.tensors.emplace_back(p + "attn_q.weight", weight(64, 64));
+    f.tensors.emplace_back(p + "attn_k.weight", weight(32, 64));
+    f.tensors.emplace_back(p + "attn_v.weight", weight(32, 64));
+    f.tensors.emplace_back(p + "attn_output.weight", weight(64, 64));
+    f.tensors.emplace_back(p + "ffn_norm.weight", norm());
+    f.tensors.emplace_back(p + "ffn_gate.weight", weight(96, 64));
+    f.tensors.emplace_back(p + "ffn_up.weight", weight(96, 64));
+    f.tensors.emplace_back(p + "ffn_down.weight", weight(64, 96));
+  }
+  f.tensors.emplace_back("output_norm.weight", norm());
+  if (!tied) f.tensors.emplace_back("output.weight", weight(50, 64));
+  return f;
+}
+
+TEST(Llama, EveryWeightTypeLoadsAndMatchesItsDequantizedModel) {
+  const Tensor ids = from_vector(std::vector<int64_t>{3, 17, 42, 8, 0, 49, 5}).view({1, -1});
+  const autograd::NoGradGuard no_grad;
+  for (const DType type : {kFloat16, kBFloat16, kQ8_0, kQ4_0, kQ4_1}) {
+    for (const bool tied : {true, false}) {
+      SCOPED_TRACE(std::string(dtype_name(type)) + (tied ? " tied" : " untied"));
+      const gguf::File f = tiny_llama(type, tied);
+      const std::shared_ptr<Llama> model = Llama::from_gguf(f, "tiny.gguf");
+      EXPECT_EQ(model->config.tied_output, tied);
+      EXPECT_EQ(model->config.rope_dim, 8);
+      EXPECT_EQ(model->config.head_dim, 16);
+      const DType stored = model->blk->at<LlamaBlock>(1)->ffn_up->weight.dtype();
+      EXPECT_EQ(stored, is_block_quantized(type) ? type : kFloat32);
+      const Tensor logits = model->forward(ids);
+      EXPECT_EQ(logits.shape(), (Shape{1, 7, 50}));
+      const Tensor expected = Llama::from_gguf(f, "tiny.gguf", {.dequantize = true})->forward(ids);
+      const double scale = expected.abs().max().item<double>();
+      const double error = (logits - expected).abs().max().item<double>() / scale;
+      EXPECT_LE(error, is_block_quantized(type) ? 0.05 : 0.0) << error;
+      // The cache gives the same logits, a position at a time.
+      LlamaCache cache = model->make_cache(16);
+      std::vector<Tensor> steps;
+      for (int64_t t = 0; t < 7; ++t) steps.push_back(model->forward_cached(ids.narrow(1, t, 1), cache));
+      EXPECT_LT((cat(steps, 1) - logits).abs().max().item<double>(), 1e-4 * logits.abs().max().item<double>());
+    }
+  }
+}
+
 TEST(Llama, BadFilesAreClearErrors) {
   expect_error([] { Llama::from_gguf("/nonexistent/model.gguf"); }, {"cannot open '/nonexistent/model.gguf'"});
   expect_error([] { Llama::from_gguf(std::string(EMBER_TEST_DATA_DIR) + "/gguf/mixed.gguf"); },
