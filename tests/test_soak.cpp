@@ -26,14 +26,7 @@
 #include "ember/models/mnist.h"
 #include "ember/optim/adam.h"
 #include "ember/optim/clip_grad.h"
-
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-#define EMBER_TEST_SANITIZED 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-#define EMBER_TEST_SANITIZED 1
-#endif
-#endif
+#include "test_util.h"
 
 namespace ember {
 namespace {

@@ -18,6 +18,16 @@
 #include "ember/tensor.h"
 #include "ops/cost.h"
 
+// Defined in a build under AddressSanitizer or ThreadSanitizer, where tests that measure memory, or
+// repeat in floats what the Release run already checks at length, skip.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define EMBER_TEST_SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define EMBER_TEST_SANITIZED 1
+#endif
+#endif
+
 namespace test_util {
 
 // The message of the ember::Error that `fn` throws, "(no error)" if it throws none.
