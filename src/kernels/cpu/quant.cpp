@@ -781,7 +781,12 @@ bool matmul(const MatmulArgs& a, Isa isa, int threads) {
   const int64_t grain = std::max<int64_t>(4, (a.m <= 4 ? 65536 : 262144) / std::max<int64_t>(row_bytes, 1)) / 4 * 4;
   const auto grid = [&](const auto& run) {
     if (a.m <= 4) {
-      parallel_for_threads(threads, 0, a.n, grain, [&](int64_t begin, int64_t end) { run(0, a.m, begin, end); });
+      // Tasks in a multiple of the threads, of equal size: a small matrix (a 576 x 192 projection
+      // is 192 rows, about one grain) would otherwise run on one thread, or as 2 tasks against 1.
+      const int64_t per_round = std::max<int64_t>(1, threads) * grain;
+      const int64_t tasks = std::max<int64_t>(1, threads) * std::max<int64_t>(1, (a.n + per_round / 2) / per_round);
+      const int64_t even = std::max<int64_t>(4, ((a.n + tasks - 1) / tasks + 3) / 4 * 4);
+      parallel_for_threads(threads, 0, a.n, even, [&](int64_t begin, int64_t end) { run(0, a.m, begin, end); });
       return;
     }
     constexpr int64_t kRowBlock = 64;
