@@ -13,8 +13,6 @@
 //
 // Run: scripts/fuzz bpe  (builds build-fuzz/bpe with ASan + UBSan, replays fuzz/corpus/bpe/, then
 // fuzzes; see fuzz/README.md). Replay one input: build-fuzz/bpe FILE
-#include <utf8proc.h>
-
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -24,6 +22,7 @@
 #include "ember/error.h"
 #include "ember/tokenizer.h"
 #include "fuzz/promise.h"
+#include "fuzz/utf8.h"
 
 const char* const ember_fuzz::kTarget = "bpe";
 
@@ -32,18 +31,8 @@ namespace {
 using ember::data::BpeDecoder;
 using ember::data::BpeOptions;
 using ember::data::BpeTokenizer;
+using ember_fuzz::is_utf8;
 using ember_fuzz::require;
-
-bool is_utf8(std::string_view text) {
-  const auto* bytes = reinterpret_cast<const utf8proc_uint8_t*>(text.data());
-  for (size_t at = 0; at < text.size();) {
-    utf8proc_int32_t c = 0;
-    const utf8proc_ssize_t used = utf8proc_iterate(bytes + at, static_cast<utf8proc_ssize_t>(text.size() - at), &c);
-    if (used <= 0) return false;
-    at += static_cast<size_t>(used);
-  }
-  return true;
-}
 
 std::vector<std::string> lines(std::string_view part) {
   std::vector<std::string> out;

@@ -17,8 +17,6 @@
 // fuzz/corpus/tokenizer/, then fuzzes; see fuzz/README.md). Replay one input: build-fuzz/tokenizer FILE
 #include "ember/tokenizer.h"
 
-#include <utf8proc.h>
-
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -33,6 +31,7 @@
 #include "data/wordpiece_format.h"
 #include "ember/error.h"
 #include "fuzz/promise.h"
+#include "fuzz/utf8.h"
 
 const char* const ember_fuzz::kTarget = "tokenizer";
 
@@ -43,18 +42,8 @@ using ember::data::WordPieceOptions;
 using ember::data::WordPieceTokenizer;
 namespace format = ember::data::wordpiece_format;
 
+using ember_fuzz::is_utf8;
 using ember_fuzz::require;
-
-bool is_utf8(std::string_view text) {
-  const auto* bytes = reinterpret_cast<const utf8proc_uint8_t*>(text.data());
-  for (size_t at = 0; at < text.size();) {
-    utf8proc_int32_t c = 0;
-    const utf8proc_ssize_t used = utf8proc_iterate(bytes + at, static_cast<utf8proc_ssize_t>(text.size() - at), &c);
-    if (used <= 0) return false;
-    at += static_cast<size_t>(used);
-  }
-  return true;
-}
 
 // `vocab` without repeats, then the special tokens of `options` it lacks.
 std::vector<std::string> with_specials(const std::vector<std::string>& vocab, const WordPieceOptions& options) {
