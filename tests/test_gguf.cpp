@@ -368,6 +368,34 @@ TEST_F(GgufRoundTrip, EveryDtypeAndValueTypeComesBackBitForBit) {
   EXPECT_EQ(read_bytes(path("again.gguf")), bytes);
 }
 
+// gguf::map reads the same file without copying its tensors: writing one changes the process's copy
+// only, and the tensors outlive the File (the mapping lives as long as they do).
+TEST_F(GgufRoundTrip, MappedFilesGiveTheSameTensorsAndNeverChangeTheFile) {
+  const gguf::File file = every_dtype_file();
+  gguf::save(path("all.gguf"), file);
+  const std::string bytes = read_bytes(path("all.gguf"));
+  Tensor kept;
+  {
+    const gguf::File mapped = gguf::map(path("all.gguf"));
+    expect_same_metadata(mapped, file.metadata);
+    expect_same_tensors(mapped, file);
+    kept = mapped.tensor("f32").view({15}).narrow(0, 2, 5);
+  }
+  EXPECT_TRUE(test_util::bitwise_equal(kept, file.tensor("f32").reshape({15}).narrow(0, 2, 5)));
+  kept.fill_(7.0);
+  EXPECT_EQ(kept.sum().item<double>(), 35.0);
+  EXPECT_EQ(read_bytes(path("all.gguf")), bytes);
+  EXPECT_EQ(gguf::map(path("all.gguf")).tensor("f32").sum().item<float>(), file.tensor("f32").sum().item<float>());
+  // Saving over the mapped file replaces it atomically: the mapped tensors keep the old bytes.
+  gguf::save(path("all.gguf"), gguf::File{});
+  EXPECT_EQ(kept.sum().item<double>(), 35.0);
+  // The empty file and the errors are load()'s.
+  EXPECT_TRUE(gguf::map(path("all.gguf")).tensors.empty());
+  expect_error([&] { gguf::map(path("missing.gguf")); }, {"[gguf::load] cannot open '" + path("missing.gguf") + "'"});
+  std::ofstream(path("bad.gguf"), std::ios::binary) << "GGUF" << std::string("\x09\0\0\0", 4);
+  expect_error([&] { gguf::map(path("bad.gguf")); }, {"[gguf::load] " + path("bad.gguf") + ": GGUF version 9"});
+}
+
 TEST_F(GgufRoundTrip, EmptyFileIsAPaddedHeader) {
   gguf::save(path("empty.gguf"), gguf::File{});
   const std::string bytes = read_bytes(path("empty.gguf"));

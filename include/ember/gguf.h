@@ -212,6 +212,13 @@ struct File {
 /// file is read once and needs no memory beyond its tensors and metadata.
 File load(const std::string& path);
 
+/// load() with the tensors' bytes left in the file: it is mapped into memory copy-on-write, so
+/// loading takes no time and no memory of its own, the pages are read on first use and shared with
+/// other processes mapping the file, and writing a tensor changes this process's copy only, never
+/// the file. The mapping lives as long as any tensor of it (views included). The file must not be
+/// truncated while it is mapped. Where the system has no mmap (WebAssembly) this is load().
+File map(const std::string& path);
+
 /// load() from the bytes of a GGUF file in memory; `what` names them in errors.
 File load_bytes(std::span<const uint8_t> bytes, const std::string& what = "<memory>");
 

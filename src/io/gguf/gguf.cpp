@@ -5,6 +5,18 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+
+#if defined(__unix__) && !defined(__EMSCRIPTEN__)
+#define EMBER_GGUF_MMAP 1
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+#else
+#define EMBER_GGUF_MMAP 0
+#endif
 
 #include "base/atomic_file.h"
 #include "ember/autograd.h"
@@ -76,6 +88,65 @@ File load(const std::string& path) {
   const detail::FileSource source(path, kLoad);
   return read_file(source, path);
 }
+
+#if EMBER_GGUF_MMAP
+namespace {
+
+// A file mapped copy-on-write, unmapped when the last storage over it is freed.
+struct Mapping {
+  void* data = nullptr;
+  size_t bytes = 0;
+  std::atomic<int64_t> users{0};
+};
+
+void release_mapping(void*, int64_t, void* context) {
+  auto* mapping = static_cast<Mapping*>(context);
+  if (mapping->users.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+    munmap(mapping->data, mapping->bytes);
+    delete mapping;
+  }
+}
+
+}  // namespace
+
+File map(const std::string& path) {
+  const detail::FileSource source(path, kLoad);  // opens and checks the file, with load()'s errors
+  const size_t bytes = static_cast<size_t>(source.size());
+  if (bytes == 0) return load(path);  // nothing to map: load() gives the error
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  EMBER_CHECK(fd >= 0, "[", kLoad, "] cannot open '", path, "': ", std::strerror(errno));
+  void* data = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
+  const int map_errno = errno;
+  ::close(fd);
+  EMBER_CHECK(data != MAP_FAILED, "[", kLoad, "] cannot map '", path, "': ", std::strerror(map_errno));
+  auto* mapping = new Mapping{data, bytes};
+  mapping->users.store(1);  // this function's, until every tensor holds its own
+  File file;
+  try {
+    const auto* base = static_cast<uint8_t*>(data);
+    gguf_format::Header header = gguf_format::read_header(detail::MemorySource({base, bytes}), path, kLoad);
+    file.metadata = std::move(header.metadata);
+    file.tensors.reserve(header.tensors.size());
+    for (gguf_format::TensorInfo& info : header.tensors) {
+      auto impl = std::make_shared<TensorImpl>();
+      mapping->users.fetch_add(1, std::memory_order_relaxed);
+      impl->storage = std::make_shared<StorageImpl>(static_cast<uint8_t*>(data) + info.offset,
+                                                    static_cast<int64_t>(info.bytes), kCPU, &release_mapping, mapping);
+      impl->set_geometry(info.shape, contiguous_strides(info.shape), 0);
+      impl->dtype = info.dtype;
+      file.tensors.emplace_back(std::move(info.name), Tensor(std::move(impl)));
+    }
+  } catch (...) {
+    file.tensors.clear();
+    release_mapping(nullptr, 0, mapping);
+    throw;
+  }
+  release_mapping(nullptr, 0, mapping);
+  return file;
+}
+#else
+File map(const std::string& path) { return load(path); }
+#endif
 
 File load_bytes(std::span<const uint8_t> bytes, const std::string& what) {
   return read_file(detail::MemorySource(bytes), what);
