@@ -114,6 +114,15 @@ Gradcheck batch_norm_gradcheck(std::string name, bool training) {
       });
 }
 
+// x (2, 3, 2, 6): 3 positions of 2 heads of 6 values, the first 4 rotated (two angles per position),
+// the last 2 passed through.
+Gradcheck rope_gradcheck(std::string name, ember::RopeStyle style) {
+  return both_layouts_gradcheck(std::move(name), {2, 3, 2, 6}, {}, [style](const std::vector<Tensor>& x) {
+    const Tensor angles = ember::arange(3, ember::kFloat64).unsqueeze(1) * ember::tensor<double>({1.0, 0.3});
+    return ember::rope(x[0], ember::cos(angles), ember::sin(angles), style);
+  });
+}
+
 const char* reduction_name(Reduction reduction) {
   if (reduction == Reduction::kNone) return "none";
   if (reduction == Reduction::kSum) return "sum";
@@ -392,6 +401,17 @@ std::vector<Entry> norm_entries() {
                                                   [](const std::vector<Tensor>& x) {
                                                     return F::rms_norm(x[0], {3}, std::nullopt, 1e-3);
                                                   })}},
+      Entry{.name = "rope",
+            .ops = {OpKind::kRope},
+            .golden = {nn_golden("rope",
+                                 [](const Case& c, const std::vector<Tensor>& x) {
+                                   return ember::rope(x[0], x[1], x[2],
+                                                      c.attrs.at("style").get<std::string>() == "adjacent"
+                                                          ? ember::RopeStyle::kAdjacent
+                                                          : ember::RopeStyle::kHalves);
+                                 })},
+            .gradchecks = {rope_gradcheck("rope_adjacent", ember::RopeStyle::kAdjacent),
+                           rope_gradcheck("rope_halves", ember::RopeStyle::kHalves)}},
       // A composite over layer_norm's kernel, with its own backward made of ops (Note [group_norm]).
       Entry{.name = "group_norm",
             .ops = {OpKind::kGroupNorm, OpKind::kLayerNorm},

@@ -59,13 +59,38 @@ void quantized_matmul_is_exact_on_representable_values() {
   EXPECT_TRUE(test_util::bitwise_equal(ember::quantized_linear(x, values, scales, bias), ember::linear(x, w, bias)));
 }
 
+// The same exact values through interleaved weights (Note [interleaved weights]): 19 rows, a group
+// of 16 in the interleaved kernel and 3 left in the row layout; q4_1 holds -8 .. 7 exactly too (its
+// minimum -8, its scale 1).
+void interleaved_matmul_is_exact_on_representable_values() {
+  std::vector<float> xs(192), w8(19 * 64), w4(19 * 64);
+  for (int i = 0; i < 192; ++i) xs[i] = i % 32 == 0 ? 127.0f : static_cast<float>((i * 37) % 255 - 127);
+  for (int i = 0; i < 19 * 64; ++i) {
+    w8[i] = (i * 7) % 3 == 0 ? 127.0f : -127.0f;
+    w4[i] = i % 32 == 0 ? -8.0f : i % 32 == 1 ? 7.0f : static_cast<float>((i * 5) % 16 - 8);
+  }
+  const Tensor x = ember::from_vector(xs, ember::Shape{3, 64});
+  const Tensor bias = ember::arange(19, kFloat32) * 0.25;
+  for (const ember::DType dtype : {kQ8_0, kQ4_0, ember::kQ4_1}) {
+    const Tensor w = ember::from_vector(dtype == kQ8_0 ? w8 : w4, ember::Shape{19, 64});
+    const ember::InterleavedWeight fast = ember::interleave(ember::quantize(w, dtype));
+    EXPECT_TRUE(test_util::bitwise_equal(ember::quantized_linear(x, fast, bias), ember::linear(x, w, bias))) << dtype;
+    EXPECT_TRUE(test_util::bitwise_equal(ember::quantized_linear(x.select(0, 1), fast, bias),
+                                         ember::linear(x.select(0, 1), w, bias)))
+        << dtype;
+  }
+}
+
 std::vector<Entry> quant_entries() {
   return {Entry{.name = "quantize",
                 .ops = {OpKind::kQuantize, OpKind::kDequantize},
                 .checks = {{"quantize_dequantize", quantize_and_dequantize_blocks}}},
           Entry{.name = "quantized_matmul",
                 .ops = {OpKind::kQuantizedMatmul, OpKind::kQuantize},
-                .checks = {{"quantized_matmul_exact", quantized_matmul_is_exact_on_representable_values}}}};
+                .checks = {{"quantized_matmul_exact", quantized_matmul_is_exact_on_representable_values}}},
+          Entry{.name = "interleave",
+                .ops = {OpKind::kInterleave, OpKind::kQuantizedMatmul, OpKind::kQuantize},
+                .checks = {{"interleaved_matmul_exact", interleaved_matmul_is_exact_on_representable_values}}}};
 }
 
 [[maybe_unused]] const bool kQuantRegistered = add(quant_entries());

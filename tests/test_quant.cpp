@@ -156,17 +156,24 @@ TEST(QuantKernels, EveryBlockPathMatchesTheScalarReference) {
           magnitude[r * p.n + c] = size;
         }
       }
+      // The same weights interleaved by 16 rows (the rows past the last group as they are).
+      std::vector<uint8_t> w_interleaved(w.size());
+      cpu::quant::interleave_rows(wtype, w.data(), p.n, kp, w_interleaved.data());
       for (const cpu::Isa isa : paths()) {
         for (const int threads : {1, 2}) {
-          SCOPED_TRACE(std::string(dtype_name(wtype)) + " " + cpu::isa_name(isa) + " m=" + std::to_string(p.m) + " n=" +
-                       std::to_string(p.n) + " k=" + std::to_string(p.k) + " threads=" + std::to_string(threads));
-          std::vector<float> y(expected.size(), -1.0f);
-          cpu::quant::MatmulArgs args{wtype,    x.data(), p.k, w.data(), nullptr, bias.data(),
-                                      y.data(), p.n,      p.m, p.n,      p.k};
-          ASSERT_TRUE(cpu::quant::matmul(args, isa, threads));
-          for (size_t i = 0; i < y.size(); ++i) {
-            // The integer sums are exact; only the float sums of the blocks' terms run in another order.
-            ASSERT_NEAR(y[i], expected[i], 1e-5f * magnitude[i] + 1e-6f) << "at " << i;
+          for (const bool interleaved : {false, true}) {
+            SCOPED_TRACE(std::string(dtype_name(wtype)) + " " + cpu::isa_name(isa) + " m=" + std::to_string(p.m) +
+                         " n=" + std::to_string(p.n) + " k=" + std::to_string(p.k) +
+                         " threads=" + std::to_string(threads) + (interleaved ? " interleaved" : ""));
+            std::vector<float> y(expected.size(), -1.0f);
+            cpu::quant::MatmulArgs args{wtype,   x.data(),    p.k,      interleaved ? w_interleaved.data() : w.data(),
+                                        nullptr, bias.data(), y.data(), p.n,
+                                        p.m,     p.n,         p.k,      interleaved};
+            ASSERT_TRUE(cpu::quant::matmul(args, isa, threads));
+            for (size_t i = 0; i < y.size(); ++i) {
+              // The integer sums are exact; only the float sums of the blocks' terms run in another order.
+              ASSERT_NEAR(y[i], expected[i], 1e-5f * magnitude[i] + 1e-6f) << "at " << i;
+            }
           }
         }
       }
@@ -254,6 +261,55 @@ TEST(QuantKernels, ExtremeValuesStayInRange) {
   }
 }
 
+// Note [interleaved weights]: each row of x is summed in one order whatever the rows around it, so
+// a batch of sequences decodes to the numbers each gives alone, on every path and thread count.
+TEST(QuantKernels, InterleavedRowsGiveWhatEachGivesAlone) {
+  std::mt19937 rng(8);
+  const int64_t m = 11, n = 70, k = 352;  // 4 groups and a tail of 6 rows; 11 blocks (an odd count)
+  for (const DType wtype : {kQ8_0, kQ4_0, kQ4_1}) {
+    const std::vector<float> x = random_floats(rng, m * k, 1.0f), w_float = random_floats(rng, n * k, 0.1f);
+    std::vector<uint8_t> w(static_cast<size_t>(storage_bytes(wtype, n * k))), w_interleaved(w.size());
+    block_traits(wtype).from_float_ref(w_float.data(), w.data(), n * k);
+    cpu::quant::interleave_rows(wtype, w.data(), n, k, w_interleaved.data());
+    for (const cpu::Isa isa : paths()) {
+      for (const int threads : {1, 2}) {
+        std::vector<float> batch(static_cast<size_t>(m * n)), alone(batch.size());
+        cpu::quant::MatmulArgs args{wtype, x.data(), k,   w_interleaved.data(), nullptr, nullptr, batch.data(), n, m,
+                                    n,     k,        true};
+        ASSERT_TRUE(cpu::quant::matmul(args, isa, threads));
+        for (int64_t r = 0; r < m; ++r) {
+          args.x = x.data() + r * k;
+          args.y = alone.data() + r * n;
+          args.m = 1;
+          ASSERT_TRUE(cpu::quant::matmul(args, isa, threads));
+        }
+        for (size_t i = 0; i < batch.size(); ++i) {
+          ASSERT_EQ(batch[i], alone[i]) << dtype_name(wtype) << " " << cpu::isa_name(isa) << " threads=" << threads
+                                        << " at " << i;
+        }
+      }
+    }
+  }
+}
+
+TEST(QuantKernels, InterleavedExtremeValuesStayInRange) {
+  // As ExtremeValuesStayInRange, over a whole group of 16 rows of -128 (stored as 0 after the xor).
+  const int64_t n = 16, k = 256;
+  std::vector<BlockQ8_0> w(static_cast<size_t>(n * k / kQuantBlock)), w_interleaved(w.size());
+  for (BlockQ8_0& b : w) {
+    b.scale = detail::float_to_half_bits(1.0f);
+    for (int8_t& v : b.values) v = -128;
+  }
+  cpu::quant::interleave_rows(kQ8_0, w.data(), n, k, w_interleaved.data());
+  std::vector<float> x(static_cast<size_t>(k), -127.0f);
+  for (const cpu::Isa isa : paths()) {
+    std::vector<float> y(static_cast<size_t>(n));
+    cpu::quant::MatmulArgs args{kQ8_0, x.data(), k, w_interleaved.data(), nullptr, nullptr, y.data(), n, 1, n, k, true};
+    ASSERT_TRUE(cpu::quant::matmul(args, isa, 1));
+    for (const float v : y) EXPECT_EQ(v, 128.0f * 127.0f * static_cast<float>(k)) << cpu::isa_name(isa);
+  }
+}
+
 // --- the front-ends -------------------------------------------------------------------------------
 
 TEST(QuantizedLinear, ApproximatesTheFloatProduct) {
@@ -284,6 +340,37 @@ TEST(QuantizedLinear, ApproximatesTheFloatProduct) {
   // int8 values times their scales give the weight back within half a step per row.
   const Tensor back = values.to(kFloat32) * scales.unsqueeze(1);
   EXPECT_TRUE(le(abs(back - w), scales.unsqueeze(1) * 0.5001).all().item<bool>());
+}
+
+TEST(QuantizedLinear, InterleavedWeightsGiveTheSameProduct) {
+  manual_seed(13);
+  for (const DType dtype : {kQ8_0, kQ4_0, kQ4_1}) {
+    const Tensor w = quantize(randn({40, 96}), dtype), bias = randn({40});
+    const InterleavedWeight fast = interleave(w);
+    EXPECT_EQ(fast.dtype(), dtype);
+    EXPECT_EQ(fast.data.shape(), w.shape());
+    EXPECT_EQ(fast.out_features(), 40);
+    EXPECT_EQ(fast.in_features(), 96);
+    for (const Shape& shape : {Shape{96}, Shape{1, 96}, Shape{3, 1, 96}, Shape{9, 96}, Shape{0, 96}}) {
+      const Tensor x = randn(shape);
+      const Tensor expected = quantized_linear(x, w, std::nullopt, bias), got = quantized_linear(x, fast, bias);
+      EXPECT_EQ(got.shape(), expected.shape());
+      EXPECT_TRUE(le(abs(got - expected), abs(expected) * 1e-5 + 1e-4).all().item<bool>())
+          << dtype_name(dtype) << " " << shape;
+    }
+  }
+  const Tensor x = randn({64, 5}).t();  // (5, 64), transposed
+  const InterleavedWeight fast = interleave(quantize(randn({16, 64}), kQ4_1));
+  EXPECT_TRUE(test_util::bitwise_equal(quantized_linear(x, fast), quantized_linear(x.contiguous(), fast)));
+  expect_error(
+      [] {
+        interleave(ones({16, 64}));
+      },
+      {"[interleave] expected a 2-D q8_0, q4_0 or q4_1 weight", "float32"});
+  expect_error([] { interleave(quantize(ones({64}), kQ8_0)); }, {"[interleave] expected a 2-D"});
+  expect_error([] { quantized_linear(ones({1, 64}), InterleavedWeight{}); }, {"the interleaved weight is empty"});
+  expect_error([&] { quantized_linear(ones({1, 32}), fast); }, {"[quantized_linear] input of shape [1, 32]"});
+  expect_error([&] { quantized_linear(full({1, 64}, std::nan("")), fast); }, {"NaN or Inf"});
 }
 
 TEST(QuantizedLinear, EmptyAndNonContiguousInputs) {

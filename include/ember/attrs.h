@@ -324,6 +324,28 @@ struct ActivationAttrs {
   auto fields() const { return std::tie(activation); }
 };
 
+// quantized_matmul: the weight operand's layout. false: the dtype's blocks row after row, as GGUF
+// stores them; true: rows interleaved in groups of 16 for the CPU's mat-vec kernels
+// (ember/quant.h, InterleavedWeight).
+struct QuantizedMatmulAttrs {
+  bool interleaved = false;
+  bool operator==(const QuantizedMatmulAttrs&) const = default;
+  auto fields() const { return std::tie(interleaved); }
+};
+
+// Which values of a head rotate together in rope: adjacent ones (x[2i], x[2i+1]: GGUF Llama models,
+// ggml's normal mode) or one from each half of the rotated dims (x[i], x[i + R/2]: GPT-NeoX,
+// Hugging Face's rotate_half).
+enum class RopeStyle : uint8_t { kAdjacent, kHalves };
+
+// rope: the pairing, and whether to rotate by the negated angles (its backward).
+struct RopeAttrs {
+  RopeStyle style = RopeStyle::kAdjacent;
+  bool inverse = false;
+  bool operator==(const RopeAttrs&) const = default;
+  auto fields() const { return std::tie(style, inverse); }
+};
+
 struct ClampAttrs {
   std::optional<Scalar> min;
   std::optional<Scalar> max;
@@ -424,13 +446,13 @@ struct RmspropAttrs {
   auto fields() const { return std::tie(lr, alpha, eps, weight_decay, momentum, centered); }
 };
 
-using Attrs =
-    std::variant<NoAttrs, FillAttrs, RangeAttrs, RandomAttrs, DropoutAttrs, ShapeAttrs, AxesAttrs, SliceAttrs,
-                 SelectAttrs, AsStridedAttrs, ReduceAttrs, VarAttrs, NormAttrs, DimAttrs, MatmulAttrs, Conv2dAttrs,
-                 Pool2dAttrs, BatchNormAttrs, LayerNormAttrs, ClassLossAttrs, LossAttrs, AttentionAttrs,
-                 ActivationAttrs, ClampAttrs, RollAttrs, PadAttrs, SgdAttrs, AdamAttrs, AdagradAttrs, RmspropAttrs,
-                 TriangleAttrs, SortAttrs, TopKAttrs, MultinomialAttrs, ConvTranspose2dAttrs, GroupNormAttrs,
-                 InterpolateAttrs, SelectiveScanAttrs, Conv1dAttrs, SoftplusAttrs, CollectiveAttrs>;
+using Attrs = std::variant<NoAttrs, FillAttrs, RangeAttrs, RandomAttrs, DropoutAttrs, ShapeAttrs, AxesAttrs, SliceAttrs,
+                           SelectAttrs, AsStridedAttrs, ReduceAttrs, VarAttrs, NormAttrs, DimAttrs, MatmulAttrs,
+                           Conv2dAttrs, Pool2dAttrs, BatchNormAttrs, LayerNormAttrs, ClassLossAttrs, LossAttrs,
+                           AttentionAttrs, ActivationAttrs, ClampAttrs, RollAttrs, PadAttrs, SgdAttrs, AdamAttrs,
+                           AdagradAttrs, RmspropAttrs, TriangleAttrs, SortAttrs, TopKAttrs, MultinomialAttrs,
+                           ConvTranspose2dAttrs, GroupNormAttrs, InterpolateAttrs, SelectiveScanAttrs, Conv1dAttrs,
+                           SoftplusAttrs, CollectiveAttrs, QuantizedMatmulAttrs, RopeAttrs>;
 
 // The index of attribute type T in Attrs (a compile error if T is not one of them).
 template <class T, size_t I = 0>

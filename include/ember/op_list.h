@@ -140,10 +140,12 @@
   /* quantization (inference only: ember/quant.h) */                                                           \
   X(Quantize, quantize, 0, NoAttrs, 0)                                                                         \
   X(Dequantize, dequantize, 0, NoAttrs, 0)                                                                     \
-  X(QuantizedMatmul, quantized_matmul, 0, NoAttrs, 0)                                                          \
+  X(QuantizedMatmul, quantized_matmul, 0, QuantizedMatmulAttrs, 0)                                             \
+  X(Interleave, interleave, 0, NoAttrs, 0)                                                                     \
   /* attention */                                                                                              \
   X(ScaledDotProductAttention, scaled_dot_product_attention, kDifferentiable | kAmpLower, AttentionAttrs, 0)   \
   X(AttentionGrad, scaled_dot_product_attention_grad, 0, AttentionAttrs, 0)                                    \
+  X(Rope, rope, kDifferentiable, RopeAttrs, 0)                                                                 \
   /* convolution and pooling */                                                                                \
   X(Conv2d, conv2d, kDifferentiable | kAmpLower, Conv2dAttrs, 0)                                               \
   X(Conv2dInputGrad, conv2d_input_grad, 0, Conv2dAttrs, 0)                                                     \

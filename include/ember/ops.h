@@ -264,6 +264,16 @@ Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, cons
                                     bool is_causal = false, std::optional<double> scale = std::nullopt,
                                     bool enable_gqa = false);
 
+// Rotary position embedding: rotates pairs of each head's leading R values by the angles whose
+// cosines and sines are given, each pair (a, b) becoming (a cos - b sin, a sin + b cos).
+//   x (..., T, H, D) floating; cos and sin (T, R/2) or (..., T, R/2), one angle per position and
+//   pair (R even, at most D; the values past R pass through). style kAdjacent pairs x[2i] with
+//   x[2i+1] (GGUF Llama models, ggml's normal mode), kHalves x[i] with x[i + R/2] (GPT-NeoX,
+//   Hugging Face's rotate_half). The angles come from the caller, so any frequency scheme works:
+//   cos = cos(p * base^(-2i/R)) for position p is Llama's.
+// Differentiable in x (the backward rotates by the negated angles); cos and sin are constants.
+Tensor rope(const Tensor& x, const Tensor& cos, const Tensor& sin, RopeStyle style = RopeStyle::kAdjacent);
+
 // input: scores (N, C) or (N, C, d...) or (C); target: int64 class indices (N) / (N, d...) / ().
 // Mean reduction averages over the targets that are not ignore_index.
 Tensor cross_entropy(const Tensor& input, const Tensor& target, int64_t ignore_index = -100,

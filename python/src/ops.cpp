@@ -241,6 +241,14 @@ void bind_ops(nb::module_& m) {
   f.def("scaled_dot_product_attention", &scaled_dot_product_attention, "query"_a, "key"_a, "value"_a,
         "attn_mask"_a = nb::none(), "dropout_p"_a = 0.0, "is_causal"_a = false, "scale"_a = nb::none(),
         "enable_gqa"_a = false, kRelease);
+  f.def(
+      "rope",
+      [](const Tensor& x, const Tensor& cos, const Tensor& sin, const std::string& style) {
+        EMBER_CHECK(style == "adjacent" || style == "halves", "[rope] style must be \"adjacent\" or \"halves\", got \"",
+                    style, "\"");
+        return rope(x, cos, sin, style == "adjacent" ? RopeStyle::kAdjacent : RopeStyle::kHalves);
+      },
+      "x"_a, "cos"_a, "sin"_a, "style"_a = "adjacent", kRelease);
   f.def("cross_entropy", &cross_entropy, "input"_a, "target"_a, "ignore_index"_a = -100, "reduction"_a = "mean",
         "label_smoothing"_a = 0.0, kRelease);
   f.def("nll_loss", &nll_loss, "input"_a, "target"_a, "ignore_index"_a = -100, "reduction"_a = "mean", kRelease);

@@ -153,6 +153,26 @@ def test_layers_against_numpy():
     assert attn.shape == (1, 5, 8) and weights.shape == (1, 5, 5)
 
 
+def test_rope_rotates_pairs_and_passes_gradients():
+    ember.manual_seed(4)
+    x = ember.randn(1, 3, 2, 6)  # (B, T, H, D): the first 4 of each head rotated
+    angles = np.outer(np.arange(3), [1.0, 0.1])
+    cos, sin = ember.tensor(np.cos(angles).astype(np.float32)), ember.tensor(np.sin(angles).astype(np.float32))
+    xn, c, s = x.numpy(), np.cos(angles)[None, :, None], np.sin(angles)[None, :, None]
+    a, b = xn[..., 0:4:2], xn[..., 1:4:2]
+    adjacent = np.stack([a * c - b * s, a * s + b * c], -1).reshape(1, 3, 2, 4)
+    np.testing.assert_allclose(F.rope(x, cos, sin).numpy()[..., :4], adjacent, rtol=1e-5, atol=1e-6)
+    a, b = xn[..., 0:2], xn[..., 2:4]
+    halves = np.concatenate([a * c - b * s, a * s + b * c], -1)
+    np.testing.assert_allclose(F.rope(x, cos, sin, style="halves").numpy()[..., :4], halves, rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(F.rope(x, cos, sin).numpy()[..., 4:], xn[..., 4:])
+    leaf = x.detach().requires_grad_()
+    (F.rope(leaf, cos, sin) ** 2).sum().backward()  # a rotation keeps the norm: the gradient is 2x
+    np.testing.assert_allclose(leaf.grad.numpy(), 2 * xn, rtol=1e-5, atol=1e-6)
+    with pytest.raises(ember.Error, match="style must be"):
+        F.rope(x, cos, sin, style="neox")
+
+
 def test_sgd_and_adam_updates():
     p = nn.Parameter(ember.tensor([1.0, -2.0]))
     opt = ember.optim.SGD([p], lr=0.1, momentum=0.9)

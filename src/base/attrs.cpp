@@ -14,6 +14,7 @@ size_t hash_one(double v) { return std::hash<uint64_t>{}(ember::bit_cast<uint64_
 size_t hash_one(Reduction v) { return static_cast<size_t>(v); }
 size_t hash_one(Activation v) { return static_cast<size_t>(v); }
 size_t hash_one(InterpolateMode v) { return static_cast<size_t>(v); }
+size_t hash_one(RopeStyle v) { return static_cast<size_t>(v); }
 size_t hash_one(const Pair& p) {
   size_t seed = hash_one(p.h);
   mix(seed, hash_one(p.w));

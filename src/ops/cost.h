@@ -52,6 +52,7 @@ void define_optimizer_ops(OpRuleTable& table);
 void define_triangle_ops(OpRuleTable& table);
 void define_cumsum_ops(OpRuleTable& table);
 void define_quant_ops(OpRuleTable& table);
+void define_rope_ops(OpRuleTable& table);
 void define_sort_ops(OpRuleTable& table);
 void define_multinomial_ops(OpRuleTable& table);
 void define_collective_ops(OpRuleTable& table);

@@ -22,6 +22,7 @@ const OpRuleTable& op_rules() {
     define_triangle_ops(t);
     define_cumsum_ops(t);
     define_quant_ops(t);
+    define_rope_ops(t);
     define_sort_ops(t);
     define_multinomial_ops(t);
     define_collective_ops(t);

@@ -70,8 +70,11 @@ Int8Rows quantize_int8(const Tensor& x) {
   return out;
 }
 
-Tensor quantized_linear(const Tensor& x, const Tensor& weight, const std::optional<Tensor>& scale,
-                        const std::optional<Tensor>& bias) {
+namespace {
+
+// The shared front-end: x (..., in) against a weight (out, in) in `weight`'s layout.
+Tensor quantized_linear_impl(const Tensor& x, const Tensor& weight, const std::optional<Tensor>& scale,
+                             const std::optional<Tensor>& bias, bool interleaved) {
   constexpr const char* kOp = "quantized_linear";
   const Tensor input = float_operand(kOp, x);
   EMBER_CHECK(weight.defined() && weight.dim() == 2, "[", kOp, "] expected a 2-D weight (out, in), got ",
@@ -103,9 +106,33 @@ Tensor quantized_linear(const Tensor& x, const Tensor& weight, const std::option
   std::vector<int64_t> result = input.shape().vec();
   result.back() = out_features;
   const Tensor out = detail::make_empty({rows.size(0), out_features}, kFloat32, input.device());
-  dispatch::run(OpKind::kQuantizedMatmul, {},
+  dispatch::run(OpKind::kQuantizedMatmul, QuantizedMatmulAttrs{interleaved},
                 {&rows, &weight_operand, scale ? &scale_operand : nullptr, bias ? &bias_operand : nullptr}, {&out});
   return out.view(Shape(result));
+}
+
+}  // namespace
+
+Tensor quantized_linear(const Tensor& x, const Tensor& weight, const std::optional<Tensor>& scale,
+                        const std::optional<Tensor>& bias) {
+  return quantized_linear_impl(x, weight, scale, bias, false);
+}
+
+InterleavedWeight interleave(const Tensor& weight) {
+  EMBER_CHECK(weight.defined() && weight.dim() == 2 && is_block_quantized(weight.dtype()),
+              "[interleave] expected a 2-D q8_0, q4_0 or q4_1 weight (out, in), got ",
+              weight.defined() ? weight.shape() : Shape{}, " ", weight.defined() ? weight.dtype() : kFloat32);
+  EMBER_CHECK(weight.device().is_cpu(), "[interleave] is implemented on the CPU only, got a weight on ",
+              weight.device());
+  const Tensor rows = weight.contiguous();
+  Tensor out = detail::make_empty(rows.shape(), rows.dtype(), rows.device());
+  dispatch::run(OpKind::kInterleave, {}, {&rows}, {&out});
+  return {out};
+}
+
+Tensor quantized_linear(const Tensor& x, const InterleavedWeight& weight, const std::optional<Tensor>& bias) {
+  EMBER_CHECK(weight.data.defined(), "[quantized_linear] the interleaved weight is empty (make it with interleave)");
+  return quantized_linear_impl(x, weight.data, std::nullopt, bias, true);
 }
 
 // --- cost rules ----------------------------------------------------------------------------------
@@ -128,6 +155,7 @@ void define_quant_ops(OpRuleTable& table) {
   table.set_cost(OpKind::kQuantize, per_value_cost);
   table.set_cost(OpKind::kDequantize, per_value_cost);
   table.set_cost(OpKind::kQuantizedMatmul, quantized_matmul_cost);
+  table.set_cost(OpKind::kInterleave, per_value_cost);
 }
 
 }  // namespace ember

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from golden_lib import Recorder, Tensor, make
+from golden_lib import DTYPES, Recorder, Tensor, make
 
 FLOATS = ["float32", "float64"]
 
@@ -437,6 +437,7 @@ def build():
     build_group_norm_and_interpolate(r)
     build_conv1d(r)
     build_softplus(r)
+    build_rope(r)
     return r
 
 
@@ -572,3 +573,47 @@ def build_softplus(r):
         ]
         for name, x, beta, threshold in cases:
             record(r, rng, "softplus", f"{name}_{dt}", f_softplus, [x], {"beta": beta, "threshold": threshold}, [0], dt)
+
+
+def f_rope(x, cos, sin, style):
+    """Rotary position embedding written with torch ops: adjacent pairs as ggml's normal mode (GGUF Llama
+    models), halves as Hugging Face's apply_rotary_pos_emb with rotate_half."""
+    half = cos.shape[-1]
+    c, s = cos.unsqueeze(-2), sin.unsqueeze(-2)  # (..., T, 1, R/2) against x (..., T, H, D)
+    rotated, rest = x[..., : 2 * half], x[..., 2 * half :]
+    if style == "adjacent":
+        a, b = rotated[..., 0::2], rotated[..., 1::2]
+        out = torch.stack([a * c - b * s, a * s + b * c], -1).flatten(-2)
+    else:
+        cc, ss = torch.cat([c, c], -1), torch.cat([s, s], -1)
+        out = rotated * cc + torch.cat([-rotated[..., half:], rotated[..., :half]], -1) * ss
+    return torch.cat([out, rest], -1)
+
+
+def build_rope(r):
+    """rope: (x, cos, sin, cot), the angles of Llama's frequencies (base 10000) at given positions; the
+    gradient of x only. Its own generator."""
+    rng = np.random.default_rng(15)
+
+    def T(shape, dtype, **kw):
+        return Tensor(make(shape, dtype, rng, **kw))
+
+    def angles(positions, rotated, dtype):
+        inv = 10000.0 ** (-torch.arange(0, rotated, 2, dtype=torch.float64) / rotated)
+        theta = torch.as_tensor(positions, dtype=torch.float64).unsqueeze(-1) * inv
+        return Tensor(theta.cos().to(DTYPES[dtype])), Tensor(theta.sin().to(DTYPES[dtype]))
+
+    for dt in FLOATS:
+        cases = [
+            # name, x, positions (T) or (B, T), rotated dims
+            ("full", T([2, 5, 3, 8], dt), list(range(5)), 8),
+            ("partial", T([1, 4, 2, 10], dt), [7, 8, 9, 10], 6),
+            ("per_sequence", T([2, 3, 2, 4], dt), [[0, 1, 2], [5, 6, 7]], 4),
+            ("unbatched", T([6, 2, 4], dt), list(range(100, 106)), 4),
+            ("transposed_input", t_layout([2, 3, 4, 6], dt, rng), [0, 1, 2], 6),
+            ("empty", T([0, 3, 2, 4], dt), [0, 1, 2], 4),
+        ]
+        for name, x, positions, rotated in cases:
+            cos, sin = angles(positions, rotated, dt)
+            for style in ["adjacent", "halves"]:
+                record(r, rng, "rope", f"{name}_{style}_{dt}", f_rope, [x, cos, sin], {"style": style}, [0], dt)

@@ -90,6 +90,14 @@ void int8_tile_vnni(const MatmulArgs&, const Int8Rows&, int64_t, int64_t) {
   no_x86_kernel();
 }
 void packed_matmul(const MatmulArgs&, const std::vector<PairRecord>&, int) { no_x86_kernel(); }
+template <DType W, int R>
+void interleaved_tile_vnni(const MatmulArgs&, const PairRecord*, int64_t, int64_t) {
+  no_x86_kernel();
+}
+template <DType W>
+void interleaved_row_avx2(const MatmulArgs&, const PairRecord*, int64_t, int64_t) {
+  no_x86_kernel();
+}
 #endif
 
 #define EMBER_AVX512 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,f16c,fma")))
@@ -296,6 +304,75 @@ void int8_rows_scalar(const MatmulArgs& a, const Int8Rows& x, int64_t m_begin, i
   }
 }
 
+// --- interleaved weights --------------------------------------------------------------------------
+//
+// Note [interleaved weights]: in the row layout a mat-vec kernel computes each weight row as its own
+// dot product: it loads a pair of blocks, spreads their scales and nibbles over the lanes with
+// permutes and reduces 16 lanes to one number at the end, and those shuffles cost more than the
+// multiply-adds (SmolLM2's generation spent 70% of its time there). The interleaved layout puts 16
+// rows side by side instead, lane r of every vector being row r. For each group of 16 rows and each
+// block of 32 values it stores
+//   - the 16 rows' float16 scales (32 bytes), for q4_1 then their 16 minimums (32 bytes);
+//   - the values as 4-byte words, word i of the 16 rows in 64 bytes: i = 0..7 for q8_0 (values
+//     4i..4i+3, each xor 0x80: w + 128 as an unsigned byte), i = 0..3 for q4_0 and q4_1 (bytes
+//     4i..4i+3 of the block's nibbles: values 4i..4i+3 in the low nibbles, 16+4i..16+4i+3 in the
+//     high ones).
+// One 64-byte load and one vpdpbusd against a broadcast word of 4 activations then advance 16 rows
+// by 4 values (two vpdpbusd for q4, one per nibble), the scales arrive as one vector, and the 16
+// sums come out in the lanes without a reduction. A block of 16 rows takes the bytes of 16 blocks,
+// so each group keeps its place and the last n % 16 rows stay in the row layout (the tiles above
+// compute them). The activations are the same records (Note [quantized activations]): the
+// correction lane makes (w + 128) * x and (q + 8) * x signed products as before, and holds sum(x)
+// for q4_1's minimums. Each row of x is summed in the same order whatever the number of rows, so a
+// batch of sequences gets the numbers each gets alone.
+
+constexpr int64_t kGroupRows = 16;
+
+// Bytes of a block of 16 interleaved rows, and where its values start.
+int64_t group_block_bytes(DType wtype) { return kGroupRows * storage_bytes(wtype, kQuantBlock); }
+int64_t group_values_offset(DType wtype) { return wtype == kQ4_1 ? 64 : 32; }
+
+uint16_t load_half_bits(const uint8_t* p) {
+  uint16_t bits = 0;
+  std::memcpy(&bits, p, sizeof bits);
+  return bits;
+}
+
+// Row r of x against the 16 rows of group g.
+void interleaved_row_scalar(const MatmulArgs& a, const PairRecord* records, int64_t r, int64_t g) {
+  const int64_t blocks = blocks_of(a.k), pairs = pairs_of(a.k), bytes = group_block_bytes(a.wtype);
+  const uint8_t* w = static_cast<const uint8_t*>(a.w) + g * blocks * bytes;
+  float acc[kGroupRows] = {};
+  for (int64_t b = 0; b < blocks; ++b, w += bytes) {
+    const PairRecord& rec = records[r * pairs + b / 2];
+    const int8_t* x = rec.values + b % 2 * kQuantBlock;
+    const float dx = rec.scales[b % 2 * 8];
+    const int32_t extra = rec.correction[b % 2 * 8];
+    const uint8_t* values = w + group_values_offset(a.wtype);
+    for (int64_t lane = 0; lane < kGroupRows; ++lane) {
+      int32_t sum = 0;
+      for (int64_t i = 0; i < (a.wtype == kQ8_0 ? 8 : 4); ++i) {
+        for (int64_t j = 0; j < 4; ++j) {
+          const int32_t byte = values[64 * i + 4 * lane + j];
+          sum +=
+              a.wtype == kQ8_0 ? byte * x[4 * i + j] : (byte & 0x0f) * x[4 * i + j] + (byte >> 4) * x[16 + 4 * i + j];
+        }
+      }
+      const float dw = detail::half_bits_to_float(load_half_bits(w + 2 * lane));
+      if (a.wtype == kQ4_1) {
+        acc[lane] += static_cast<float>(sum) * (dw * dx);
+        acc[lane] += detail::half_bits_to_float(load_half_bits(w + 32 + 2 * lane)) * (dx * static_cast<float>(extra));
+      } else {
+        acc[lane] += static_cast<float>(sum + extra) * (dw * dx);
+      }
+    }
+  }
+  for (int64_t lane = 0; lane < kGroupRows; ++lane) {
+    const int64_t c = g * kGroupRows + lane;
+    a.y[r * a.y_stride + c] = acc[lane] + (a.bias != nullptr ? a.bias[c] : 0.0f);
+  }
+}
+
 #if defined(__x86_64__)
 // --- AVX2 -----------------------------------------------------------------------------------------
 
@@ -306,6 +383,11 @@ void int8_rows_scalar(const MatmulArgs& a, const Int8Rows& x, int64_t m_begin, i
 EMBER_AVX2 inline __m256i dot_i8_avx2(__m256i a, __m256i b) {
   const __m256i products = _mm256_maddubs_epi16(_mm256_sign_epi8(a, a), _mm256_sign_epi8(b, a));
   return _mm256_madd_epi16(products, _mm256_set1_epi16(1));
+}
+
+// The same for unsigned a small enough that the int16 pairs stay in range (nibbles: at most 15).
+EMBER_AVX2 inline __m256i dot_u8_avx2(__m256i a, __m256i b) {
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(a, b), _mm256_set1_epi16(1));
 }
 
 EMBER_AVX2 inline float hsum_avx2(__m256 v) {
@@ -387,6 +469,55 @@ EMBER_AVX2 void int8_rows_avx2(const MatmulArgs& a, const Int8Rows& x, int64_t m
       a.y[r * a.y_stride + c] = static_cast<float>(isum) * (x.scales[static_cast<size_t>(r)] * a.w_scale[c]) +
                                 (a.bias != nullptr ? a.bias[c] : 0.0f);
     }
+  }
+}
+
+// Row r of x against the 16 rows of group g (Note [interleaved weights]), as two halves of 8 rows.
+// vpmaddubsw multiplies unsigned by signed bytes into int16 pairs: the nibbles (at most 15) go in as
+// they are; q8_0's w + 128 would overflow the pairs, so its signed w goes through dot_i8_avx2's
+// sign trick and needs no correction.
+template <DType W>
+EMBER_AVX2 void interleaved_row_avx2(const MatmulArgs& a, const PairRecord* records, int64_t r, int64_t g) {
+  const int64_t blocks = blocks_of(a.k), pairs = pairs_of(a.k), bytes = group_block_bytes(W);
+  const uint8_t* w = static_cast<const uint8_t*>(a.w) + g * blocks * bytes;
+  const __m256i low_nibbles = _mm256_set1_epi8(0x0f);
+  __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+  for (int64_t b = 0; b < blocks; ++b, w += bytes) {
+    const PairRecord& rec = records[r * pairs + b / 2];
+    const auto* x = reinterpret_cast<const int32_t*>(rec.values + b % 2 * kQuantBlock);
+    const float dx = rec.scales[b % 2 * 8];
+    const int32_t extra = rec.correction[b % 2 * 8];
+    const uint8_t* values = w + group_values_offset(W);
+    for (int half = 0; half < 2; ++half) {
+      __m256i sum = _mm256_setzero_si256();
+      if constexpr (W == kQ8_0) {
+        for (int i = 0; i < 8; ++i) {
+          const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(values + 64 * i + 32 * half));
+          sum =
+              _mm256_add_epi32(sum, dot_i8_avx2(_mm256_xor_si256(v, _mm256_set1_epi8(-128)), _mm256_set1_epi32(x[i])));
+        }
+      } else {
+        for (int i = 0; i < 4; ++i) {
+          const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(values + 64 * i + 32 * half));
+          sum = _mm256_add_epi32(sum, dot_u8_avx2(_mm256_and_si256(v, low_nibbles), _mm256_set1_epi32(x[i])));
+          sum = _mm256_add_epi32(
+              sum, dot_u8_avx2(_mm256_and_si256(_mm256_srli_epi16(v, 4), low_nibbles), _mm256_set1_epi32(x[4 + i])));
+        }
+        if constexpr (W == kQ4_0) sum = _mm256_add_epi32(sum, _mm256_set1_epi32(extra));
+      }
+      const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 16 * half)));
+      acc[half] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_mul_ps(dw, _mm256_set1_ps(dx)), acc[half]);
+      if constexpr (W == kQ4_1) {
+        const __m256 mw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 32 + 16 * half)));
+        acc[half] = _mm256_fmadd_ps(mw, _mm256_set1_ps(dx * static_cast<float>(extra)), acc[half]);
+      }
+    }
+  }
+  float* y = a.y + r * a.y_stride + g * kGroupRows;
+  for (int half = 0; half < 2; ++half) {
+    __m256 out = acc[half];
+    if (a.bias != nullptr) out = _mm256_add_ps(out, _mm256_loadu_ps(a.bias + g * kGroupRows + 8 * half));
+    _mm256_storeu_ps(y + 8 * half, out);
   }
 }
 
@@ -525,6 +656,65 @@ EMBER_VNNI void int8_tile_vnni(const MatmulArgs& a, const Int8Rows& x, int64_t r
           static_cast<float>(isum) * (x.scales[static_cast<size_t>(r0 + r)] * a.w_scale[c0 + c]) +
           (a.bias != nullptr ? a.bias[c0 + c] : 0.0f);
     }
+  }
+}
+
+// Rows r0..r0+R of x against the 16 rows of group g (Note [interleaved weights]). Two integer
+// accumulators per row of x (the low and high nibbles; even and odd words for q8_0) halve the
+// chain of dependent vpdpbusd.
+template <DType W, int R>
+EMBER_VNNI void interleaved_tile_vnni(const MatmulArgs& a, const PairRecord* records, int64_t r0, int64_t g) {
+  const int64_t blocks = blocks_of(a.k), pairs = pairs_of(a.k);
+  const int64_t bytes = group_block_bytes(W), values_offset = group_values_offset(W);
+  const uint8_t* w = static_cast<const uint8_t*>(a.w) + g * blocks * bytes;
+  __m512 acc[R];
+  EMBER_UNROLL for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < blocks; ++b, w += bytes) {
+    const uint8_t* values = w + values_offset;
+    const PairRecord* rec[R];
+    const int32_t* x[R];
+    __m512i lo[R], hi[R];
+    EMBER_UNROLL for (int r = 0; r < R; ++r) {
+      rec[r] = records + (r0 + r) * pairs + b / 2;
+      x[r] = reinterpret_cast<const int32_t*>(rec[r]->values + b % 2 * kQuantBlock);
+      lo[r] = _mm512_setzero_si512();
+      hi[r] = _mm512_setzero_si512();
+    }
+    if constexpr (W == kQ8_0) {
+      EMBER_UNROLL for (int i = 0; i < 8; i += 2) {
+        const __m512i even = _mm512_loadu_si512(values + 64 * i), odd = _mm512_loadu_si512(values + 64 * (i + 1));
+        EMBER_UNROLL for (int r = 0; r < R; ++r) {
+          lo[r] = _mm512_dpbusd_epi32(lo[r], even, _mm512_set1_epi32(x[r][i]));
+          hi[r] = _mm512_dpbusd_epi32(hi[r], odd, _mm512_set1_epi32(x[r][i + 1]));
+        }
+      }
+    } else {
+      EMBER_UNROLL for (int i = 0; i < 4; ++i) {
+        const __m512i v = _mm512_loadu_si512(values + 64 * i);
+        const __m512i low = _mm512_and_si512(v, _mm512_set1_epi8(0x0f));
+        const __m512i high = _mm512_and_si512(_mm512_srli_epi16(v, 4), _mm512_set1_epi8(0x0f));
+        EMBER_UNROLL for (int r = 0; r < R; ++r) {
+          lo[r] = _mm512_dpbusd_epi32(lo[r], low, _mm512_set1_epi32(x[r][i]));
+          hi[r] = _mm512_dpbusd_epi32(hi[r], high, _mm512_set1_epi32(x[r][4 + i]));
+        }
+      }
+    }
+    const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w)));
+    EMBER_UNROLL for (int r = 0; r < R; ++r) {
+      const float dx = rec[r]->scales[b % 2 * 8];
+      const int32_t extra = rec[r]->correction[b % 2 * 8];
+      __m512i sum = _mm512_add_epi32(lo[r], hi[r]);
+      if constexpr (W != kQ4_1) sum = _mm512_add_epi32(sum, _mm512_set1_epi32(extra));
+      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(dw, _mm512_set1_ps(dx)), acc[r]);
+      if constexpr (W == kQ4_1) {
+        const __m512 mw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 32)));
+        acc[r] = _mm512_fmadd_ps(mw, _mm512_set1_ps(dx * static_cast<float>(extra)), acc[r]);
+      }
+    }
+  }
+  const __m512 bias = a.bias != nullptr ? _mm512_loadu_ps(a.bias + g * kGroupRows) : _mm512_setzero_ps();
+  EMBER_UNROLL for (int r = 0; r < R; ++r) {
+    _mm512_storeu_ps(a.y + (r0 + r) * a.y_stride + g * kGroupRows, _mm512_add_ps(acc[r], bias));
   }
 }
 
@@ -766,6 +956,71 @@ void tiles(int64_t m_begin, int64_t m_end, int64_t n_begin, int64_t n_end, const
   }
 }
 
+// Rows [m0, m1) of x against group g of interleaved weights, with the kernel the ISA has.
+template <DType W>
+void interleaved_rows(const MatmulArgs& a, const PairRecord* records, Isa isa, int64_t m0, int64_t m1, int64_t g) {
+  if (supports(isa, Isa::kAvx512Vnni)) {
+    int64_t r = m0;
+    for (; r + 4 <= m1; r += 4) interleaved_tile_vnni<W, 4>(a, records, r, g);
+    if (m1 - r == 3) interleaved_tile_vnni<W, 3>(a, records, r, g);
+    if (m1 - r == 2) interleaved_tile_vnni<W, 2>(a, records, r, g);
+    if (m1 - r == 1) interleaved_tile_vnni<W, 1>(a, records, r, g);
+  } else if (supports(isa, Isa::kAvx2)) {
+    for (int64_t r = m0; r < m1; ++r) interleaved_row_avx2<W>(a, records, r, g);
+  } else {
+    for (int64_t r = m0; r < m1; ++r) interleaved_row_scalar(a, records, r, g);
+  }
+}
+
+// Note [interleaved weights]: tasks of whole groups. With a few rows of x the threads split the
+// groups alone; with more, tasks are blocks of 64 rows of x by groups that stay in L2 (Note
+// [quantized matmul tiling]), and inside a task each group's blocks stay in L1 while the rows of x
+// pass 4 at a time. The rows past the last whole group are in the row layout: the tiles take them.
+void interleaved_matmul(const MatmulArgs& a, const PairRecord* records, Isa isa, int threads) {
+  const int64_t groups = a.n / kGroupRows, group_bytes = kGroupRows * row_bytes_of(a.wtype, a.k);
+  const auto run = [&](int64_t m0, int64_t m1, int64_t g0, int64_t g1) {
+    for (int64_t g = g0; g < g1; ++g) {
+      if (a.wtype == kQ8_0) {
+        interleaved_rows<kQ8_0>(a, records, isa, m0, m1, g);
+      } else if (a.wtype == kQ4_0) {
+        interleaved_rows<kQ4_0>(a, records, isa, m0, m1, g);
+      } else {
+        interleaved_rows<kQ4_1>(a, records, isa, m0, m1, g);
+      }
+    }
+  };
+  if (a.m <= 4) {
+    const int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(group_bytes, 1));
+    parallel_for_threads(threads, 0, groups, grain, [&](int64_t g0, int64_t g1) { run(0, a.m, g0, g1); });
+  } else {
+    constexpr int64_t kRowBlock = 64;
+    const int64_t grain = std::max<int64_t>(1, 262144 / std::max<int64_t>(group_bytes, 1));
+    const int64_t m_blocks = (a.m + kRowBlock - 1) / kRowBlock, g_blocks = (groups + grain - 1) / grain;
+    parallel_tasks(m_blocks * g_blocks, threads, [&](int64_t t) {
+      const int64_t m0 = t / g_blocks * kRowBlock, g0 = t % g_blocks * grain;
+      run(m0, std::min(a.m, m0 + kRowBlock), g0, std::min(groups, g0 + grain));
+    });
+  }
+  const int64_t tail = groups * kGroupRows;
+  if (tail == a.n) return;
+  if (supports(isa, Isa::kAvx512Vnni)) {
+    const auto tile = [&]<DType W>() {
+      tiles(0, a.m, tail, a.n, [&]<int R, int C>(int64_t r, int64_t c) { block_tile_vnni<W, R, C>(a, records, r, c); });
+    };
+    if (a.wtype == kQ8_0) {
+      tile.template operator()<kQ8_0>();
+    } else if (a.wtype == kQ4_0) {
+      tile.template operator()<kQ4_0>();
+    } else {
+      tile.template operator()<kQ4_1>();
+    }
+  } else if (supports(isa, Isa::kAvx2)) {
+    block_rows_avx2(a, records, 0, a.m, tail, a.n);
+  } else {
+    block_rows_scalar(a, records, 0, a.m, tail, a.n);
+  }
+}
+
 }  // namespace
 
 bool matmul(const MatmulArgs& a, Isa isa, int threads) {
@@ -810,8 +1065,15 @@ bool matmul(const MatmulArgs& a, Isa isa, int threads) {
     });
     return true;
   }
-  std::vector<PairRecord> records;
+  // A few rows of x (a decode step) reuse the calling thread's records: no allocation per call.
+  thread_local std::vector<PairRecord> reused;
+  std::vector<PairRecord> owned;
+  std::vector<PairRecord>& records = a.m <= 16 ? reused : owned;
   if (!quantize_activations(a, isa, threads, records)) return false;
+  if (a.interleaved) {
+    interleaved_matmul(a, records.data(), isa, threads);
+    return true;
+  }
   // Packing costs about as much as 16 rows of q8_0 (whose blocks take twice the gathers) or 6 of
   // q4_0 against the tiles (4096 x 4096 weights, 2 threads). q4_1 has no panels: tiles throughout.
   if (vnni && a.wtype != kQ4_1 && a.m > (a.wtype == kQ8_0 ? 16 : 8)) {
@@ -857,6 +1119,33 @@ void dequantize_rows(DType dtype, const void* in, int64_t rows, int64_t k, float
                            traits.to_float(static_cast<const uint8_t*>(in) + r * row_bytes, out + r * k, k);
                          }
                        });
+}
+
+void interleave_rows(DType dtype, const void* rows, int64_t n, int64_t k, void* out) {
+  const int64_t block_bytes = storage_bytes(dtype, kQuantBlock), blocks = k / kQuantBlock;
+  const int64_t values_in = dtype == kQ4_1 ? 4 : 2, values_out = group_values_offset(dtype);
+  const int64_t words = dtype == kQ8_0 ? 8 : 4;
+  const uint8_t flip = dtype == kQ8_0 ? 0x80 : 0;
+  const auto* src = static_cast<const uint8_t*>(rows);
+  auto* dst = static_cast<uint8_t*>(out);
+  const int64_t groups = n / kGroupRows;
+  for (int64_t g = 0; g < groups; ++g) {
+    for (int64_t b = 0; b < blocks; ++b) {
+      uint8_t* d = dst + (g * blocks + b) * kGroupRows * block_bytes;
+      for (int64_t r = 0; r < kGroupRows; ++r) {
+        const uint8_t* block = src + ((g * kGroupRows + r) * blocks + b) * block_bytes;
+        std::memcpy(d + 2 * r, block, 2);                               // the scale
+        if (dtype == kQ4_1) std::memcpy(d + 32 + 2 * r, block + 2, 2);  // the minimum
+        for (int64_t i = 0; i < words; ++i) {
+          for (int64_t j = 0; j < 4; ++j) {
+            d[values_out + 64 * i + 4 * r + j] = static_cast<uint8_t>(block[values_in + 4 * i + j] ^ flip);
+          }
+        }
+      }
+    }
+  }
+  const int64_t done = groups * kGroupRows * blocks * block_bytes;
+  std::memcpy(dst + done, src + done, static_cast<size_t>((n - groups * kGroupRows) * blocks * block_bytes));
 }
 
 }  // namespace ember::cpu::quant
@@ -914,8 +1203,15 @@ void quantized_matmul_kernel(const KernelCall& c) {
   args.n = w.size(0);
   args.x_stride = args.k;
   args.y_stride = args.n;
+  args.interleaved = c.get<QuantizedMatmulAttrs>().interleaved;
   EMBER_CHECK(quant::matmul(args, cpu_isa(), num_threads()), "[", c.name(),
               "] the input holds NaN or Inf, which cannot be quantized");
+}
+
+// inputs: a q8_0, q4_0 or q4_1 matrix, contiguous; outputs: the same in the interleaved layout.
+void interleave_kernel(const KernelCall& c) {
+  const Operand &w = c.inputs[0], &out = c.outputs[0];
+  quant::interleave_rows(w.dtype, w.data, row_count(w), row_length(w), out.data);
 }
 
 }  // namespace
@@ -924,6 +1220,7 @@ void register_quant_kernels(KernelTable& table) {
   table.add(OpKind::kQuantize, DeviceType::kCPU, quantize_kernel, {kQ8_0, kQ4_0, kQ4_1, kInt8});
   table.add(OpKind::kDequantize, DeviceType::kCPU, dequantize_kernel, {kFloat32});
   table.add(OpKind::kQuantizedMatmul, DeviceType::kCPU, quantized_matmul_kernel, {kFloat32});
+  table.add(OpKind::kInterleave, DeviceType::kCPU, interleave_kernel, {kQ8_0, kQ4_0, kQ4_1});
 }
 
 }  // namespace ember::cpu

@@ -25,6 +25,7 @@ struct MatmulArgs {
   float* y = nullptr;
   int64_t y_stride = 0;
   int64_t m = 0, n = 0, k = 0;
+  bool interleaved = false;  // w in the interleaved layout of interleave_rows (block dtypes only)
 };
 // Returns false, computing nothing, when x holds NaN or Inf (which have no quantized value).
 bool matmul(const MatmulArgs& args, Isa isa, int threads);
@@ -34,5 +35,11 @@ bool matmul(const MatmulArgs& args, Isa isa, int threads);
 void quantize_rows(DType dtype, const float* x, int64_t x_stride, int64_t rows, int64_t k, void* out, int threads);
 // The inverse: contiguous blocks into rows of floats.
 void dequantize_rows(DType dtype, const void* in, int64_t rows, int64_t k, float* out, int threads);
+
+// n rows of k values (k a multiple of 32) of `dtype` (kQ8_0, kQ4_0, kQ4_1), contiguous, into the
+// interleaved layout that matmul reads with args.interleaved (Note [interleaved weights]): as many
+// bytes, each group of 16 rows rearranged within its own bytes, the rows past the last whole group
+// left as they are.
+void interleave_rows(DType dtype, const void* rows, int64_t n, int64_t k, void* out);
 
 }  // namespace ember::cpu::quant

@@ -26,6 +26,7 @@ void register_kernels(KernelTable& table) {
   register_cumsum_kernels(table);
   register_sort_kernels(table);
   register_quant_kernels(table);
+  register_rope_kernels(table);
 }
 
 BackendInfo backend_info() {

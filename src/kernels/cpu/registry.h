@@ -38,5 +38,6 @@ void register_triangle_kernels(KernelTable& table);     // triangle.cpp
 void register_cumsum_kernels(KernelTable& table);       // cumsum.cpp
 void register_sort_kernels(KernelTable& table);         // sort.cpp
 void register_quant_kernels(KernelTable& table);        // quant.cpp
+void register_rope_kernels(KernelTable& table);         // rope.cpp
 
 }  // namespace ember::cpu
