@@ -93,6 +93,24 @@ TEST(Llama, ConfigComesFromTheMetadata) {
   for (const auto& [name, tensor] : file().tensors) EXPECT_TRUE(state.contains(name)) << name;
 }
 
+// Every weight shape of the model (q4_1 projections, the q8_0 tied output) gives the same products
+// through its interleaved copy as through the file's layout, one row of x or many: the integer sums
+// are exact, only the float sums of the blocks run in another order.
+TEST(Llama, InterleavedWeightsGiveTheFilesProducts) {
+  manual_seed(21);
+  for (const char* name : {"blk.0.attn_q.weight", "blk.0.attn_k.weight", "blk.0.ffn_up.weight", "blk.0.ffn_down.weight",
+                           "token_embd.weight"}) {
+    const Tensor& w = file().tensor(name);
+    const InterleavedWeight fast = interleave(w);
+    for (const int64_t rows : {int64_t{1}, int64_t{3}, int64_t{37}}) {
+      const Tensor x = randn({rows, w.size(1)});
+      const Tensor expected = quantized_linear(x, w), got = quantized_linear(x, fast);
+      const double bound = abs(x).sum(Axes{1}).max().item<double>() * abs(dequantize(w)).max().item<double>();
+      EXPECT_LT((got - expected).abs().max().item<double>(), 1e-6 * bound) << name << " rows=" << rows;
+    }
+  }
+}
+
 TEST(Llama, FloatLogitsMatchTransformers) {
   const json& passage = reference()["passage"];
   const std::vector<int64_t> ids = passage["ids"].get<std::vector<int64_t>>();

@@ -46,7 +46,7 @@ LlamaFile load_llama(const std::string& path, const LlamaLoadOptions& options) {
   EMBER_CHECK(std::filesystem::exists(path), "[Llama] ", path,
               " does not exist (scripts/setup downloads the default "
               "model, SmolLM2-135M-Instruct, to data/smollm2/)");
-  const gguf::File file = gguf::load(path);
+  const gguf::File file = gguf::map(path);
   LlamaFile out;
   out.path = path;
   out.model = Llama::from_gguf(file, path, options);

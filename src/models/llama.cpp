@@ -62,19 +62,6 @@ Tensor prepare_weight(const Tensor& stored, const LlamaLoadOptions& options) {
   return stored.dtype() == kFloat32 ? stored : stored.to(kFloat32);
 }
 
-// Rotates the leading rope_dim values of each head of x (B, T, H, head_dim) by the angles whose
-// cos and sin are (T, rope_dim / 2): each adjacent pair (x[2i], x[2i+1]) as a complex number.
-Tensor rotate(const Tensor& x, const Tensor& cos, const Tensor& sin) {
-  const int64_t head_dim = x.size(3), half = cos.size(1), rope_dim = 2 * half;
-  const Tensor rotated = rope_dim == head_dim ? x : x.narrow(3, 0, rope_dim);
-  const Tensor pairs = rotated.reshape({x.size(0), x.size(1), x.size(2), half, 2});
-  const Tensor x0 = pairs.select(4, 0), x1 = pairs.select(4, 1);
-  const Tensor c = cos.view({cos.size(0), 1, half}), s = sin.view({sin.size(0), 1, half});
-  Tensor out = stack({x0 * c - x1 * s, x0 * s + x1 * c}, 4).reshape({x.size(0), x.size(1), x.size(2), rope_dim});
-  if (rope_dim < head_dim) out = cat({out, x.narrow(3, rope_dim, head_dim - rope_dim)}, 3);
-  return out;
-}
-
 }  // namespace
 
 LlamaConfig llama_config(const gguf::File& file, const std::string& what) {
@@ -124,10 +111,22 @@ LlamaConfig llama_config(const gguf::File& file, const std::string& what) {
 LlamaLinear::LlamaLinear(Tensor w) {
   weight = is_floating(w.dtype()) ? register_parameter("weight", std::move(w), false)
                                   : register_buffer("weight", std::move(w));
+  if (is_block_quantized(weight.dtype())) interleave_weight();
+}
+
+void LlamaLinear::interleave_weight() {
+  interleaved_ = interleave(weight);
+  interleaved_from_ = weight.data_ptr();
+  interleaved_version_ = weight.version();
 }
 
 Tensor LlamaLinear::forward(const Tensor& x) {
-  return is_block_quantized(weight.dtype()) ? quantized_linear(x, weight) : linear(x, weight);
+  if (!is_block_quantized(weight.dtype())) return linear(x, weight);
+  if (interleaved_from_ != weight.data_ptr() || interleaved_version_ != weight.version() ||
+      interleaved_.dtype() != weight.dtype()) {
+    interleave_weight();
+  }
+  return quantized_linear(x, interleaved_);
 }
 
 LlamaAttention::LlamaAttention(const LlamaConfig& c, Tensor q, Tensor k, Tensor v, Tensor out) : config(c) {
@@ -145,8 +144,8 @@ Tensor LlamaAttention::forward_at(const Tensor& x, int64_t start, Tensor* cache_
                                   const Tensor& cos, const Tensor& sin) {
   const int64_t batch = x.size(0), length = x.size(1), end = start + length;
   const int64_t heads = config.n_head, kv_heads = config.n_kv_head, head_dim = config.head_dim;
-  const Tensor q = rotate((*attn_q)(x).view({batch, length, heads, head_dim}), cos, sin).transpose(1, 2);
-  const Tensor k = rotate((*attn_k)(x).view({batch, length, kv_heads, head_dim}), cos, sin).transpose(1, 2);
+  const Tensor q = rope((*attn_q)(x).view({batch, length, heads, head_dim}), cos, sin).transpose(1, 2);
+  const Tensor k = rope((*attn_k)(x).view({batch, length, kv_heads, head_dim}), cos, sin).transpose(1, 2);
   const Tensor v = (*attn_v)(x).view({batch, length, kv_heads, head_dim}).transpose(1, 2);
   Tensor keys = k, values = v;
   if (cache_keys != nullptr) {
@@ -213,7 +212,7 @@ Llama::Llama(const LlamaConfig& c, Tensor embedding) : config(c) {
 }
 
 std::shared_ptr<Llama> Llama::from_gguf(const std::string& path, const LlamaLoadOptions& options) {
-  return from_gguf(gguf::load(path), path, options);
+  return from_gguf(gguf::map(path), path, options);
 }
 
 std::shared_ptr<Llama> Llama::from_gguf(const gguf::File& file, const std::string& what,

@@ -5,6 +5,8 @@
 // keys), the tensors from their llama.cpp names ("token_embd.weight", "blk.0.attn_q.weight", ...),
 // so the module's state_dict() names are the file's. Quantized weights (q8_0, q4_0, q4_1) stay
 // quantized: the products quantize the activations on the fly (ember/quant.h), as llama.cpp does.
+// from_gguf(path) maps the file (gguf::map): the stored weights are the file's pages, and each
+// quantized matrix gets one interleaved copy for the mat-vec kernels (LlamaLinear).
 //
 //   auto model = models::Llama::from_gguf("data/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf");
 //   models::LlamaCache cache = model->make_cache(512);
@@ -12,7 +14,8 @@
 //
 // RoPE: llama.cpp's converter stores the query and key rows so that each head's rotation turns
 // adjacent pairs (x[2i], x[2i+1]) by pos * base^(-2i / rope_dim), which is what forward() applies
-// to the weights as stored (Hugging Face's rotate_half on the rows before that permutation).
+// to the weights as stored (Hugging Face's rotate_half on the rows before that permutation), with
+// the rope primitive (RopeStyle::kAdjacent).
 #pragma once
 
 #include <cstdint>
@@ -24,6 +27,7 @@
 #include "ember/gguf.h"
 #include "ember/models/language_model.h"
 #include "ember/nn.h"
+#include "ember/quant.h"
 
 namespace ember::models {
 
@@ -61,12 +65,21 @@ struct LlamaCache {
 
 // A weight matrix (out, in) as stored in the file, applied as x @ W^T: floating, or block-quantized
 // (the product quantizes x to q8_0 blocks on the fly).
+// y = x @ weight^T. A block-quantized weight (the buffer `weight`, as the file stores it) also has an
+// interleaved copy for the mat-vec kernels (ember/quant.h interleave), made at construction and
+// again whenever the weight is replaced or written (load_state_dict, copy_).
 class LlamaLinear : public nn::Module {
  public:
   explicit LlamaLinear(Tensor weight);
   Tensor forward(const Tensor& x) override;
   std::string name() const override { return "LlamaLinear"; }
   Tensor weight;
+
+ private:
+  void interleave_weight();
+  InterleavedWeight interleaved_;
+  const void* interleaved_from_ = nullptr;  // the weight's data and version it was made from
+  uint32_t interleaved_version_ = 0;
 };
 
 class LlamaAttention : public nn::Module {
@@ -100,7 +113,7 @@ class LlamaBlock : public nn::Module {
 
 class Llama : public nn::Module {
  public:
-  // Reads the model of a GGUF file. Errors name the file and what is wrong: another architecture,
+  // Reads the model of a GGUF file, mapped (gguf::map). Errors name the file and what is wrong: another architecture,
   // a missing or malformed llama.* key, missing, unexpected or mis-shaped tensors (all of them
   // listed), or a tensor of a type the products do not take.
   static std::shared_ptr<Llama> from_gguf(const std::string& path, const LlamaLoadOptions& options = {});
