@@ -362,12 +362,17 @@ TEST(QuantizedLinear, InterleavedWeightsGiveTheSameProduct) {
   const Tensor x = randn({64, 5}).t();  // (5, 64), transposed
   const InterleavedWeight fast = interleave(quantize(randn({16, 64}), kQ4_1));
   EXPECT_TRUE(test_util::bitwise_equal(quantized_linear(x, fast), quantized_linear(x.contiguous(), fast)));
-  expect_error(
-      [] {
-        interleave(ones({16, 64}));
-      },
-      {"[interleave] expected a 2-D q8_0, q4_0 or q4_1 weight", "float32"});
-  expect_error([] { interleave(quantize(ones({64}), kQ8_0)); }, {"[interleave] expected a 2-D"});
+  // Stacked weights (20 rows, not a whole group, then 30): one product gives both layers' outputs.
+  const Tensor a = quantize(randn({20, 64}), kQ4_1), b = quantize(randn({30, 64}), kQ4_1);
+  const Tensor both = quantized_linear(x, interleave({a, b}));
+  EXPECT_EQ(both.shape(), (Shape{5, 50}));
+  const Tensor separate = cat({quantized_linear(x, a), quantized_linear(x, b)}, 1);
+  EXPECT_TRUE(le(abs(both - separate), abs(separate) * 1e-5 + 1e-4).all().item<bool>());
+  expect_error([] { interleave(ones({16, 64})); }, {"[interleave] expected 2-D q8_0, q4_0 or q4_1 weights", "float32"});
+  expect_error([] { interleave(quantize(ones({64}), kQ8_0)); }, {"[interleave] expected 2-D"});
+  expect_error([&] { interleave({a, quantize(ones({16, 64}), kQ8_0)}); }, {"share their dtype and in_features"});
+  expect_error([&] { interleave({a, quantize(ones({16, 96}), kQ4_1)}); }, {"share their dtype and in_features"});
+  expect_error([] { interleave(std::vector<Tensor>{}); }, {"[interleave] expected at least one weight"});
   expect_error([] { quantized_linear(ones({1, 64}), InterleavedWeight{}); }, {"the interleaved weight is empty"});
   expect_error([&] { quantized_linear(ones({1, 32}), fast); }, {"[quantized_linear] input of shape [1, 32]"});
   expect_error([&] { quantized_linear(full({1, 64}, std::nan("")), fast); }, {"NaN or Inf"});

@@ -56,6 +56,10 @@ struct InterleavedWeight {
   int64_t in_features() const { return data.size(1); }
 };
 InterleavedWeight interleave(const Tensor& weight);
+// The rows of several weights of one dtype and in_features, stacked (the first's rows, then the
+// second's, ...), interleaved as one matrix: layers that read the same input (attention's q, k and
+// v) then take one product, y's columns being the layers' outputs side by side.
+InterleavedWeight interleave(const std::vector<Tensor>& weights);
 Tensor quantized_linear(const Tensor& x, const InterleavedWeight& weight,
                         const std::optional<Tensor>& bias = std::nullopt);
 

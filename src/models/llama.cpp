@@ -108,25 +108,45 @@ LlamaConfig llama_config(const gguf::File& file, const std::string& what) {
 
 // --- modules --------------------------------------------------------------------------------------
 
+bool InterleavedStack::stackable() const {
+  if (weights_.empty()) return false;
+  const Tensor& first = *weights_[0];
+  return std::all_of(weights_.begin(), weights_.end(), [&](const Tensor* w) {
+    return w->dim() == 2 && is_block_quantized(w->dtype()) && w->dtype() == first.dtype() &&
+           w->size(1) == first.size(1);
+  });
+}
+
+void InterleavedStack::prepare() {
+  std::vector<Tensor> weights;
+  made_from_.clear();
+  for (const Tensor* w : weights_) {
+    weights.push_back(*w);
+    made_from_.emplace_back(w->data_ptr(), w->version());
+  }
+  interleaved_ = interleave(weights);
+}
+
+Tensor InterleavedStack::apply(const Tensor& x) {
+  bool current = made_from_.size() == weights_.size();
+  for (size_t i = 0; current && i < weights_.size(); ++i) {
+    current = made_from_[i] == std::make_pair<const void*, uint32_t>(weights_[i]->data_ptr(), weights_[i]->version());
+  }
+  if (!current) prepare();
+  return quantized_linear(x, interleaved_);
+}
+
 LlamaLinear::LlamaLinear(Tensor w) {
   weight = is_floating(w.dtype()) ? register_parameter("weight", std::move(w), false)
                                   : register_buffer("weight", std::move(w));
-  if (is_block_quantized(weight.dtype())) interleave_weight();
 }
 
-void LlamaLinear::interleave_weight() {
-  interleaved_ = interleave(weight);
-  interleaved_from_ = weight.data_ptr();
-  interleaved_version_ = weight.version();
+void LlamaLinear::prepare() {
+  if (is_block_quantized(weight.dtype())) interleaved_.prepare();
 }
 
 Tensor LlamaLinear::forward(const Tensor& x) {
-  if (!is_block_quantized(weight.dtype())) return linear(x, weight);
-  if (interleaved_from_ != weight.data_ptr() || interleaved_version_ != weight.version() ||
-      interleaved_.dtype() != weight.dtype()) {
-    interleave_weight();
-  }
-  return quantized_linear(x, interleaved_);
+  return is_block_quantized(weight.dtype()) ? interleaved_.apply(x) : linear(x, weight);
 }
 
 LlamaAttention::LlamaAttention(const LlamaConfig& c, Tensor q, Tensor k, Tensor v, Tensor out) : config(c) {
@@ -134,6 +154,16 @@ LlamaAttention::LlamaAttention(const LlamaConfig& c, Tensor q, Tensor k, Tensor 
   attn_k = register_module("attn_k", std::make_shared<LlamaLinear>(std::move(k)));
   attn_v = register_module("attn_v", std::make_shared<LlamaLinear>(std::move(v)));
   attn_output = register_module("attn_output", std::make_shared<LlamaLinear>(std::move(out)));
+  qkv_ = InterleavedStack({&attn_q->weight, &attn_k->weight, &attn_v->weight});
+}
+
+void LlamaAttention::prepare() {
+  if (qkv_.stackable()) {
+    qkv_.prepare();
+  } else {
+    for (const auto& linear : {attn_q, attn_k, attn_v}) linear->prepare();
+  }
+  attn_output->prepare();
 }
 
 Tensor LlamaAttention::forward(const Tensor&) {
@@ -144,9 +174,20 @@ Tensor LlamaAttention::forward_at(const Tensor& x, int64_t start, Tensor* cache_
                                   const Tensor& cos, const Tensor& sin) {
   const int64_t batch = x.size(0), length = x.size(1), end = start + length;
   const int64_t heads = config.n_head, kv_heads = config.n_kv_head, head_dim = config.head_dim;
-  const Tensor q = rope((*attn_q)(x).view({batch, length, heads, head_dim}), cos, sin).transpose(1, 2);
-  const Tensor k = rope((*attn_k)(x).view({batch, length, kv_heads, head_dim}), cos, sin).transpose(1, 2);
-  const Tensor v = (*attn_v)(x).view({batch, length, kv_heads, head_dim}).transpose(1, 2);
+  Tensor q_rows, k_rows, v_rows;  // (B, T, heads * head_dim) and twice (B, T, kv_heads * head_dim)
+  if (qkv_.stackable()) {
+    const Tensor qkv = qkv_.apply(x);
+    q_rows = qkv.narrow(2, 0, heads * head_dim);
+    k_rows = qkv.narrow(2, heads * head_dim, kv_heads * head_dim);
+    v_rows = qkv.narrow(2, (heads + kv_heads) * head_dim, kv_heads * head_dim);
+  } else {
+    q_rows = (*attn_q)(x);
+    k_rows = (*attn_k)(x);
+    v_rows = (*attn_v)(x);
+  }
+  const Tensor q = rope(q_rows.view({batch, length, heads, head_dim}), cos, sin).transpose(1, 2);
+  const Tensor k = rope(k_rows.view({batch, length, kv_heads, head_dim}), cos, sin).transpose(1, 2);
+  const Tensor v = v_rows.view({batch, length, kv_heads, head_dim}).transpose(1, 2);
   Tensor keys = k, values = v;
   if (cache_keys != nullptr) {
     cache_keys->narrow(2, start, length).copy_(k);
@@ -184,6 +225,18 @@ LlamaBlock::LlamaBlock(const LlamaConfig& c, std::shared_ptr<LlamaAttention> att
   ffn_gate = register_module("ffn_gate", std::make_shared<LlamaLinear>(std::move(gate)));
   ffn_up = register_module("ffn_up", std::make_shared<LlamaLinear>(std::move(up)));
   ffn_down = register_module("ffn_down", std::make_shared<LlamaLinear>(std::move(down)));
+  gate_up_ = InterleavedStack({&ffn_gate->weight, &ffn_up->weight});
+}
+
+void LlamaBlock::prepare() {
+  attention->prepare();
+  if (gate_up_.stackable()) {
+    gate_up_.prepare();
+  } else {
+    ffn_gate->prepare();
+    ffn_up->prepare();
+  }
+  ffn_down->prepare();
 }
 
 Tensor LlamaBlock::forward(const Tensor&) {
@@ -194,6 +247,11 @@ Tensor LlamaBlock::forward_at(const Tensor& x, int64_t start, Tensor* cache_keys
                               const Tensor& cos, const Tensor& sin) {
   const Tensor h = x + attention->forward_at((*attn_norm)(x), start, cache_keys, cache_values, cos, sin);
   const Tensor n = (*ffn_norm)(h);
+  if (gate_up_.stackable()) {
+    const Tensor gate_up = gate_up_.apply(n);
+    const int64_t ffn = ffn_gate->weight.size(0);
+    return h + (*ffn_down)(silu(gate_up.narrow(2, 0, ffn)) * gate_up.narrow(2, ffn, ffn_up->weight.size(0)));
+  }
   return h + (*ffn_down)(silu((*ffn_gate)(n)) * (*ffn_up)(n));
 }
 
@@ -290,6 +348,9 @@ std::shared_ptr<Llama> Llama::from_gguf(const gguf::File& file, const std::strin
   if (!c.tied_output)
     model->output = model->register_module("output", std::make_shared<LlamaLinear>(weight("output.weight")));
   model->eval();
+  // The interleaved copies now: loading pays for them, not the first token.
+  for (int64_t l = 0; l < c.n_layer; ++l) model->blk->at<LlamaBlock>(l)->prepare();
+  model->output->prepare();
   return model;
 }
 

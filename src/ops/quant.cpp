@@ -118,15 +118,28 @@ Tensor quantized_linear(const Tensor& x, const Tensor& weight, const std::option
   return quantized_linear_impl(x, weight, scale, bias, false);
 }
 
-InterleavedWeight interleave(const Tensor& weight) {
-  EMBER_CHECK(weight.defined() && weight.dim() == 2 && is_block_quantized(weight.dtype()),
-              "[interleave] expected a 2-D q8_0, q4_0 or q4_1 weight (out, in), got ",
-              weight.defined() ? weight.shape() : Shape{}, " ", weight.defined() ? weight.dtype() : kFloat32);
-  EMBER_CHECK(weight.device().is_cpu(), "[interleave] is implemented on the CPU only, got a weight on ",
-              weight.device());
-  const Tensor rows = weight.contiguous();
-  Tensor out = detail::make_empty(rows.shape(), rows.dtype(), rows.device());
-  dispatch::run(OpKind::kInterleave, {}, {&rows}, {&out});
+InterleavedWeight interleave(const Tensor& weight) { return interleave(std::vector<Tensor>{weight}); }
+
+InterleavedWeight interleave(const std::vector<Tensor>& weights) {
+  EMBER_CHECK(!weights.empty(), "[interleave] expected at least one weight");
+  std::vector<Tensor> parts;
+  int64_t rows = 0;
+  for (const Tensor& w : weights) {
+    EMBER_CHECK(w.defined() && w.dim() == 2 && is_block_quantized(w.dtype()),
+                "[interleave] expected 2-D q8_0, q4_0 or q4_1 weights (out, in), got ",
+                w.defined() ? w.shape() : Shape{}, " ", w.defined() ? w.dtype() : kFloat32);
+    EMBER_CHECK(w.device().is_cpu(), "[interleave] is implemented on the CPU only, got a weight on ", w.device());
+    EMBER_CHECK(w.dtype() == weights[0].dtype() && w.size(1) == weights[0].size(1),
+                "[interleave] stacked weights must share their dtype and in_features, got ", weights[0].dtype(), " ",
+                weights[0].shape(), " and ", w.dtype(), " ", w.shape());
+    parts.push_back(w.contiguous());
+    rows += w.size(0);
+  }
+  Tensor out = detail::make_empty({rows, weights[0].size(1)}, weights[0].dtype(), weights[0].device());
+  std::vector<const Tensor*> inputs;
+  for (const Tensor& p : parts) inputs.push_back(&p);
+  const Tensor* outputs[] = {&out};
+  dispatch::run(OpKind::kInterleave, {}, inputs, outputs);
   return {out};
 }
 

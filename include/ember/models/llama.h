@@ -63,23 +63,39 @@ struct LlamaCache {
   int64_t capacity() const { return keys.empty() ? 0 : keys[0].size(2); }
 };
 
-// A weight matrix (out, in) as stored in the file, applied as x @ W^T: floating, or block-quantized
-// (the product quantizes x to q8_0 blocks on the fly).
-// y = x @ weight^T. A block-quantized weight (the buffer `weight`, as the file stores it) also has an
-// interleaved copy for the mat-vec kernels (ember/quant.h interleave), made at construction and
-// again whenever the weight is replaced or written (load_state_dict, copy_).
+// Block-quantized weights (out, in) of one dtype and in_features, multiplied through one interleaved
+// copy of their stacked rows (ember/quant.h interleave): x @ [W_0; W_1; ...]^T in one product. The
+// copy is made by prepare() or the first apply(), and again whenever a weight is replaced or
+// written (load_state_dict, copy_). The weights are the members of modules that outlive this.
+class InterleavedStack {
+ public:
+  InterleavedStack() = default;
+  explicit InterleavedStack(std::vector<const Tensor*> weights) : weights_(std::move(weights)) {}
+  // Whether the weights can be stacked: all block-quantized, 2-D, in one dtype and in_features.
+  bool stackable() const;
+  Tensor apply(const Tensor& x);
+  void prepare();
+
+ private:
+  std::vector<const Tensor*> weights_;
+  InterleavedWeight interleaved_;
+  std::vector<std::pair<const void*, uint32_t>> made_from_;  // each weight's data and version
+};
+
+// y = x @ weight^T, the weight (out, in) as the file stores it: floating, or block-quantized (the
+// product quantizes x to q8_0 blocks on the fly and reads an interleaved copy: InterleavedStack).
 class LlamaLinear : public nn::Module {
  public:
   explicit LlamaLinear(Tensor weight);
   Tensor forward(const Tensor& x) override;
+  // Makes a quantized weight's interleaved copy now (Llama::from_gguf does, so that loading pays for
+  // it rather than the first token).
+  void prepare();
   std::string name() const override { return "LlamaLinear"; }
   Tensor weight;
 
  private:
-  void interleave_weight();
-  InterleavedWeight interleaved_;
-  const void* interleaved_from_ = nullptr;  // the weight's data and version it was made from
-  uint32_t interleaved_version_ = 0;
+  InterleavedStack interleaved_{{&weight}};
 };
 
 class LlamaAttention : public nn::Module {
@@ -91,9 +107,14 @@ class LlamaAttention : public nn::Module {
   Tensor forward_at(const Tensor& x, int64_t start, Tensor* cache_keys, Tensor* cache_values, const Tensor& cos,
                     const Tensor& sin);
   std::string name() const override { return "LlamaAttention"; }
+  // Makes the interleaved copies of the weights now (LlamaLinear::prepare).
+  void prepare();
 
   std::shared_ptr<LlamaLinear> attn_q, attn_k, attn_v, attn_output;
   const LlamaConfig config;
+
+ private:
+  InterleavedStack qkv_;  // q, k and v in one product when they stack
 };
 
 class LlamaBlock : public nn::Module {
@@ -105,10 +126,14 @@ class LlamaBlock : public nn::Module {
   Tensor forward_at(const Tensor& x, int64_t start, Tensor* cache_keys, Tensor* cache_values, const Tensor& cos,
                     const Tensor& sin);
   std::string name() const override { return "LlamaBlock"; }
+  void prepare();
 
   std::shared_ptr<LlamaAttention> attention;
   std::shared_ptr<nn::RMSNorm> attn_norm, ffn_norm;
   std::shared_ptr<LlamaLinear> ffn_gate, ffn_up, ffn_down;
+
+ private:
+  InterleavedStack gate_up_;  // gate and up in one product when they stack
 };
 
 class Llama : public nn::Module {

@@ -1121,19 +1121,18 @@ void dequantize_rows(DType dtype, const void* in, int64_t rows, int64_t k, float
                        });
 }
 
-void interleave_rows(DType dtype, const void* rows, int64_t n, int64_t k, void* out) {
+void interleave_rows(DType dtype, const void* const* rows, int64_t n, int64_t k, void* out) {
   const int64_t block_bytes = storage_bytes(dtype, kQuantBlock), blocks = k / kQuantBlock;
   const int64_t values_in = dtype == kQ4_1 ? 4 : 2, values_out = group_values_offset(dtype);
   const int64_t words = dtype == kQ8_0 ? 8 : 4;
   const uint8_t flip = dtype == kQ8_0 ? 0x80 : 0;
-  const auto* src = static_cast<const uint8_t*>(rows);
   auto* dst = static_cast<uint8_t*>(out);
   const int64_t groups = n / kGroupRows;
   for (int64_t g = 0; g < groups; ++g) {
     for (int64_t b = 0; b < blocks; ++b) {
       uint8_t* d = dst + (g * blocks + b) * kGroupRows * block_bytes;
       for (int64_t r = 0; r < kGroupRows; ++r) {
-        const uint8_t* block = src + ((g * kGroupRows + r) * blocks + b) * block_bytes;
+        const uint8_t* block = static_cast<const uint8_t*>(rows[g * kGroupRows + r]) + b * block_bytes;
         std::memcpy(d + 2 * r, block, 2);                               // the scale
         if (dtype == kQ4_1) std::memcpy(d + 32 + 2 * r, block + 2, 2);  // the minimum
         for (int64_t i = 0; i < words; ++i) {
@@ -1144,8 +1143,16 @@ void interleave_rows(DType dtype, const void* rows, int64_t n, int64_t k, void* 
       }
     }
   }
-  const int64_t done = groups * kGroupRows * blocks * block_bytes;
-  std::memcpy(dst + done, src + done, static_cast<size_t>((n - groups * kGroupRows) * blocks * block_bytes));
+  for (int64_t r = groups * kGroupRows; r < n; ++r) {
+    std::memcpy(dst + r * blocks * block_bytes, rows[r], static_cast<size_t>(blocks * block_bytes));
+  }
+}
+
+void interleave_rows(DType dtype, const void* rows, int64_t n, int64_t k, void* out) {
+  const int64_t row_bytes = storage_bytes(dtype, k);
+  std::vector<const void*> pointers(static_cast<size_t>(n));
+  for (int64_t r = 0; r < n; ++r) pointers[static_cast<size_t>(r)] = static_cast<const uint8_t*>(rows) + r * row_bytes;
+  interleave_rows(dtype, pointers.data(), n, k, out);
 }
 
 }  // namespace ember::cpu::quant
@@ -1208,10 +1215,16 @@ void quantized_matmul_kernel(const KernelCall& c) {
               "] the input holds NaN or Inf, which cannot be quantized");
 }
 
-// inputs: a q8_0, q4_0 or q4_1 matrix, contiguous; outputs: the same in the interleaved layout.
+// inputs: q8_0, q4_0 or q4_1 matrices of one dtype and row length, contiguous; outputs: their rows
+// stacked, in the interleaved layout.
 void interleave_kernel(const KernelCall& c) {
-  const Operand &w = c.inputs[0], &out = c.outputs[0];
-  quant::interleave_rows(w.dtype, w.data, row_count(w), row_length(w), out.data);
+  const Operand& out = c.outputs[0];
+  const int64_t k = row_length(out), row_bytes = storage_bytes(out.dtype, k);
+  std::vector<const void*> rows;
+  for (const Operand& w : c.inputs) {
+    for (int64_t r = 0; r < row_count(w); ++r) rows.push_back(static_cast<const uint8_t*>(w.data) + r * row_bytes);
+  }
+  quant::interleave_rows(out.dtype, rows.data(), row_count(out), k, out.data);
 }
 
 }  // namespace

@@ -36,10 +36,12 @@ void quantize_rows(DType dtype, const float* x, int64_t x_stride, int64_t rows, 
 // The inverse: contiguous blocks into rows of floats.
 void dequantize_rows(DType dtype, const void* in, int64_t rows, int64_t k, float* out, int threads);
 
-// n rows of k values (k a multiple of 32) of `dtype` (kQ8_0, kQ4_0, kQ4_1), contiguous, into the
-// interleaved layout that matmul reads with args.interleaved (Note [interleaved weights]): as many
-// bytes, each group of 16 rows rearranged within its own bytes, the rows past the last whole group
-// left as they are.
+// n rows of k values (k a multiple of 32) of `dtype` (kQ8_0, kQ4_0, kQ4_1), row r at rows[r], into
+// the interleaved layout that matmul reads with args.interleaved (Note [interleaved weights]): as
+// many bytes as n contiguous rows, each group of 16 rows rearranged within its own bytes, the rows
+// past the last whole group left as they are.
+void interleave_rows(DType dtype, const void* const* rows, int64_t n, int64_t k, void* out);
+// The same for n contiguous rows.
 void interleave_rows(DType dtype, const void* rows, int64_t n, int64_t k, void* out);
 
 }  // namespace ember::cpu::quant
