@@ -197,8 +197,13 @@ Tensor LlamaAttention::forward_at(const Tensor& x, int64_t start, Tensor* cache_
   }
   const bool grouped = kv_heads != heads;
   Tensor y;
-  if (length == 1) {  // the newest position sees every cached one
-    y = scaled_dot_product_attention(q, keys, values, std::nullopt, 0.0, false, std::nullopt, grouped);
+  if (length == 1) {
+    // The newest position sees every cached one. The query heads that share a key/value head (head
+    // h reads h / group) are that head's queries: (B, Hq, 1, D) as (B, Hk, group, D), one attention
+    // tile per key/value head instead of one per query head, each reading its keys once.
+    const int64_t group = heads / kv_heads;
+    y = scaled_dot_product_attention(q.reshape({batch, kv_heads, group, head_dim}), keys, values)
+            .reshape({batch, heads, 1, head_dim});
   } else if (start == 0) {
     y = scaled_dot_product_attention(q, keys, values, std::nullopt, 0.0, /*is_causal=*/true, std::nullopt, grouped);
   } else {  // queries [start, end) against keys [0, end): query i keeps keys j <= start + i
