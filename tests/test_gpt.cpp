@@ -130,7 +130,7 @@ TEST(Gpt, SamplingOptions) {
 // The sampler sorts only the nucleus it needs; it draws what sorting the whole vocabulary draws:
 // the reference below is the definition (softmax at the temperature over the top_k, the fewest
 // most likely tokens reaching top_p, those at least min_p of the best, one uniform draw from the
-// sampler's splitmix64 stream), on a 5,000-token vocabulary with repeated values.
+// sampler's stream, next_uniform), on a 5,000-token vocabulary with repeated values.
 int64_t reference_sample(const std::vector<float>& logits, const ember::models::SamplingOptions& o, uint64_t& state) {
   std::vector<std::pair<float, int64_t>> c;
   for (size_t i = 0; i < logits.size(); ++i) c.emplace_back(logits[i], static_cast<int64_t>(i));
@@ -154,12 +154,7 @@ int64_t reference_sample(const std::vector<float>& logits, const ember::models::
   if (o.min_p > 0) kept = above;
   double kept_total = 0;
   for (size_t i = 0; i < kept; ++i) kept_total += p[i];
-  state += 0x9E3779B97F4A7C15ULL;
-  uint64_t z = state;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-  z ^= z >> 31;
-  const double u = static_cast<double>(z >> 11) * (1.0 / 9007199254740992.0) * kept_total;
+  const double u = ember::models::next_uniform(state) * kept_total;
   double cumulative = 0;
   for (size_t i = 0; i < kept; ++i) {
     if (u < (cumulative += p[i])) return c[i].second;

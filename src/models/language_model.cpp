@@ -35,6 +35,15 @@ Sampler::Sampler(const SamplingOptions& options) : options_(options), state_(opt
   EMBER_CHECK(options.penalty_last_n >= 0, "[generate] penalty_last_n must be >= 0, got ", options.penalty_last_n);
 }
 
+double next_uniform(uint64_t& state) {
+  state += 0x9E3779B97F4A7C15ULL;
+  uint64_t z = state;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+  z ^= z >> 31;
+  return static_cast<double>(z >> 11) * (1.0 / 9007199254740992.0);
+}
+
 int64_t Sampler::sample(const Tensor& logits, const std::vector<int64_t>& history) {
   Tensor row = logits.to(kFloat32).contiguous();
   const int64_t n = row.numel();
@@ -101,13 +110,7 @@ int64_t Sampler::sample(const Tensor& logits, const std::vector<int64_t>& histor
   }
   double kept_total = 0;
   for (size_t i = 0; i < kept; ++i) kept_total += probs[i];
-  // splitmix64: a uniform double in [0, 1) from the sampler's own stream.
-  state_ += 0x9E3779B97F4A7C15ULL;
-  uint64_t z = state_;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-  z ^= z >> 31;
-  const double u = static_cast<double>(z >> 11) * (1.0 / 9007199254740992.0) * kept_total;
+  const double u = next_uniform(state_) * kept_total;
   double cumulative = 0;
   for (size_t i = 0; i < kept; ++i) {
     cumulative += probs[i];

@@ -40,6 +40,10 @@ struct SamplingOptions {
   uint64_t seed = 0;
 };
 
+// splitmix64: advances `state` and returns the next uniform double in [0, 1) of its stream (the
+// Sampler's draws).
+double next_uniform(uint64_t& state);
+
 // Draws tokens from next-token logits, in this order: the repetition penalty, then greedy choice
 // (temperature 0), or the softmax at the temperature cut to the top k, the nucleus (top-p) and
 // min-p, sampled from the sampler's own seeded stream (the same seed gives the same text).
