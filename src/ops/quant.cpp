@@ -1,15 +1,18 @@
-// quantize, dequantize, quantize_int8 and quantized_linear (ember/quant.h): inference-only ops over
-// the block dtypes and per-row int8.
+// quantize, dequantize, quantize_int8, quantized_linear and interleave (ember/quant.h):
+// inference-only ops over the block dtypes and per-row int8.
 //
 // Shape rules: quantize and dequantize keep the shape (the last dim a multiple of 32 for the block
 // dtypes); quantize_int8 gives values of x's shape and scales without its last dim;
 // quantized_linear maps (..., in) to (..., out), through the QuantizedMatmul primitive on the rows
-// of x as a matrix.
+// of x as a matrix (QuantizedMatmulAttrs says whether the weight is interleaved); interleave stacks
+// its weights' rows into one (sum of out, in) matrix of their dtype, through the Interleave
+// primitive.
 // Dtype rules: quantize reads float32 (other float dtypes are converted first); dequantize gives
 // float32; quantized_linear reads float32 activations, float32 scales and bias, and gives float32.
 // Cost: quantize and dequantize: a few operations per value, bytes in and out at their sizes
 // (18/32 bytes per q4_0 value); quantized_matmul: 2 m n k operations on the integer dot products,
-// every operand read once (the weights at their packed size).
+// every operand read once (the weights at their packed size); interleave: no arithmetic, every byte
+// read and written once.
 #include "ember/quant.h"
 
 #include <cstring>
@@ -168,7 +171,7 @@ void define_quant_ops(OpRuleTable& table) {
   table.set_cost(OpKind::kQuantize, per_value_cost);
   table.set_cost(OpKind::kDequantize, per_value_cost);
   table.set_cost(OpKind::kQuantizedMatmul, quantized_matmul_cost);
-  table.set_cost(OpKind::kInterleave, per_value_cost);
+  table.set_cost(OpKind::kInterleave, [](const KernelCall& c) { return OpCost{0.0, cost::operand_bytes(c)}; });
 }
 
 }  // namespace ember
