@@ -218,6 +218,44 @@ TEST(Llama, CachedChunksMatchOnePass) {
             1e-4 * expected.abs().max().item<double>());
 }
 
+// Several sequences at different lengths decode together (the products once for all, attention per
+// sequence): each row of the logits is, bit for bit, what that sequence gives alone.
+TEST(Llama, DecodingSeveralSequencesGivesEachOnesLogits) {
+  const autograd::NoGradGuard no_grad;
+  const std::vector<int64_t> ids = reference()["passage"]["ids"].get<std::vector<int64_t>>();
+  const std::vector<int64_t> lengths{5, 9, 2};
+  std::vector<LlamaCache> together, alone;
+  for (const int64_t length : lengths) {
+    const Tensor prompt = from_vector(std::vector<int64_t>(ids.begin(), ids.begin() + length)).view({1, -1});
+    for (auto* caches : {&together, &alone}) {
+      caches->push_back(quantized().make_cache(16));
+      quantized().forward_cached(prompt, caches->back(), true);
+    }
+  }
+  for (int64_t step = 0; step < 3; ++step) {
+    const std::vector<int64_t> next{ids[static_cast<size_t>(20 + step)], ids[static_cast<size_t>(30 + step)],
+                                    ids[static_cast<size_t>(40 + step)]};
+    const Tensor logits = quantized().decode(next, {&together[0], &together[1], &together[2]});
+    ASSERT_EQ(logits.shape(), (Shape{3, 49152}));
+    for (size_t b = 0; b < next.size(); ++b) {
+      const Tensor own =
+          quantized().forward_cached(from_vector(std::vector<int64_t>{next[b]}).view({1, 1}), alone[b], true);
+      EXPECT_TRUE(test_util::bitwise_equal(logits.select(0, static_cast<int64_t>(b)), own.view({49152})))
+          << "sequence " << b << ", step " << step;
+      EXPECT_EQ(together[b].length, alone[b].length);
+    }
+  }
+  // Bad calls are errors that leave the caches as they were.
+  LlamaCache full = quantized().make_cache(1), batch2 = quantized().make_cache(4, 2);
+  quantized().forward_cached(from_vector(std::vector<int64_t>{1}).view({1, 1}), full, true);
+  expect_error([&] { quantized().decode({1, 2}, {&together[0]}); }, {"one id per cache, got 2 ids and 1 caches"});
+  expect_error([&] { quantized().decode({1, 2}, {&together[0], &together[0]}); }, {"are the same cache"});
+  expect_error([&] { quantized().decode({1}, {&full}); }, {"cache 0 is full (1 positions)"});
+  expect_error([&] { quantized().decode({1}, {&batch2}); }, {"not a batch-1 cache"});
+  expect_error([&] { quantized().decode({49152}, {&together[0]}); }, {"token id 49152 is outside the vocabulary"});
+  EXPECT_EQ(together[0].length, lengths[0] + 3);
+}
+
 // The KV cache is preallocated and every temporary of a decode step comes from the caching
 // allocator: after the first step, a step asks the system for no memory.
 TEST(Llama, DecodingAllocatesNothingPerTokenAfterTheFirst) {

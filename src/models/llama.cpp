@@ -170,21 +170,50 @@ Tensor LlamaAttention::forward(const Tensor&) {
   EMBER_FAIL("[LlamaAttention] needs the positions' rotations: call Llama::forward");
 }
 
+std::array<Tensor, 3> LlamaAttention::project(const Tensor& x) {
+  const int64_t heads = config.n_head, kv_heads = config.n_kv_head, head_dim = config.head_dim;
+  if (!qkv_.stackable()) return {(*attn_q)(x), (*attn_k)(x), (*attn_v)(x)};
+  const Tensor qkv = qkv_.apply(x);
+  return {qkv.narrow(2, 0, heads * head_dim), qkv.narrow(2, heads * head_dim, kv_heads * head_dim),
+          qkv.narrow(2, (heads + kv_heads) * head_dim, kv_heads * head_dim)};
+}
+
+Tensor LlamaAttention::attend_newest(const Tensor& q, const Tensor& keys, const Tensor& values) const {
+  // The newest position sees every cached one. The query heads that share a key/value head (head h
+  // reads h / group) are that head's queries: (B, Hq, 1, D) as (B, Hk, group, D), one attention
+  // tile per key/value head instead of one per query head, each reading its keys once.
+  const int64_t batch = q.size(0), heads = config.n_head, kv_heads = config.n_kv_head, head_dim = config.head_dim;
+  return scaled_dot_product_attention(q.reshape({batch, kv_heads, heads / kv_heads, head_dim}), keys, values)
+      .reshape({batch, heads, 1, head_dim});
+}
+
+Tensor LlamaAttention::forward_decode(const Tensor& x, const std::vector<LlamaCache*>& caches, size_t layer,
+                                      const Tensor& cos, const Tensor& sin) {
+  const int64_t batch = x.size(0);
+  const int64_t heads = config.n_head, kv_heads = config.n_kv_head, head_dim = config.head_dim;
+  const auto [q_rows, k_rows, v_rows] = project(x);
+  const Tensor q = rope(q_rows.view({batch, 1, heads, head_dim}), cos, sin).transpose(1, 2);
+  const Tensor k = rope(k_rows.view({batch, 1, kv_heads, head_dim}), cos, sin).transpose(1, 2);
+  const Tensor v = v_rows.view({batch, 1, kv_heads, head_dim}).transpose(1, 2);
+  std::vector<Tensor> ys;
+  for (int64_t b = 0; b < batch; ++b) {
+    LlamaCache& cache = *caches[static_cast<size_t>(b)];
+    const int64_t start = cache.length;
+    Tensor& keys = cache.keys[layer];
+    Tensor& values = cache.values[layer];
+    keys.narrow(2, start, 1).copy_(k.narrow(0, b, 1));
+    values.narrow(2, start, 1).copy_(v.narrow(0, b, 1));
+    ys.push_back(attend_newest(q.narrow(0, b, 1), keys.narrow(2, 0, start + 1), values.narrow(2, 0, start + 1)));
+  }
+  const Tensor y = batch == 1 ? ys[0] : cat(ys, 0);
+  return (*attn_output)(y.transpose(1, 2).reshape({batch, 1, heads * head_dim}));
+}
+
 Tensor LlamaAttention::forward_at(const Tensor& x, int64_t start, Tensor* cache_keys, Tensor* cache_values,
                                   const Tensor& cos, const Tensor& sin) {
   const int64_t batch = x.size(0), length = x.size(1), end = start + length;
   const int64_t heads = config.n_head, kv_heads = config.n_kv_head, head_dim = config.head_dim;
-  Tensor q_rows, k_rows, v_rows;  // (B, T, heads * head_dim) and twice (B, T, kv_heads * head_dim)
-  if (qkv_.stackable()) {
-    const Tensor qkv = qkv_.apply(x);
-    q_rows = qkv.narrow(2, 0, heads * head_dim);
-    k_rows = qkv.narrow(2, heads * head_dim, kv_heads * head_dim);
-    v_rows = qkv.narrow(2, (heads + kv_heads) * head_dim, kv_heads * head_dim);
-  } else {
-    q_rows = (*attn_q)(x);
-    k_rows = (*attn_k)(x);
-    v_rows = (*attn_v)(x);
-  }
+  const auto [q_rows, k_rows, v_rows] = project(x);
   const Tensor q = rope(q_rows.view({batch, length, heads, head_dim}), cos, sin).transpose(1, 2);
   const Tensor k = rope(k_rows.view({batch, length, kv_heads, head_dim}), cos, sin).transpose(1, 2);
   const Tensor v = v_rows.view({batch, length, kv_heads, head_dim}).transpose(1, 2);
@@ -198,12 +227,7 @@ Tensor LlamaAttention::forward_at(const Tensor& x, int64_t start, Tensor* cache_
   const bool grouped = kv_heads != heads;
   Tensor y;
   if (length == 1) {
-    // The newest position sees every cached one. The query heads that share a key/value head (head
-    // h reads h / group) are that head's queries: (B, Hq, 1, D) as (B, Hk, group, D), one attention
-    // tile per key/value head instead of one per query head, each reading its keys once.
-    const int64_t group = heads / kv_heads;
-    y = scaled_dot_product_attention(q.reshape({batch, kv_heads, group, head_dim}), keys, values)
-            .reshape({batch, heads, 1, head_dim});
+    y = attend_newest(q, keys, values);
   } else if (start == 0) {
     y = scaled_dot_product_attention(q, keys, values, std::nullopt, 0.0, /*is_causal=*/true, std::nullopt, grouped);
   } else {  // queries [start, end) against keys [0, end): query i keeps keys j <= start + i
@@ -250,7 +274,15 @@ Tensor LlamaBlock::forward(const Tensor&) {
 
 Tensor LlamaBlock::forward_at(const Tensor& x, int64_t start, Tensor* cache_keys, Tensor* cache_values,
                               const Tensor& cos, const Tensor& sin) {
-  const Tensor h = x + attention->forward_at((*attn_norm)(x), start, cache_keys, cache_values, cos, sin);
+  return feed_forward(x + attention->forward_at((*attn_norm)(x), start, cache_keys, cache_values, cos, sin));
+}
+
+Tensor LlamaBlock::forward_decode(const Tensor& x, const std::vector<LlamaCache*>& caches, size_t layer,
+                                  const Tensor& cos, const Tensor& sin) {
+  return feed_forward(x + attention->forward_decode((*attn_norm)(x), caches, layer, cos, sin));
+}
+
+Tensor LlamaBlock::feed_forward(const Tensor& h) {
   const Tensor n = (*ffn_norm)(h);
   if (gate_up_.stackable()) {
     const Tensor gate_up = gate_up_.apply(n);
@@ -371,12 +403,13 @@ LlamaCache Llama::make_cache(int64_t capacity, int64_t batch) const {
   return cache;
 }
 
-std::pair<Tensor, Tensor> Llama::rotation(int64_t start, int64_t length) const {
-  const int64_t half = config.rope_dim / 2;
+std::pair<Tensor, Tensor> Llama::rotation(const std::vector<int64_t>& positions) const {
+  const int64_t half = config.rope_dim / 2, length = static_cast<int64_t>(positions.size());
   std::vector<float> cos(static_cast<size_t>(length * half)), sin(cos.size());
   for (int64_t t = 0; t < length; ++t) {
     for (int64_t i = 0; i < half; ++i) {
-      const double angle = static_cast<double>(start + t) * inverse_frequencies_[static_cast<size_t>(i)];
+      const double angle =
+          static_cast<double>(positions[static_cast<size_t>(t)]) * inverse_frequencies_[static_cast<size_t>(i)];
       cos[static_cast<size_t>(t * half + i)] = static_cast<float>(std::cos(angle));
       sin[static_cast<size_t>(t * half + i)] = static_cast<float>(std::sin(angle));
     }
@@ -408,7 +441,9 @@ Tensor Llama::embed(const Tensor& idx) const {
 Tensor Llama::run(const Tensor& idx, int64_t start, LlamaCache* cache, bool last_only) {
   const int64_t length = idx.size(1);
   Tensor x = embed(idx);
-  const auto [cos, sin] = rotation(start, length);
+  std::vector<int64_t> positions(static_cast<size_t>(length));
+  for (int64_t t = 0; t < length; ++t) positions[static_cast<size_t>(t)] = start + t;
+  const auto [cos, sin] = rotation(positions);
   for (int64_t l = 0; l < config.n_layer; ++l) {
     Tensor* keys = cache != nullptr ? &cache->keys[static_cast<size_t>(l)] : nullptr;
     Tensor* values = cache != nullptr ? &cache->values[static_cast<size_t>(l)] : nullptr;
@@ -435,6 +470,34 @@ Tensor Llama::forward_cached(const Tensor& idx, LlamaCache& cache, bool last_onl
   Tensor logits = run(idx, start, &cache, last_only);
   cache.length = start + length;
   return logits;
+}
+
+Tensor Llama::decode(const std::vector<int64_t>& ids, const std::vector<LlamaCache*>& caches) {
+  EMBER_CHECK(!ids.empty() && ids.size() == caches.size(), "[Llama] decode takes one id per cache, got ", ids.size(),
+              " ids and ", caches.size(), " caches");
+  std::vector<int64_t> positions;
+  for (size_t b = 0; b < caches.size(); ++b) {
+    const LlamaCache* cache = caches[b];
+    EMBER_CHECK(
+        cache != nullptr && static_cast<int64_t>(cache->keys.size()) == config.n_layer && cache->keys[0].size(0) == 1,
+        "[Llama] decode: cache ", b, " is not a batch-1 cache of this model");
+    EMBER_CHECK(cache->length < cache->capacity(), "[Llama] decode: cache ", b, " is full (", cache->capacity(),
+                " positions)");
+    for (size_t other = 0; other < b; ++other) {
+      EMBER_CHECK(caches[other] != cache, "[Llama] decode: caches ", other, " and ", b, " are the same cache");
+    }
+    positions.push_back(cache->length);
+  }
+  const int64_t batch = static_cast<int64_t>(ids.size());
+  Tensor x = embed(from_vector(ids).view({batch, 1}));
+  auto [cos, sin] = rotation(positions);
+  cos = cos.view({batch, 1, config.rope_dim / 2});
+  sin = sin.view({batch, 1, config.rope_dim / 2});
+  for (int64_t l = 0; l < config.n_layer; ++l) {
+    x = blk->at<LlamaBlock>(l)->forward_decode(x, caches, static_cast<size_t>(l), cos, sin);
+  }
+  for (LlamaCache* cache : caches) ++cache->length;
+  return (*output)((*output_norm)(x)).view({batch, config.vocab_size});
 }
 
 // --- generation -----------------------------------------------------------------------------------

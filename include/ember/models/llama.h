@@ -18,6 +18,7 @@
 // the rope primitive (RopeStyle::kAdjacent).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -106,6 +107,11 @@ class LlamaAttention : public nn::Module {
   Tensor forward(const Tensor& x) override;
   Tensor forward_at(const Tensor& x, int64_t start, Tensor* cache_keys, Tensor* cache_values, const Tensor& cos,
                     const Tensor& sin);
+  // x (B, 1, dim): the next position of B sequences, sequence b's at caches[b]->length (layer
+  // `layer`), rotated by cos and sin (B, 1, rope_dim / 2). Each writes its key and value into its
+  // own cache and attends to its own positions.
+  Tensor forward_decode(const Tensor& x, const std::vector<LlamaCache*>& caches, size_t layer, const Tensor& cos,
+                        const Tensor& sin);
   std::string name() const override { return "LlamaAttention"; }
   // Makes the interleaved copies of the weights now (LlamaLinear::prepare).
   void prepare();
@@ -114,6 +120,10 @@ class LlamaAttention : public nn::Module {
   const LlamaConfig config;
 
  private:
+  // x's queries, keys and values: (B, T, heads * head_dim) and twice (B, T, kv_heads * head_dim).
+  std::array<Tensor, 3> project(const Tensor& x);
+  // One new position's attention over `length` cached ones: q (B, heads, 1, head_dim).
+  Tensor attend_newest(const Tensor& q, const Tensor& keys, const Tensor& values) const;
   InterleavedStack qkv_;  // q, k and v in one product when they stack
 };
 
@@ -125,6 +135,10 @@ class LlamaBlock : public nn::Module {
   // h = x + attn(rms(x)); h + down(silu(gate(rms(h))) * up(rms(h))).
   Tensor forward_at(const Tensor& x, int64_t start, Tensor* cache_keys, Tensor* cache_values, const Tensor& cos,
                     const Tensor& sin);
+  // The same for the next position of several sequences, each with its own cache
+  // (LlamaAttention::forward_decode).
+  Tensor forward_decode(const Tensor& x, const std::vector<LlamaCache*>& caches, size_t layer, const Tensor& cos,
+                        const Tensor& sin);
   std::string name() const override { return "LlamaBlock"; }
   void prepare();
 
@@ -133,6 +147,8 @@ class LlamaBlock : public nn::Module {
   std::shared_ptr<LlamaLinear> ffn_gate, ffn_up, ffn_down;
 
  private:
+  // h + down(silu(gate(rms(h))) * up(rms(h))).
+  Tensor feed_forward(const Tensor& h);
   InterleavedStack gate_up_;  // gate and up in one product when they stack
 };
 
@@ -152,6 +168,12 @@ class Llama : public nn::Module {
   // Returns the logits of every new position (B, T, vocab), or of the last one only (B, 1, vocab)
   // when last_only: prompt processing needs no other.
   Tensor forward_cached(const Tensor& idx, LlamaCache& cache, bool last_only = false);
+  // One decode step of several sequences at once, each with its own cache (batch 1) at its own
+  // length: ids[b] is sequence b's next token. The products run once for all of them, attention per
+  // sequence; returns the next-token logits (B, vocab_size), and each cache grows by one. Each
+  // row equals forward_cached of that sequence alone, bit for bit (the products sum every row in
+  // one order whatever the batch: Note [interleaved weights]).
+  Tensor decode(const std::vector<int64_t>& ids, const std::vector<LlamaCache*>& caches);
   // A cache for `capacity` positions (at most the model's context length) and `batch` sequences.
   LlamaCache make_cache(int64_t capacity, int64_t batch = 1) const;
   std::string name() const override { return "Llama"; }
@@ -167,8 +189,8 @@ class Llama : public nn::Module {
   // Rows of the embedding for idx (B, T): (B, T, dim) float32.
   Tensor embed(const Tensor& idx) const;
   Tensor run(const Tensor& idx, int64_t start, LlamaCache* cache, bool last_only);
-  // cos and sin of the rotation angles for positions [start, start + length): (length, rope_dim / 2).
-  std::pair<Tensor, Tensor> rotation(int64_t start, int64_t length) const;
+  // cos and sin of the rotation angles at `positions`: (positions, rope_dim / 2).
+  std::pair<Tensor, Tensor> rotation(const std::vector<int64_t>& positions) const;
   std::vector<double> inverse_frequencies_;
 };
 
