@@ -52,6 +52,9 @@ r = json.loads(open(sys.argv[1]).read())
 assert r["pp"] == 16 and r["tg"] == 4 and r["pp_tokens_per_s"] > 0 and r["tg_tokens_per_s"] > 0, r
 assert r["load_ms"] < 5000, r
 PY
+"$ember" bench llm --model "$model" --pp 4 --tg 3 --repeats 1 --threads 2 --batch 3 > "$tmp/batch.txt"
+grep -q "tg3 .* tokens/s (3 sequences together, .* each)" "$tmp/batch.txt" || { cat "$tmp/batch.txt"; exit 1; }
+expect_error "\[bench llm\] .*--batch" "$ember" bench llm --model "$model" --batch 0
 
 # Bad input.
 expect_error "\[Llama\] $tmp/missing.gguf does not exist (scripts/setup downloads" \

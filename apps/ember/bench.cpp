@@ -240,6 +240,7 @@ struct LlmBenchOptions {
   int64_t prompt_tokens = 512;
   int64_t gen_tokens = 128;
   int repeats = 3;
+  int64_t batch = 1;
   bool json = false;
   int threads = 0;
 };
@@ -249,7 +250,7 @@ int run_llm_bench(const LlmBenchOptions& o) {
   const auto load_start = Clock::now();
   const std::shared_ptr<models::Llama> model = models::Llama::from_gguf(o.model);
   const double load_ms = milliseconds_since(load_start);
-  const models::LlamaSpeed speed = models::measure_speed(*model, o.prompt_tokens, o.gen_tokens, o.repeats);
+  const models::LlamaSpeed speed = models::measure_speed(*model, o.prompt_tokens, o.gen_tokens, o.repeats, o.batch);
   if (o.json) {
     std::cout << nlohmann::json{{"model", o.model},
                                 {"load_ms", load_ms},
@@ -257,14 +258,21 @@ int run_llm_bench(const LlmBenchOptions& o) {
                                 {"pp", o.prompt_tokens},
                                 {"pp_tokens_per_s", speed.prompt_tokens_per_s},
                                 {"tg", o.gen_tokens},
+                                {"batch", o.batch},
                                 {"tg_tokens_per_s", speed.gen_tokens_per_s}}
                      .dump()
               << "\n";
     return 0;
   }
   std::printf("%s (%d threads), loaded in %.0f ms\n", o.model.c_str(), get_num_threads(), load_ms);
-  std::printf("pp%lld  %8.1f tokens/s\ntg%lld  %8.1f tokens/s\n", static_cast<long long>(o.prompt_tokens),
-              speed.prompt_tokens_per_s, static_cast<long long>(o.gen_tokens), speed.gen_tokens_per_s);
+  std::printf("pp%lld  %8.1f tokens/s\n", static_cast<long long>(o.prompt_tokens), speed.prompt_tokens_per_s);
+  if (o.batch == 1) {
+    std::printf("tg%lld  %8.1f tokens/s\n", static_cast<long long>(o.gen_tokens), speed.gen_tokens_per_s);
+  } else {
+    std::printf("tg%lld  %8.1f tokens/s (%lld sequences together, %.1f each)\n", static_cast<long long>(o.gen_tokens),
+                speed.gen_tokens_per_s, static_cast<long long>(o.batch),
+                speed.gen_tokens_per_s / static_cast<double>(o.batch));
+  }
   return 0;
 }
 
@@ -293,6 +301,9 @@ void add_bench_command(CLI::App& app, Commands& commands) {
   llm_cmd->add_option("--tg", llm->gen_tokens, "Generated tokens")->check(kPositiveCount)->capture_default_str();
   llm_cmd->add_option("--repeats", llm->repeats, "Runs of each (the median is reported)")
       ->check(kPositiveInt)
+      ->capture_default_str();
+  llm_cmd->add_option("--batch", llm->batch, "Sequences generating together (Llama::decode); tokens/s counts them all")
+      ->check(kPositiveCount)
       ->capture_default_str();
   llm_cmd->add_flag("--json", llm->json, "One JSON object");
   add_threads(llm_cmd, llm->threads);

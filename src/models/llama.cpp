@@ -538,11 +538,10 @@ std::vector<int64_t> generate(Llama& model, LlamaCache& cache, const std::vector
   return out;
 }
 
-LlamaSpeed measure_speed(Llama& model, int64_t prompt_tokens, int64_t gen_tokens, int repeats) {
-  EMBER_CHECK(prompt_tokens > 0 && gen_tokens > 0 && repeats > 0,
-              "[bench llm] the token counts and repeats must be "
-              "positive, got ",
-              prompt_tokens, ", ", gen_tokens, " and ", repeats);
+LlamaSpeed measure_speed(Llama& model, int64_t prompt_tokens, int64_t gen_tokens, int repeats, int64_t batch) {
+  EMBER_CHECK(prompt_tokens > 0 && gen_tokens > 0 && repeats > 0 && batch > 0,
+              "[bench llm] the token counts, repeats and batch must be positive, got ", prompt_tokens, ", ", gen_tokens,
+              ", ", repeats, " and ", batch);
   const autograd::NoGradGuard no_grad;
   std::vector<int64_t> ids(static_cast<size_t>(std::max(prompt_tokens, gen_tokens)));
   for (size_t i = 0; i < ids.size(); ++i)
@@ -555,6 +554,10 @@ LlamaSpeed measure_speed(Llama& model, int64_t prompt_tokens, int64_t gen_tokens
   const auto seconds = [](auto start) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   };
+  std::vector<LlamaCache> sequences;  // batch > 1: a cache per sequence
+  std::vector<LlamaCache*> pointers;
+  for (int64_t b = 0; batch > 1 && b < batch; ++b) sequences.push_back(model.make_cache(cache.capacity()));
+  for (LlamaCache& c : sequences) pointers.push_back(&c);
   std::vector<double> pp, tg;
   const Tensor prompt = from_vector(std::vector<int64_t>(ids.begin(), ids.begin() + prompt_tokens)).view({1, -1});
   for (int r = 0; r <= repeats; ++r) {  // the first run warms up
@@ -563,14 +566,23 @@ LlamaSpeed measure_speed(Llama& model, int64_t prompt_tokens, int64_t gen_tokens
     model.forward_cached(prompt, cache, /*last_only=*/true);
     const double prompt_s = seconds(start);
     cache.length = 0;
+    for (LlamaCache& c : sequences) c.length = 0;
     start = std::chrono::steady_clock::now();
     for (int64_t t = 0; t < gen_tokens; ++t) {
-      model.forward_cached(from_vector(std::vector<int64_t>{ids[static_cast<size_t>(t)]}).view({1, 1}), cache, true);
+      if (batch == 1) {
+        model.forward_cached(from_vector(std::vector<int64_t>{ids[static_cast<size_t>(t)]}).view({1, 1}), cache, true);
+      } else {  // sequence b's token t is id t + b: the sequences differ
+        std::vector<int64_t> next(static_cast<size_t>(batch));
+        for (int64_t b = 0; b < batch; ++b) {
+          next[static_cast<size_t>(b)] = ids[static_cast<size_t>((t + b) % static_cast<int64_t>(ids.size()))];
+        }
+        model.decode(next, pointers);
+      }
     }
     const double gen_s = seconds(start);
     if (r == 0) continue;
     pp.push_back(static_cast<double>(prompt_tokens) / prompt_s);
-    tg.push_back(static_cast<double>(gen_tokens) / gen_s);
+    tg.push_back(static_cast<double>(batch * gen_tokens) / gen_s);
   }
   return {median(pp), median(tg)};
 }

@@ -209,11 +209,14 @@ std::vector<int64_t> generate(Llama& model, LlamaCache& cache, const std::vector
 
 // llama-bench's two numbers: prompt processing (one pass over `prompt_tokens` ids into an empty
 // cache) and generation (`gen_tokens` single-token steps from an empty cache), in tokens per second,
-// each the median of `repeats` runs. The ids are fixed pseudo-random ones.
+// each the median of `repeats` runs. The ids are fixed pseudo-random ones. With batch > 1,
+// generation runs `batch` sequences together (Llama::decode), each from an empty cache, and counts
+// the tokens of all of them.
 struct LlamaSpeed {
   double prompt_tokens_per_s = 0;
   double gen_tokens_per_s = 0;
 };
-LlamaSpeed measure_speed(Llama& model, int64_t prompt_tokens = 512, int64_t gen_tokens = 128, int repeats = 3);
+LlamaSpeed measure_speed(Llama& model, int64_t prompt_tokens = 512, int64_t gen_tokens = 128, int repeats = 3,
+                         int64_t batch = 1);
 
 }  // namespace ember::models
