@@ -53,7 +53,7 @@ add_library(nlohmann_json::nlohmann_json ALIAS nlohmann_json)
 # files are not needed in a browser.
 ember_build_layers(EMBER_OBJECTS
   LAYERS base kernels core cuda ops autograd profiler graph nn io models train
-  EXCLUDE "io/onnx/.*|io/png\\.cpp|models/(bert|chat|diffusion|gpt|language_model|llama|mamba)\\.cpp|train/(diffusion_sample|diffusion_task|evaluate|loop|mnist_task|nas|quantize|registry|resume|step|text_task)\\.cpp")
+  EXCLUDE "io/onnx/.*|io/png\\.cpp|models/(bert|chat|diffusion|gpt|language_model|llama|mamba)\\.cpp|train/(serve_api|serve_engine|diffusion_sample|diffusion_task|evaluate|loop|mnist_task|nas|quantize|registry|resume|step|text_task)\\.cpp")
 foreach(layer kernels profiler)
   target_link_libraries(ember_${layer} PRIVATE hwy::hwy)
 endforeach()

@@ -43,6 +43,7 @@ void add_train_text_commands(CLI::App& train, Commands& commands);  // gpt, ssm
 void add_diffusion_commands(CLI::App& train, CLI::App& sample, Commands& commands);
 void add_generate_command(CLI::App& app, Commands& commands);
 void add_chat_command(CLI::App& app, Commands& commands);
+void add_serve_command(CLI::App& app, Commands& commands);
 void add_eval_commands(CLI::App& app, Commands& commands);
 void add_embed_command(CLI::App& app, Commands& commands);
 void add_quantize_command(CLI::App& app, Commands& commands);

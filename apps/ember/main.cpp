@@ -127,6 +127,7 @@ int main(int argc, char** argv) {
   ember::cli::add_diffusion_commands(*train, *sample, commands);
   ember::cli::add_generate_command(app, commands);
   ember::cli::add_chat_command(app, commands);
+  ember::cli::add_serve_command(app, commands);
   ember::cli::add_bench_command(app, commands);
   ember::cli::add_embed_command(app, commands);
   ember::cli::add_quantize_command(app, commands);

@@ -32,6 +32,9 @@ Sampler::Sampler(const SamplingOptions& options) : options_(options), state_(opt
   EMBER_CHECK(options.min_p >= 0.0 && options.min_p <= 1.0, "[generate] min_p must be in [0, 1], got ", options.min_p);
   EMBER_CHECK(options.repetition_penalty > 0.0 && std::isfinite(options.repetition_penalty),
               "[generate] repetition_penalty must be a finite number > 0, got ", options.repetition_penalty);
+  EMBER_CHECK(std::isfinite(options.frequency_penalty) && std::isfinite(options.presence_penalty),
+              "[generate] frequency_penalty and presence_penalty must be finite, got ", options.frequency_penalty,
+              " and ", options.presence_penalty);
   EMBER_CHECK(options.penalty_last_n >= 0, "[generate] penalty_last_n must be >= 0, got ", options.penalty_last_n);
 }
 
@@ -48,18 +51,23 @@ int64_t Sampler::sample(const Tensor& logits, const std::vector<int64_t>& histor
   Tensor row = logits.to(kFloat32).contiguous();
   const int64_t n = row.numel();
   EMBER_CHECK(n > 0, "[generate] no logits to sample from");
-  if (options_.repetition_penalty != 1.0 && !history.empty() && options_.penalty_last_n > 0) {
+  const bool penalized =
+      options_.repetition_penalty != 1.0 || options_.frequency_penalty != 0.0 || options_.presence_penalty != 0.0;
+  if (penalized && !history.empty() && options_.penalty_last_n > 0) {
     row = row.is_same(logits) ? row.clone() : row;  // never the caller's logits
     float* values = row.data_ptr<float>();
     const size_t first = history.size() - std::min(history.size(), static_cast<size_t>(options_.penalty_last_n));
     std::vector<int64_t> seen(history.begin() + static_cast<std::ptrdiff_t>(first), history.end());
     std::sort(seen.begin(), seen.end());
-    seen.erase(std::unique(seen.begin(), seen.end()), seen.end());
     const auto penalty = static_cast<float>(options_.repetition_penalty);
-    for (const int64_t id : seen) {
+    for (auto it = seen.begin(); it != seen.end();) {
+      const int64_t id = *it;
+      const auto times = std::upper_bound(it, seen.end(), id) - it;
+      it += times;
       if (id < 0 || id >= n) continue;
       float& v = values[id];
       v = v > 0 ? v / penalty : v * penalty;
+      v -= static_cast<float>(static_cast<double>(times) * options_.frequency_penalty + options_.presence_penalty);
     }
   }
   const float* x = row.data_ptr<float>();

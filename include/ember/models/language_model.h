@@ -36,6 +36,11 @@ struct SamplingOptions {
   // likely (divided by it when positive, multiplied when negative: CTRL's penalty, as Hugging
   // Face and llama.cpp apply it), before greedy choice or sampling.
   double repetition_penalty = 1.0;
+  // OpenAI's penalties over the same window: each token's logit less frequency_penalty times the
+  // times it appears there, and less presence_penalty once if it appears at all (after the
+  // repetition penalty).
+  double frequency_penalty = 0.0;
+  double presence_penalty = 0.0;
   int64_t penalty_last_n = 64;
   uint64_t seed = 0;
 };
