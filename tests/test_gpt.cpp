@@ -127,7 +127,8 @@ TEST(Gpt, SamplingOptions) {
   test_util::expect_error([] { ember::models::Sampler({.penalty_last_n = -1}); }, {"[generate]", "penalty_last_n"});
 }
 
-// The sampler sorts only the nucleus it needs; it draws what sorting the whole vocabulary draws:
+// The sampler sorts only what its draw needs (Note [sampling without sorting the vocabulary]); it
+// draws what sorting the whole vocabulary draws:
 // the reference below is the definition (softmax at the temperature over the top_k, the fewest
 // most likely tokens reaching top_p, those at least min_p of the best, one uniform draw from the
 // sampler's stream, next_uniform), on a 5,000-token vocabulary with repeated values.
@@ -138,9 +139,13 @@ int64_t reference_sample(const std::vector<float>& logits, const ember::models::
     return a.first > b.first || (a.first == b.first && a.second < b.second);
   });
   if (o.top_k > 0) c.resize(static_cast<size_t>(std::min<int64_t>(o.top_k, static_cast<int64_t>(c.size()))));
+  // Weights relative to the best, exp((x - top) / T) in float32 as ember's exp computes them.
+  const ember::Tensor weights =
+      ember::exp(ember::div(ember::sub(ember::from_vector(logits), ember::Scalar(c[0].first)), ember::Scalar(o.temperature)));
+  const std::vector<float> w = weights.to_vector<float>();
   std::vector<double> p;
   double total = 0;
-  for (const auto& [logit, id] : c) total += p.emplace_back(std::exp((logit - c[0].first) / o.temperature));
+  for (const auto& [logit, id] : c) total += p.emplace_back(w[static_cast<size_t>(id)]);
   size_t kept = p.size();
   double mass = 0;
   for (size_t i = 0; i < p.size() && o.top_p < 1.0; ++i) {
@@ -154,6 +159,11 @@ int64_t reference_sample(const std::vector<float>& logits, const ember::models::
   if (o.min_p > 0) kept = above;
   double kept_total = 0;
   for (size_t i = 0; i < kept; ++i) kept_total += p[i];
+  // Nothing cut: the draw is over the total of the whole vocabulary, summed in index order.
+  if (o.top_p >= 1.0 && o.min_p == 0.0 && o.top_k == 0) {
+    kept_total = 0;
+    for (const float wi : w) kept_total += wi;
+  }
   const double u = ember::models::next_uniform(state) * kept_total;
   double cumulative = 0;
   for (size_t i = 0; i < kept; ++i) {
@@ -175,6 +185,8 @@ TEST(Gpt, SamplerDrawsWhatSortingTheWholeVocabularyDraws) {
       {.top_k = 40, .top_p = 0.8, .seed = 4},
       {.top_k = 4000, .top_p = 0.95, .seed = 5},
       {.temperature = 0.5, .top_p = 0.95, .min_p = 0.05, .seed = 6},
+      {.temperature = 1.5, .min_p = 0.02, .seed = 7},
+      {.temperature = 0.3, .top_p = 0.5, .seed = 8},
   };
   for (const ember::models::SamplingOptions& o : settings) {
     ember::models::Sampler sampler(o);

@@ -72,59 +72,83 @@ int64_t Sampler::sample(const Tensor& logits, const std::vector<int64_t>& histor
   }
   const float* x = row.data_ptr<float>();
   if (options_.temperature == 0.0) return static_cast<int64_t>(std::max_element(x, x + n) - x);
-  candidates_.resize(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) candidates_[static_cast<size_t>(i)] = {x[i], i};
+  // Softmax at the temperature: each token's weight relative to the most likely, exp((x - top) / T),
+  // in float32 by ember's vectorized exp (a 49,152-token vocabulary's in microseconds).
+  const float top = *std::max_element(x, x + n);
+  const Tensor weights = exp(div(sub(row, Scalar(top)), Scalar(options_.temperature)));
+  const float* w = weights.data_ptr<float>();
   // The candidates: all of them, or the top_k (in any order).
   const int64_t k = options_.top_k > 0 ? std::min(options_.top_k, n) : n;
   auto better = [](const std::pair<float, int64_t>& a, const std::pair<float, int64_t>& b) {
     return a.first > b.first || (a.first == b.first && a.second < b.second);
   };
-  const auto begin = candidates_.begin(), end = begin + k;
-  if (k < n) std::nth_element(begin, end - 1, candidates_.end(), better);
-  candidates_.resize(static_cast<size_t>(k));
-  // Softmax at the temperature over the candidates, then the nucleus: the fewest tokens whose
-  // probabilities reach top_p. Only the nucleus needs sorting, most likely first: the top 64 are
-  // sorted, then 8 times more while they do not reach top_p (a 49,152-token vocabulary's nucleus
-  // is a few dozen tokens, whose sort costs far less than the whole vocabulary's).
-  const double top =
-      std::max_element(begin, end, [](const auto& a, const auto& b) { return a.first < b.first; })->first;
-  const auto prob = [&](const std::pair<float, int64_t>& c) {
-    return std::exp((c.first - top) / options_.temperature);
-  };
   double total = 0;
-  for (auto it = begin; it != end; ++it) total += prob(*it);
-  std::vector<double> probs;
-  size_t kept = static_cast<size_t>(k);
-  double mass = 0;  // of the sorted candidates, as a share of the total
-  bool reached = false;
-  for (int64_t sorted = 0; sorted < k && !reached;) {
-    const int64_t next = std::min(k, std::max<int64_t>(64, 8 * sorted));
-    if (next < k) std::nth_element(begin + sorted, begin + next - 1, end, better);
+  if (k < n) {
+    candidates_.resize(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) candidates_[static_cast<size_t>(i)] = {x[i], i};
+    std::nth_element(candidates_.begin(), candidates_.begin() + k - 1, candidates_.end(), better);
+    candidates_.resize(static_cast<size_t>(k));
+    for (const auto& c : candidates_) total += w[c.second];
+  } else {
+    for (int64_t i = 0; i < n; ++i) total += w[i];
+  }
+  // Note [sampling without sorting the vocabulary]: the draw is defined on the candidates sorted
+  // most likely first (the nucleus is the fewest of them reaching top_p, min-p keeps those at least
+  // min_p of the best, the uniform draw walks them in that order), but only a few of a 49,152-token
+  // vocabulary ever matter. A token whose weight is below (1 - top_p) / k of the total can never be
+  // in the nucleus (the tokens from it on would weigh less than 1 - top_p together), nor one below
+  // min_p of the best: those are dropped before sorting. What is left is sorted a piece at a time
+  // (the top 64, then 8 times more) and only as far as the walk goes: to the nucleus's end, or when
+  // nothing is cut, to the drawn token.
+  double floor = 0;
+  if (options_.top_p < 1.0) floor = 0.5 * (1.0 - options_.top_p) * total / static_cast<double>(k);
+  floor = std::max(floor, options_.min_p);  // the best weighs exp(0) = 1
+  if (k < n) {
+    std::erase_if(candidates_, [&](const auto& c) { return w[c.second] < floor; });
+  } else {
+    candidates_.clear();
+    for (int64_t i = 0; i < n; ++i) {
+      if (w[i] >= floor) candidates_.emplace_back(x[i], i);
+    }
+  }
+  const auto m = static_cast<int64_t>(candidates_.size());
+  const auto begin = candidates_.begin(), end = candidates_.end();
+  int64_t sorted = 0;  // candidates_[0, sorted) are in order, and better than the rest
+  const auto sort_to = [&](int64_t at_least) {
+    const int64_t next = std::min(m, std::max<int64_t>({64, 8 * sorted, at_least}));
+    if (next < m) std::nth_element(begin + sorted, begin + next - 1, end, better);
     std::sort(begin + sorted, begin + next, better);
-    for (int64_t i = sorted; i < next && !reached; ++i) {
-      probs.push_back(prob(candidates_[static_cast<size_t>(i)]));
-      mass += probs.back() / total;
+    sorted = next;
+  };
+  const auto weight = [&](int64_t i) { return static_cast<double>(w[candidates_[static_cast<size_t>(i)].second]); };
+  int64_t kept = m;
+  double kept_total = total;
+  if (options_.top_p < 1.0 || options_.min_p > 0.0) {
+    double mass = 0;  // of the sorted candidates, as a share of the total
+    kept_total = 0;
+    for (int64_t i = 0; i < m; ++i) {
+      if (i == sorted) sort_to(i + 1);
+      const double wi = weight(i);
+      if (wi < options_.min_p) {  // min-p: the rest are less likely still
+        kept = i;
+        break;
+      }
+      kept_total += wi;
+      mass += wi / total;
       if (options_.top_p < 1.0 && mass >= options_.top_p) {
-        kept = probs.size();
-        reached = true;
+        kept = i + 1;
+        break;
       }
     }
-    sorted = next;
   }
-  if (options_.min_p > 0.0) {  // probs[0] is the most likely token's
-    size_t above = 1;
-    while (above < kept && probs[above] >= options_.min_p * probs[0]) ++above;
-    kept = above;
-  }
-  double kept_total = 0;
-  for (size_t i = 0; i < kept; ++i) kept_total += probs[i];
   const double u = next_uniform(state_) * kept_total;
   double cumulative = 0;
-  for (size_t i = 0; i < kept; ++i) {
-    cumulative += probs[i];
-    if (u < cumulative) return candidates_[i].second;
+  for (int64_t i = 0; i < kept; ++i) {
+    if (i == sorted) sort_to(i + 1);
+    cumulative += weight(i);
+    if (u < cumulative) return candidates_[static_cast<size_t>(i)].second;
   }
-  return candidates_[kept - 1].second;
+  return candidates_[static_cast<size_t>(kept - 1)].second;
 }
 
 }  // namespace ember::models
