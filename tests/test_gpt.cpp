@@ -140,8 +140,8 @@ int64_t reference_sample(const std::vector<float>& logits, const ember::models::
   });
   if (o.top_k > 0) c.resize(static_cast<size_t>(std::min<int64_t>(o.top_k, static_cast<int64_t>(c.size()))));
   // Weights relative to the best, exp((x - top) / T) in float32 as ember's exp computes them.
-  const ember::Tensor weights =
-      ember::exp(ember::div(ember::sub(ember::from_vector(logits), ember::Scalar(c[0].first)), ember::Scalar(o.temperature)));
+  const ember::Tensor weights = ember::exp(
+      ember::div(ember::sub(ember::from_vector(logits), ember::Scalar(c[0].first)), ember::Scalar(o.temperature)));
   const std::vector<float> w = weights.to_vector<float>();
   std::vector<double> p;
   double total = 0;

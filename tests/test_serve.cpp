@@ -119,6 +119,46 @@ TEST(ServeEngine, RequestsTogetherGiveWhatEachGivesAlone) {
   EXPECT_EQ(stats.first_token_seconds.count, 2 * all.size());
 }
 
+// A long prompt cut into chunks of 7 (its keys past the flash kernel's split size), then the same
+// prompt longer by one and by two tokens from a slot that holds it, on 8 threads (where a one-token
+// step or a masked chunk could split the keys over threads): the tokens each gives alone.
+TEST(ServeEngine, PromptsCutAnywhereGiveWhatOnePassGives) {
+  const int threads = get_num_threads();
+  set_num_threads(8);
+  std::string text;
+  for (int i = 0; i < 40; ++i) text += "Line " + std::to_string(i) + " of the poem. ";
+  const std::vector<int64_t> base = encode(text);
+  ASSERT_GT(base.size(), 256u);
+  // The last position's logits, from one pass and from chunks of 7: the same bits.
+  {
+    const autograd::NoGradGuard no_grad;
+    models::LlamaCache one = llm().model->make_cache(512), cut = llm().model->make_cache(512);
+    const Tensor whole = llm().model->forward_cached(from_vector(base).view({1, -1}), one, true);
+    Tensor last;
+    for (size_t begin = 0; begin < base.size(); begin += 7) {
+      const size_t end = std::min(base.size(), begin + 7);
+      const std::vector<int64_t> ids(base.begin() + static_cast<std::ptrdiff_t>(begin),
+                                     base.begin() + static_cast<std::ptrdiff_t>(end));
+      last = llm().model->forward_cached(from_vector(ids).view({1, -1}), cut, true);
+    }
+    ASSERT_GE(base.size() % 7, 2u) << "the last chunk must hold two or more positions";
+    EXPECT_TRUE(test_util::bitwise_equal(whole, last));
+  }
+  Engine engine(llm().model, {.parallel = 1, .context = 512, .queue = 4, .prompt_chunk = 7});
+  for (size_t extra : {0, 1, 2}) {
+    std::vector<int64_t> prompt = base;
+    for (size_t i = 0; i < extra; ++i) prompt.push_back(encode(" And")[0]);
+    Recorded r(prompt, 4, {.temperature = 0});
+    ASSERT_TRUE(engine.submit(r.generation));
+    const Outcome o = r.done.get();
+    EXPECT_EQ(r.ids, alone(prompt, 4, {.temperature = 0})) << extra << " extra tokens";
+    if (extra > 0) {
+      EXPECT_EQ(o.cached_tokens, static_cast<int64_t>(prompt.size()) - 2) << "all but the last two reused";
+    }
+  }
+  set_num_threads(threads);
+}
+
 // A stop id ends a generation after it is passed on; on_token returning false ends it too; both
 // report Finish::kStop, and max_tokens Finish::kLength.
 TEST(ServeEngine, StopsAtStopIdsAndWhenAsked) {

@@ -513,9 +513,9 @@ std::vector<int64_t> generate(Llama& model, LlamaCache& cache, const std::vector
   EMBER_CHECK(needed <= cache.capacity(), "[generate] the prompt (", prompt.size(), " tokens) and ", max_tokens,
               " new tokens do not fit the context of ", cache.capacity(), " positions");
   const autograd::NoGradGuard no_grad;
-  // Reuse what the cache holds of this prompt; at least the last prompt token is run again for its logits.
+  // Reuse what the cache holds of this prompt (reusable_prefix).
   size_t common = 0;
-  const size_t reusable = std::min(cache.tokens.size(), prompt.size() - 1);
+  const size_t reusable = std::min(cache.tokens.size(), reusable_prefix(prompt.size()));
   while (common < reusable && cache.tokens[common] == prompt[common]) ++common;
   cache.length = static_cast<int64_t>(common);
   cache.tokens.resize(common);
@@ -537,6 +537,8 @@ std::vector<int64_t> generate(Llama& model, LlamaCache& cache, const std::vector
   }
   return out;
 }
+
+size_t reusable_prefix(size_t prompt_tokens) { return prompt_tokens >= 2 ? prompt_tokens - 2 : 0; }
 
 LlamaSpeed measure_speed(Llama& model, int64_t prompt_tokens, int64_t gen_tokens, int repeats, int64_t batch) {
   EMBER_CHECK(prompt_tokens > 0 && gen_tokens > 0 && repeats > 0 && batch > 0,

@@ -207,15 +207,16 @@ bool Engine::admit(std::unique_lock<std::mutex>& lock) {
       queue_.pop_front();
       continue;
     }
-    // The free slot whose cached ids share the longest prefix with the prompt (at least its last id
-    // is processed again, for its logits).
+    // The free slot whose cached ids share the longest prefix with the prompt. At least its last
+    // two ids are processed again (the last for its logits): a prompt's rows always go through
+    // prompt processing, never through a one-token step (Note [batched serving]).
     const std::vector<int64_t>& prompt = w.generation->prompt;
     Slot* best = nullptr;
     size_t best_common = 0;
     for (auto& slot : slots_) {
       if (slot->generation != nullptr) continue;
       const std::vector<int64_t>& cached = slot->cache.tokens;
-      const size_t limit = std::min(cached.size(), prompt.size() - 1);
+      const size_t limit = std::min(cached.size(), models::reusable_prefix(prompt.size()));
       size_t common = 0;
       while (common < limit && cached[common] == prompt[common]) ++common;
       if (best == nullptr || common > best_common) {
@@ -296,7 +297,8 @@ void Engine::step() {
 void Engine::prefill(Slot& slot) {
   const std::vector<int64_t>& prompt = slot.generation->prompt;
   const auto begin = static_cast<size_t>(slot.cache.length);
-  const size_t end = std::min(prompt.size(), begin + static_cast<size_t>(options_.prompt_chunk));
+  size_t end = std::min(prompt.size(), begin + static_cast<size_t>(options_.prompt_chunk));
+  if (prompt.size() - end == 1) ++end;  // no one-token chunk last
   const std::vector<int64_t> ids(prompt.begin() + static_cast<std::ptrdiff_t>(begin),
                                  prompt.begin() + static_cast<std::ptrdiff_t>(end));
   Tensor logits;

@@ -207,6 +207,13 @@ std::vector<int64_t> generate(Llama& model, LlamaCache& cache, const std::vector
                               const SamplingOptions& options, const std::vector<int64_t>& stop = {},
                               const std::function<void(int64_t)>& on_token = {});
 
+// How many of a prompt's first ids may come from a cache that already holds them: all but the last
+// two (the last is run again for its logits). A prompt's rows are then always computed as prompt
+// processing computes them (chunks of two or more positions, whose keys and values do not depend
+// on the chunking), never as a one-token decode step, whose attention sums in another order: the
+// same prompt gives the same bits with or without a cache, in a chat or in `ember serve`.
+size_t reusable_prefix(size_t prompt_tokens);
+
 // llama-bench's two numbers: prompt processing (one pass over `prompt_tokens` ids into an empty
 // cache) and generation (`gen_tokens` single-token steps from an empty cache), in tokens per second,
 // each the median of `repeats` runs. The ids are fixed pseudo-random ones. With batch > 1,

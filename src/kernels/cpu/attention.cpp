@@ -372,8 +372,11 @@ ForwardPlan plan_forward(const AttentionProblem& p) {
   plan.key_tiles = (p.keys + kBlockK - 1) / kBlockK;
   const int64_t base = p.batch * p.heads * plan.query_tiles;
   plan.chunks = 1;
-  // Split the keys only when the other dims leave threads idle and the keys are long (decode).
-  if (p.threads > 1 && base < 2 * p.threads && plan.key_tiles >= 4 && !p.causal) {
+  // Split the keys only when the other dims leave threads idle and the keys are long (decode), and
+  // never under a mask: a masked call is a prompt processed in chunks through a cache, whose rows
+  // must sum as the causal pass over the whole prompt does (which is never split), whatever the
+  // thread count, so that a prompt's keys and values do not depend on how it was cut.
+  if (p.threads > 1 && base < 2 * p.threads && plan.key_tiles >= 4 && !p.causal && p.mask == nullptr) {
     plan.chunks = std::min<int64_t>(plan.key_tiles / 2, (2 * p.threads + base - 1) / base);
   }
   plan.tiles_per_chunk = (plan.key_tiles + plan.chunks - 1) / std::max<int64_t>(plan.chunks, 1);
