@@ -29,6 +29,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
@@ -68,7 +69,7 @@ def wait_ready(port: int, proc: subprocess.Popen, path: str, timeout: float = 18
 
 def start(server: str, threads: int, parallel: int, context: int) -> tuple[subprocess.Popen, int]:
     port = free_port()
-    log = open(ROOT / "bench" / "results" / f"serve_load_{server}.log", "w")
+    log = open(pathlib.Path(tempfile.gettempdir()) / f"serve_load_{server}.log", "w")
     if server == "ember":
         cmd = [str(ROOT / "build" / "ember"), "serve", "--model", str(MODEL), "--port", str(port), "--threads",
                str(threads), "--parallel", str(parallel), "--context", str(context), "--quiet"]

@@ -81,11 +81,11 @@ std::vector<std::vector<int64_t>> prompts() {
           {42}};
 }
 
-// Eight requests at once on four slots, prompts in chunks of 16: each gets the ids it gets alone,
-// greedy or sampled with its seed, and a second round (the slots now holding earlier prompts,
-// reused where they share a beginning) gives them again.
+// Eight requests at once on four slots, prompts in chunks of 16 (24 while nothing generates): each
+// gets the ids it gets alone, greedy or sampled with its seed, and a second round (the slots now holding earlier
+// prompts, reused where they share a beginning) gives them again.
 TEST(ServeEngine, RequestsTogetherGiveWhatEachGivesAlone) {
-  Engine engine(llm().model, {.parallel = 4, .context = 256, .queue = 8, .prompt_chunk = 16});
+  Engine engine(llm().model, {.parallel = 4, .context = 256, .queue = 8, .prompt_chunk = 16, .prompt_chunk_alone = 24});
   const std::vector<std::vector<int64_t>> all = prompts();
   std::vector<models::SamplingOptions> sampling;
   for (size_t i = 0; i < all.size(); ++i) {
@@ -144,7 +144,7 @@ TEST(ServeEngine, PromptsCutAnywhereGiveWhatOnePassGives) {
     ASSERT_GE(base.size() % 7, 2u) << "the last chunk must hold two or more positions";
     EXPECT_TRUE(test_util::bitwise_equal(whole, last));
   }
-  Engine engine(llm().model, {.parallel = 1, .context = 512, .queue = 4, .prompt_chunk = 7});
+  Engine engine(llm().model, {.parallel = 1, .context = 512, .queue = 4, .prompt_chunk = 7, .prompt_chunk_alone = 7});
   for (size_t extra : {0, 1, 2}) {
     std::vector<int64_t> prompt = base;
     for (size_t i = 0; i < extra; ++i) prompt.push_back(encode(" And")[0]);

@@ -199,7 +199,11 @@ void add_serve_command(CLI::App& app, Commands& commands) {
       ->check(count_in(0, 4096))
       ->capture_default_str();
   cmd->add_option("--prompt-chunk", o->engine.prompt_chunk,
-                  "Prompt tokens processed per step (a long prompt delays the others by one chunk per step)")
+                  "Prompt tokens processed per step while others generate (each step waits for one chunk)")
+      ->check(count_in(1, 1 << 20))
+      ->capture_default_str();
+  cmd->add_option("--prompt-chunk-alone", o->engine.prompt_chunk_alone,
+                  "Prompt tokens processed per step while no other sequence generates")
       ->check(count_in(1, 1 << 20))
       ->capture_default_str();
   cmd->add_option("--api-key", o->api.api_key, "Require \"Authorization: Bearer KEY\" on every request");

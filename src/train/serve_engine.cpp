@@ -75,7 +75,9 @@ Engine::Engine(std::shared_ptr<models::Llama> model, EngineOptions options)
               "[serve] the context must be in [2, ", model_->config.context_length,
               "] (the model's context length), got ", options_.context);
   EMBER_CHECK(options_.queue >= 0, "[serve] the queue length must be >= 0, got ", options_.queue);
-  EMBER_CHECK(options_.prompt_chunk >= 1, "[serve] prompt_chunk must be >= 1, got ", options_.prompt_chunk);
+  EMBER_CHECK(options_.prompt_chunk >= 1 && options_.prompt_chunk_alone >= 1,
+              "[serve] the prompt chunks must be >= 1, got ", options_.prompt_chunk, " and ",
+              options_.prompt_chunk_alone);
   for (int i = 0; i < options_.parallel; ++i) {
     auto slot = std::make_unique<Slot>();
     slot->cache = model_->make_cache(options_.context);
@@ -291,13 +293,14 @@ void Engine::step() {
       deliver(*decoding[b], logits.select(0, static_cast<int64_t>(b)));
     }
   }
-  if (prefilling != nullptr) prefill(*prefilling);
+  if (prefilling != nullptr)
+    prefill(*prefilling, decoding.empty() ? options_.prompt_chunk_alone : options_.prompt_chunk);
 }
 
-void Engine::prefill(Slot& slot) {
+void Engine::prefill(Slot& slot, int64_t chunk) {
   const std::vector<int64_t>& prompt = slot.generation->prompt;
   const auto begin = static_cast<size_t>(slot.cache.length);
-  size_t end = std::min(prompt.size(), begin + static_cast<size_t>(options_.prompt_chunk));
+  size_t end = std::min(prompt.size(), begin + static_cast<size_t>(chunk));
   if (prompt.size() - end == 1) ++end;  // no one-token chunk last
   const std::vector<int64_t> ids(prompt.begin() + static_cast<std::ptrdiff_t>(begin),
                                  prompt.begin() + static_cast<std::ptrdiff_t>(end));

@@ -251,7 +251,9 @@ def test_bad_input_leaves_the_server_answering_and_its_memory_flat(server):
     for _ in range(3):
         sweep(server)
     grown = server.rss_kib() - before
-    assert grown < 32 * 1024, f"the server's memory grew by {grown} KiB over three rounds of bad input"
+    # Under AddressSanitizer freed memory waits in its quarantine (256 MB at most) before reuse.
+    limit_mib = 300 if "ASAN_OPTIONS" in os.environ else 32
+    assert grown < limit_mib * 1024, f"the server's memory grew by {grown} KiB over three rounds of bad input"
     assert server.request("GET", "/health")[0] == 200
 
 
