@@ -674,7 +674,10 @@ Response Api::generate(const Request& request, bool chat) {
                                 {"logprobs", nullptr},
                                 {"finish_reason", nullptr}}));
     }
-    reply->events->on_cancel = [generation] { generation->cancel(); };
+    // Weakly: the generation's callbacks hold the reply, which holds the stream.
+    reply->events->on_cancel = [weak = std::weak_ptr<Generation>(generation)] {
+      if (const std::shared_ptr<Generation> g = weak.lock()) g->cancel();
+    };
   }
   if (!engine_.submit(generation)) {
     const bool draining = engine_.draining();
