@@ -196,8 +196,8 @@ TEST(Gpt, SamplerDrawsWhatSortingTheWholeVocabularyDraws) {
 }
 
 // min-p keeps the tokens at least min_p times as likely as the best; the repetition penalty divides
-// a positive logit and multiplies a negative one of the tokens among the last penalty_last_n, and
-// applies to greedy choice too.
+// a positive logit and multiplies a negative one of the tokens among the last penalty_last_n, the
+// frequency and presence penalties subtract, and all apply to greedy choice too.
 TEST(Gpt, MinPAndRepetitionPenalty) {
   const Tensor logits = ember::from_vector(std::vector<float>{0.0f, 3.0f, 1.0f, 2.9f});
   for (uint64_t seed = 0; seed < 20; ++seed) {
@@ -219,6 +219,14 @@ TEST(Gpt, MinPAndRepetitionPenalty) {
   EXPECT_EQ(ember::models::Sampler({.temperature = 0.0, .repetition_penalty = 1.5, .penalty_last_n = 1})
                 .sample(logits, {1, 2}),
             1);
+  // OpenAI's penalties: 3.0 less 2 x 0.1 (frequency) is 2.8, below 2.9; less 0.2 once (presence) too;
+  // less 0.05 once stays above 2.9.
+  EXPECT_EQ(ember::models::Sampler({.temperature = 0.0, .frequency_penalty = 0.1}).sample(logits, history), 3);
+  EXPECT_EQ(ember::models::Sampler({.temperature = 0.0, .presence_penalty = 0.2}).sample(logits, history), 3);
+  EXPECT_EQ(ember::models::Sampler({.temperature = 0.0, .frequency_penalty = 0.05}).sample(logits, {1}), 1);
+  EXPECT_EQ(ember::models::Sampler({.temperature = 0.0, .presence_penalty = -1.0}).sample(logits, {3}), 3);
+  test_util::expect_error([] { ember::models::Sampler({.frequency_penalty = std::nan("")}); },
+                          {"[generate]", "frequency_penalty"});
   // A negative logit is multiplied: token 0's -1 becomes -3, below token 1's -2.
   const Tensor negative = ember::from_vector(std::vector<float>{-1.0f, -2.0f});
   EXPECT_EQ(ember::models::Sampler({.temperature = 0.0, .repetition_penalty = 3.0}).sample(negative, {0}), 1);
