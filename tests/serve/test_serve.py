@@ -81,6 +81,7 @@ class Server:
         return int(re.search(r"VmRSS:\s+(\d+)", status).group(1))
 
     def stop(self, timeout=60):
+        """SIGTERM, then the exit status; the log is removed when the server stopped cleanly."""
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
@@ -89,6 +90,9 @@ class Server:
                 self.proc.kill()
                 self.proc.wait()
                 raise AssertionError(f"ember serve did not stop on SIGTERM: {self.output()}")
+        if self.proc.returncode == 0:
+            self.log.close()
+            os.unlink(self.log.name)
         return self.proc.returncode
 
 
@@ -340,6 +344,7 @@ def test_sigterm_drains_requests_in_flight():
     assert not t.is_alive()
     assert s.proc.wait(timeout=60) == 0, s.output()
     assert "finishing the requests in flight" in s.output()
+    s.stop()
     alone = subprocess.run([str(CLI), "generate", "--model", str(MODEL), "--prompt", "Once upon a time", "--tokens",
                             "40", "--temperature", "0", "--threads", "2"], capture_output=True, text=True,
                            timeout=300).stdout
