@@ -120,11 +120,7 @@ bool Engine::submit(std::shared_ptr<Generation> generation) {
   return true;
 }
 
-int64_t Engine::free_slots() const {
-  int64_t free = 0;
-  for (const auto& slot : slots_) free += slot->generation == nullptr ? 1 : 0;
-  return free;
-}
+int64_t Engine::free_slots() const { return options_.parallel - stats_.active; }
 
 void Engine::run(const std::function<void()>& fn) {
   auto job = std::make_shared<Job>();

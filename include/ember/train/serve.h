@@ -133,7 +133,7 @@ class Engine {
   void prefill(Slot& slot, int64_t chunk);
   void deliver(Slot& slot, const Tensor& logits);
   void finish(Slot& slot, Finish finish, const std::string& error = {});
-  int64_t free_slots() const;  // mutex_ held
+  int64_t free_slots() const;  // mutex_ held (the slots themselves are the engine thread's alone)
 
   std::shared_ptr<models::Llama> model_;
   EngineOptions options_;
