@@ -360,6 +360,70 @@ std::string base64(const void* data, size_t size) {
   return out;
 }
 
+// A completion's prompt: a string, a list of token ids, or a list of one of them; its text in `text`.
+std::vector<int64_t> completion_prompt(const Fields& f, const data::BpeTokenizer& tokenizer, int64_t vocab,
+                                       std::string& text) {
+  std::vector<int64_t> prompt;
+  const json* p = f.find("prompt");
+  if (p == nullptr) throw invalid("prompt", "prompt is required", "missing_required_parameter");
+  const json* value = p;
+  if (p->is_array() && p->size() == 1 && ((*p)[0].is_string() || (*p)[0].is_array())) value = &(*p)[0];
+  if (value->is_string()) {
+    text = value->get<std::string>();
+    prompt = tokenizer.encode(text);
+  } else if (value->is_array() && !value->empty() &&
+             std::all_of(value->begin(), value->end(), [](const json& x) { return x.is_number_integer(); })) {
+    for (const json& x : *value) {
+      // nlohmann reads a non-negative integer as unsigned: one beyond int64 is out of range too.
+      const int64_t id =
+          x.is_number_unsigned() && x.get<uint64_t>() > static_cast<uint64_t>(vocab) ? -1 : x.get<int64_t>();
+      if (id < 0 || id >= vocab) {
+        throw invalid("prompt", "prompt holds token id " + detail::json_text(x) + ", outside the vocabulary of " +
+                                    std::to_string(vocab));
+      }
+      prompt.push_back(id);
+    }
+    text = tokenizer.decode(prompt);
+  } else {
+    throw invalid("prompt",
+                  "prompt must be a string, a list of token ids, or a list of one of them (one prompt per "
+                  "request), got " +
+                      detail::json_text(*p),
+                  "invalid_type");
+  }
+  return prompt;
+}
+
+// max_tokens, or the rest of the context when the request does not say: an error naming the field
+// when the prompt and the reply do not fit.
+int64_t checked_max_tokens(int64_t prompt_tokens, std::optional<int64_t> max_tokens, int64_t context, bool chat) {
+  const char* prompt_field = chat ? "messages" : "prompt";
+  if (prompt_tokens >= context) {
+    throw invalid(prompt_field,
+                  "the " + std::string(prompt_field) + " take " + std::to_string(prompt_tokens) +
+                      " tokens, and this server's context is " + std::to_string(context) +
+                      " tokens per request: shorten them or start the server with a larger --context",
+                  "context_length_exceeded");
+  }
+  if (!max_tokens) max_tokens = context - prompt_tokens + 1;
+  if (prompt_tokens + *max_tokens - 1 > context) {
+    throw invalid("max_tokens",
+                  "this server's context is " + std::to_string(context) + " tokens per request, and the " +
+                      std::to_string(prompt_tokens) + " tokens of the " + prompt_field + " leave room for at most " +
+                      std::to_string(context - prompt_tokens + 1) + " new tokens; max_tokens asks for " +
+                      std::to_string(*max_tokens),
+                  "context_length_exceeded");
+  }
+  return *max_tokens;
+}
+
+json usage_json(const Outcome& o) {
+  return json{{"prompt_tokens", o.prompt_tokens},
+              {"completion_tokens", o.generated_tokens},
+              {"total_tokens", o.prompt_tokens + o.generated_tokens},
+              {"prompt_tokens_details", {{"cached_tokens", o.cached_tokens}}}};
+}
+
 // One generation as the API follows it on the engine's thread: the text so far, the stop strings,
 // and either a stream of events or a waiting handler.
 struct Reply {
@@ -398,6 +462,53 @@ struct Reply {
       send(chunk({{"index", 0}, {"text", piece}, {"logprobs", nullptr}, {"finish_reason", nullptr}}));
     }
   }
+  // The end: the text held back, and for a stream its last events; then the waiting handler's outcome.
+  void finish(const Outcome& done) {
+    if (!stopped) add(decoder->flush(), true);
+    const bool stop = stopped || done.finish == Finish::kStop;
+    const char* reason = stop ? "stop" : finish_reason(done.finish);
+    if (stream) {
+      if (done.finish == Finish::kError) {
+        send({{"error", {{"message", done.error}, {"type", "server_error"}, {"param", nullptr}, {"code", nullptr}}}});
+      } else if (done.finish != Finish::kCancelled) {
+        if (chat) {
+          send(chunk({{"index", 0}, {"delta", json::object()}, {"logprobs", nullptr}, {"finish_reason", reason}}));
+        } else {
+          send(chunk({{"index", 0}, {"text", ""}, {"logprobs", nullptr}, {"finish_reason", reason}}));
+        }
+        if (usage_in_stream) {
+          json last = chunk(json::object());
+          last["choices"] = json::array();
+          last["usage"] = usage_json(done);
+          send(last);
+        }
+      }
+      events->push("data: [DONE]\n\n");
+      events->close();
+    }
+    {
+      const std::lock_guard<std::mutex> lock(mutex);
+      outcome = done;
+      if (stop) outcome->finish = Finish::kStop;
+    }
+    done_signal.notify_all();
+  }
+  // The whole answer of a request that was not streamed.
+  json completion(const Outcome& done) const {
+    json choice = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", finish_reason(done.finish)}};
+    if (chat) {
+      choice["message"] = {{"role", "assistant"}, {"content", text}};
+    } else {
+      choice["text"] = text;
+    }
+    return {{"id", id},
+            {"object", chat ? "chat.completion" : "text_completion"},
+            {"created", created},
+            {"model", model},
+            {"system_fingerprint", "ember"},
+            {"choices", json::array({choice})},
+            {"usage", usage_json(done)}};
+  }
   // A piece of decoded text: what can be shown is shown (streamed) or kept; false once a stop string matched.
   bool add(const std::string& piece, bool final) {
     held += piece;
@@ -407,13 +518,6 @@ struct Reply {
     return !stopped;
   }
 };
-
-json usage_json(const Outcome& o) {
-  return json{{"prompt_tokens", o.prompt_tokens},
-              {"completion_tokens", o.generated_tokens},
-              {"total_tokens", o.prompt_tokens + o.generated_tokens},
-              {"prompt_tokens_details", {{"cached_tokens", o.cached_tokens}}}};
-}
 
 std::string endpoint_label(const std::string& path) {
   for (const char* known :
@@ -550,7 +654,6 @@ Response Api::generate(const Request& request, bool chat) {
   std::vector<int64_t> prompt;
   std::string prompt_text;  // completions: echoed with "echo"
   bool echo = false;
-  const char* prompt_field = chat ? "messages" : "prompt";
   if (chat) {
     if (!template_) {
       throw invalid("messages", "this model has no chat template ember knows: use /v1/completions",
@@ -559,53 +662,10 @@ Response Api::generate(const Request& request, bool chat) {
     prompt = llm_.tokenizer->encode(template_->render(chat_messages(f), true));
   } else {
     echo = f.boolean("echo").value_or(false);
-    const json* p = f.find("prompt");
-    if (p == nullptr) throw invalid("prompt", "prompt is required", "missing_required_parameter");
-    const json* value = p;
-    if (p->is_array() && p->size() == 1 && ((*p)[0].is_string() || (*p)[0].is_array())) value = &(*p)[0];
-    if (value->is_string()) {
-      prompt_text = value->get<std::string>();
-      prompt = llm_.tokenizer->encode(prompt_text);
-    } else if (value->is_array() && !value->empty() &&
-               std::all_of(value->begin(), value->end(), [](const json& x) { return x.is_number_integer(); })) {
-      const int64_t vocab = engine_.model().config.vocab_size;
-      for (const json& x : *value) {
-        // nlohmann reads a non-negative integer as unsigned: one beyond int64 is out of range too.
-        const int64_t id =
-            x.is_number_unsigned() && x.get<uint64_t>() > static_cast<uint64_t>(vocab) ? -1 : x.get<int64_t>();
-        if (id < 0 || id >= vocab) {
-          throw invalid("prompt", "prompt holds token id " + detail::json_text(x) + ", outside the vocabulary of " +
-                                      std::to_string(vocab));
-        }
-        prompt.push_back(id);
-      }
-      prompt_text = llm_.tokenizer->decode(prompt);
-    } else {
-      throw invalid("prompt",
-                    "prompt must be a string, a list of token ids, or a list of one of them (one prompt per "
-                    "request), got " +
-                        detail::json_text(*p),
-                    "invalid_type");
-    }
+    prompt = completion_prompt(f, *llm_.tokenizer, engine_.model().config.vocab_size, prompt_text);
     if (prompt.empty()) throw invalid("prompt", "prompt is empty: give at least one token of text");
   }
-  const auto prompt_tokens = static_cast<int64_t>(prompt.size());
-  if (prompt_tokens >= context) {
-    throw invalid(prompt_field,
-                  "the " + std::string(chat ? "messages" : "prompt") + " take " + std::to_string(prompt_tokens) +
-                      " tokens, and this server's context is " + std::to_string(context) +
-                      " tokens per request: shorten them or start the server with a larger --context",
-                  "context_length_exceeded");
-  }
-  if (!max_tokens) max_tokens = context - prompt_tokens + 1;
-  if (prompt_tokens + *max_tokens - 1 > context) {
-    throw invalid("max_tokens",
-                  "this server's context is " + std::to_string(context) + " tokens per request, and the " +
-                      std::to_string(prompt_tokens) + " tokens of the " + (chat ? "messages" : "prompt") +
-                      " leave room for at most " + std::to_string(context - prompt_tokens + 1) +
-                      " new tokens; max_tokens asks for " + std::to_string(*max_tokens),
-                  "context_length_exceeded");
-  }
+  const int64_t new_tokens = checked_max_tokens(static_cast<int64_t>(prompt.size()), max_tokens, context, chat);
 
   auto reply = std::make_shared<Reply>();
   char id[40];
@@ -626,45 +686,14 @@ Response Api::generate(const Request& request, bool chat) {
 
   auto generation = std::make_shared<Generation>();
   generation->prompt = std::move(prompt);
-  generation->max_tokens = *max_tokens;
+  generation->max_tokens = new_tokens;
   generation->sampling = sampling;
   generation->stop_ids = reply->end_ids;
   generation->on_token = [reply](int64_t token) {
     if (std::find(reply->end_ids.begin(), reply->end_ids.end(), token) != reply->end_ids.end()) return true;
     return reply->add(reply->decoder->push(token), false);
   };
-  generation->on_done = [reply](const Outcome& outcome) {
-    if (!reply->stopped) reply->add(reply->decoder->flush(), true);
-    const bool stopped = reply->stopped || outcome.finish == Finish::kStop;
-    const char* reason = stopped ? "stop" : finish_reason(outcome.finish);
-    if (reply->stream) {
-      if (outcome.finish == Finish::kError) {
-        reply->send(
-            {{"error", {{"message", outcome.error}, {"type", "server_error"}, {"param", nullptr}, {"code", nullptr}}}});
-      } else if (outcome.finish != Finish::kCancelled) {
-        if (reply->chat) {
-          reply->send(reply->chunk(
-              {{"index", 0}, {"delta", json::object()}, {"logprobs", nullptr}, {"finish_reason", reason}}));
-        } else {
-          reply->send(reply->chunk({{"index", 0}, {"text", ""}, {"logprobs", nullptr}, {"finish_reason", reason}}));
-        }
-        if (reply->usage_in_stream) {
-          json last = reply->chunk(json::object());
-          last["choices"] = json::array();
-          last["usage"] = usage_json(outcome);
-          reply->send(last);
-        }
-      }
-      reply->events->push("data: [DONE]\n\n");
-      reply->events->close();
-    }
-    {
-      const std::lock_guard<std::mutex> lock(reply->mutex);
-      reply->outcome = outcome;
-      if (stopped) reply->outcome->finish = Finish::kStop;
-    }
-    reply->done_signal.notify_all();
-  };
+  generation->on_done = [reply](const Outcome& outcome) { reply->finish(outcome); };
 
   if (stream) {
     // The role comes first, as OpenAI's streams start.
@@ -708,20 +737,7 @@ Response Api::generate(const Request& request, bool chat) {
                    .code = "server_shutting_down",
                    .type = "server_error"};
   }
-  json choice = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", finish_reason(outcome.finish)}};
-  if (chat) {
-    choice["message"] = {{"role", "assistant"}, {"content", reply->text}};
-  } else {
-    choice["text"] = reply->text;
-  }
-  const json out = {{"id", reply->id},
-                    {"object", chat ? "chat.completion" : "text_completion"},
-                    {"created", reply->created},
-                    {"model", reply->model},
-                    {"system_fingerprint", "ember"},
-                    {"choices", json::array({choice})},
-                    {"usage", usage_json(outcome)}};
-  return Response{.body = dump(out)};
+  return Response{.body = dump(reply->completion(outcome))};
 }
 
 Response Api::embeddings(const Request& request) {
