@@ -35,32 +35,10 @@ struct ServeOptions {
 
 bool loopback(const std::string& host) { return host == "127.0.0.1" || host == "::1" || host == "localhost"; }
 
-int run_serve(ServeOptions& o) {
-  use_threads(o.threads);
-  // SIGTERM and SIGINT are waited for below, by this thread alone (the threads started from here
-  // inherit the mask); a client that goes away must not end the process with SIGPIPE.
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGTERM);
-  sigaddset(&signals, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
-  signal(SIGPIPE, SIG_IGN);
-
-  const auto load_start = Clock::now();
-  models::LlamaFile llm = models::load_llama(o.model);
-  std::shared_ptr<const models::SentenceEncoder> encoder;
-  if (!o.embedding_model.empty()) {
-    train::LoadedModel loaded =
-        train::load_model(o.embedding_model, "serve",
-                          {.kinds = {"minilm"}, .expected = "a sentence-transformers folder or a GGUF file of one"});
-    encoder = std::make_shared<const models::SentenceEncoder>(std::move(*loaded.encoder));
-    o.api.embedding_model_id = std::filesystem::path(o.embedding_model).filename().string();
-  }
-  o.api.model_id = o.alias.empty() ? std::filesystem::path(o.model).stem().string() : o.alias;
-  serve::Engine engine(llm.model, o.engine);
-  serve::Api api(engine, llm, o.api, encoder);
-
-  httplib::Server server;
+// The server's threads, limits and routes: every request goes to the Api, a stream's events are
+// written as they come, and what httplib answers itself (a body over the limit, a malformed request
+// line) gets an error object too.
+void configure(httplib::Server& server, serve::Api& api, const ServeOptions& o) {
   // A thread per connection: every slot, every queued request, and room for the rest (health
   // checks, metrics, clients still sending their request).
   const auto connections = static_cast<size_t>(o.engine.parallel + o.engine.queue + 16);
@@ -101,35 +79,64 @@ int run_serve(ServeOptions& o) {
           if (!complete) stream->cancel();
         });
   };
-  for (const char* pattern : {".*"}) {
-    server.Get(pattern, handler);
-    server.Post(pattern, handler);
-    server.Put(pattern, handler);
-    server.Patch(pattern, handler);
-    server.Delete(pattern, handler);
-    server.Options(pattern, handler);
-  }
+  const std::string any = ".*";  // every path and method: the Api routes, and answers 404 and 405 itself
+  server.Get(any, handler);
+  server.Post(any, handler);
+  server.Put(any, handler);
+  server.Patch(any, handler);
+  server.Delete(any, handler);
+  server.Options(any, handler);
   // What httplib answers itself (a body over the limit, a malformed request line): an error object.
-  server.set_error_handler(httplib::Server::HandlerWithResponse([&o](const httplib::Request&, httplib::Response& res) {
-    if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
-    std::string message = "the request is malformed";
-    std::string code = "invalid_request";
-    if (res.status == 413) {
-      message =
-          "the request body is larger than this server's limit of " + std::to_string(o.api.max_body_bytes) + " bytes";
-      code = "request_too_large";
-      res.status = 400;
-    }
-    nlohmann::json error = {
-        {"error", {{"message", message}, {"type", "invalid_request_error"}, {"param", nullptr}, {"code", code}}}};
-    res.set_content(error.dump(), "application/json");
-    return httplib::Server::HandlerResponse::Handled;
-  }));
+  const int64_t max_body = o.api.max_body_bytes;
+  server.set_error_handler(
+      httplib::Server::HandlerWithResponse([max_body](const httplib::Request&, httplib::Response& res) {
+        if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
+        std::string message = "the request is malformed";
+        std::string code = "invalid_request";
+        if (res.status == 413) {
+          message = "the request body is larger than this server's limit of " + std::to_string(max_body) + " bytes";
+          code = "request_too_large";
+          res.status = 400;
+        }
+        nlohmann::json error = {
+            {"error", {{"message", message}, {"type", "invalid_request_error"}, {"param", nullptr}, {"code", code}}}};
+        res.set_content(error.dump(), "application/json");
+        return httplib::Server::HandlerResponse::Handled;
+      }));
   if (!o.quiet) {
     server.set_logger([](const httplib::Request& req, const httplib::Response& res) {
       std::fprintf(stderr, "%s %s %d\n", req.method.c_str(), req.path.c_str(), res.status);
     });
   }
+}
+
+int run_serve(ServeOptions& o) {
+  use_threads(o.threads);
+  // SIGTERM and SIGINT are waited for below, by this thread alone (the threads started from here
+  // inherit the mask); a client that goes away must not end the process with SIGPIPE.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  const auto load_start = Clock::now();
+  models::LlamaFile llm = models::load_llama(o.model);
+  std::shared_ptr<const models::SentenceEncoder> encoder;
+  if (!o.embedding_model.empty()) {
+    train::LoadedModel loaded =
+        train::load_model(o.embedding_model, "serve",
+                          {.kinds = {"minilm"}, .expected = "a sentence-transformers folder or a GGUF file of one"});
+    encoder = std::make_shared<const models::SentenceEncoder>(std::move(*loaded.encoder));
+    o.api.embedding_model_id = std::filesystem::path(o.embedding_model).filename().string();
+  }
+  o.api.model_id = o.alias.empty() ? std::filesystem::path(o.model).stem().string() : o.alias;
+  serve::Engine engine(llm.model, o.engine);
+  serve::Api api(engine, llm, o.api, encoder);
+
+  httplib::Server server;
+  configure(server, api, o);
 
   int port = o.port;
   if (o.port == 0) {
