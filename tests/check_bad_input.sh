@@ -413,6 +413,24 @@ if [ -f "$data/minilm/model.safetensors" ]; then
   succeeds "an empty text" "cosine similarity" "$ember" embed --model "$data/minilm" --threads 2 ""
 fi
 
+# --- serve ----------------------------------------------------------------------------------------------
+fails "missing model" "\[Llama\] .*missing.gguf does not exist" "$ember" serve --model "$tmp/missing.gguf"
+fails "a safetensors file as model" "\[gguf::load\] .*gpt.safetensors: .* not a GGUF file" \
+  "$ember" serve --model "$tmp/gpt.safetensors"
+fails "a port out of range" "\[serve\] --port: must be a whole number from 0 to 65535, got 70000" \
+  "$ember" serve --port 70000
+fails "no slots" "\[serve\] --parallel: must be a whole number from 1 to 256, got 0" "$ember" serve --parallel 0
+fails "a tiny body limit" "\[serve\] --max-body: must be a whole number from 1024" "$ember" serve --max-body 10
+if [ -f "$data/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf" ]; then
+  smollm2=(--model "$data/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf" --threads 2)
+  fails "a context longer than the model's" "\[serve\] the context must be in \[2, 8192\] .*got 100000" \
+    "$ember" serve "${smollm2[@]}" --context 100000 --port 0
+  fails "a missing embedding model" "\[SentenceEncoder\] the model folder .*missing' does not exist" \
+    "$ember" serve "${smollm2[@]}" --embedding-model "$tmp/missing" --port 0
+  fails "an address not of this machine" "\[serve\] cannot listen on 203.0.113.7:8080" \
+    "$ember" serve "${smollm2[@]}" --host 203.0.113.7 --port 8080
+fi
+
 # --- onnx -----------------------------------------------------------------------------------------------
 mlp="$root/tests/data/onnx/mlp/model.onnx"
 fails "missing model" "\[onnx\] .*missing.onnx" "$ember" onnx info "$tmp/missing.onnx"
