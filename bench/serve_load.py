@@ -5,6 +5,7 @@ by the same clients: each of C clients (1, 4 and 8) streams completions of 128 t
 100-token prompt, one after another, for D seconds. Loopback only; every wait is bounded.
 
   bench/serve_load.py [--duration 60] [--clients 1,4,8] [--threads 2] [--parallel 8] [--servers ember,llama_cpp]
+                      [--ember-flags "--prompt-chunk 16"]
 
 Reported per server and client count: requests completed and failed, generated tokens per second
 over all clients, time to first token and the time between tokens (p50 and p99). The levels of
@@ -67,12 +68,12 @@ def wait_ready(port: int, proc: subprocess.Popen, path: str, timeout: float = 18
     raise SystemExit("the server did not start")
 
 
-def start(server: str, threads: int, parallel: int, context: int) -> tuple[subprocess.Popen, int]:
+def start(server: str, threads: int, parallel: int, context: int, extra: list[str]) -> tuple[subprocess.Popen, int]:
     port = free_port()
     log = open(pathlib.Path(tempfile.gettempdir()) / f"serve_load_{server}.log", "w")
     if server == "ember":
         cmd = [str(ROOT / "build" / "ember"), "serve", "--model", str(MODEL), "--port", str(port), "--threads",
-               str(threads), "--parallel", str(parallel), "--context", str(context), "--quiet"]
+               str(threads), "--parallel", str(parallel), "--context", str(context), "--quiet", *extra]
         ready = "/health"
     else:
         cmd = [str(ROOT / ".venv" / "bin" / "python"), "-m", "llama_cpp.server", "--model", str(MODEL), "--port",
@@ -175,13 +176,14 @@ def main() -> None:
     parser.add_argument("--parallel", type=int, default=8, help="ember's slots")
     parser.add_argument("--context", type=int, default=2048)
     parser.add_argument("--servers", default="ember,llama_cpp")
+    parser.add_argument("--ember-flags", default="", help="more flags for ember serve, e.g. \"--prompt-chunk 16\"")
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "serve_load.json"))
     args = parser.parse_args()
     servers = args.servers.split(",")
     running = {}
     try:
         for name in servers:
-            running[name] = start(name, args.threads, args.parallel, args.context)
+            running[name] = start(name, args.threads, args.parallel, args.context, args.ember_flags.split())
         n_prompt = prompt_tokens(running[servers[0]][1])
         print(f"prompt: {n_prompt} tokens; {TOKENS} tokens per request; {args.duration:.0f} s per level; "
               f"{args.threads} threads; ember --parallel {args.parallel}")
