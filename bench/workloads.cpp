@@ -701,15 +701,17 @@ WorkloadSpec onnx_model(const std::string& name, const std::string& model, int64
           }};
 }
 
-// y = x @ W^T for a weight W (n, k) stored in `dtype` (float32, bfloat16, q8_0, q4_0, or int8
-// with per-row scales): m = 1 is a mat-vec product, memory-bound, which cycles through enough copies
+// y = x @ W^T for a weight W (n, k) stored in `dtype` (float32, bfloat16, q8_0, q4_0, q4_1, or int8
+// with per-row scales); block weights interleaved as nn::Linear and Llama keep them for inference
+// (ember::interleave), or in the file's layout with interleaved = false: m = 1 is a mat-vec product, memory-bound, which cycles through enough copies
 // of the weight (over 96 MB) that no call finds it in the last-level cache; bytes are those the
 // product must read (the weight at its stored size, x and y). A larger m is the batched product.
 WorkloadSpec quantized_product(const std::string& name, DType dtype, int64_t m, int64_t k, int64_t n,
-                               bool slow = false) {
-  return {name, slow, [=] {
+                               bool interleaved = true) {
+  return {name, false, [=] {
             struct Weight {
-              Tensor values, scales;
+              Tensor values{}, scales{};
+              std::optional<InterleavedWeight> fast{};
             };
             const Tensor x = randn({m, k});
             const Tensor w_float = randn({n, k}) * 0.02;
@@ -718,7 +720,10 @@ WorkloadSpec quantized_product(const std::string& name, DType dtype, int64_t m, 
                 const auto [values, scales] = quantize_int8(w_float);
                 return {values, scales};
               }
-              return {is_block_quantized(dtype) ? quantize(w_float, dtype) : w_float.to(dtype), Tensor()};
+              if (!is_block_quantized(dtype)) return {w_float.to(dtype), Tensor(), std::nullopt};
+              Tensor q = quantize(w_float, dtype);
+              if (!interleaved) return {q, Tensor(), std::nullopt};
+              return {Tensor(), Tensor(), interleave(q)};
             };
             const Weight first = make();
             const double weight_bytes =
@@ -726,14 +731,16 @@ WorkloadSpec quantized_product(const std::string& name, DType dtype, int64_t m, 
             const int64_t copies = m == 1 ? std::max<int64_t>(1, static_cast<int64_t>(96e6 / weight_bytes) + 1) : 1;
             auto weights = std::make_shared<std::vector<Weight>>(1, first);
             for (int64_t i = 1; i < copies; ++i)
-              weights->push_back(dtype == kFloat32 ? Weight{first.values.clone(), Tensor()} : make());
+              weights->push_back(dtype == kFloat32 ? Weight{first.values.clone(), Tensor(), std::nullopt} : make());
             const Tensor x_in = dtype == kBFloat16 ? x.to(kBFloat16) : x;
             auto next = std::make_shared<size_t>(0);
             return Workload{.flops = 2.0 * as_double(m * n * k),
                             .bytes = weight_bytes + kFloatBytes * as_double(m * k + m * n),
                             .run = [=] {
                               const Weight& w = (*weights)[(*next)++ % weights->size()];
-                              if (w.values.is_floating_point()) {
+                              if (w.fast) {
+                                ember::quantized_linear(x, *w.fast);
+                              } else if (w.values.is_floating_point()) {
                                 ember::linear(x_in, w.values);
                               } else {
                                 ember::quantized_linear(
@@ -813,9 +820,12 @@ std::vector<WorkloadSpec> workloads(const std::string& mnist_dir) {
                                      std::pair{kQ4_0, "q4_0"}, std::pair{kInt8, "int8"}}) {
     w.push_back(quantized_product(std::string("gemv_") + label + "_4096x14336", dtype, 1, 4096, 14336));
   }
+  w.push_back(quantized_product("gemv_q4_1_4096x14336", kQ4_1, 1, 4096, 14336));
+  w.push_back(quantized_product("gemv_q4_0_gguf_4096x14336", kQ4_0, 1, 4096, 14336, /*interleaved=*/false));
   w.push_back(quantized_product("gemm_int8_1024", kInt8, 1024, 1024, 1024));
   w.push_back(quantized_product("gemm_q8_0_512x4096x4096", kQ8_0, 512, 4096, 4096));
   w.push_back(quantized_product("gemm_q4_0_512x4096x4096", kQ4_0, 512, 4096, 4096));
+
   w.push_back(dispatch_add("dispatch_add_f32_4x4"));
   // The cost per op call: eager, replayed with fusion (the default), replayed kernel by kernel.
   w.push_back(executor_overhead("executor_overhead_1000", 1000, std::nullopt));

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "ember/blocks.h"
@@ -525,6 +526,43 @@ TEST(QuantizeModule, StateDictRoundTripThroughPrepare) {
     fresh->load_state_dict(state);
     const Tensor x = randn({3, 64});
     EXPECT_TRUE(test_util::bitwise_equal((*fresh)(x), (*model)(x)));
+  }
+}
+
+// A block-quantized layer multiplies through an interleaved copy of its weight: the file layout's
+// product up to the float32 order of the sums, and a copy that follows the weight when it is
+// loaded or written. 40 rows: two whole groups of 16 and an edge group.
+TEST(QuantizeModule, InterleavedCopyFollowsTheWeight) {
+  for (const DType dtype : {kQ8_0, kQ4_0, kQ4_1}) {
+    SCOPED_TRACE(std::string(dtype_name(dtype)));
+    manual_seed(26);
+    nn::Linear layer(100, 40);
+    layer.quantize_(dtype);
+    const Tensor x = randn({3, 100});
+    const auto expect_product_of = [&](const Tensor& weight) {
+      const Tensor y = layer(x);
+      const Tensor reference = quantized_linear(x, weight, std::nullopt, layer.bias);
+      EXPECT_LT((y - reference).abs().max().item<double>(), 1e-5 * (1.0 + reference.abs().max().item<double>()));
+    };
+    expect_product_of(layer.weight);
+    nn::Linear other(100, 40);
+    other.quantize_(dtype);
+    const Tensor before = layer(x);
+    layer.load_state_dict(other.state_dict());
+    expect_product_of(other.weight);
+    EXPECT_GT((layer(x) - before).abs().max().item<double>(), 1e-3);
+    {
+      const autograd::NoGradGuard no_grad;
+      layer.weight.copy_(quantize(pad(randn({40, 100}), {0, 28}), dtype));
+    }
+    expect_product_of(layer.weight);
+    // Several threads at once, the copy remade under them.
+    layer.weight.bump_version();
+    std::vector<Tensor> results(4);
+    std::vector<std::thread> threads;
+    for (auto& r : results) threads.emplace_back([&] { r = layer(x); });
+    for (auto& t : threads) t.join();
+    for (const Tensor& r : results) EXPECT_TRUE(test_util::bitwise_equal(r, results[0]));
   }
 }
 

@@ -9,7 +9,10 @@
 //   Tensor y4 = ember::quantized_linear(x, fast);
 #pragma once
 
+#include <mutex>
 #include <optional>
+#include <utility>
+#include <vector>
 
 #include "ember/blocks.h"
 #include "ember/tensor.h"
@@ -62,5 +65,30 @@ InterleavedWeight interleave(const Tensor& weight);
 InterleavedWeight interleave(const std::vector<Tensor>& weights);
 Tensor quantized_linear(const Tensor& x, const InterleavedWeight& weight,
                         const std::optional<Tensor>& bias = std::nullopt);
+
+// Block-quantized weights (out, in) of one dtype and in_features, multiplied through one interleaved
+// copy of their stacked rows: x @ [W_0; W_1; ...]^T in one product. The copy is made by prepare()
+// or the first apply(), and again whenever a weight is replaced or written (load_state_dict,
+// copy_): it is keyed by each weight's data and version. The weights are members of modules that
+// outlive this; apply() may be called from several threads at once.
+class InterleavedStack {
+ public:
+  InterleavedStack() = default;
+  explicit InterleavedStack(std::vector<const Tensor*> weights) : weights_(std::move(weights)) {}
+  InterleavedStack(InterleavedStack&& other) noexcept { *this = std::move(other); }
+  InterleavedStack& operator=(InterleavedStack&& other) noexcept;
+  // Whether the weights can be stacked: all block-quantized, 2-D, in one dtype and in_features.
+  bool stackable() const;
+  Tensor apply(const Tensor& x, const std::optional<Tensor>& bias = std::nullopt);
+  void prepare();
+
+ private:
+  InterleavedWeight current();  // under mutex_
+
+  std::mutex mutex_;
+  std::vector<const Tensor*> weights_;
+  InterleavedWeight interleaved_;
+  std::vector<std::pair<const void*, uint32_t>> made_from_;  // each weight's data and version
+};
 
 }  // namespace ember

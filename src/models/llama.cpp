@@ -108,34 +108,6 @@ LlamaConfig llama_config(const gguf::File& file, const std::string& what) {
 
 // --- modules --------------------------------------------------------------------------------------
 
-bool InterleavedStack::stackable() const {
-  if (weights_.empty()) return false;
-  const Tensor& first = *weights_[0];
-  return std::all_of(weights_.begin(), weights_.end(), [&](const Tensor* w) {
-    return w->dim() == 2 && is_block_quantized(w->dtype()) && w->dtype() == first.dtype() &&
-           w->size(1) == first.size(1);
-  });
-}
-
-void InterleavedStack::prepare() {
-  std::vector<Tensor> weights;
-  made_from_.clear();
-  for (const Tensor* w : weights_) {
-    weights.push_back(*w);
-    made_from_.emplace_back(w->data_ptr(), w->version());
-  }
-  interleaved_ = interleave(weights);
-}
-
-Tensor InterleavedStack::apply(const Tensor& x) {
-  bool current = made_from_.size() == weights_.size();
-  for (size_t i = 0; current && i < weights_.size(); ++i) {
-    current = made_from_[i] == std::make_pair<const void*, uint32_t>(weights_[i]->data_ptr(), weights_[i]->version());
-  }
-  if (!current) prepare();
-  return quantized_linear(x, interleaved_);
-}
-
 LlamaLinear::LlamaLinear(Tensor w) {
   weight = is_floating(w.dtype()) ? register_parameter("weight", std::move(w), false)
                                   : register_buffer("weight", std::move(w));

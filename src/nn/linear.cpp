@@ -41,6 +41,8 @@ void Linear::reset_parameters() { reset_weight_and_bias(weight, bias); }
 
 Tensor Linear::forward(const Tensor& input) {
   if (!is_quantized()) return functional::linear(input, weight, optional_tensor(bias));
+  if (dynamic_activations && interleaved_ && is_block_quantized(weight.dtype()))
+    return interleaved_->apply(input, optional_tensor(bias));
   if (dynamic_activations) return quantized_linear(input, weight, optional_tensor(weight_scale), optional_tensor(bias));
   const Tensor dequantized = weight_scale.defined() ? weight.to(kFloat32) * weight_scale.unsqueeze(1)
                                                     : dequantize(weight).narrow(1, 0, in_features);
@@ -63,6 +65,10 @@ void Linear::quantize_(DType dtype, bool dynamic) {
   }
   if (bias.defined()) bias.requires_grad_(false);
   dynamic_activations = dynamic;
+  if (dtype != kInt8) {
+    interleaved_ = std::make_shared<InterleavedStack>(std::vector<const Tensor*>{&weight});
+    if (dynamic) interleaved_->prepare();  // loading pays for the copy, not the first product
+  }
 }
 
 std::string Linear::extra_repr() const {

@@ -15,6 +15,7 @@
 // read and written once.
 #include "ember/quant.h"
 
+#include <algorithm>
 #include <cstring>
 #include <limits>
 #include <vector>
@@ -149,6 +150,54 @@ InterleavedWeight interleave(const std::vector<Tensor>& weights) {
 Tensor quantized_linear(const Tensor& x, const InterleavedWeight& weight, const std::optional<Tensor>& bias) {
   EMBER_CHECK(weight.data.defined(), "[quantized_linear] the interleaved weight is empty (make it with interleave)");
   return quantized_linear_impl(x, weight.data, std::nullopt, bias, true);
+}
+
+InterleavedStack& InterleavedStack::operator=(InterleavedStack&& other) noexcept {
+  if (this == &other) return *this;
+  const std::scoped_lock lock(mutex_, other.mutex_);
+  weights_ = std::move(other.weights_);
+  interleaved_ = std::move(other.interleaved_);
+  made_from_ = std::move(other.made_from_);
+  return *this;
+}
+
+bool InterleavedStack::stackable() const {
+  if (weights_.empty()) return false;
+  const Tensor& first = *weights_[0];
+  return std::all_of(weights_.begin(), weights_.end(), [&](const Tensor* w) {
+    return w->dim() == 2 && is_block_quantized(w->dtype()) && w->dtype() == first.dtype() &&
+           w->size(1) == first.size(1);
+  });
+}
+
+InterleavedWeight InterleavedStack::current() {
+  bool fresh = made_from_.size() == weights_.size();
+  for (size_t i = 0; fresh && i < weights_.size(); ++i)
+    fresh = made_from_[i] == std::make_pair<const void*, uint32_t>(weights_[i]->data_ptr(), weights_[i]->version());
+  if (!fresh) {
+    std::vector<Tensor> weights;
+    made_from_.clear();
+    for (const Tensor* w : weights_) {
+      weights.push_back(*w);
+      made_from_.emplace_back(w->data_ptr(), w->version());
+    }
+    interleaved_ = interleave(weights);
+  }
+  return interleaved_;
+}
+
+void InterleavedStack::prepare() {
+  const std::lock_guard lock(mutex_);
+  current();
+}
+
+Tensor InterleavedStack::apply(const Tensor& x, const std::optional<Tensor>& bias) {
+  InterleavedWeight weight;
+  {
+    const std::lock_guard lock(mutex_);
+    weight = current();
+  }
+  return quantized_linear(x, weight, bias);
 }
 
 // --- cost rules ----------------------------------------------------------------------------------

@@ -64,25 +64,6 @@ struct LlamaCache {
   int64_t capacity() const { return keys.empty() ? 0 : keys[0].size(2); }
 };
 
-// Block-quantized weights (out, in) of one dtype and in_features, multiplied through one interleaved
-// copy of their stacked rows (ember/quant.h interleave): x @ [W_0; W_1; ...]^T in one product. The
-// copy is made by prepare() or the first apply(), and again whenever a weight is replaced or
-// written (load_state_dict, copy_). The weights are the members of modules that outlive this.
-class InterleavedStack {
- public:
-  InterleavedStack() = default;
-  explicit InterleavedStack(std::vector<const Tensor*> weights) : weights_(std::move(weights)) {}
-  // Whether the weights can be stacked: all block-quantized, 2-D, in one dtype and in_features.
-  bool stackable() const;
-  Tensor apply(const Tensor& x);
-  void prepare();
-
- private:
-  std::vector<const Tensor*> weights_;
-  InterleavedWeight interleaved_;
-  std::vector<std::pair<const void*, uint32_t>> made_from_;  // each weight's data and version
-};
-
 // y = x @ weight^T, the weight (out, in) as the file stores it: floating, or block-quantized (the
 // product quantizes x to q8_0 blocks on the fly and reads an interleaved copy: InterleavedStack).
 class LlamaLinear : public nn::Module {

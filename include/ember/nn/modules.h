@@ -19,6 +19,10 @@
 #include "ember/nn/functional.h"
 #include "ember/nn/module.h"
 
+namespace ember {
+class InterleavedStack;
+}
+
 namespace ember::nn {
 
 // --- containers -----------------------------------------------------------------------------------
@@ -87,11 +91,13 @@ class Sequential : public detail::IndexedModules {
 // y = x W^T + b. x (..., in_features) -> (..., out_features). weight (out_features, in_features) and
 // bias (out_features) start as U(-1/sqrt(in_features), 1/sqrt(in_features)).
 //
-// quantize_() stores the weight quantized, for inference (ember/quant.h): q8_0 or q4_0 blocks, or
-// int8 per output channel with its scales in the buffer weight_scale. The weight becomes a
+// quantize_() stores the weight quantized, for inference (ember/quant.h): q8_0, q4_0 or q4_1 blocks,
+// or int8 per output channel with its scales in the buffer weight_scale. The weight becomes a
 // persistent buffer (no gradient; state_dict() holds the quantized tensor), and forward() runs
 // quantized_linear, which quantizes the activations on the fly, or, with
-// dynamic_activations = false, multiplies float activations by the dequantized weight.
+// dynamic_activations = false, multiplies float activations by the dequantized weight. A block
+// weight is multiplied through an interleaved copy of it (ember::InterleavedStack: as much memory
+// again as the weight), made by quantize_ and remade after load_state_dict or any write to it.
 class Linear : public Module {
  public:
   Linear(int64_t in_features, int64_t out_features, bool bias = true);
@@ -112,6 +118,9 @@ class Linear : public Module {
   Tensor bias;          // undefined when made with bias = false
   Tensor weight_scale;  // int8 weights: one float32 scale per output feature; undefined otherwise
   bool dynamic_activations = true;
+
+ private:
+  std::shared_ptr<InterleavedStack> interleaved_;  // block weights with dynamic activations
 };
 
 // A Linear layer made quantized (Linear::quantize_), for building inference models directly; load
