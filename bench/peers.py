@@ -42,6 +42,7 @@ class TimingPolicy:
     sample_seconds: float = 0.02
     budget_seconds: float = 3.0
     repeats: int = 5
+    long_call_seconds: float = 1.0  # a call at least this long is timed once (as ember bench does)
 
 
 @dataclass
@@ -71,6 +72,8 @@ def measure(fn: Callable[[], object], policy: TimingPolicy, warmup: Optional[Cal
             break
         growth = min(max(1.2 * policy.sample_seconds / max(sample_cost, 1e-9), 2.0), 10.0)
         iterations = math.ceil(iterations * growth)
+    if iterations == 1 and sample_cost >= policy.long_call_seconds:
+        return Timing(sample_cost, sample_cost, sample_cost, 1, 1)
     samples = min(max(int(policy.budget_seconds / sample_cost), 1), policy.repeats)
     per_call = sorted(_time_calls(fn, iterations) for _ in range(samples))
     n = len(per_call)

@@ -376,6 +376,14 @@ def run_load(args, ember: Path, names: list[str], peer_setups: dict, torch_versi
     return 0
 
 
+def warm_up(fn, policy) -> None:
+    """Two untimed calls, or one when it lasted a long call's time (a training run of seconds)."""
+    start = time.perf_counter()
+    fn()
+    if time.perf_counter() - start < policy.long_call_seconds:
+        fn()
+
+
 def spread(values: list[float]) -> float | None:
     return max(values) / min(values) - 1 if len(values) > 1 and min(values) > 0 else None
 
@@ -436,8 +444,7 @@ def run(args) -> int:
         cpp_name = py_row[1] if py_row else name
         if py_row:
             ember_py = py_row[0]()
-            ember_py()
-            ember_py()
+            warm_up(ember_py, policy)
         for peer in wanted_peers:
             setup = peer_setups.get(cpp_name, {}).get(peer)
             if setup is None:
@@ -445,8 +452,7 @@ def run(args) -> int:
             try:
                 made = setup()
                 fn, warmup = made if isinstance(made, tuple) else (made, None)
-                (warmup or fn)()
-                (warmup or fn)()
+                warm_up(warmup or fn, policy)
                 callables[peer] = (fn, warmup)
             except (ImportError, FileNotFoundError) as e:  # a package or file that is not installed
                 print(f"  {name}: {peer} skipped: {type(e).__name__}: {e}", flush=True)

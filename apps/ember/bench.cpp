@@ -44,6 +44,10 @@ struct TimingPolicy {
   double sample_seconds;  // a sample repeats the call until it lasts about this long
   double budget_seconds;  // fewer samples (never fewer than 1) when they would take longer than this
   int repeats;            // samples wanted
+  // A call lasting at least this long is timed once: the first calibration call is the one sample
+  // (a training run of seconds needs no second call to be measured, and a full benchmark run of
+  // such rows would otherwise repeat each several times per side and round).
+  double long_call_seconds = 1.0;
 };
 
 struct Timing {
@@ -83,9 +87,14 @@ Timing measure(const Workload& w, const TimingPolicy& policy) {
     const double growth = std::clamp(1.2 * policy.sample_seconds / std::max(sample_cost, 1e-9), 2.0, 10.0);
     t.iterations = static_cast<int64_t>(std::ceil(static_cast<double>(t.iterations) * growth));
   }
-  t.samples = std::clamp(static_cast<int>(policy.budget_seconds / sample_cost), 1, policy.repeats);
   std::vector<double> per_call;
-  for (int s = 0; s < t.samples; ++s) per_call.push_back(time_calls(w, t.iterations));
+  if (t.iterations == 1 && sample_cost >= policy.long_call_seconds) {
+    t.samples = 1;
+    per_call.push_back(sample_cost);
+  } else {
+    t.samples = std::clamp(static_cast<int>(policy.budget_seconds / sample_cost), 1, policy.repeats);
+    for (int s = 0; s < t.samples; ++s) per_call.push_back(time_calls(w, t.iterations));
+  }
   t.median_s = median(per_call);
   t.min_s = *std::min_element(per_call.begin(), per_call.end());
   t.max_s = *std::max_element(per_call.begin(), per_call.end());
