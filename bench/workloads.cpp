@@ -703,9 +703,9 @@ WorkloadSpec onnx_model(const std::string& name, const std::string& model, int64
 
 // y = x @ W^T for a weight W (n, k) stored in `dtype` (float32, bfloat16, q8_0, q4_0, q4_1, or int8
 // with per-row scales); block weights interleaved as nn::Linear and Llama keep them for inference
-// (ember::interleave), or in the file's layout with interleaved = false: m = 1 is a mat-vec product, memory-bound, which cycles through enough copies
-// of the weight (over 96 MB) that no call finds it in the last-level cache; bytes are those the
-// product must read (the weight at its stored size, x and y). A larger m is the batched product.
+// (ember::interleave), or in the file's layout with interleaved = false: m = 1 is a mat-vec product, memory-bound,
+// which cycles through enough copies of the weight (over 96 MB) that no call finds it in the last-level cache; bytes
+// are those the product must read (the weight at its stored size, x and y). A larger m is the batched product.
 WorkloadSpec quantized_product(const std::string& name, DType dtype, int64_t m, int64_t k, int64_t n,
                                bool interleaved = true) {
   return {name, false, [=] {

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ember/ember.h"
@@ -26,11 +27,26 @@ TEST(GemmBf16, MatchesFloat64SumsOfTheSameValues) {
   if (!cpu::supports(cpu::cpu_isa(), cpu::Isa::kAvx512Bf16)) GTEST_SKIP() << "no AVX512_BF16 on this CPU (or capped)";
   std::mt19937 rng(9);
   std::normal_distribution<float> normal;
-  const std::vector<GemmCase> cases = {
-      {1, 1, 1, false, true},        {1, 37, 100, false, true},    {3, 5000, 64, false, true},
-      {4, 33, 1031, false, true},    {5, 33, 3, false, false},     {14, 32, 512, false, true},
-      {15, 31, 513, true, false},    {29, 65, 1030, false, true},  {130, 70, 257, true, true},
-      {113, 2100, 40, false, false}, {20, 40, 67, false, true, 2}, {17, 35, 66, true, false, 3}};
+  const std::vector<GemmCase> cases = {{1, 1, 1, false, true},
+                                       {1, 37, 100, false, true},
+                                       {3, 5000, 64, false, true},
+                                       {4, 33, 1031, false, true},
+                                       {5, 33, 3, false, false},
+                                       {14, 32, 512, false, true},
+                                       {15, 31, 513, true, false},
+                                       {29, 65, 1030, false, true},
+                                       {130, 70, 257, true, true},
+                                       {113, 2100, 40, false, false},
+                                       {20, 40, 67, false, true, 2},
+                                       {17, 35, 66, true, false, 3},
+                                       // AMX: several blocks of k (4096 each, C reloaded into the tiles; an odd block),
+                                       // a second block of 256 rows, one and two 16-row tiles at the edges.
+                                       {33, 40, 8999, false, true},
+                                       {300, 70, 96, false, false},
+                                       {16, 16, 32, false, true},
+                                       {48, 47, 4097, true, false}};
+  std::vector<cpu::Isa> levels = {cpu::Isa::kAvx512Bf16};
+  if (cpu::supports(cpu::cpu_isa(), cpu::Isa::kAmx)) levels.push_back(cpu::Isa::kAmx);
   for (const GemmCase& c : cases) {
     SCOPED_TRACE("m=" + std::to_string(c.m) + " n=" + std::to_string(c.n) + " k=" + std::to_string(c.k) +
                  (c.a_transposed ? " A^T" : "") + (c.b_transposed ? " B^T" : ""));
@@ -51,8 +67,11 @@ TEST(GemmBf16, MatchesFloat64SumsOfTheSameValues) {
     const cpu::Bf16Matrix bt{reinterpret_cast<const uint16_t*>(b.data()), (c.b_transposed ? c.k : 1) * s,
                              (c.b_transposed ? 1 : c.n) * s};
     std::vector<float> out(static_cast<size_t>(c.m * c.n), NAN);
-    for (const int threads : {1, 2}) {
-      cpu::gemm_bf16(am, bt, c.m, c.n, c.k, out.data(), threads);
+    for (const auto& [isa, threads] : {std::pair{levels.front(), 1}, std::pair{levels.front(), 2},
+                                       std::pair{levels.back(), 1}, std::pair{levels.back(), 2}}) {
+      SCOPED_TRACE(std::string(cpu::isa_name(isa)) + " threads=" + std::to_string(threads));
+      std::fill(out.begin(), out.end(), NAN);
+      cpu::gemm_bf16(am, bt, c.m, c.n, c.k, out.data(), threads, isa);
       for (int64_t i = 0; i < c.m; ++i) {
         for (int64_t j = 0; j < c.n; ++j) {
           double sum = 0, magnitude = 0;

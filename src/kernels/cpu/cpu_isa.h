@@ -14,13 +14,14 @@ enum class Isa : int {
   kAvx512,      // F, BW, DQ, VL
   kAvx512Vnni,  // + VNNI (vpdpbusd)
   kAvx512Bf16,  // + VNNI and BF16 (vdpbf16ps)
+  kAmx,         // + AMX tiles with BF16 and INT8 products, which the OS lets this process use
 };
 
 // Does a CPU at level `have` run code for level `want`?
 constexpr bool supports(Isa have, Isa want) { return static_cast<int>(have) >= static_cast<int>(want); }
 
-// EMBER_MAX_CPU_ISA=AVX512_BF16|AVX512_VNNI|AVX512|AVX2|SSE4|SCALAR, or kAvx512Bf16 when unset
-// (no cap). An unknown name is reported once on stderr and ignored.
+// EMBER_MAX_CPU_ISA=AMX|AVX512_BF16|AVX512_VNNI|AVX512|AVX2|SSE4|SCALAR, or kAmx when unset (no
+// cap). An unknown name is reported once on stderr and ignored.
 Isa max_isa();
 
 // The best level this CPU supports, capped by max_isa().

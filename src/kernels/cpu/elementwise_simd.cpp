@@ -261,10 +261,11 @@ namespace {
 // ONEDNN_MAX_CPU_ISA): to compare code paths on one machine, or to test the AVX2 kernels on an
 // AVX-512 one. Applied once when the library loads; Highway orders targets so that every better
 // target has a lower bit, so the cap disables all bits below the named one. The levels above
-// AVX512 (VNNI, BF16) concern the hand-written kernels only: Highway's AVX3 is their base.
+// AVX512 (VNNI, BF16, AMX) concern the hand-written kernels only: Highway's AVX3 is their base.
 const bool kIsaCapApplied = [] {
   int64_t cap = 0;
   switch (max_isa()) {
+    case Isa::kAmx:
     case Isa::kAvx512Bf16:
       return false;
     case Isa::kAvx512Vnni:

@@ -1,9 +1,11 @@
-// bfloat16 matrix products with float32 accumulation on AVX-512 BF16 (vdpbf16ps): the packed
+// bfloat16 matrix products with float32 accumulation on AVX-512 BF16 (vdpbf16ps) or AMX tiles: the packed
 // GEMM of gemm.cpp with k taken in pairs (Note [bf16 GEMM] in gemm_bf16.cpp). gemm.cpp calls it for
 // bfloat16 problems when cpu_isa() has AVX512_BF16; other CPUs convert to float32.
 #pragma once
 
 #include <cstdint>
+
+#include "kernels/cpu/cpu_isa.h"
 
 namespace ember::cpu {
 
@@ -16,8 +18,10 @@ struct Bf16Matrix {
 
 // c (m x n, contiguous, float32) = a (m x k) @ bt^T, where bt is B seen transposed (n x k): for a
 // weight W stored (n, k), bt is W itself. Sums each element in float32 in an order that depends
-// on k alone. Needs AVX512_BF16.
-void gemm_bf16(const Bf16Matrix& a, const Bf16Matrix& bt, int64_t m, int64_t n, int64_t k, float* c, int threads);
+// on k and `isa` alone: AMX tiles at kAmx, vdpbf16ps below (tests pass each level this CPU has).
+// Needs AVX512_BF16.
+void gemm_bf16(const Bf16Matrix& a, const Bf16Matrix& bt, int64_t m, int64_t n, int64_t k, float* c, int threads,
+               Isa isa = cpu_isa());
 
 // out (m x n bfloat16, rows out_row_stride apart, columns contiguous) = c (m x n, contiguous) + bias
 // (n float32 values, or null), rounded to nearest even with vcvtneps2bf16 (which, unlike the scalar
