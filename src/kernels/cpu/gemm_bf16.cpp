@@ -169,29 +169,38 @@ EMBER_BF16 void micro_kernel(const uint32_t* a, const uint32_t* b, int64_t pairs
 }
 
 // y[i][j] = dot(A row i, W row j) for W stored row by row with pairs adjacent (Bt.col_stride 1).
+// Four rows of W at a time, each prefetched 2 KiB ahead: four streams keep more loads in flight
+// than one (gemv_bf16_4096x14336, 2 threads: 4.45 ms with one row and no prefetch, 3.2 with four
+// rows, 2.4-2.8 with the prefetch; 8 rows measured no better), and with a few rows of A the rows of
+// W are read from L1 for the second and later.
 EMBER_BF16 void dot_rows(const Bf16Matrix& a, const Bf16Matrix& bt, int64_t m, int64_t k, int64_t j_begin,
                          int64_t j_end, float* c, int64_t ldc) {
+  constexpr int kRows = 4;
+  constexpr int64_t kAhead = 1024;  // values: each row's stream is asked for 2 KiB ahead
   const int64_t full = k / 32 * 32;
-  for (int64_t i = 0; i < m; ++i) {
-    const uint16_t* x = a.data + i * a.row_stride;
-    for (int64_t j = j_begin; j < j_end; ++j) {
-      const uint16_t* w = bt.data + j * bt.row_stride;
-      __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
-      int64_t p = 0;
-      for (; p + 64 <= full; p += 64) {
-        acc0 = _mm512_dpbf16_ps(acc0, (__m512bh)_mm512_loadu_si512(x + p), (__m512bh)_mm512_loadu_si512(w + p));
-        acc1 =
-            _mm512_dpbf16_ps(acc1, (__m512bh)_mm512_loadu_si512(x + p + 32), (__m512bh)_mm512_loadu_si512(w + p + 32));
+  const __mmask32 tail = static_cast<__mmask32>((uint64_t{1} << (k - full)) - 1);
+  for (int64_t j = j_begin; j < j_end; j += kRows) {
+    const int rows = static_cast<int>(std::min<int64_t>(kRows, j_end - j));
+    const uint16_t* w[kRows];
+    for (int r = 0; r < kRows; ++r) w[r] = bt.data + (j + std::min(r, rows - 1)) * bt.row_stride;
+    for (int64_t i = 0; i < m; ++i) {
+      const uint16_t* x = a.data + i * a.row_stride;
+      __m512 acc[kRows];
+      for (__m512& v : acc) v = _mm512_setzero_ps();
+      for (int64_t p = 0; p < full; p += 32) {
+        if (i == 0) {
+          for (int r = 0; r < kRows; ++r) _mm_prefetch(reinterpret_cast<const char*>(w[r] + p + kAhead), _MM_HINT_T0);
+        }
+        const __m512bh xv = (__m512bh)_mm512_loadu_si512(x + p);
+        for (int r = 0; r < kRows; ++r) acc[r] = _mm512_dpbf16_ps(acc[r], xv, (__m512bh)_mm512_loadu_si512(w[r] + p));
       }
-      for (; p < full; p += 32) {
-        acc0 = _mm512_dpbf16_ps(acc0, (__m512bh)_mm512_loadu_si512(x + p), (__m512bh)_mm512_loadu_si512(w + p));
+      if (full < k) {  // the tail, masked: whole 16-bit values, zero past the end
+        const __m512bh xv = (__m512bh)_mm512_maskz_loadu_epi16(tail, x + full);
+        for (int r = 0; r < kRows; ++r) {
+          acc[r] = _mm512_dpbf16_ps(acc[r], xv, (__m512bh)_mm512_maskz_loadu_epi16(tail, w[r] + full));
+        }
       }
-      if (p < k) {  // the tail, masked: whole 16-bit values, zero past the end
-        const __mmask32 mask = (__mmask32{1} << (k - p)) - 1;
-        acc1 = _mm512_dpbf16_ps(acc1, (__m512bh)_mm512_maskz_loadu_epi16(mask, x + p),
-                                (__m512bh)_mm512_maskz_loadu_epi16(mask, w + p));
-      }
-      c[i * ldc + j] = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
+      for (int r = 0; r < rows; ++r) c[i * ldc + j + r] = _mm512_reduce_add_ps(acc[r]);
     }
   }
 }
