@@ -266,16 +266,18 @@ EMBER_AMX void pack_a_tiles(const Bf16Matrix& a, int64_t k, int64_t pc, int64_t 
 }
 
 // c (rows x cols of a 32 x 32 tile, row stride ldc) = (first ? 0 : c) + A (`rows` rows: one or two
-// groups of 16 packed by pack_a_tiles, the second at a + blocks * 256) x B micro-panel, over `blocks`
-// blocks of 16 pairs.
-EMBER_AMX void amx_micro_kernel(const uint32_t* a, const uint32_t* b, int64_t blocks, float* c, int64_t ldc,
-                                int64_t rows, int64_t cols, bool first, const char* ahead, int64_t ahead_lines) {
+// groups of 16 packed by pack_a_tiles, `group` words apart) x B micro-panel, over `pairs` pairs of k
+// (zero-padded to whole blocks of 16).
+EMBER_AMX void amx_micro_kernel(const uint32_t* a, int64_t group, const uint32_t* b, int64_t pairs, float* c,
+                                int64_t ldc, int64_t rows, int64_t cols, bool first, const char* ahead,
+                                int64_t ahead_lines) {
+  const int64_t blocks = (pairs + kTilePairs - 1) / kTilePairs;
   alignas(64) float buffer[kAmxMr * kNr];
   const bool whole = rows == kAmxMr && cols == kNr;
   float* out = whole ? c : buffer;
   const int64_t out_ld = whole ? ldc : kNr;
   const int64_t out_bytes = out_ld * 4, a_bytes = 64, b_bytes = kNr * 4;
-  const uint32_t* a1 = a + blocks * 256;
+  const uint32_t* a1 = a + group;
   const bool two = rows > 16;
   if (!whole && !first) {
     std::fill(buffer, buffer + kAmxMr * kNr, 0.0f);
@@ -330,13 +332,57 @@ EMBER_AMX void amx_micro_kernel(const uint32_t* a, const uint32_t* b, int64_t bl
   }
 }
 
-// gemm_bf16 on AMX: the loops of the AVX-512 path below with 32-row tiles.
-EMBER_AMX void gemm_amx(const Bf16Matrix& a, const Bf16Matrix& bt, int64_t m, int64_t n, int64_t k, float* c,
-                        int threads) {
-  const int64_t kc_blocks = (k + kAmxKc - 1) / kAmxKc;
+// --- the driver, for both kernels ---------------------------------------------------------------------
+
+// The AVX-512 path: 14 x 32 tiles, k blocks of 1024 (Note [bf16 blocking]).
+struct Avx512Path {
+  static constexpr int64_t kRows = kMr, kKcLimit = kKc, kPairMultiple = 1;
+  static int64_t row_block(int64_t /*stride*/) { return kMc; }
+  static void begin() {}
+  static void end() {}
+  // Rows i0..i0+rows of A, at most kRows, as one micro-panel.
+  static void pack(const Bf16Matrix& a, int64_t k, int64_t pc, int64_t kc, int64_t i0, int64_t rows,
+                   int64_t stride, uint32_t* out) {
+    (void)stride;
+    pack_a(a, k, pc, kc, i0, rows, out);
+  }
+  static void tile(const uint32_t* a, int64_t /*stride*/, const uint32_t* b, int64_t pairs, float* c, int64_t ldc,
+                   int64_t rows, int64_t cols, bool first, const char* /*ahead*/, int64_t /*ahead_lines*/) {
+    micro_kernel(a, b, pairs, c, ldc, rows, cols, first);
+  }
+};
+
+// The AMX path (Note [AMX bf16 tiles]): 32 x 32 tiles, k blocks of 4096, 1 MiB of packed A per block.
+struct AmxPath {
+  static constexpr int64_t kRows = kAmxMr, kKcLimit = kAmxKc, kPairMultiple = kTilePairs;
+  static int64_t row_block(int64_t stride) {
+    return std::clamp<int64_t>(kAmxABlock / (stride * 4) / kAmxMr, 1, 8) * kAmxMr;
+  }
+  static void begin() { configure_tiles(); }
+  static void end() { release_tiles(); }
+  // Rows i0..i0+rows of A, at most 32, as two groups of 16 rows' tiles, 16 * stride words apart.
+  static void pack(const Bf16Matrix& a, int64_t k, int64_t pc, int64_t kc, int64_t i0, int64_t rows,
+                   int64_t stride, uint32_t* out) {
+    const int64_t blocks = ((kc + 1) / 2 + kTilePairs - 1) / kTilePairs;
+    for (int64_t g = 0; g < rows; g += 16) {
+      pack_a_tiles(a, k, pc, kc, i0 + g, std::min<int64_t>(16, rows - g), blocks, out + g * stride);
+    }
+  }
+  static void tile(const uint32_t* a, int64_t stride, const uint32_t* b, int64_t pairs, float* c, int64_t ldc,
+                   int64_t rows, int64_t cols, bool first, const char* ahead, int64_t ahead_lines) {
+    amx_micro_kernel(a, 16 * stride, b, pairs, c, ldc, rows, cols, first, ahead, ahead_lines);
+  }
+};
+
+// The packed GEMM's loops for either path: B panels of NC columns x a k block (packed by all the
+// threads, pairs zero-padded to the path's multiple), then each thread's row tiles in blocks of A,
+// every tile against every B micro-panel. The k blocks are equal and depend on k alone.
+template <class Path>
+void packed_gemm(const Bf16Matrix& a, const Bf16Matrix& bt, int64_t m, int64_t n, int64_t k, float* c, int threads) {
+  const int64_t kc_blocks = (k + Path::kKcLimit - 1) / Path::kKcLimit;
   const int64_t kc_size = (k + kc_blocks - 1) / kc_blocks;
-  const int64_t stride = ((kc_size + 1) / 2 + kTilePairs - 1) / kTilePairs * kTilePairs;  // pairs, padded
-  const int64_t row_block = std::clamp<int64_t>(kAmxABlock / (stride * 4) / kAmxMr, 1, 8) * kAmxMr;
+  const int64_t stride = ((kc_size + 1) / 2 + Path::kPairMultiple - 1) / Path::kPairMultiple * Path::kPairMultiple;
+  const int64_t row_block = Path::row_block(stride);
   std::vector<uint32_t> b_pack;
   for (int64_t jc = 0; jc < n; jc += kNc) {
     const int64_t nc = std::min(kNc, n - jc);
@@ -344,41 +390,41 @@ EMBER_AMX void gemm_amx(const Bf16Matrix& a, const Bf16Matrix& bt, int64_t m, in
     b_pack.assign(static_cast<size_t>(panels * stride * kNr), 0u);
     for (int64_t pc = 0; pc < k; pc += kc_size) {
       const int64_t kc = std::min(kc_size, k - pc), pairs = (kc + 1) / 2;
-      const int64_t blocks = (pairs + kTilePairs - 1) / kTilePairs;
+      const int64_t padded = (pairs + Path::kPairMultiple - 1) / Path::kPairMultiple * Path::kPairMultiple;
       parallel_for_threads(threads, 0, panels, 1, [&](int64_t begin, int64_t end) {
         for (int64_t jp = begin; jp < end; ++jp) {
           uint32_t* panel = b_pack.data() + jp * stride * kNr;
           pack_b(bt, k, pc, kc, jc + jp * kNr, std::min(kNr, nc - jp * kNr), panel);
-          std::fill(panel + pairs * kNr, panel + blocks * kTilePairs * kNr, 0u);  // a shorter last block
+          std::fill(panel + pairs * kNr, panel + padded * kNr, 0u);  // a shorter last block
         }
       });
-      const int64_t row_tiles = (m + kAmxMr - 1) / kAmxMr;
+      // The row tiles split evenly among the threads (blocks of kMc rows would leave one thread a
+      // block more than the other: 7 blocks for 1024 rows), then each thread's rows in blocks.
+      const int64_t row_tiles = (m + Path::kRows - 1) / Path::kRows;
       parallel_for_threads(threads, 0, row_tiles, 1, [&](int64_t tile_begin, int64_t tile_end) {
-        configure_tiles();
+        Path::begin();
         std::vector<uint32_t> a_pack(static_cast<size_t>(row_block * stride));
-        const int64_t row_end = std::min(m, tile_end * kAmxMr);
-        for (int64_t ic = tile_begin * kAmxMr; ic < row_end; ic += row_block) {
-          const int64_t mc = std::min(row_block, row_end - ic);
-          for (int64_t ir = 0; ir < mc; ir += 16) {
-            pack_a_tiles(a, k, pc, kc, ic + ir, std::min<int64_t>(16, mc - ir), blocks,
-                         a_pack.data() + ir / 16 * blocks * 256);
+        const int64_t row_end = std::min(m, tile_end * Path::kRows);
+        for (int64_t ic = tile_begin * Path::kRows; ic < row_end; ic += row_block) {
+          const int64_t mc = std::min(row_block, row_end - ic), tiles = (mc + Path::kRows - 1) / Path::kRows;
+          for (int64_t ir = 0; ir < mc; ir += Path::kRows) {
+            Path::pack(a, k, pc, kc, ic + ir, std::min(Path::kRows, mc - ir), stride, a_pack.data() + ir * stride);
           }
           for (int64_t jp = 0; jp < panels; ++jp) {
             const uint32_t* b_panel = b_pack.data() + jp * stride * kNr;
-            // The next panel is brought into L2 while this one is used, a slice per row tile.
-            const int64_t panel_lines = blocks * kTilePairs * kNr * 4 / 64, tiles = (mc + kAmxMr - 1) / kAmxMr;
+            // The next panel is asked for while this one is used, a slice per row tile (Note [AMX prefetch]).
+            const int64_t panel_lines = padded * kNr * 4 / 64;
             const char* next = jp + 1 < panels ? reinterpret_cast<const char*>(b_panel + stride * kNr) : nullptr;
             const int64_t slice = next != nullptr ? (panel_lines + tiles - 1) / tiles : 0;
-            for (int64_t ir = 0; ir < mc; ir += kAmxMr) {
-              const int64_t t = ir / kAmxMr;
-              amx_micro_kernel(a_pack.data() + ir / 16 * blocks * 256, b_panel, blocks,
-                               c + (ic + ir) * n + jc + jp * kNr, n, std::min(kAmxMr, mc - ir),
-                               std::min(kNr, nc - jp * kNr), pc == 0, next + t * slice * 64,
-                               std::max<int64_t>(0, std::min(slice, panel_lines - t * slice)));
+            for (int64_t ir = 0; ir < mc; ir += Path::kRows) {
+              const int64_t t = ir / Path::kRows;
+              Path::tile(a_pack.data() + ir * stride, stride, b_panel, pairs, c + (ic + ir) * n + jc + jp * kNr, n,
+                         std::min(Path::kRows, mc - ir), std::min(kNr, nc - jp * kNr), pc == 0,
+                         next + t * slice * 64, std::max<int64_t>(0, std::min(slice, panel_lines - t * slice)));
             }
           }
         }
-        release_tiles();
+        Path::end();
       });
     }
   }
@@ -420,45 +466,9 @@ void gemm_bf16(const Bf16Matrix& a, const Bf16Matrix& bt, int64_t m, int64_t n, 
     return;
   }
   if (supports(isa, Isa::kAmx)) {
-    gemm_amx(a, bt, m, n, k, c, threads);
-    return;
-  }
-  const int64_t kc_blocks = (k + kKc - 1) / kKc;
-  const int64_t kc_size = (k + kc_blocks - 1) / kc_blocks;  // equal blocks, as the float32 GEMM
-  const int64_t max_pairs = (kc_size + 1) / 2;
-  std::vector<uint32_t> b_pack;
-  for (int64_t jc = 0; jc < n; jc += kNc) {
-    const int64_t nc = std::min(kNc, n - jc);
-    const int64_t panels = (nc + kNr - 1) / kNr;
-    b_pack.assign(static_cast<size_t>(panels * max_pairs * kNr), 0u);
-    for (int64_t pc = 0; pc < k; pc += kc_size) {
-      const int64_t kc = std::min(kc_size, k - pc), pairs = (kc + 1) / 2;
-      parallel_for_threads(threads, 0, panels, 1, [&](int64_t begin, int64_t end) {
-        for (int64_t jp = begin; jp < end; ++jp) {
-          pack_b(bt, k, pc, kc, jc + jp * kNr, std::min(kNr, nc - jp * kNr), b_pack.data() + jp * max_pairs * kNr);
-        }
-      });
-      // The row tiles split evenly among the threads (blocks of kMc rows would leave one thread a
-      // block more than the other: 7 blocks for 1024 rows), then each thread's rows in blocks.
-      const int64_t row_tiles = (m + kMr - 1) / kMr;
-      parallel_for_threads(threads, 0, row_tiles, 1, [&](int64_t tile_begin, int64_t tile_end) {
-        std::vector<uint32_t> a_pack(static_cast<size_t>(kMc * max_pairs));
-        const int64_t row_end = std::min(m, tile_end * kMr);
-        for (int64_t ic = tile_begin * kMr; ic < row_end; ic += kMc) {
-          const int64_t mc = std::min(kMc, row_end - ic);
-          for (int64_t ir = 0; ir < mc; ir += kMr) {
-            pack_a(a, k, pc, kc, ic + ir, std::min(kMr, mc - ir), a_pack.data() + ir * max_pairs);
-          }
-          for (int64_t jp = 0; jp < panels; ++jp) {
-            const uint32_t* b_panel = b_pack.data() + jp * max_pairs * kNr;
-            for (int64_t ir = 0; ir < mc; ir += kMr) {
-              micro_kernel(a_pack.data() + ir * max_pairs, b_panel, pairs, c + (ic + ir) * n + jc + jp * kNr, n,
-                           std::min(kMr, mc - ir), std::min(kNr, nc - jp * kNr), pc == 0);
-            }
-          }
-        }
-      });
-    }
+    packed_gemm<AmxPath>(a, bt, m, n, k, c, threads);
+  } else {
+    packed_gemm<Avx512Path>(a, bt, m, n, k, c, threads);
   }
 }
 
