@@ -71,7 +71,18 @@ TEST(GemmBf16, MatchesFloat64SumsOfTheSameValues) {
                                        std::pair{levels.back(), 1}, std::pair{levels.back(), 2}}) {
       SCOPED_TRACE(std::string(cpu::isa_name(isa)) + " threads=" + std::to_string(threads));
       std::fill(out.begin(), out.end(), NAN);
-      cpu::gemm_bf16(am, bt, c.m, c.n, c.k, out.data(), threads, isa);
+      cpu::gemm_bf16(am, bt, c.m, c.n, c.k, out.data(), threads, nullptr, isa);
+      // Rounded by the GEMM tile by tile (into rows 3 values longer, with a bias): the float32 sums
+      // rounded afterwards, bit for bit, and nothing written past a row.
+      std::vector<float> bias(static_cast<size_t>(c.n));
+      for (float& v : bias) v = normal(rng);
+      const int64_t ld = c.n + 3;
+      std::vector<uint16_t> rounded(static_cast<size_t>(c.m * ld), 0xffff), expected(rounded);
+      std::vector<float> scratch(out.size(), NAN);
+      const cpu::Bf16Output to{rounded.data(), ld, bias.data()};
+      cpu::gemm_bf16(am, bt, c.m, c.n, c.k, scratch.data(), threads, &to, isa);
+      cpu::round_to_bf16(out.data(), c.m, c.n, bias.data(), expected.data(), ld);
+      ASSERT_EQ(rounded, expected);
       for (int64_t i = 0; i < c.m; ++i) {
         for (int64_t j = 0; j < c.n; ++j) {
           double sum = 0, magnitude = 0;

@@ -985,10 +985,23 @@ template <class S>
 void solve_half(const GemmArgs& g, const S* a, const S* b, S* c, const S* residual, int threads) {
   const int64_t m = g.m, n = g.n, k = g.k;
   float* c32 = static_cast<float*>(scratch(Scratch::kResult, std::max<int64_t>(m * n, 1) * 4));
+  const S* bias = static_cast<const S*>(g.bias);
+  const float alpha = static_cast<float>(g.alpha), beta = static_cast<float>(g.beta);
   if (std::is_same_v<S, BFloat16> && supports(cpu_isa(), Isa::kAvx512Bf16)) {
     const auto* a16 = reinterpret_cast<const uint16_t*>(a);
     const auto* b16 = reinterpret_cast<const uint16_t*>(b);
-    gemm_bf16({a16, g.a_row_stride, g.a_col_stride}, {b16, g.b_col_stride, g.b_row_stride}, m, n, k, c32, threads);
+    // The common epilogue (a bias at most) is rounded by the GEMM, tile by tile.
+    const bool simple = alpha == 1.0f && beta == 0.0f && g.activation == Activation::kNone && residual == nullptr &&
+                        g.c_col_stride == 1;
+    std::vector<float> bias32;
+    if (simple && bias != nullptr) {
+      bias32.resize(static_cast<size_t>(n));
+      for (int64_t j = 0; j < n; ++j) bias32[static_cast<size_t>(j)] = static_cast<float>(bias[j * g.bias_stride]);
+    }
+    const Bf16Output rounded{reinterpret_cast<uint16_t*>(c), g.c_row_stride, bias != nullptr ? bias32.data() : nullptr};
+    gemm_bf16({a16, g.a_row_stride, g.a_col_stride}, {b16, g.b_col_stride, g.b_row_stride}, m, n, k, c32, threads,
+              simple ? &rounded : nullptr);
+    if (simple) return;
   } else {
     // Converted in the order the operands lie in memory (a transposed weight is read along its rows).
     float* a32 = static_cast<float*>(scratch(Scratch::kConvertedA, std::max<int64_t>(m * k, 1) * 4));
@@ -997,18 +1010,6 @@ void solve_half(const GemmArgs& g, const S* a, const S* b, S* c, const S* residu
     convert_to_float(b, k, n, g.b_row_stride, g.b_col_stride, b32);
     const Epilogue<float> none{1.0f, 0.0f, nullptr, Activation::kNone, nullptr, 0, 0};
     solve_simd(Problem<float>{m, n, k, a32, k, 1, b32, n, 1, c32, n, 1, none}, threads);
-  }
-  const S* bias = static_cast<const S*>(g.bias);
-  const float alpha = static_cast<float>(g.alpha), beta = static_cast<float>(g.beta);
-  if (std::is_same_v<S, BFloat16> && supports(cpu_isa(), Isa::kAvx512Bf16) && alpha == 1.0f && beta == 0.0f &&
-      g.activation == Activation::kNone && residual == nullptr && g.c_col_stride == 1) {  // the common case, in SIMD
-    std::vector<float> bias32;
-    if (bias != nullptr) {
-      bias32.resize(static_cast<size_t>(n));
-      for (int64_t j = 0; j < n; ++j) bias32[static_cast<size_t>(j)] = static_cast<float>(bias[j * g.bias_stride]);
-    }
-    round_to_bf16(c32, m, n, bias != nullptr ? bias32.data() : nullptr, reinterpret_cast<uint16_t*>(c), g.c_row_stride);
-    return;
   }
   for (int64_t i = 0; i < m; ++i) {
     for (int64_t j = 0; j < n; ++j) {

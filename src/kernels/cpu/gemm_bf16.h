@@ -16,12 +16,22 @@ struct Bf16Matrix {
   int64_t col_stride = 0;
 };
 
+// Where gemm_bf16 also writes its result rounded to bfloat16: data (m x n, rows row_stride apart,
+// columns contiguous) = c + bias (n float32 values, or null), rounded as round_to_bf16 rounds, each
+// tile as soon as its last block of k is summed (the float32 result need not go through memory).
+struct Bf16Output {
+  uint16_t* data = nullptr;
+  int64_t row_stride = 0;
+  const float* bias = nullptr;
+};
+
 // c (m x n, contiguous, float32) = a (m x k) @ bt^T, where bt is B seen transposed (n x k): for a
 // weight W stored (n, k), bt is W itself. Sums each element in float32 in an order that depends
 // on k and `isa` alone: AMX tiles at kAmx, vdpbf16ps below (tests pass each level this CPU has).
+// With `rounded`, the result goes there and c is scratch (partial sums; do not read it).
 // Needs AVX512_BF16.
 void gemm_bf16(const Bf16Matrix& a, const Bf16Matrix& bt, int64_t m, int64_t n, int64_t k, float* c, int threads,
-               Isa isa = cpu_isa());
+               const Bf16Output* rounded = nullptr, Isa isa = cpu_isa());
 
 // out (m x n bfloat16, rows out_row_stride apart, columns contiguous) = c (m x n, contiguous) + bias
 // (n float32 values, or null), rounded to nearest even with vcvtneps2bf16 (which, unlike the scalar
