@@ -144,6 +144,28 @@ TEST(Attention, HalfInputsComputeInFloat) {
   }
 }
 
+// The softmax's exp (Note [attention exp]) through the op: one query against keys 0 and 1 with
+// values 0 and 1 gives exp(x - max) / (exp(0) + exp(x - max)) = sigmoid(x), for x from -100 to 20.
+// Within a few ulp where exp is in float's normal range, 0 below it.
+TEST(Attention, ExpOfNonPositiveScores) {
+  constexpr int64_t n = 2001;
+  std::vector<float> x(n);
+  for (int64_t i = 0; i < n; ++i) x[static_cast<size_t>(i)] = -100.0f + 0.06f * static_cast<float>(i);
+  const Tensor q = ember::from_vector(x, Shape{1, 1, n, 1});
+  const Tensor k = ember::from_vector(std::vector<float>{0.0f, 1.0f}, Shape{1, 1, 2, 1});
+  const std::vector<float> y = ember::scaled_dot_product_attention(q, k, k).to_vector<float>();
+  for (int64_t i = 0; i < n; ++i) {
+    const double xi = x[static_cast<size_t>(i)];
+    const float yi = y[static_cast<size_t>(i)];
+    const double expected = 1.0 / (1.0 + std::exp(-xi));
+    if (xi < -87.3) {
+      EXPECT_EQ(yi, 0.0f) << "x " << xi;
+    } else {
+      EXPECT_NEAR(yi, expected, 6e-7 * expected) << "x " << xi;
+    }
+  }
+}
+
 TEST(Attention, EmptyDims) {
   // No queries: an empty output, zero key and value gradients.
   const Tensor q = ember::randn({2, 1, 0, 4}).requires_grad_(), k = ember::randn({2, 1, 5, 4}).requires_grad_();

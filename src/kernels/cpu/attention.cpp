@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "base/philox.h"
@@ -285,6 +286,34 @@ struct Attention {
   }
 };
 
+// Note [attention exp]: every exp of the softmax takes x <= 0 (a score minus its row's max, an
+// old max minus a new one; -inf for a masked score). float: Cody-Waite reduction x = n ln2 + r,
+// |r| <= ln2/2, e^r by its degree-6 Taylor polynomial (truncation under 1.2e-7 relative), 2^n from
+// the exponent bits, 0 below -87.3 (where float's normal range ends), NaN for NaN: sigmoid through
+// it within 5 ulp (Attention.ExpOfNonPositiveScores). It saves Highway's Exp its second scaling
+// step (for inputs of any size) and clamping: sdpa_f32_b4h8l1024d64 33.7 -> 31.25 ms, with the
+// backward 110.9 -> 107.8 ms (3 interleaved rounds, 2 threads). double: Highway's Exp.
+template <class D, class V = hn::Vec<D>>
+HWY_INLINE V exp_nonpositive(D d, V x) {
+  if constexpr (std::is_same_v<hn::TFromD<D>, float>) {
+    const hn::RebindToSigned<D> di;
+    const V n = hn::Round(hn::Mul(x, hn::Set(d, 1.44269504088896341f)));
+    V r = hn::MulAdd(n, hn::Set(d, -0.693359375f), x);  // ln 2 in two parts; n * 0.693359375 is exact
+    r = hn::MulAdd(n, hn::Set(d, 2.12194440e-4f), r);
+    V p = hn::Set(d, 1.0f / 720.0f);
+    p = hn::MulAdd(p, r, hn::Set(d, 1.0f / 120.0f));
+    p = hn::MulAdd(p, r, hn::Set(d, 1.0f / 24.0f));
+    p = hn::MulAdd(p, r, hn::Set(d, 1.0f / 6.0f));
+    p = hn::MulAdd(p, r, hn::Set(d, 0.5f));
+    p = hn::MulAdd(p, r, hn::Set(d, 1.0f));
+    p = hn::MulAdd(p, r, hn::Set(d, 1.0f));
+    const V scale = hn::BitCast(d, hn::ShiftLeft<23>(hn::Add(hn::ConvertTo(di, n), hn::Set(di, 127))));
+    return hn::IfThenZeroElse(hn::Lt(x, hn::Set(d, -87.3f)), hn::Mul(p, scale));
+  } else {
+    return hn::Exp(d, x);
+  }
+}
+
 // x[j] = exp(x[j] - shift) (0 where x is -inf); returns the sum.
 template <class T>
 T exp_shifted(T* x, int64_t n, T shift) {
@@ -294,7 +323,7 @@ T exp_shifted(T* x, int64_t n, T shift) {
   auto vsum = hn::Zero(d);
   int64_t j = 0;
   for (; j + lanes <= n; j += lanes) {
-    const auto e = hn::Exp(d, hn::Sub(hn::LoadU(d, x + j), vs));
+    const auto e = exp_nonpositive(d, hn::Sub(hn::LoadU(d, x + j), vs));
     hn::StoreU(e, d, x + j);
     vsum = hn::Add(vsum, e);
   }
@@ -339,10 +368,10 @@ bool online_softmax_columns(T* st, int64_t ld, int64_t cols, int64_t padded, T* 
     auto m_new = m_old;
     for (int64_t c = 0; c < cols; ++c) m_new = hn::Max(m_new, hn::LoadU(d, st + c * ld + r));
     const auto safe = hn::IfThenZeroElse(hn::Eq(m_new, neg_inf), m_new);
-    const auto a = hn::Exp(d, hn::Sub(m_old, safe));
+    const auto a = exp_nonpositive(d, hn::Sub(m_old, safe));
     auto sum = hn::Mul(hn::LoadU(d, l + r), a);
     for (int64_t c = 0; c < cols; ++c) {
-      const auto e = hn::Exp(d, hn::Sub(hn::LoadU(d, st + c * ld + r), safe));
+      const auto e = exp_nonpositive(d, hn::Sub(hn::LoadU(d, st + c * ld + r), safe));
       hn::StoreU(e, d, st + c * ld + r);
       sum = hn::Add(sum, e);
     }

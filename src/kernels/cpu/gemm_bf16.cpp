@@ -375,8 +375,8 @@ struct Avx512Path {
   static void begin() {}
   static void end() {}
   // Rows i0..i0+rows of A, at most kRows, as one micro-panel.
-  static void pack(const Bf16Matrix& a, int64_t k, int64_t pc, int64_t kc, int64_t i0, int64_t rows,
-                   int64_t stride, uint32_t* out) {
+  static void pack(const Bf16Matrix& a, int64_t k, int64_t pc, int64_t kc, int64_t i0, int64_t rows, int64_t stride,
+                   uint32_t* out) {
     (void)stride;
     pack_a(a, k, pc, kc, i0, rows, out);
   }
@@ -397,8 +397,8 @@ struct AmxPath {
   static void begin() { configure_tiles(); }
   static void end() { release_tiles(); }
   // Rows i0..i0+rows of A, at most 32, as two groups of 16 rows' tiles, 16 * stride words apart.
-  static void pack(const Bf16Matrix& a, int64_t k, int64_t pc, int64_t kc, int64_t i0, int64_t rows,
-                   int64_t stride, uint32_t* out) {
+  static void pack(const Bf16Matrix& a, int64_t k, int64_t pc, int64_t kc, int64_t i0, int64_t rows, int64_t stride,
+                   uint32_t* out) {
     const int64_t blocks = ((kc + 1) / 2 + kTilePairs - 1) / kTilePairs;
     for (int64_t g = 0; g < rows; g += 16) {
       pack_a_tiles(a, k, pc, kc, i0 + g, std::min<int64_t>(16, rows - g), blocks, out + g * stride);
@@ -424,7 +424,8 @@ void packed_gemm(const Bf16Matrix& a, const Bf16Matrix& bt, int64_t m, int64_t n
   const int64_t stride = ((kc_size + 1) / 2 + Path::kPairMultiple - 1) / Path::kPairMultiple * Path::kPairMultiple;
   const int64_t row_block = Path::row_block(stride);
   // Every word a tile reads is written by pack_b or the padding's fill: no zeroing first.
-  const std::unique_ptr<uint32_t[]> b_pack(new uint32_t[static_cast<size_t>((std::min(kNc, n) + kNr - 1) / kNr * stride * kNr)]);
+  const std::unique_ptr<uint32_t[]> b_pack(
+      new uint32_t[static_cast<size_t>((std::min(kNc, n) + kNr - 1) / kNr * stride * kNr)]);
   for (int64_t jc = 0; jc < n; jc += kNc) {
     const int64_t nc = std::min(kNc, n - jc);
     const int64_t panels = (nc + kNr - 1) / kNr;
@@ -468,8 +469,8 @@ void packed_gemm(const Bf16Matrix& a, const Bf16Matrix& bt, int64_t m, int64_t n
             for (int64_t ir = 0; ir < mc; ir += Path::kRows) {
               const int64_t t = ir / Path::kRows;
               Path::tile(a_pack.data() + ir * stride, stride, b_panel, pairs, c + (ic + ir) * n + jc + jp * kNr, n,
-                         std::min(Path::kRows, mc - ir), std::min(kNr, nc - jp * kNr), pc == 0,
-                         next + t * slice * 64, std::max<int64_t>(0, std::min(slice, panel_lines - t * slice)),
+                         std::min(Path::kRows, mc - ir), std::min(kNr, nc - jp * kNr), pc == 0, next + t * slice * 64,
+                         std::max<int64_t>(0, std::min(slice, panel_lines - t * slice)),
                          rounded_tile(round_now, ic + ir, jc + jp * kNr));
             }
           }
