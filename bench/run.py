@@ -170,6 +170,18 @@ def run_check(current: dict, baseline_path: Path) -> int:
               f"cp bench/results/latest.json {baseline_path}", file=sys.stderr)
         return 2
     baseline = json.loads(baseline_path.read_text())
+    here, there = current["machine"]["cpu"], baseline["machine"]["cpu"]
+    if here != there:
+        # Peak shares and peer ratios are properties of the CPU (an AMX Xeon runs PyTorch's bf16
+        # products on tiles; its FMA peak is twice a Zen 4 core's): compare runs of one CPU only.
+        same_cpu = [str(p.relative_to(ROOT)) for p in sorted((ROOT / "bench").glob("baseline*.json"))
+                    if json.loads(p.read_text())["machine"]["cpu"] == here]
+        print(f"--check: {baseline_path} was measured on {there!r}, this run on {here!r}; ratios of "
+              f"different CPUs are not comparable. "
+              + (f"This CPU's baseline: {', '.join(same_cpu)}." if same_cpu else
+                 f"Make one from a quiet run here: cp bench/results/latest.json bench/baseline_<cpu>.json"),
+              file=sys.stderr)
+        return 2
     problems = check(current, baseline)
     if problems:
         print(f"--check against {baseline_path}: {len(problems)} ratio(s) fell by more than "
