@@ -29,6 +29,7 @@
 #include "ember/models/gpt.h"
 #include "ember/models/mnist.h"
 #include "ember/optim/adam.h"
+#include "ember/nn/quantize.h"
 #include "ember/profiler.h"
 #include "test_util.h"
 
@@ -87,6 +88,32 @@ TEST_F(ThreadSafety, OneCnnServesSeveralThreads) {
   std::atomic<int> mismatches{0};
   run_concurrently(kThreads, [&](int t) {
     autograd::NoGradGuard no_grad;  // per thread, like grad mode itself
+    for (int round = 0; round < 3; ++round) {
+      if (!bitwise_equal((*model)(inputs[t]), expected[t])) mismatches.fetch_add(1);
+    }
+  });
+  EXPECT_EQ(mismatches.load(), 0);
+}
+
+// Quantized Linear layers multiply through interleaved copies of their weights, remade on the first
+// product after the weights change: here by every thread at once.
+TEST_F(ThreadSafety, OneQuantizedModelServesSeveralThreads) {
+  manual_seed(5);
+  auto model = std::make_shared<nn::Sequential>(std::make_shared<nn::Linear>(64, 96), std::make_shared<nn::ReLU>(),
+                                                std::make_shared<nn::Linear>(96, 40));
+  quant::quantize(*model, {.dtype = kQ4_0});
+  std::vector<Tensor> inputs, expected;
+  for (int t = 0; t < kThreads; ++t) inputs.push_back(randn({3, 64}));
+  {
+    autograd::NoGradGuard no_grad;
+    for (const Tensor& x : inputs) expected.push_back((*model)(x));
+  }
+  for (const auto& child : model->children()) {  // as if written again: every copy is stale
+    if (auto* linear = child->as<nn::Linear>()) linear->weight.bump_version();
+  }
+  std::atomic<int> mismatches{0};
+  run_concurrently(kThreads, [&](int t) {
+    autograd::NoGradGuard no_grad;
     for (int round = 0; round < 3; ++round) {
       if (!bitwise_equal((*model)(inputs[t]), expected[t])) mismatches.fetch_add(1);
     }
