@@ -34,6 +34,7 @@ Isa parse_cap() {
 // AMX: the tile, BF16 and INT8 units (CPUID leaf 7: EDX bits 24, 22, 25), tile state enabled by the
 // OS (XCR0 bits 17 and 18), and this process allowed to use the tile data, which Linux grants on
 // request (arch_prctl ARCH_REQ_XCOMP_PERM for XFEATURE_XTILEDATA) for every thread of the process.
+#if defined(__x86_64__) || defined(__i386__)
 bool amx_usable() {
 #if defined(__x86_64__) && defined(__linux__)
   unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
@@ -51,6 +52,7 @@ bool amx_usable() {
   return false;
 #endif
 }
+#endif
 
 Isa detect() {
 #if defined(__x86_64__) || defined(__i386__)
