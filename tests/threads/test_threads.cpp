@@ -28,8 +28,8 @@
 #include "ember/ember.h"
 #include "ember/models/gpt.h"
 #include "ember/models/mnist.h"
-#include "ember/optim/adam.h"
 #include "ember/nn/quantize.h"
+#include "ember/optim/adam.h"
 #include "ember/profiler.h"
 #include "test_util.h"
 
