@@ -88,7 +88,7 @@ class InterleavedStack {
   std::mutex mutex_;
   std::vector<const Tensor*> weights_;
   InterleavedWeight interleaved_;
-  std::vector<std::pair<const void*, uint32_t>> made_from_;  // each weight's data and version
+  std::vector<std::pair<Tensor, uint32_t>> made_from_;  // the weights the copy was made from, and their versions
 };
 
 }  // namespace ember

@@ -171,17 +171,21 @@ bool InterleavedStack::stackable() const {
 }
 
 InterleavedWeight InterleavedStack::current() {
+  // The weights the copy was made from are held, so no other tensor can take their memory: equal
+  // data and version mean the same values.
   bool fresh = made_from_.size() == weights_.size();
-  for (size_t i = 0; fresh && i < weights_.size(); ++i)
-    fresh = made_from_[i] == std::make_pair<const void*, uint32_t>(weights_[i]->data_ptr(), weights_[i]->version());
+  for (size_t i = 0; fresh && i < weights_.size(); ++i) {
+    fresh = made_from_[i].first.data_ptr() == weights_[i]->data_ptr() && made_from_[i].second == weights_[i]->version();
+  }
   if (!fresh) {
     std::vector<Tensor> weights;
-    made_from_.clear();
+    std::vector<std::pair<Tensor, uint32_t>> made_from;
     for (const Tensor* w : weights_) {
       weights.push_back(*w);
-      made_from_.emplace_back(w->data_ptr(), w->version());
+      made_from.emplace_back(*w, w->version());
     }
-    interleaved_ = interleave(weights);
+    interleaved_ = interleave(weights);  // may throw: then nothing is marked current
+    made_from_ = std::move(made_from);
   }
   return interleaved_;
 }
