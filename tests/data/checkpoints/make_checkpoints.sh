@@ -8,7 +8,9 @@
 #
 # The committed fixtures were written by the CLI of commit a2aee08, before the training code moved
 # from the CLI into the library (src/train/): a checkpoint of that version must load and resume to
-# the same bits in every later one. Run from the repository root:
+# the bits expected.json records in every later one. A deliberate change of a kernel's rounding
+# re-records expected.json (`... expected`, saying which kernel in the commit); the fixtures are
+# never rewritten. Run from the repository root:
 #   tests/data/checkpoints/make_checkpoints.sh build/ember data [fixtures|expected]
 set -euo pipefail
 ember="$1"
