@@ -12,6 +12,7 @@
 #include "ember/ember.h"
 #include "ember/nn/functional.h"
 #include "golden.h"
+#include "kernels/cpu/conv_nchwc.h"
 
 namespace {
 
@@ -120,6 +121,86 @@ TEST(Conv2dDirect, MatchesTheReferenceAndGradcheck) {
     EXPECT_TRUE(ember::autograd::gradcheck(
         [&](const std::vector<Tensor>& in) { return F::conv2d(in[0], in[1], std::nullopt, 1, c.pad); }, {x, w}));
   }
+}
+
+// The blocked float32 forward (Note [blocked convolution]) against the float64 reference: rows
+// that are whole tiles, a tile and a bit, one position; a partial last input block (136 channels
+// in blocks of 16) and a partial last output group (80 = 2 x 32 + 16); strides 1 and 2, padding,
+// dilation, 1 x 1 and non-square kernels; one image (tasks over rows) and several (tasks over
+// images, an odd count too); 1 and 2 threads, which must agree bit for bit.
+TEST(Conv2dBlocked, MatchesTheReferenceAcrossTileEdges) {
+  ember::manual_seed(57);
+  struct Case {
+    std::vector<int64_t> x, w;
+    int64_t stride, pad, dilation;
+  };
+  const std::vector<Case> cases = {
+      {{1, 16, 9, 30}, {32, 16, 3, 3}, 1, 1, 1},   {{3, 32, 7, 7}, {64, 32, 3, 3}, 1, 1, 1},
+      {{2, 136, 5, 16}, {80, 136, 3, 1}, 1, 0, 1}, {{1, 16, 17, 31}, {32, 16, 3, 5}, 2, 2, 1},
+      {{4, 16, 8, 43}, {32, 16, 1, 1}, 1, 0, 1},   {{1, 24, 12, 12}, {16, 24, 3, 3}, 1, 2, 2},
+      {{2, 64, 1, 1}, {128, 64, 1, 1}, 1, 0, 1},   {{1, 16, 6, 4}, {48, 16, 3, 3}, 2, 1, 1}};
+  const int threads = ember::get_num_threads();
+  int blocked = 0;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(::testing::Message() << "x " << ember::Shape(c.x) << " w " << ember::Shape(c.w) << " stride "
+                                      << c.stride << " pad " << c.pad << " dilation " << c.dilation);
+    const Tensor x = ember::randn(c.x), w = ember::randn(c.w), b = ember::randn({c.w[0]});
+    const Tensor expected = reference_conv(x, w, b, c.stride, c.pad, c.dilation, 1);
+    ember::cpu::Conv2dGeometry g;
+    g.batch = c.x[0];
+    g.in_channels = c.x[1];
+    g.out_channels = c.w[0];
+    g.stride_h = g.stride_w = c.stride;
+    blocked += ember::cpu::nchwc_takes(g) ? 1 : 0;
+    std::vector<Tensor> outs;
+    for (const int t : {1, 2}) {
+      ember::set_num_threads(t);
+      outs.push_back(F::conv2d(x, w, b, c.stride, c.pad, c.dilation));
+      EXPECT_TRUE(golden::all_close(outs.back().to(ember::kFloat64), expected, {2e-4, 2e-4})) << t << " threads";
+    }
+    ember::set_num_threads(threads);
+    EXPECT_TRUE(golden::all_close(outs[0], outs[1], {0, 0}));
+  }
+  // Most cases take the blocked path where the CPU has one (AVX2 and up).
+  if (ember::cpu::nchwc_layout().block > 0) {
+    EXPECT_GE(blocked, 6);
+  }
+}
+
+// The packed weight is kept on the weight's storage (Note [derived forms]) and must follow every
+// write: an in-place op, copy_, an optimizer step, two views of one storage, and a compiled
+// function whose captured weight is written between calls.
+TEST(Conv2dBlocked, PackedWeightFollowsWrites) {
+  ember::manual_seed(59);
+  const Tensor x = ember::randn({2, 16, 6, 6});
+  Tensor w = ember::randn({32, 16, 3, 3});
+  const auto expect_matches = [&](const Tensor& weight, const Tensor& got) {
+    EXPECT_TRUE(golden::all_close(got.to(ember::kFloat64), reference_conv(x, weight, ember::zeros({32}), 1, 1, 1, 1),
+                                  {2e-4, 2e-4}));
+  };
+  expect_matches(w, F::conv2d(x, w, std::nullopt, 1, 1));
+  w.mul_(-2.0);
+  expect_matches(w, F::conv2d(x, w, std::nullopt, 1, 1));
+  w.copy_(ember::randn({32, 16, 3, 3}));
+  expect_matches(w, F::conv2d(x, w, std::nullopt, 1, 1));
+
+  const Tensor p = ember::randn({32, 16, 3, 3}).requires_grad_();
+  ember::optim::SGD sgd({p}, {.lr = 0.5});
+  expect_matches(p.detach(), F::conv2d(x, p, std::nullopt, 1, 1));
+  F::conv2d(x, p, std::nullopt, 1, 1).sum().backward();
+  sgd.step();
+  expect_matches(p.detach(), F::conv2d(x, p, std::nullopt, 1, 1));
+
+  const Tensor both = ember::randn({64, 16, 3, 3});
+  const Tensor first = both.slice(0, 0, 32), second = both.slice(0, 32, 64);
+  expect_matches(first, F::conv2d(x, first, std::nullopt, 1, 1));
+  expect_matches(second, F::conv2d(x, second, std::nullopt, 1, 1));
+
+  Tensor captured = ember::randn({32, 16, 3, 3});
+  auto compiled = ember::compile([&](const Tensor& input) { return F::conv2d(input, captured, std::nullopt, 1, 1); });
+  expect_matches(captured, compiled(x));
+  captured.add_(1.0);
+  expect_matches(captured, compiled(x));
 }
 
 // conv_transpose2d's output and gradients in float64 by scattering: input element (n, c, ih, iw)

@@ -3,6 +3,7 @@
 // as methods and operators here.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <functional>
@@ -47,13 +48,32 @@ class StorageImpl {
   uint32_t version() const { return version_.load(std::memory_order_relaxed); }
   void bump_version() { version_.fetch_add(1, std::memory_order_relaxed); }
 
+  // Note [derived forms]: a kernel may keep a form it derived from this memory (a convolution's
+  // packed weight) here, under a key of its own that names what was derived and how, so the next
+  // call finds it instead of deriving it again. A form is valid for the version it was made at:
+  // any write through ember (an optimizer step, copy_, load_state_dict, an in-place op) bumps the
+  // version and retires it. It is freed with the storage, or when a newer form takes its key.
+  // Both calls are thread-safe.
+  using DerivedKey = std::array<int64_t, 8>;
+  // The form kept under `key` for the current version, or null.
+  std::shared_ptr<const void> derived(const DerivedKey& key) const;
+  // Keeps `form` under `key`, made at version `version` (read before deriving it).
+  void keep_derived(const DerivedKey& key, uint32_t version, std::shared_ptr<const void> form);
+
  private:
+  struct DerivedForm {
+    DerivedKey key{};
+    uint32_t version = 0;
+    std::shared_ptr<const void> form;
+  };
   void* data_;
   int64_t nbytes_;
   Device device_;
   Deleter deleter_;
   void* context_;
   std::atomic<uint32_t> version_{0};
+  mutable std::atomic_flag derived_lock_;
+  std::vector<DerivedForm> derived_;
 };
 
 struct TensorImpl {

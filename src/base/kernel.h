@@ -8,7 +8,10 @@
 // not implement, and dispatch says so ("[conv2d] not implemented on cuda:0").
 #pragma once
 
+#include <array>
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <span>
 
 #include "base/op_context.h"
@@ -20,6 +23,8 @@
 
 namespace ember {
 
+class StorageImpl;
+
 // One tensor operand of a kernel. An optional operand that was not given (a linear without bias)
 // has no shape.
 struct Operand {
@@ -29,6 +34,9 @@ struct Operand {
   const Shape* shape = nullptr;
   const Strides* strides = nullptr;  // in elements; 0 on broadcast dims
   bool contiguous = false;           // is_contiguous_layout(*shape, *strides)
+  // The tensor storage `data` lies in, where there is one (a compiled plan's temporaries have
+  // none): a kernel may keep a form derived from it there (derived_form below).
+  StorageImpl* storage = nullptr;
 
   bool defined() const { return shape != nullptr; }
   int dim() const { return shape->size(); }
@@ -59,6 +67,14 @@ struct KernelCall {
 };
 
 using KernelFn = void (*)(const KernelCall& call);
+
+// The form `make` derives from operand o's memory (a convolution's packed weight), kept on o's
+// storage under `key` (what was derived, and how) and made again only once the memory was written
+// (Note [derived forms] in ember/tensor.h). Without a storage, make() every call. Thread-safe;
+// defined by the core layer (src/core/tensor.cpp), which owns the storage.
+using DerivedKey = std::array<int64_t, 8>;
+std::shared_ptr<const void> derived_form(const Operand& o, const DerivedKey& key,
+                                         const std::function<std::shared_ptr<const void>()>& make);
 
 // A set of dtypes (a bit per DType).
 class DTypeSet {

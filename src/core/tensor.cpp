@@ -1,11 +1,76 @@
 // Tensor metadata and element access. Views, copies and every other op are in src/ops/; the
 // autograd surface of Tensor (backward, hooks, grad) is in src/autograd/graph.cpp.
 #include <atomic>
+#include <utility>
 
+#include "base/kernel.h"
 #include "core/block_pool.h"
 #include "core/tensor_impl.h"
 
 namespace ember {
+
+namespace {
+
+// A spin lock over the derived forms: they are looked up once per kernel call, and held for a few
+// comparisons, never while a form is made.
+class SpinGuard {
+ public:
+  explicit SpinGuard(std::atomic_flag& flag) : flag_(flag) {
+    while (flag_.test_and_set(std::memory_order_acquire)) flag_.wait(true, std::memory_order_relaxed);
+  }
+  ~SpinGuard() {
+    flag_.clear(std::memory_order_release);
+    flag_.notify_one();
+  }
+  SpinGuard(const SpinGuard&) = delete;
+  SpinGuard& operator=(const SpinGuard&) = delete;
+
+ private:
+  std::atomic_flag& flag_;
+};
+
+// Forms kept per storage; a storage read by kernels under more keys keeps the newest.
+constexpr size_t kMaxDerivedForms = 4;
+
+}  // namespace
+
+std::shared_ptr<const void> StorageImpl::derived(const DerivedKey& key) const {
+  const SpinGuard guard(derived_lock_);
+  for (const DerivedForm& d : derived_) {
+    if (d.key == key) return d.version == version() ? d.form : nullptr;
+  }
+  return nullptr;
+}
+
+void StorageImpl::keep_derived(const DerivedKey& key, uint32_t version, std::shared_ptr<const void> form) {
+  std::shared_ptr<const void> retired;  // freed after the lock is released
+  const SpinGuard guard(derived_lock_);
+  for (DerivedForm& d : derived_) {
+    if (d.key == key) {
+      retired = std::exchange(d.form, std::move(form));
+      d.version = version;
+      return;
+    }
+  }
+  if (derived_.size() == kMaxDerivedForms) {
+    retired = std::move(derived_.front().form);
+    derived_.erase(derived_.begin());
+  }
+  derived_.push_back({key, version, std::move(form)});
+}
+
+std::shared_ptr<const void> derived_form(const Operand& o, const DerivedKey& key,
+                                         const std::function<std::shared_ptr<const void>()>& make) {
+  if (o.storage == nullptr) return make();
+  std::shared_ptr<const void> form = o.storage->derived(key);
+  if (form == nullptr) {
+    const uint32_t version = o.storage->version();  // read first: a write while make() runs retires the form
+    form = make();
+    o.storage->keep_derived(key, version, form);
+  }
+  return form;
+}
+
 namespace detail {
 
 Tensor make_view(const Tensor& base, const Shape& shape, const Strides& strides, int64_t offset) {

@@ -71,6 +71,17 @@ Executable::Executable(Graph graph, const MemoryPlan& plan) : graph_(std::move(g
       ++num_calls;
     }
   }
+  // State and constants no node writes: their kernels may keep derived forms on their storage
+  // (a convolution's packed weight, Note [derived forms]), which a write from outside retires.
+  // A buffer the plan writes itself gets none: its version does not move when the plan writes.
+  std::vector<bool> written(g.buffers.size(), false);
+  const auto mark_written = [&](const Node& n, const auto& self) -> void {
+    for (const View& v : n.outputs) {
+      if (v.defined()) written[v.buffer] = true;
+    }
+    for (const Node& member : n.body) self(member, self);
+  };
+  for (const Node& n : g.nodes) mark_written(n, mark_written);
   operands_.reserve(num_operands);
   sources_.reserve(num_operands);
   calls_.reserve(num_calls);
@@ -92,6 +103,10 @@ Executable::Executable(Graph graph, const MemoryPlan& plan) : graph_(std::move(g
           o.shape = &v.shape;
           o.strides = &v.strides;
           o.contiguous = v.contiguous();
+          const Buffer& buffer = g.buffers[v.buffer];
+          if ((buffer.kind == BufferKind::kState || buffer.kind == BufferKind::kConstant) && !written[v.buffer]) {
+            o.storage = buffer.storage.get();
+          }
           sources_.emplace_back(v.buffer, v.offset);
         } else {
           sources_.emplace_back(-1, 0);

@@ -130,10 +130,10 @@ constexpr int kMaxOperands = 10;  // the attention gradient: 7 inputs, 3 outputs
 
 // The operand a kernel sees of tensor `t` (absent: null or undefined).
 inline Operand operand_of(const Tensor* t) {
-  if (t == nullptr || !t->defined()) return {nullptr, kFloat32, kCPU, nullptr, nullptr, false};
+  if (t == nullptr || !t->defined()) return {nullptr, kFloat32, kCPU, nullptr, nullptr, false, nullptr};
   const TensorImpl& impl = t->impl();
   void* data = static_cast<char*>(impl.storage->data()) + impl.offset * dtype_size(impl.dtype);
-  return {data, impl.dtype, impl.storage->device(), &impl.shape, &impl.strides, impl.contiguous};
+  return {data, impl.dtype, impl.storage->device(), &impl.shape, &impl.strides, impl.contiguous, impl.storage.get()};
 }
 
 // Room for the operands of one call, constructed one by one (the unused slots stay untouched).

@@ -26,11 +26,13 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstring>
+#include <memory>
 #include <type_traits>
 #include <vector>
 
 #include "ember/error.h"
 #include "kernels/cpu/conv_direct.h"
+#include "kernels/cpu/conv_nchwc.h"
 #include "kernels/cpu/float_dispatch.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/parallel.h"
@@ -576,12 +578,37 @@ Conv2dGeometry conv_geometry(const Conv2dAttrs& attrs, const Operand& input, con
 
 void zero(const Operand& t) { std::memset(t.data, 0, static_cast<size_t>(t.numel() * dtype_size(t.dtype))); }
 
+// The tags of the forms this file keeps on a weight's storage (Note [derived forms]).
+constexpr int64_t kDerivedBlockedWeight = 1;
+
+// The float32 forward in the blocked layout (Note [blocked convolution] in conv_nchwc.cpp). The
+// packed weight is kept on the weight's storage, so a model that is not training packs each
+// weight once; a training step packs it once per step (the optimizer's update retires the form),
+// and a weight without a storage of its own once per call.
+void blocked_forward(const Conv2dGeometry& g, const Operand& input, const Operand& weight, const Operand& bias,
+                     const Operand& out) {
+  const NchwcLayout layout = nchwc_layout();
+  // The first element's address tells views of one storage apart.
+  const auto first = static_cast<int64_t>(reinterpret_cast<intptr_t>(weight.data));
+  const DerivedKey key{kDerivedBlockedWeight, layout.block,  layout.out_block, first,
+                       g.out_channels,        g.in_channels, g.kernel_h,       g.kernel_w};
+  const std::shared_ptr<const void> packed = derived_form(weight, key, [&] {
+    std::shared_ptr<float[]> form =
+        std::make_shared_for_overwrite<float[]>(static_cast<size_t>(nchwc_packed_size(g, layout)));
+    nchwc_pack_weight(g, weight.ptr<const float>(), form.get());
+    return std::shared_ptr<const void>(std::move(form));
+  });
+  nchwc_forward(g, input.ptr<const float>(), static_cast<const float*>(packed.get()), layout, bias.ptr<const float>(),
+                out.ptr<float>());
+}
+
 // inputs: input, weight, bias (C_out) or absent; outputs: the result.
 void conv2d_kernel(const KernelCall& c) {
   const Operand &input = c.inputs[0], &weight = c.inputs[1], &bias = c.inputs[2], &out = c.outputs[0];
   if (out.numel() == 0) return;
-  conv2d_forward(out.dtype, conv_geometry(c.get<Conv2dAttrs>(), input, weight, out), input.data, weight.data, bias.data,
-                 out.data);
+  const Conv2dGeometry g = conv_geometry(c.get<Conv2dAttrs>(), input, weight, out);
+  if (out.dtype == kFloat32 && nchwc_takes(g)) return blocked_forward(g, input, weight, bias, out);
+  conv2d_forward(out.dtype, g, input.data, weight.data, bias.data, out.data);
 }
 
 // inputs: grad_out, weight; outputs: grad_input.

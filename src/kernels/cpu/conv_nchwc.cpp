@@ -1,0 +1,353 @@
+// Note [blocked convolution]
+// The float32 convolution forward as a product whose column matrix is never built. The image is
+// copied once into a blocked, padded layout: for each block of C input channels (C = the float32
+// vector width: 16 on AVX-512, 8 on AVX2), a (H + 2 pad_h) x (W + 2 pad_w) plane of C-lane pixels,
+// zeros in the padding and in the channels past C_in (onnxruntime's and oneDNN's NCHWc). The
+// weight is packed once into the order the micro-kernel reads it: for each group of 2C output
+// channels, for each input block, kernel row, kernel column and input channel i of the block, the
+// group's 2C weights side by side (zeros past C_out).
+//
+// The micro-kernel holds P output positions of one output row (P <= 14 on AVX-512, 6 on AVX2) times
+// two vectors of output channels in registers: for every (input channel, kernel row, kernel
+// column) it loads the two weight vectors once and multiplies them by each position's input value,
+// broadcast from the blocked plane, where the P positions' values are S x C floats apart (S: the
+// stride). That is the packed GEMM's register tile (gemm.cpp) with the image read in place: the
+// loop over k walks input blocks, kernel rows and columns, and the C channels of a block, which
+// lie next to each other in memory. A row of W positions is cut into tiles as even as whole tiles
+// allow (56 = 4 x 14, 7 = 1 x 7), each tile of its own width by a table of kernels. The finished
+// tile goes through a small buffer into the NCHW output, the bias added on the way.
+//
+// Threads: with at least as many images as threads, each task takes whole images, blocks one into
+// its own buffer and computes all of its output; otherwise the batch is blocked first (tasks over
+// channel blocks) and the tasks are (image, group of output channels, band of output rows). Every
+// output element is one tile's sum in a fixed order, so the result never depends on the threads.
+// clang-format off
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "kernels/cpu/conv_nchwc.cpp"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+
+#include <hwy/aligned_allocator.h>
+#include <hwy/highway.h>
+// clang-format on
+
+#include "kernels/cpu/conv_nchwc.h"
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+#include <utility>
+
+#include "ember/error.h"
+#include "kernels/cpu/parallel.h"
+
+#ifndef EMBER_KERNELS_CPU_CONV_NCHWC_SHARED
+#define EMBER_KERNELS_CPU_CONV_NCHWC_SHARED
+namespace ember::cpu::nchwc_detail {
+
+// The sizes of one blocked convolution.
+struct Blocked {
+  int64_t c = 0;           // channels per block (vector lanes)
+  int64_t nbc = 0;         // output channels per group (two vectors)
+  int64_t in_blocks = 0;   // ceil(C_in / c)
+  int64_t out_groups = 0;  // ceil(C_out / nbc)
+  int64_t hp = 0, wp = 0;  // the padded plane
+  int64_t plane = 0;       // floats of one block's plane: hp * wp * c
+  int64_t image = 0;       // floats of one blocked image: in_blocks * plane
+  int64_t group = 0;       // floats of one output group's packed weight
+};
+
+inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+inline Blocked blocked(const Conv2dGeometry& g, NchwcLayout layout) {
+  Blocked k;
+  k.c = layout.block;
+  k.nbc = layout.out_block;
+  k.in_blocks = ceil_div(g.in_channels, k.c);
+  k.out_groups = ceil_div(g.out_channels, k.nbc);
+  k.hp = g.in_height + 2 * g.pad_h;
+  k.wp = g.in_width + 2 * g.pad_w;
+  k.plane = k.hp * k.wp * k.c;
+  k.image = k.in_blocks * k.plane;
+  k.group = k.in_blocks * g.kernel_h * g.kernel_w * k.c * k.nbc;
+  return k;
+}
+
+// Grow-only, 64-byte aligned floats owned by the calling thread, one buffer per use.
+enum class Buffer : int { kImage, kBatch, kPacked, kCount };
+inline float* thread_floats(Buffer slot, int64_t count) {
+  constexpr int kSlots = static_cast<int>(Buffer::kCount);
+  thread_local hwy::AlignedFreeUniquePtr<float[]> buffers[kSlots];
+  thread_local int64_t sizes[kSlots] = {};
+  const int i = static_cast<int>(slot);
+  if (sizes[i] < count) {
+    buffers[i] = hwy::AllocateAligned<float>(static_cast<size_t>(count));
+    EMBER_CHECK(buffers[i] != nullptr, "[conv2d] out of memory allocating ", count * 4, " bytes of workspace");
+    sizes[i] = count;
+  }
+  return buffers[i].get();
+}
+
+// Below this many multiply-adds a convolution runs on the calling thread.
+inline constexpr double kSerialFlops = 2e6;
+
+}  // namespace ember::cpu::nchwc_detail
+#endif  // EMBER_KERNELS_CPU_CONV_NCHWC_SHARED
+
+HWY_BEFORE_NAMESPACE();
+namespace ember::cpu {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+using namespace nchwc_detail;  // NOLINT(google-build-using-namespace)
+
+#ifndef EMBER_UNROLL
+#define EMBER_UNROLL _Pragma("GCC unroll 16")
+#endif
+
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+inline constexpr int kPositions = 14;  // 28 accumulators of 32 registers
+#elif HWY_ARCH_X86 && HWY_TARGET == HWY_AVX2
+inline constexpr int kPositions = 6;  // 12 accumulators of 16 registers
+#else
+inline constexpr int kPositions = 0;  // no blocked kernel
+#endif
+
+#if HWY_TARGET != HWY_SCALAR
+#include "kernels/cpu/transpose-inl.h"
+#endif
+
+NchwcLayout Layout() {
+  if constexpr (kPositions == 0) {
+    return {};
+  } else {
+    const hn::ScalableTag<float> d;
+    const auto lanes = static_cast<int64_t>(hn::Lanes(d));
+    return {lanes, 2 * lanes};
+  }
+}
+
+// The packing (Note [blocked convolution]): output group, input block, kernel row, kernel column,
+// input channel, then the group's output channels.
+void PackWeight(const Conv2dGeometry& g, const float* weight, float* packed) {
+  const Blocked k = blocked(g, Layout());
+  const int64_t taps = g.kernel_h * g.kernel_w;
+  parallel_for(0, k.out_groups, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t og = begin; og < end; ++og) {
+      float* dst = packed + og * k.group;
+      for (int64_t b = 0; b < k.in_blocks; ++b) {
+        for (int64_t t = 0; t < taps; ++t) {
+          for (int64_t i = 0; i < k.c; ++i) {
+            const int64_t ci = b * k.c + i;
+            for (int64_t j = 0; j < k.nbc; ++j, ++dst) {
+              const int64_t o = og * k.nbc + j;
+              *dst = o < g.out_channels && ci < g.in_channels ? weight[(o * g.in_channels + ci) * taps + t] : 0.0f;
+            }
+          }
+        }
+      }
+    }
+  });
+}
+
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
+
+using D = hn::ScalableTag<float>;
+using V = hn::Vec<D>;
+inline constexpr int64_t kC = static_cast<int64_t>(hn::MaxLanes(D()));
+
+// Input blocks [b0, b1) of one image (C_in, H, W) into its blocked, padded planes at dst (image
+// floats). Eight channels by eight pixels at a time through an 8 x 8 register transpose.
+void block_image(const Conv2dGeometry& g, const Blocked& k, const float* image, float* dst, int64_t b0, int64_t b1) {
+  const hn::CappedTag<float, 8> d8;
+  const int64_t h_in = g.in_height, w_in = g.in_width, plane_in = h_in * w_in, row = k.wp * kC;
+  for (int64_t b = b0; b < b1; ++b) {
+    float* plane = dst + b * k.plane;
+    std::memset(plane, 0, static_cast<size_t>(g.pad_h * row) * sizeof(float));
+    std::memset(plane + (g.pad_h + h_in) * row, 0, static_cast<size_t>((k.hp - g.pad_h - h_in) * row) * sizeof(float));
+    const int64_t channels = std::min(kC, g.in_channels - b * kC);
+    const float* src = image + b * kC * plane_in;
+    for (int64_t y = 0; y < h_in; ++y) {
+      float* out = plane + (g.pad_h + y) * row;
+      std::memset(out, 0, static_cast<size_t>(g.pad_w * kC) * sizeof(float));
+      std::memset(out + (g.pad_w + w_in) * kC, 0, static_cast<size_t>((k.wp - g.pad_w - w_in) * kC) * sizeof(float));
+      out += g.pad_w * kC;
+      const float* in = src + y * w_in;
+      int64_t x = 0;
+      if (channels == kC) {
+        for (; x + 8 <= w_in; x += 8) {
+          for (int64_t c0 = 0; c0 < kC; c0 += 8) {
+            const float* s = in + c0 * plane_in + x;
+            auto r0 = hn::LoadU(d8, s), r1 = hn::LoadU(d8, s + plane_in), r2 = hn::LoadU(d8, s + 2 * plane_in),
+                 r3 = hn::LoadU(d8, s + 3 * plane_in), r4 = hn::LoadU(d8, s + 4 * plane_in),
+                 r5 = hn::LoadU(d8, s + 5 * plane_in), r6 = hn::LoadU(d8, s + 6 * plane_in),
+                 r7 = hn::LoadU(d8, s + 7 * plane_in);
+            transpose_8x8(d8, r0, r1, r2, r3, r4, r5, r6, r7);
+            store_8_rows(d8, out + x * kC + c0, kC, r0, r1, r2, r3, r4, r5, r6, r7);
+          }
+        }
+      }
+      for (; x < w_in; ++x) {
+        for (int64_t c = 0; c < kC; ++c) out[x * kC + c] = c < channels ? in[c * plane_in + x] : 0.0f;
+      }
+    }
+  }
+}
+
+// What a tile needs besides its pointers.
+struct TileArgs {
+  int64_t in_blocks;
+  int64_t plane;  // floats between input blocks
+  int64_t kernel_h, kernel_w;
+  int64_t row_step;  // floats between kernel rows: dilation_h * wp * c
+  int64_t col_step;  // floats between kernel columns: dilation_w * c
+};
+
+// P positions (S * kC floats apart from `in`, the first position's first tap) x two vectors of
+// output channels, summed over the whole patch, stored to `sums` (P x 2kC).
+template <int P, int S>
+void tile(const float* in, const float* w, const TileArgs& a, float* sums) {
+  const D d;
+  V acc[P][2];
+  EMBER_UNROLL
+  for (int p = 0; p < P; ++p) acc[p][0] = acc[p][1] = hn::Zero(d);
+  for (int64_t b = 0; b < a.in_blocks; ++b) {
+    const float* block = in + b * a.plane;
+    for (int64_t y = 0; y < a.kernel_h; ++y) {
+      const float* row = block + y * a.row_step;
+      for (int64_t x = 0; x < a.kernel_w; ++x) {
+        const float* px = row + x * a.col_step;
+#pragma GCC unroll 4
+        for (int64_t i = 0; i < kC; ++i) {
+          const V w0 = hn::LoadU(d, w), w1 = hn::LoadU(d, w + kC);
+          w += 2 * kC;
+          EMBER_UNROLL
+          for (int p = 0; p < P; ++p) {
+            const V v = hn::Set(d, px[p * S * kC + i]);
+            acc[p][0] = hn::MulAdd(v, w0, acc[p][0]);
+            acc[p][1] = hn::MulAdd(v, w1, acc[p][1]);
+          }
+        }
+      }
+    }
+  }
+  EMBER_UNROLL
+  for (int p = 0; p < P; ++p) {
+    hn::StoreU(acc[p][0], d, sums + p * 2 * kC);
+    hn::StoreU(acc[p][1], d, sums + p * 2 * kC + kC);
+  }
+}
+
+using TileFn = void (*)(const float*, const float*, const TileArgs&, float*);
+
+template <int S, size_t... I>
+constexpr std::array<TileFn, sizeof...(I)> tile_table(std::index_sequence<I...> /*widths*/) {
+  return {&tile<static_cast<int>(I) + 1, S>...};
+}
+// [stride - 1][width - 1]
+constexpr std::array<std::array<TileFn, kPositions>, 2> kTiles = {
+    tile_table<1>(std::make_index_sequence<kPositions>()), tile_table<2>(std::make_index_sequence<kPositions>())};
+
+// Output rows [oh0, oh1) of output group og of one image, from its blocked planes.
+void rows(const Conv2dGeometry& g, const Blocked& k, const float* blocked_image, const float* packed, const float* bias,
+          float* out_image, int64_t og, int64_t oh0, int64_t oh1) {
+  const int64_t s = g.stride_h;
+  const TileArgs a{k.in_blocks, k.plane, g.kernel_h, g.kernel_w, g.dilation_h * k.wp * kC, g.dilation_w * kC};
+  const auto& tiles = kTiles[static_cast<size_t>(s - 1)];
+  const float* w = packed + og * k.group;
+  const int64_t out_plane = g.out_height * g.out_width, o0 = og * k.nbc;
+  const int64_t channels = std::min(k.nbc, g.out_channels - o0);
+  const int64_t n_tiles = ceil_div(g.out_width, kPositions);
+  HWY_ALIGN float sums[kPositions * 2 * kC];
+  for (int64_t oh = oh0; oh < oh1; ++oh) {
+    for (int64_t t = 0; t < n_tiles; ++t) {
+      const int64_t ow0 = t * g.out_width / n_tiles, count = (t + 1) * g.out_width / n_tiles - ow0;
+      tiles[static_cast<size_t>(count - 1)](blocked_image + (oh * s * k.wp + ow0 * s) * kC, w, a, sums);
+      float* dst = out_image + o0 * out_plane + oh * g.out_width + ow0;
+      for (int64_t j = 0; j < channels; ++j, dst += out_plane) {
+        const float add = bias != nullptr ? bias[o0 + j] : 0.0f;
+        for (int64_t p = 0; p < count; ++p) dst[p] = sums[p * k.nbc + j] + add;
+      }
+    }
+  }
+}
+
+void Forward(const Conv2dGeometry& g, const float* input, const float* packed, const float* bias, float* out) {
+  const Blocked k = blocked(g, Layout());
+  const int64_t in_image = g.in_channels * g.in_height * g.in_width;
+  const int64_t out_image = g.out_channels * g.out_height * g.out_width;
+  const double flops =
+      2.0 * static_cast<double>(g.batch * out_image) * static_cast<double>(g.in_channels * g.kernel_h * g.kernel_w);
+  const int threads = flops < kSerialFlops ? 1 : num_threads();
+  if (g.batch % threads == 0 || g.batch >= 4 * threads) {
+    parallel_tasks(g.batch, threads, [&](int64_t n) {
+      float* image = thread_floats(Buffer::kImage, k.image);
+      block_image(g, k, input + n * in_image, image, 0, k.in_blocks);
+      for (int64_t og = 0; og < k.out_groups; ++og) {
+        rows(g, k, image, packed, bias, out + n * out_image, og, 0, g.out_height);
+      }
+    });
+    return;
+  }
+  float* images = thread_floats(Buffer::kBatch, g.batch * k.image);
+  parallel_tasks(g.batch * k.in_blocks, threads, [&](int64_t t) {
+    const int64_t n = t / k.in_blocks, b = t % k.in_blocks;
+    block_image(g, k, input + n * in_image, images + n * k.image, b, b + 1);
+  });
+  const int64_t per_image = g.batch * k.out_groups;
+  const int64_t bands = std::clamp<int64_t>(ceil_div(threads * kTasksPerThread, per_image), 1, g.out_height);
+  parallel_tasks(per_image * bands, threads, [&](int64_t t) {
+    const int64_t band = t % bands, og = (t / bands) % k.out_groups, n = t / (bands * k.out_groups);
+    rows(g, k, images + n * k.image, packed, bias, out + n * out_image, og, band * g.out_height / bands,
+         (band + 1) * g.out_height / bands);
+  });
+}
+
+#else
+
+void Forward(const Conv2dGeometry& /*g*/, const float* /*input*/, const float* /*packed*/, const float* /*bias*/,
+             float* /*out*/) {
+  EMBER_CHECK(false, "[conv2d] internal error: no blocked kernel on this CPU");
+}
+
+#endif  // HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
+
+}  // namespace HWY_NAMESPACE
+}  // namespace ember::cpu
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace ember::cpu {
+
+HWY_EXPORT(Layout);
+HWY_EXPORT(PackWeight);
+HWY_EXPORT(Forward);
+
+NchwcLayout nchwc_layout() { return HWY_DYNAMIC_DISPATCH(Layout)(); }
+
+bool nchwc_takes(const Conv2dGeometry& g) {
+  const NchwcLayout layout = nchwc_layout();
+  if (layout.block == 0 || g.groups != 1 || g.stride_h != g.stride_w || g.stride_h > 2) return false;
+  // Channels padded to whole blocks cost multiply-adds of zeros: at most an eighth on the input
+  // side and a quarter on the output side.
+  const int64_t in_padded = nchwc_detail::ceil_div(g.in_channels, layout.block) * layout.block;
+  const int64_t out_padded = nchwc_detail::ceil_div(g.out_channels, layout.out_block) * layout.out_block;
+  return in_padded * 8 <= g.in_channels * 9 && out_padded * 4 <= g.out_channels * 5;
+}
+
+int64_t nchwc_packed_size(const Conv2dGeometry& g, NchwcLayout layout) {
+  const nchwc_detail::Blocked k = nchwc_detail::blocked(g, layout);
+  return k.out_groups * k.group;
+}
+
+void nchwc_pack_weight(const Conv2dGeometry& g, const float* weight, float* packed) {
+  HWY_DYNAMIC_DISPATCH(PackWeight)(g, weight, packed);
+}
+
+void nchwc_forward(const Conv2dGeometry& g, const float* input, const float* packed, NchwcLayout layout,
+                   const float* bias, float* out) {
+  EMBER_CHECK(layout == nchwc_layout() && layout.block > 0, "[conv2d] internal error: a weight packed for blocks of ",
+              layout.block, " on a CPU that runs blocks of ", nchwc_layout().block);
+  HWY_DYNAMIC_DISPATCH(Forward)(g, input, packed, bias, out);
+}
+
+}  // namespace ember::cpu
+#endif  // HWY_ONCE

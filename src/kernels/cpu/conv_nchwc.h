@@ -1,0 +1,39 @@
+// The blocked float32 convolution forward (Note [blocked convolution] in conv_nchwc.cpp): input
+// channels in blocks of the vector width, the weight packed once into the layout its micro-kernel
+// reads, the image read in place of a column matrix. conv.cpp decides when it runs; the caller
+// keeps the packed weight (ops/conv.cpp caches it on the weight's storage).
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/cpu/conv.h"
+
+namespace ember::cpu {
+
+// The packed weight's layout on this CPU: input channels in blocks of `block` (the float32
+// vector width) and output channels in groups of `out_block`. {0, 0} where there is no blocked
+// kernel (targets narrower than AVX2). A weight packed in one layout is only read in that layout.
+struct NchwcLayout {
+  int64_t block = 0;
+  int64_t out_block = 0;
+  bool operator==(const NchwcLayout&) const = default;
+};
+NchwcLayout nchwc_layout();
+
+// Whether the blocked forward takes this convolution on this CPU: one group, stride 1 or 2, and
+// enough input channels that padding them to whole blocks wastes little.
+bool nchwc_takes(const Conv2dGeometry& g);
+
+// Floats of g's packed weight in `layout`.
+int64_t nchwc_packed_size(const Conv2dGeometry& g, NchwcLayout layout);
+
+// weight (out_channels, in_channels, kernel_h, kernel_w) -> packed (nchwc_packed_size floats), in
+// this CPU's layout.
+void nchwc_pack_weight(const Conv2dGeometry& g, const float* weight, float* packed);
+
+// out (N, C_out, OH, OW) = conv(input (N, C_in, H, W), weight) + bias (C_out or null), with the
+// weight packed by nchwc_pack_weight in `layout`, which must be this CPU's.
+void nchwc_forward(const Conv2dGeometry& g, const float* input, const float* packed, NchwcLayout layout,
+                   const float* bias, float* out);
+
+}  // namespace ember::cpu
