@@ -167,6 +167,39 @@ TEST(Conv2dBlocked, MatchesTheReferenceAcrossTileEdges) {
   }
 }
 
+// The input gradient of a stride-1 convolution runs as the blocked forward of the padded output
+// gradient with the weight transposed and flipped: against the float64 path (im2col), for kernels
+// of 1 x 1 to 5 x 3, padding 0 to full, dilation 2; conv_transpose2d, whose forward is that
+// gradient, too.
+TEST(Conv2dBlocked, InputGradientMatchesTheFloat64Path) {
+  ember::manual_seed(61);
+  struct Case {
+    std::vector<int64_t> x, w;
+    ember::Pair pad, dilation;
+  };
+  const std::vector<Case> cases = {{{2, 32, 9, 17}, {16, 32, 3, 3}, {1, 1}, {1, 1}},
+                                   {{1, 32, 8, 30}, {32, 32, 5, 3}, {0, 2}, {1, 1}},
+                                   {{3, 32, 7, 7}, {48, 32, 3, 3}, {2, 2}, {2, 2}},
+                                   {{2, 32, 5, 6}, {16, 32, 1, 1}, {0, 0}, {1, 1}}};
+  for (const Case& c : cases) {
+    SCOPED_TRACE(::testing::Message() << "x " << ember::Shape(c.x) << " w " << ember::Shape(c.w));
+    const Tensor x = ember::randn(c.x), w = ember::randn(c.w);
+    const auto grad_input = [&](ember::DType dtype) {
+      const Tensor xl = x.to(dtype).requires_grad_();
+      const Tensor out = F::conv2d(xl, w.to(dtype), std::nullopt, 1, c.pad, c.dilation);
+      ember::manual_seed(7);
+      const Tensor cot = ember::randn(out.shape(), ember::kFloat64).to(dtype);
+      return ember::autograd::grad({(out * cot).sum()}, {xl})[0];
+    };
+    EXPECT_TRUE(
+        golden::all_close(grad_input(ember::kFloat32).to(ember::kFloat64), grad_input(ember::kFloat64), {2e-4, 2e-4}));
+  }
+  const Tensor y = ember::randn({2, 32, 6, 14}), wt = ember::randn({32, 32, 3, 3});
+  EXPECT_TRUE(golden::all_close(F::conv_transpose2d(y, wt, std::nullopt, 1, 1).to(ember::kFloat64),
+                                F::conv_transpose2d(y.to(ember::kFloat64), wt.to(ember::kFloat64), std::nullopt, 1, 1),
+                                {2e-4, 2e-4}));
+}
+
 // The packed weight is kept on the weight's storage (Note [derived forms]) and must follow every
 // write: an in-place op, copy_, an optimizer step, two views of one storage, and a compiled
 // function whose captured weight is written between calls.

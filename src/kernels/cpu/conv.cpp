@@ -27,6 +27,7 @@
 #include <cstddef>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <type_traits>
 #include <vector>
 
@@ -580,26 +581,56 @@ void zero(const Operand& t) { std::memset(t.data, 0, static_cast<size_t>(t.numel
 
 // The tags of the forms this file keeps on a weight's storage (Note [derived forms]).
 constexpr int64_t kDerivedBlockedWeight = 1;
+constexpr int64_t kDerivedBlockedWeightTransposed = 2;
 
 // The float32 forward in the blocked layout (Note [blocked convolution] in conv_nchwc.cpp). The
 // packed weight is kept on the weight's storage, so a model that is not training packs each
 // weight once; a training step packs it once per step (the optimizer's update retires the form),
 // and a weight without a storage of its own once per call.
-void blocked_forward(const Conv2dGeometry& g, const Operand& input, const Operand& weight, const Operand& bias,
-                     const Operand& out) {
+// g's forward in the blocked layout, `weight` packed for it (transposed: see nchwc_pack_weight).
+void blocked_forward(const Conv2dGeometry& g, const void* input, const Operand& weight, bool transposed,
+                     const void* bias, void* out) {
   const NchwcLayout layout = nchwc_layout();
   // The first element's address tells views of one storage apart.
   const auto first = static_cast<int64_t>(reinterpret_cast<intptr_t>(weight.data));
-  const DerivedKey key{kDerivedBlockedWeight, layout.block,  layout.out_block, first,
-                       g.out_channels,        g.in_channels, g.kernel_h,       g.kernel_w};
+  const DerivedKey key{transposed ? kDerivedBlockedWeightTransposed : kDerivedBlockedWeight,
+                       layout.block,
+                       layout.out_block,
+                       first,
+                       g.out_channels,
+                       g.in_channels,
+                       g.kernel_h,
+                       g.kernel_w};
   const std::shared_ptr<const void> packed = derived_form(weight, key, [&] {
     std::shared_ptr<float[]> form =
         std::make_shared_for_overwrite<float[]>(static_cast<size_t>(nchwc_packed_size(g, layout)));
-    nchwc_pack_weight(g, weight.ptr<const float>(), form.get());
+    nchwc_pack_weight(g, weight.ptr<const float>(), transposed, form.get());
     return std::shared_ptr<const void>(std::move(form));
   });
-  nchwc_forward(g, input.ptr<const float>(), static_cast<const float*>(packed.get()), layout, bias.ptr<const float>(),
-                out.ptr<float>());
+  nchwc_forward(g, static_cast<const float*>(input), static_cast<const float*>(packed.get()), layout,
+                static_cast<const float*>(bias), static_cast<float*>(out));
+}
+
+// The input gradient of a convolution with stride 1 and one group is a forward convolution of
+// grad_out padded by dilation * (kernel - 1) - padding, with the weight's channels swapped and its
+// taps reversed: that convolution's geometry, if the blocked forward takes it.
+std::optional<Conv2dGeometry> blocked_input_gradient(const Conv2dGeometry& g) {
+  if (g.stride_h != 1 || g.stride_w != 1 || g.groups != 1) return std::nullopt;
+  Conv2dGeometry t = g;
+  t.in_channels = g.out_channels;
+  t.in_height = g.out_height;
+  t.in_width = g.out_width;
+  t.out_channels = g.in_channels;
+  t.out_height = g.in_height;
+  t.out_width = g.in_width;
+  t.pad_h = g.dilation_h * (g.kernel_h - 1) - g.pad_h;
+  t.pad_w = g.dilation_w * (g.kernel_w - 1) - g.pad_w;
+  // The input must be exactly what the output reaches (not conv_transpose2d's larger one).
+  const bool reaches = t.pad_h >= 0 && t.pad_w >= 0 &&
+                       t.in_height + 2 * t.pad_h - g.dilation_h * (g.kernel_h - 1) == g.in_height &&
+                       t.in_width + 2 * t.pad_w - g.dilation_w * (g.kernel_w - 1) == g.in_width;
+  if (!reaches || !nchwc_takes(t)) return std::nullopt;
+  return t;
 }
 
 // inputs: input, weight, bias (C_out) or absent; outputs: the result.
@@ -607,7 +638,8 @@ void conv2d_kernel(const KernelCall& c) {
   const Operand &input = c.inputs[0], &weight = c.inputs[1], &bias = c.inputs[2], &out = c.outputs[0];
   if (out.numel() == 0) return;
   const Conv2dGeometry g = conv_geometry(c.get<Conv2dAttrs>(), input, weight, out);
-  if (out.dtype == kFloat32 && nchwc_takes(g)) return blocked_forward(g, input, weight, bias, out);
+  if (out.dtype == kFloat32 && nchwc_takes(g))
+    return blocked_forward(g, input.data, weight, false, bias.data, out.data);
   conv2d_forward(out.dtype, g, input.data, weight.data, bias.data, out.data);
 }
 
@@ -616,8 +648,13 @@ void conv2d_backward_input_kernel(const KernelCall& c) {
   const Operand &grad_out = c.inputs[0], &weight = c.inputs[1], &grad_input = c.outputs[0];
   if (grad_input.numel() == 0) return;
   if (grad_out.numel() == 0) return zero(grad_input);
-  conv2d_backward_input(grad_input.dtype, conv_geometry(c.get<Conv2dAttrs>(), grad_input, weight, grad_out),
-                        grad_out.data, weight.data, grad_input.data);
+  const Conv2dGeometry g = conv_geometry(c.get<Conv2dAttrs>(), grad_input, weight, grad_out);
+  if (grad_input.dtype == kFloat32) {
+    if (const std::optional<Conv2dGeometry> t = blocked_input_gradient(g)) {
+      return blocked_forward(*t, grad_out.data, weight, true, nullptr, grad_input.data);
+    }
+  }
+  conv2d_backward_input(grad_input.dtype, g, grad_out.data, weight.data, grad_input.data);
 }
 
 // inputs: grad_out, input; outputs: grad_weight.

@@ -127,7 +127,7 @@ NchwcLayout Layout() {
 
 // The packing (Note [blocked convolution]): output group, input block, kernel row, kernel column,
 // input channel, then the group's output channels.
-void PackWeight(const Conv2dGeometry& g, const float* weight, float* packed) {
+void PackWeight(const Conv2dGeometry& g, const float* weight, bool transposed, float* packed) {
   const Blocked k = blocked(g, Layout());
   const int64_t taps = g.kernel_h * g.kernel_w;
   parallel_for(0, k.out_groups, 1, [&](int64_t begin, int64_t end) {
@@ -139,7 +139,12 @@ void PackWeight(const Conv2dGeometry& g, const float* weight, float* packed) {
             const int64_t ci = b * k.c + i;
             for (int64_t j = 0; j < k.nbc; ++j, ++dst) {
               const int64_t o = og * k.nbc + j;
-              *dst = o < g.out_channels && ci < g.in_channels ? weight[(o * g.in_channels + ci) * taps + t] : 0.0f;
+              if (o >= g.out_channels || ci >= g.in_channels) {
+                *dst = 0.0f;
+              } else {
+                *dst = transposed ? weight[(ci * g.out_channels + o) * taps + (taps - 1 - t)]
+                                  : weight[(o * g.in_channels + ci) * taps + t];
+              }
             }
           }
         }
@@ -338,8 +343,8 @@ int64_t nchwc_packed_size(const Conv2dGeometry& g, NchwcLayout layout) {
   return k.out_groups * k.group;
 }
 
-void nchwc_pack_weight(const Conv2dGeometry& g, const float* weight, float* packed) {
-  HWY_DYNAMIC_DISPATCH(PackWeight)(g, weight, packed);
+void nchwc_pack_weight(const Conv2dGeometry& g, const float* weight, bool transposed, float* packed) {
+  HWY_DYNAMIC_DISPATCH(PackWeight)(g, weight, transposed, packed);
 }
 
 void nchwc_forward(const Conv2dGeometry& g, const float* input, const float* packed, NchwcLayout layout,

@@ -28,8 +28,9 @@ bool nchwc_takes(const Conv2dGeometry& g);
 int64_t nchwc_packed_size(const Conv2dGeometry& g, NchwcLayout layout);
 
 // weight (out_channels, in_channels, kernel_h, kernel_w) -> packed (nchwc_packed_size floats), in
-// this CPU's layout.
-void nchwc_pack_weight(const Conv2dGeometry& g, const float* weight, float* packed);
+// this CPU's layout. transposed: `weight` is (in_channels, out_channels, kernel_h, kernel_w) with
+// its taps in reverse order (the convolution whose input gradient g is: conv.cpp).
+void nchwc_pack_weight(const Conv2dGeometry& g, const float* weight, bool transposed, float* packed);
 
 // out (N, C_out, OH, OW) = conv(input (N, C_in, H, W), weight) + bias (C_out or null), with the
 // weight packed by nchwc_pack_weight in `layout`, which must be this CPU's.
