@@ -167,32 +167,44 @@ TEST(Conv2dBlocked, MatchesTheReferenceAcrossTileEdges) {
   }
 }
 
-// The input gradient of a stride-1 convolution runs as the blocked forward of the padded output
-// gradient with the weight transposed and flipped: against the float64 path (im2col), for kernels
-// of 1 x 1 to 5 x 3, padding 0 to full, dilation 2; conv_transpose2d, whose forward is that
-// gradient, too.
-TEST(Conv2dBlocked, InputGradientMatchesTheFloat64Path) {
+// The gradients in the blocked layout against the float64 path (im2col). The input gradient of a
+// stride-1 convolution is the blocked forward of the padded output gradient with the weight
+// transposed and flipped (kernels 1 x 1 to 5 x 3, padding 0 to full, dilation 2; conv_transpose2d,
+// whose forward is that gradient, too). The weight gradient (Note [blocked weight gradient]) also
+// for strides 2, an odd number of output blocks (80 channels), and images in several chunks
+// (5 images of 32 x 40 x 40); 1 and 2 threads agree bit for bit.
+TEST(Conv2dBlocked, GradientsMatchTheFloat64Path) {
   ember::manual_seed(61);
   struct Case {
     std::vector<int64_t> x, w;
-    ember::Pair pad, dilation;
+    ember::Pair stride, pad, dilation;
   };
-  const std::vector<Case> cases = {{{2, 32, 9, 17}, {16, 32, 3, 3}, {1, 1}, {1, 1}},
-                                   {{1, 32, 8, 30}, {32, 32, 5, 3}, {0, 2}, {1, 1}},
-                                   {{3, 32, 7, 7}, {48, 32, 3, 3}, {2, 2}, {2, 2}},
-                                   {{2, 32, 5, 6}, {16, 32, 1, 1}, {0, 0}, {1, 1}}};
+  const std::vector<Case> cases = {
+      {{2, 32, 9, 17}, {16, 32, 3, 3}, 1, {1, 1}, {1, 1}},  {{1, 32, 8, 30}, {32, 32, 5, 3}, 1, {0, 2}, {1, 1}},
+      {{3, 32, 7, 7}, {48, 32, 3, 3}, 1, {2, 2}, {2, 2}},   {{2, 32, 5, 6}, {16, 32, 1, 1}, 1, {0, 0}, {1, 1}},
+      {{2, 16, 11, 13}, {80, 16, 3, 3}, 2, {1, 1}, {1, 1}}, {{5, 32, 40, 40}, {32, 32, 3, 3}, 1, {1, 1}, {1, 1}}};
+  const int threads = ember::get_num_threads();
   for (const Case& c : cases) {
     SCOPED_TRACE(::testing::Message() << "x " << ember::Shape(c.x) << " w " << ember::Shape(c.w));
     const Tensor x = ember::randn(c.x), w = ember::randn(c.w);
-    const auto grad_input = [&](ember::DType dtype) {
-      const Tensor xl = x.to(dtype).requires_grad_();
-      const Tensor out = F::conv2d(xl, w.to(dtype), std::nullopt, 1, c.pad, c.dilation);
+    const auto grads = [&](ember::DType dtype) {
+      const Tensor xl = x.to(dtype).requires_grad_(), wl = w.to(dtype).requires_grad_();
+      const Tensor out = F::conv2d(xl, wl, std::nullopt, c.stride, c.pad, c.dilation);
       ember::manual_seed(7);
       const Tensor cot = ember::randn(out.shape(), ember::kFloat64).to(dtype);
-      return ember::autograd::grad({(out * cot).sum()}, {xl})[0];
+      return ember::autograd::grad({(out * cot).sum()}, {xl, wl});
     };
-    EXPECT_TRUE(
-        golden::all_close(grad_input(ember::kFloat32).to(ember::kFloat64), grad_input(ember::kFloat64), {2e-4, 2e-4}));
+    const std::vector<Tensor> want = grads(ember::kFloat64);
+    ember::set_num_threads(1);
+    const std::vector<Tensor> one = grads(ember::kFloat32);
+    ember::set_num_threads(threads);
+    const std::vector<Tensor> got = grads(ember::kFloat32);
+    for (size_t i = 0; i < 2; ++i) {
+      const double scale = std::sqrt(static_cast<double>(c.x[0] * c.x[2] * c.x[3]));  // terms in a weight's sum
+      const double tol = i == 0 ? 2e-4 : 2e-5 * scale;
+      EXPECT_TRUE(golden::all_close(got[i].to(ember::kFloat64), want[i], {tol, tol})) << (i == 0 ? "input" : "weight");
+      EXPECT_TRUE(golden::all_close(one[i], got[i], {0, 0}));
+    }
   }
   const Tensor y = ember::randn({2, 32, 6, 14}), wt = ember::randn({32, 32, 3, 3});
   EXPECT_TRUE(golden::all_close(F::conv_transpose2d(y, wt, std::nullopt, 1, 1).to(ember::kFloat64),

@@ -662,8 +662,11 @@ void conv2d_backward_weight_kernel(const KernelCall& c) {
   const Operand &grad_out = c.inputs[0], &input = c.inputs[1], &grad_weight = c.outputs[0];
   if (grad_weight.numel() == 0) return;
   if (grad_out.numel() == 0) return zero(grad_weight);
-  conv2d_backward_weight(grad_weight.dtype, conv_geometry(c.get<Conv2dAttrs>(), input, grad_weight, grad_out),
-                         grad_out.data, input.data, grad_weight.data);
+  const Conv2dGeometry g = conv_geometry(c.get<Conv2dAttrs>(), input, grad_weight, grad_out);
+  if (grad_weight.dtype == kFloat32 && nchwc_takes(g)) {
+    return nchwc_weight_grad(g, grad_out.ptr<const float>(), input.ptr<const float>(), grad_weight.ptr<float>());
+  }
+  conv2d_backward_weight(grad_weight.dtype, g, grad_out.data, input.data, grad_weight.data);
 }
 
 }  // namespace

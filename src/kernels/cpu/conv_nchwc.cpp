@@ -73,7 +73,7 @@ inline Blocked blocked(const Conv2dGeometry& g, NchwcLayout layout) {
 }
 
 // Grow-only, 64-byte aligned floats owned by the calling thread, one buffer per use.
-enum class Buffer : int { kImage, kBatch, kPacked, kCount };
+enum class Buffer : int { kImage, kBatch, kGrad, kSums, kCount };
 inline float* thread_floats(Buffer slot, int64_t count) {
   constexpr int kSlots = static_cast<int>(Buffer::kCount);
   thread_local hwy::AlignedFreeUniquePtr<float[]> buffers[kSlots];
@@ -89,6 +89,19 @@ inline float* thread_floats(Buffer slot, int64_t count) {
 
 // Below this many multiply-adds a convolution runs on the calling thread.
 inline constexpr double kSerialFlops = 2e6;
+
+// The weight gradient blocks this many bytes of images and output gradients at a time (Note
+// [blocked weight gradient]): about half of an L2.
+inline constexpr int64_t kChunkBytes = int64_t{1} << 20;
+
+// The output gradient (C_out, OH, OW) as a blocked image without padding.
+inline Conv2dGeometry output_as_image(const Conv2dGeometry& g) {
+  Conv2dGeometry o;
+  o.in_channels = g.out_channels;
+  o.in_height = g.out_height;
+  o.in_width = g.out_width;
+  return o;
+}
 
 }  // namespace ember::cpu::nchwc_detail
 #endif  // EMBER_KERNELS_CPU_CONV_NCHWC_SHARED
@@ -306,7 +319,106 @@ void Forward(const Conv2dGeometry& g, const float* input, const float* packed, c
   });
 }
 
+// Note [blocked weight gradient]
+// grad_weight[o, i, ky, kx] sums grad_out[n, o, p] * the input at p's tap (ky, kx) over images n and
+// output positions p. The images and the output gradients are blocked (a chunk of images, about
+// kChunkBytes, at a time), and a task owns one tile of the result: one tap, half a block of input
+// channels (kI) and two vectors of output channels. For every position it loads the two
+// gradient vectors and multiplies them by each of the kI input values, broadcast: 2 kI
+// multiply-adds per kI + 2 loads, the forward's tile turned around. A tile's sums stay in a buffer
+// between chunks, and every tile goes over the images and positions in order, so the result does
+// not depend on the threads.
+inline constexpr int64_t kI = kC / 2;
+
+void weight_tile(const Conv2dGeometry& g, const Blocked& k, const Blocked& kg, const float* xs, const float* gs,
+                 int64_t images, int64_t g_image, int64_t tap, int64_t it, int64_t og, bool first, float* sums) {
+  const D d;
+  V acc[kI][2];
+  EMBER_UNROLL
+  for (int64_t i = 0; i < kI; ++i) {
+    acc[i][0] = first ? hn::Zero(d) : hn::LoadU(d, sums + 2 * i * kC);
+    acc[i][1] = first ? hn::Zero(d) : hn::LoadU(d, sums + (2 * i + 1) * kC);
+  }
+  const int64_t ky = tap / g.kernel_w, kx = tap % g.kernel_w, s = g.stride_h;
+  const int64_t x_offset = (it / 2) * k.plane + (it % 2) * kI + (ky * g.dilation_h * k.wp + kx * g.dilation_w) * kC;
+  for (int64_t n = 0; n < images; ++n) {
+    const float* x = xs + n * k.image + x_offset;
+    const float* g0 = gs + n * g_image + 2 * og * kg.plane;
+    const float* g1 = g0 + kg.plane;
+    for (int64_t oh = 0; oh < g.out_height; ++oh) {
+      const float* px = x + oh * s * k.wp * kC;
+      const int64_t row = oh * g.out_width * kC;
+      for (int64_t ow = 0; ow < g.out_width; ++ow, px += s * kC) {
+        const V a = hn::LoadU(d, g0 + row + ow * kC), b = hn::LoadU(d, g1 + row + ow * kC);
+        EMBER_UNROLL
+        for (int64_t i = 0; i < kI; ++i) {
+          const V v = hn::Set(d, px[i]);
+          acc[i][0] = hn::MulAdd(v, a, acc[i][0]);
+          acc[i][1] = hn::MulAdd(v, b, acc[i][1]);
+        }
+      }
+    }
+  }
+  EMBER_UNROLL
+  for (int64_t i = 0; i < kI; ++i) {
+    hn::StoreU(acc[i][0], d, sums + 2 * i * kC);
+    hn::StoreU(acc[i][1], d, sums + (2 * i + 1) * kC);
+  }
+}
+
+void WeightGrad(const Conv2dGeometry& g, const float* grad_out, const float* input, float* grad_weight) {
+  const Blocked k = blocked(g, Layout());
+  const Conv2dGeometry go = output_as_image(g);
+  const Blocked kg = blocked(go, Layout());
+  const int64_t o_blocks = ceil_div(kg.in_blocks, 2) * 2, g_image = o_blocks * kg.plane;
+  const int64_t taps = g.kernel_h * g.kernel_w, i_tiles = 2 * k.in_blocks, groups = o_blocks / 2;
+  const int64_t tiles = taps * i_tiles * groups, tile_floats = 2 * kI * kC;
+  const int64_t in_image = g.in_channels * g.in_height * g.in_width;
+  const int64_t out_image = g.out_channels * g.out_height * g.out_width;
+  const int64_t per_chunk =
+      std::clamp<int64_t>(kChunkBytes / ((k.image + g_image) * static_cast<int64_t>(sizeof(float))), 1, g.batch);
+  float* xs = thread_floats(Buffer::kBatch, per_chunk * k.image);
+  float* gs = thread_floats(Buffer::kGrad, per_chunk * g_image);
+  float* sums = thread_floats(Buffer::kSums, tiles * tile_floats);
+  const double flops =
+      2.0 * static_cast<double>(g.batch * out_image) * static_cast<double>(g.in_channels * g.kernel_h * g.kernel_w);
+  const int threads = flops < kSerialFlops ? 1 : num_threads();
+  for (int64_t n0 = 0; n0 < g.batch; n0 += per_chunk) {
+    const int64_t images = std::min(per_chunk, g.batch - n0), blocks = k.in_blocks + o_blocks;
+    parallel_tasks(images * blocks, threads, [&](int64_t t) {
+      const int64_t n = t / blocks, b = t % blocks;
+      if (b < k.in_blocks) {
+        block_image(g, k, input + (n0 + n) * in_image, xs + n * k.image, b, b + 1);
+      } else if (b - k.in_blocks < kg.in_blocks) {
+        block_image(go, kg, grad_out + (n0 + n) * out_image, gs + n * g_image, b - k.in_blocks, b - k.in_blocks + 1);
+      } else {  // the zero block that makes the count even
+        std::memset(gs + n * g_image + (b - k.in_blocks) * kg.plane, 0, static_cast<size_t>(kg.plane) * sizeof(float));
+      }
+    });
+    parallel_tasks(tiles, threads, [&](int64_t t) {
+      const int64_t og = t % groups, it = (t / groups) % i_tiles, tap = t / (groups * i_tiles);
+      weight_tile(g, k, kg, xs, gs, images, g_image, tap, it, og, n0 == 0, sums + t * tile_floats);
+    });
+  }
+  parallel_for(0, g.out_channels, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t o = begin; o < end; ++o) {
+      const int64_t og = o / (2 * kC), j = o % (2 * kC);
+      for (int64_t ci = 0; ci < g.in_channels; ++ci) {
+        for (int64_t tap = 0; tap < taps; ++tap) {
+          const int64_t t = (tap * i_tiles + ci / kI) * groups + og;
+          grad_weight[(o * g.in_channels + ci) * taps + tap] = sums[t * tile_floats + (ci % kI) * 2 * kC + j];
+        }
+      }
+    }
+  });
+}
+
 #else
+
+void WeightGrad(const Conv2dGeometry& /*g*/, const float* /*grad_out*/, const float* /*input*/,
+                float* /*grad_weight*/) {
+  EMBER_CHECK(false, "[conv2d] internal error: no blocked kernel on this CPU");
+}
 
 void Forward(const Conv2dGeometry& /*g*/, const float* /*input*/, const float* /*packed*/, const float* /*bias*/,
              float* /*out*/) {
@@ -325,6 +437,7 @@ namespace ember::cpu {
 HWY_EXPORT(Layout);
 HWY_EXPORT(PackWeight);
 HWY_EXPORT(Forward);
+HWY_EXPORT(WeightGrad);
 
 NchwcLayout nchwc_layout() { return HWY_DYNAMIC_DISPATCH(Layout)(); }
 
@@ -352,6 +465,11 @@ void nchwc_forward(const Conv2dGeometry& g, const float* input, const float* pac
   EMBER_CHECK(layout == nchwc_layout() && layout.block > 0, "[conv2d] internal error: a weight packed for blocks of ",
               layout.block, " on a CPU that runs blocks of ", nchwc_layout().block);
   HWY_DYNAMIC_DISPATCH(Forward)(g, input, packed, bias, out);
+}
+
+void nchwc_weight_grad(const Conv2dGeometry& g, const float* grad_out, const float* input, float* grad_weight) {
+  EMBER_CHECK(nchwc_layout().block > 0, "[conv2d] internal error: no blocked kernel on this CPU");
+  HWY_DYNAMIC_DISPATCH(WeightGrad)(g, grad_out, input, grad_weight);
 }
 
 }  // namespace ember::cpu

@@ -37,4 +37,9 @@ void nchwc_pack_weight(const Conv2dGeometry& g, const float* weight, bool transp
 void nchwc_forward(const Conv2dGeometry& g, const float* input, const float* packed, NchwcLayout layout,
                    const float* bias, float* out);
 
+// grad_weight (C_out, C_in, kh, kw) = the sum over the batch of grad_out (N, C_out, OH, OW) times
+// the input's (N, C_in, H, W) patches (Note [blocked weight gradient]), overwritten. For the
+// convolutions nchwc_takes; the result does not depend on the thread count.
+void nchwc_weight_grad(const Conv2dGeometry& g, const float* grad_out, const float* input, float* grad_weight);
+
 }  // namespace ember::cpu
