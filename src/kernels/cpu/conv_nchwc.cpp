@@ -213,33 +213,35 @@ void block_image(const Conv2dGeometry& g, const Blocked& k, const float* image, 
 // What a tile needs besides its pointers.
 struct TileArgs {
   int64_t in_blocks;
-  int64_t plane;  // floats between input blocks
+  int64_t plane;     // floats between input blocks
   int64_t kernel_h, kernel_w;
   int64_t row_step;  // floats between kernel rows: dilation_h * wp * c
   int64_t col_step;  // floats between kernel columns: dilation_w * c
+  int64_t next_row;  // floats between the first positions of two output rows: stride * wp * c
 };
 
-// P positions (S * kC floats apart from `in`, the first position's first tap) x two vectors of
-// output channels, summed over the whole patch, stored to `sums` (P x 2kC).
-template <int P, int S>
+// R output rows of P positions each (S * kC floats apart within a row, a.next_row between rows,
+// from `in`, the first position's first tap) x two vectors of output channels, summed over the
+// whole patch, stored to `sums` ((R * P) x 2kC, row by row).
+template <int R, int P, int S>
 void tile(const float* in, const float* w, const TileArgs& a, float* sums) {
   const D d;
-  V acc[P][2];
+  V acc[R * P][2];
   EMBER_UNROLL
-  for (int p = 0; p < P; ++p) acc[p][0] = acc[p][1] = hn::Zero(d);
+  for (int p = 0; p < R * P; ++p) acc[p][0] = acc[p][1] = hn::Zero(d);
   for (int64_t b = 0; b < a.in_blocks; ++b) {
     const float* block = in + b * a.plane;
     for (int64_t y = 0; y < a.kernel_h; ++y) {
       const float* row = block + y * a.row_step;
       for (int64_t x = 0; x < a.kernel_w; ++x) {
         const float* px = row + x * a.col_step;
-#pragma GCC unroll 4
+        const float* px2 = px + (R > 1 ? a.next_row : 0);
         for (int64_t i = 0; i < kC; ++i) {
           const V w0 = hn::LoadU(d, w), w1 = hn::LoadU(d, w + kC);
           w += 2 * kC;
           EMBER_UNROLL
-          for (int p = 0; p < P; ++p) {
-            const V v = hn::Set(d, px[p * S * kC + i]);
+          for (int p = 0; p < R * P; ++p) {
+            const V v = hn::Set(d, (p < P ? px : px2)[(p % P) * S * kC + i]);
             acc[p][0] = hn::MulAdd(v, w0, acc[p][0]);
             acc[p][1] = hn::MulAdd(v, w1, acc[p][1]);
           }
@@ -248,7 +250,7 @@ void tile(const float* in, const float* w, const TileArgs& a, float* sums) {
     }
   }
   EMBER_UNROLL
-  for (int p = 0; p < P; ++p) {
+  for (int p = 0; p < R * P; ++p) {
     hn::StoreU(acc[p][0], d, sums + p * 2 * kC);
     hn::StoreU(acc[p][1], d, sums + p * 2 * kC + kC);
   }
@@ -256,34 +258,82 @@ void tile(const float* in, const float* w, const TileArgs& a, float* sums) {
 
 using TileFn = void (*)(const float*, const float*, const TileArgs&, float*);
 
-template <int S, size_t... I>
+template <int R, int S, size_t... I>
 constexpr std::array<TileFn, sizeof...(I)> tile_table(std::index_sequence<I...> /*widths*/) {
-  return {&tile<static_cast<int>(I) + 1, S>...};
+  return {&tile<R, static_cast<int>(I) + 1, S>...};
 }
-// [stride - 1][width - 1]
+// One row: [stride - 1][width - 1]; two rows (maps at most half a tile wide, ResNet's 7 x 7):
+// the same for widths up to kPositions / 2.
 constexpr std::array<std::array<TileFn, kPositions>, 2> kTiles = {
-    tile_table<1>(std::make_index_sequence<kPositions>()), tile_table<2>(std::make_index_sequence<kPositions>())};
+    tile_table<1, 1>(std::make_index_sequence<kPositions>()), tile_table<1, 2>(std::make_index_sequence<kPositions>())};
+constexpr std::array<std::array<TileFn, kPositions / 2>, 2> kPairTiles = {
+    tile_table<2, 1>(std::make_index_sequence<kPositions / 2>()),
+    tile_table<2, 2>(std::make_index_sequence<kPositions / 2>())};
+
+// The finished tile's `count` positions (P x 2kC sums) into `channels` NCHW planes at dst, plus the
+// bias: eight positions by eight channels at a time through an 8 x 8 register transpose (the
+// positions past `count` masked off), the channels past a multiple of eight one by one.
+void write_tile(const float* sums, int64_t count, int64_t channels, const float* bias, int64_t out_plane,
+                float* dst) {
+  const hn::CappedTag<float, 8> d8;
+  constexpr int64_t kRow = 2 * kC;
+  int64_t j = 0;
+  for (; j + 8 <= channels; j += 8) {
+    for (int64_t p = 0; p < count; p += 8) {
+      const float* s = sums + p * kRow + j;
+      // Rows past the tile's count read the sums buffer's slack (kPositions + 8 rows).
+      auto r0 = hn::Load(d8, s), r1 = hn::Load(d8, s + kRow), r2 = hn::Load(d8, s + 2 * kRow),
+           r3 = hn::Load(d8, s + 3 * kRow), r4 = hn::Load(d8, s + 4 * kRow), r5 = hn::Load(d8, s + 5 * kRow),
+           r6 = hn::Load(d8, s + 6 * kRow), r7 = hn::Load(d8, s + 7 * kRow);
+      transpose_8x8(d8, r0, r1, r2, r3, r4, r5, r6, r7);
+      const auto valid = hn::FirstN(d8, static_cast<size_t>(std::min<int64_t>(8, count - p)));
+      float* out = dst + j * out_plane + p;
+      const auto put = [&](auto v, int64_t q) HWY_ATTR {
+        const auto b = hn::Set(d8, bias != nullptr ? bias[j + q] : 0.0f);
+        hn::BlendedStore(hn::Add(v, b), valid, d8, out + q * out_plane);
+      };
+      put(r0, 0), put(r1, 1), put(r2, 2), put(r3, 3), put(r4, 4), put(r5, 5), put(r6, 6), put(r7, 7);
+    }
+  }
+  for (; j < channels; ++j) {
+    const float add = bias != nullptr ? bias[j] : 0.0f;
+    for (int64_t p = 0; p < count; ++p) dst[j * out_plane + p] = sums[p * kRow + j] + add;
+  }
+}
 
 // Output rows [oh0, oh1) of output group og of one image, from its blocked planes.
 void rows(const Conv2dGeometry& g, const Blocked& k, const float* blocked_image, const float* packed, const float* bias,
           float* out_image, int64_t og, int64_t oh0, int64_t oh1) {
-  const int64_t s = g.stride_h;
-  const TileArgs a{k.in_blocks, k.plane, g.kernel_h, g.kernel_w, g.dilation_h * k.wp * kC, g.dilation_w * kC};
-  const auto& tiles = kTiles[static_cast<size_t>(s - 1)];
+  const int64_t s = g.stride_h, ow_size = g.out_width;
+  const TileArgs a{k.in_blocks, k.plane, g.kernel_h, g.kernel_w, g.dilation_h * k.wp * kC, g.dilation_w * kC,
+                   s * k.wp * kC};
   const float* w = packed + og * k.group;
-  const int64_t out_plane = g.out_height * g.out_width, o0 = og * k.nbc;
+  const int64_t out_plane = g.out_height * ow_size, o0 = og * k.nbc;
   const int64_t channels = std::min(k.nbc, g.out_channels - o0);
-  const int64_t n_tiles = ceil_div(g.out_width, kPositions);
-  HWY_ALIGN float sums[kPositions * 2 * kC];
+  const float* b = bias != nullptr ? bias + o0 : nullptr;
+  float* out = out_image + o0 * out_plane;
+  HWY_ALIGN float sums[(kPositions + 8) * 2 * kC];
+  if (2 * ow_size <= kPositions) {
+    for (int64_t oh = oh0; oh < oh1; oh += 2) {
+      const float* in = blocked_image + oh * s * k.wp * kC;
+      if (oh + 1 < oh1) {
+        kPairTiles[static_cast<size_t>(s - 1)][static_cast<size_t>(ow_size - 1)](in, w, a, sums);
+        write_tile(sums, ow_size, channels, b, out_plane, out + oh * ow_size);
+        write_tile(sums + ow_size * 2 * kC, ow_size, channels, b, out_plane, out + (oh + 1) * ow_size);
+      } else {
+        kTiles[static_cast<size_t>(s - 1)][static_cast<size_t>(ow_size - 1)](in, w, a, sums);
+        write_tile(sums, ow_size, channels, b, out_plane, out + oh * ow_size);
+      }
+    }
+    return;
+  }
+  const int64_t n_tiles = ceil_div(ow_size, kPositions);
   for (int64_t oh = oh0; oh < oh1; ++oh) {
     for (int64_t t = 0; t < n_tiles; ++t) {
-      const int64_t ow0 = t * g.out_width / n_tiles, count = (t + 1) * g.out_width / n_tiles - ow0;
-      tiles[static_cast<size_t>(count - 1)](blocked_image + (oh * s * k.wp + ow0 * s) * kC, w, a, sums);
-      float* dst = out_image + o0 * out_plane + oh * g.out_width + ow0;
-      for (int64_t j = 0; j < channels; ++j, dst += out_plane) {
-        const float add = bias != nullptr ? bias[o0 + j] : 0.0f;
-        for (int64_t p = 0; p < count; ++p) dst[p] = sums[p * k.nbc + j] + add;
-      }
+      const int64_t ow0 = t * ow_size / n_tiles, count = (t + 1) * ow_size / n_tiles - ow0;
+      kTiles[static_cast<size_t>(s - 1)][static_cast<size_t>(count - 1)](
+          blocked_image + (oh * s * k.wp + ow0 * s) * kC, w, a, sums);
+      write_tile(sums, count, channels, b, out_plane, out + oh * ow_size + ow0);
     }
   }
 }
