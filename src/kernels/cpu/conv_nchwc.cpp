@@ -238,6 +238,8 @@ void tile(const float* in, const float* w, const TileArgs& a, float* sums) {
         const float* px2 = px + (R > 1 ? a.next_row : 0);
         for (int64_t i = 0; i < kC; ++i) {
           const V w0 = hn::LoadU(d, w), w1 = hn::LoadU(d, w + kC);
+          __builtin_prefetch(w + 32 * kC);
+          __builtin_prefetch(w + 33 * kC);
           w += 2 * kC;
           EMBER_UNROLL
           for (int p = 0; p < R * P; ++p) {
