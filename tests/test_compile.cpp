@@ -438,6 +438,32 @@ TEST(Compile, ReturnedResultsOfFusedEpiloguesReplay) {
   EXPECT_GE(f.stats().epilogues, 2);  // relu and the residual
 }
 
+// A ResNet block's convolutions take their epilogues (Conv2dAttrs): relu(conv + bias), then
+// relu(conv + residual), bit for bit as eager, on the blocked path (64 channels) and on im2col
+// (3 channels, and float64); a relu before the add stays out of the residual's epilogue.
+TEST(Compile, ConvolutionEpiloguesMatchEagerBitForBit) {
+  manual_seed(63);
+  for (const auto& [channels, dtype] :
+       {std::pair{int64_t{64}, kFloat32}, std::pair{int64_t{3}, kFloat32}, std::pair{int64_t{64}, kFloat64}}) {
+    SCOPED_TRACE(::testing::Message() << channels << " channels, " << dtype);
+    const Tensor w1 = randn({channels, channels, 3, 3}, dtype), b1 = randn({channels}, dtype);
+    const Tensor w2 = randn({channels, channels, 3, 3}, dtype);
+    const auto block = [&](const Tensor& x) {
+      const Tensor h = relu(conv2d(x, w1, b1, 1, 1));
+      return std::vector<Tensor>{relu(conv2d(h, w2, std::nullopt, 1, 1) + x),
+                                 relu(conv2d(x, w2, std::nullopt, 1, 1)) + x};
+    };
+    auto f = compile(block);
+    autograd::NoGradGuard no_grad;
+    for (int call = 0; call < 2; ++call) {
+      const Tensor x = randn({2, channels, 9, 14}, dtype);
+      const std::vector<Tensor> got = f(x), want = block(x);
+      for (size_t i = 0; i < got.size(); ++i) EXPECT_EQ((got[i] - want[i]).abs().max().item<double>(), 0.0) << i;
+    }
+    EXPECT_EQ(f.stats().epilogues, 4);  // two relus and a residual; not the add after the last relu
+  }
+}
+
 TEST(Compile, AttentionDropoutDrawsANewMaskEachCall) {
   const Tensor q = randn({1, 2, 8, 4}), k = randn({1, 2, 8, 4}), v = randn({1, 2, 8, 4});
   auto f = compile([&](const Tensor& x) { return scaled_dot_product_attention(x, k, v, std::nullopt, 0.5); });

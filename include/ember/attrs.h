@@ -155,13 +155,17 @@ struct MatmulAttrs {
   auto fields() const { return std::tie(alpha, beta, activation); }
 };
 
+// out = activation(conv(input, weight) + bias + residual). The activation (none or ReLU) and the
+// residual (an optional fourth input of the output's shape) come only from the graph compiler's
+// epilogue fusion (a convolution followed by an add and a ReLU); the op itself leaves them out.
 struct Conv2dAttrs {
   Pair stride = 1;
   Pair padding = 0;
   Pair dilation = 1;
   int64_t groups = 1;
+  Activation activation = Activation::kNone;
   bool operator==(const Conv2dAttrs&) const = default;
-  auto fields() const { return std::tie(stride, padding, dilation, groups); }
+  auto fields() const { return std::tie(stride, padding, dilation, groups, activation); }
 };
 
 // conv1d: conv2d's attributes along the length (a line is an image of height 1).

@@ -589,7 +589,7 @@ constexpr int64_t kDerivedBlockedWeightTransposed = 2;
 // and a weight without a storage of its own once per call.
 // g's forward in the blocked layout, `weight` packed for it (transposed: see nchwc_pack_weight).
 void blocked_forward(const Conv2dGeometry& g, const void* input, const Operand& weight, bool transposed,
-                     const void* bias, void* out) {
+                     const NchwcEpilogue& epilogue, void* out) {
   const NchwcLayout layout = nchwc_layout();
   // The first element's address tells views of one storage apart.
   const auto first = static_cast<int64_t>(reinterpret_cast<intptr_t>(weight.data));
@@ -607,8 +607,8 @@ void blocked_forward(const Conv2dGeometry& g, const void* input, const Operand& 
     nchwc_pack_weight(g, weight.ptr<const float>(), transposed, form.get());
     return std::shared_ptr<const void>(std::move(form));
   });
-  nchwc_forward(g, static_cast<const float*>(input), static_cast<const float*>(packed.get()), layout,
-                static_cast<const float*>(bias), static_cast<float*>(out));
+  nchwc_forward(g, static_cast<const float*>(input), static_cast<const float*>(packed.get()), layout, epilogue,
+                static_cast<float*>(out));
 }
 
 // The input gradient of a convolution with stride 1 and one group is a forward convolution of
@@ -633,14 +633,41 @@ std::optional<Conv2dGeometry> blocked_input_gradient(const Conv2dGeometry& g) {
   return t;
 }
 
-// inputs: input, weight, bias (C_out) or absent; outputs: the result.
+// The epilogue the other paths apply after the convolution: out = relu?(out + residual).
+template <class T>
+void finish(const Operand& out, const T* residual, bool relu) {
+  T* o = out.ptr<T>();
+  parallel_for(0, out.numel(), kElementwiseGrain, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      T v = o[i];
+      if (residual != nullptr) v += residual[i];
+      o[i] = relu && v < T(0) ? T(0) : v;  // as the relu op: keeps NaN
+    }
+  });
+}
+
+// inputs: input, weight, bias (C_out) or absent, and (from the compiler's epilogue fusion) a
+// contiguous residual of the output's shape or absent; outputs: the result.
 void conv2d_kernel(const KernelCall& c) {
   const Operand &input = c.inputs[0], &weight = c.inputs[1], &bias = c.inputs[2], &out = c.outputs[0];
+  const Operand* residual = c.inputs.size() > 3 && c.inputs[3].defined() ? &c.inputs[3] : nullptr;
   if (out.numel() == 0) return;
-  const Conv2dGeometry g = conv_geometry(c.get<Conv2dAttrs>(), input, weight, out);
-  if (out.dtype == kFloat32 && nchwc_takes(g))
-    return blocked_forward(g, input.data, weight, false, bias.data, out.data);
+  const Conv2dAttrs& attrs = c.get<Conv2dAttrs>();
+  EMBER_CHECK(attrs.activation == Activation::kNone || attrs.activation == Activation::kRelu,
+              "[conv2d] internal error: only a ReLU goes into the epilogue");
+  const bool relu = attrs.activation == Activation::kRelu;
+  const Conv2dGeometry g = conv_geometry(attrs, input, weight, out);
+  if (out.dtype == kFloat32 && nchwc_takes(g)) {
+    const NchwcEpilogue epilogue{bias.ptr<const float>(), residual != nullptr ? residual->ptr<const float>() : nullptr,
+                                 relu};
+    return blocked_forward(g, input.data, weight, false, epilogue, out.data);
+  }
   conv2d_forward(out.dtype, g, input.data, weight.data, bias.data, out.data);
+  if (residual == nullptr && !relu) return;
+  dispatch_float("conv2d", out.dtype, [&](auto zero) {
+    using T = decltype(zero);
+    finish(out, residual != nullptr ? residual->ptr<const T>() : nullptr, relu);
+  });
 }
 
 // inputs: grad_out, weight; outputs: grad_input.
@@ -651,7 +678,7 @@ void conv2d_backward_input_kernel(const KernelCall& c) {
   const Conv2dGeometry g = conv_geometry(c.get<Conv2dAttrs>(), grad_input, weight, grad_out);
   if (grad_input.dtype == kFloat32) {
     if (const std::optional<Conv2dGeometry> t = blocked_input_gradient(g)) {
-      return blocked_forward(*t, grad_out.data, weight, true, nullptr, grad_input.data);
+      return blocked_forward(*t, grad_out.data, weight, true, NchwcEpilogue{}, grad_input.data);
     }
   }
   conv2d_backward_input(grad_input.dtype, g, grad_out.data, weight.data, grad_input.data);

@@ -213,7 +213,7 @@ void block_image(const Conv2dGeometry& g, const Blocked& k, const float* image, 
 // What a tile needs besides its pointers.
 struct TileArgs {
   int64_t in_blocks;
-  int64_t plane;     // floats between input blocks
+  int64_t plane;  // floats between input blocks
   int64_t kernel_h, kernel_w;
   int64_t row_step;  // floats between kernel rows: dilation_h * wp * c
   int64_t col_step;  // floats between kernel columns: dilation_w * c
@@ -272,11 +272,13 @@ constexpr std::array<std::array<TileFn, kPositions / 2>, 2> kPairTiles = {
     tile_table<2, 1>(std::make_index_sequence<kPositions / 2>()),
     tile_table<2, 2>(std::make_index_sequence<kPositions / 2>())};
 
-// The finished tile's `count` positions (P x 2kC sums) into `channels` NCHW planes at dst, plus the
-// bias: eight positions by eight channels at a time through an 8 x 8 register transpose (the
-// positions past `count` masked off), the channels past a multiple of eight one by one.
-void write_tile(const float* sums, int64_t count, int64_t channels, const float* bias, int64_t out_plane,
+// The finished tile's `count` positions (P x 2kC sums) into `channels` NCHW planes at dst, through
+// the epilogue (its bias and residual at this tile's channels and position): eight positions by
+// eight channels at a time through an 8 x 8 register transpose (the positions past `count` masked
+// off), the channels past a multiple of eight one by one.
+void write_tile(const float* sums, int64_t count, int64_t channels, const NchwcEpilogue& e, int64_t out_plane,
                 float* dst) {
+  const float* bias = e.bias;
   const hn::CappedTag<float, 8> d8;
   constexpr int64_t kRow = 2 * kC;
   int64_t j = 0;
@@ -291,40 +293,53 @@ void write_tile(const float* sums, int64_t count, int64_t channels, const float*
       const auto valid = hn::FirstN(d8, static_cast<size_t>(std::min<int64_t>(8, count - p)));
       float* out = dst + j * out_plane + p;
       const auto put = [&](auto v, int64_t q) HWY_ATTR {
-        const auto b = hn::Set(d8, bias != nullptr ? bias[j + q] : 0.0f);
-        hn::BlendedStore(hn::Add(v, b), valid, d8, out + q * out_plane);
+        v = hn::Add(v, hn::Set(d8, bias != nullptr ? bias[j + q] : 0.0f));
+        if (e.residual != nullptr) v = hn::Add(v, hn::MaskedLoad(valid, d8, e.residual + (j + q) * out_plane + p));
+        if (e.relu) v = hn::IfThenElse(hn::Lt(v, hn::Zero(d8)), hn::Zero(d8), v);  // as the relu op: keeps NaN
+        hn::BlendedStore(v, valid, d8, out + q * out_plane);
       };
       put(r0, 0), put(r1, 1), put(r2, 2), put(r3, 3), put(r4, 4), put(r5, 5), put(r6, 6), put(r7, 7);
     }
   }
   for (; j < channels; ++j) {
     const float add = bias != nullptr ? bias[j] : 0.0f;
-    for (int64_t p = 0; p < count; ++p) dst[j * out_plane + p] = sums[p * kRow + j] + add;
+    for (int64_t p = 0; p < count; ++p) {
+      float v = sums[p * kRow + j] + add;
+      if (e.residual != nullptr) v += e.residual[j * out_plane + p];
+      if (e.relu) v = v < 0.0f ? 0.0f : v;
+      dst[j * out_plane + p] = v;
+    }
   }
 }
 
 // Output rows [oh0, oh1) of output group og of one image, from its blocked planes.
-void rows(const Conv2dGeometry& g, const Blocked& k, const float* blocked_image, const float* packed, const float* bias,
-          float* out_image, int64_t og, int64_t oh0, int64_t oh1) {
+void rows(const Conv2dGeometry& g, const Blocked& k, const float* blocked_image, const float* packed,
+          const NchwcEpilogue& epilogue, float* out_image, const float* residual_image, int64_t og, int64_t oh0,
+          int64_t oh1) {
   const int64_t s = g.stride_h, ow_size = g.out_width;
-  const TileArgs a{k.in_blocks, k.plane, g.kernel_h, g.kernel_w, g.dilation_h * k.wp * kC, g.dilation_w * kC,
-                   s * k.wp * kC};
+  const TileArgs a{k.in_blocks,       k.plane,      g.kernel_h, g.kernel_w, g.dilation_h * k.wp * kC,
+                   g.dilation_w * kC, s * k.wp * kC};
   const float* w = packed + og * k.group;
   const int64_t out_plane = g.out_height * ow_size, o0 = og * k.nbc;
   const int64_t channels = std::min(k.nbc, g.out_channels - o0);
-  const float* b = bias != nullptr ? bias + o0 : nullptr;
   float* out = out_image + o0 * out_plane;
+  // The epilogue at position `offset` of this group's planes.
+  const auto at = [&](int64_t offset) {
+    return NchwcEpilogue{epilogue.bias != nullptr ? epilogue.bias + o0 : nullptr,
+                         residual_image != nullptr ? residual_image + o0 * out_plane + offset : nullptr, epilogue.relu};
+  };
   HWY_ALIGN float sums[(kPositions + 8) * 2 * kC];
   if (2 * ow_size <= kPositions) {
     for (int64_t oh = oh0; oh < oh1; oh += 2) {
       const float* in = blocked_image + oh * s * k.wp * kC;
       if (oh + 1 < oh1) {
         kPairTiles[static_cast<size_t>(s - 1)][static_cast<size_t>(ow_size - 1)](in, w, a, sums);
-        write_tile(sums, ow_size, channels, b, out_plane, out + oh * ow_size);
-        write_tile(sums + ow_size * 2 * kC, ow_size, channels, b, out_plane, out + (oh + 1) * ow_size);
+        write_tile(sums, ow_size, channels, at(oh * ow_size), out_plane, out + oh * ow_size);
+        write_tile(sums + ow_size * 2 * kC, ow_size, channels, at((oh + 1) * ow_size), out_plane,
+                   out + (oh + 1) * ow_size);
       } else {
         kTiles[static_cast<size_t>(s - 1)][static_cast<size_t>(ow_size - 1)](in, w, a, sums);
-        write_tile(sums, ow_size, channels, b, out_plane, out + oh * ow_size);
+        write_tile(sums, ow_size, channels, at(oh * ow_size), out_plane, out + oh * ow_size);
       }
     }
     return;
@@ -333,26 +348,30 @@ void rows(const Conv2dGeometry& g, const Blocked& k, const float* blocked_image,
   for (int64_t oh = oh0; oh < oh1; ++oh) {
     for (int64_t t = 0; t < n_tiles; ++t) {
       const int64_t ow0 = t * ow_size / n_tiles, count = (t + 1) * ow_size / n_tiles - ow0;
-      kTiles[static_cast<size_t>(s - 1)][static_cast<size_t>(count - 1)](
-          blocked_image + (oh * s * k.wp + ow0 * s) * kC, w, a, sums);
-      write_tile(sums, count, channels, b, out_plane, out + oh * ow_size + ow0);
+      kTiles[static_cast<size_t>(s - 1)][static_cast<size_t>(count - 1)](blocked_image + (oh * s * k.wp + ow0 * s) * kC,
+                                                                         w, a, sums);
+      write_tile(sums, count, channels, at(oh * ow_size + ow0), out_plane, out + oh * ow_size + ow0);
     }
   }
 }
 
-void Forward(const Conv2dGeometry& g, const float* input, const float* packed, const float* bias, float* out) {
+void Forward(const Conv2dGeometry& g, const float* input, const float* packed, const NchwcEpilogue& epilogue,
+             float* out) {
   const Blocked k = blocked(g, Layout());
   const int64_t in_image = g.in_channels * g.in_height * g.in_width;
   const int64_t out_image = g.out_channels * g.out_height * g.out_width;
   const double flops =
       2.0 * static_cast<double>(g.batch * out_image) * static_cast<double>(g.in_channels * g.kernel_h * g.kernel_w);
   const int threads = flops < kSerialFlops ? 1 : num_threads();
+  const auto residual_of = [&](int64_t n) {
+    return epilogue.residual != nullptr ? epilogue.residual + n * out_image : nullptr;
+  };
   if (g.batch % threads == 0 || g.batch >= 4 * threads) {
     parallel_tasks(g.batch, threads, [&](int64_t n) {
       float* image = thread_floats(Buffer::kImage, k.image);
       block_image(g, k, input + n * in_image, image, 0, k.in_blocks);
       for (int64_t og = 0; og < k.out_groups; ++og) {
-        rows(g, k, image, packed, bias, out + n * out_image, og, 0, g.out_height);
+        rows(g, k, image, packed, epilogue, out + n * out_image, residual_of(n), og, 0, g.out_height);
       }
     });
     return;
@@ -366,8 +385,8 @@ void Forward(const Conv2dGeometry& g, const float* input, const float* packed, c
   const int64_t bands = std::clamp<int64_t>(ceil_div(threads * kTasksPerThread, per_image), 1, g.out_height);
   parallel_tasks(per_image * bands, threads, [&](int64_t t) {
     const int64_t band = t % bands, og = (t / bands) % k.out_groups, n = t / (bands * k.out_groups);
-    rows(g, k, images + n * k.image, packed, bias, out + n * out_image, og, band * g.out_height / bands,
-         (band + 1) * g.out_height / bands);
+    rows(g, k, images + n * k.image, packed, epilogue, out + n * out_image, residual_of(n), og,
+         band * g.out_height / bands, (band + 1) * g.out_height / bands);
   });
 }
 
@@ -472,8 +491,8 @@ void WeightGrad(const Conv2dGeometry& /*g*/, const float* /*grad_out*/, const fl
   EMBER_CHECK(false, "[conv2d] internal error: no blocked kernel on this CPU");
 }
 
-void Forward(const Conv2dGeometry& /*g*/, const float* /*input*/, const float* /*packed*/, const float* /*bias*/,
-             float* /*out*/) {
+void Forward(const Conv2dGeometry& /*g*/, const float* /*input*/, const float* /*packed*/,
+             const NchwcEpilogue& /*epilogue*/, float* /*out*/) {
   EMBER_CHECK(false, "[conv2d] internal error: no blocked kernel on this CPU");
 }
 
@@ -513,10 +532,10 @@ void nchwc_pack_weight(const Conv2dGeometry& g, const float* weight, bool transp
 }
 
 void nchwc_forward(const Conv2dGeometry& g, const float* input, const float* packed, NchwcLayout layout,
-                   const float* bias, float* out) {
+                   const NchwcEpilogue& epilogue, float* out) {
   EMBER_CHECK(layout == nchwc_layout() && layout.block > 0, "[conv2d] internal error: a weight packed for blocks of ",
               layout.block, " on a CPU that runs blocks of ", nchwc_layout().block);
-  HWY_DYNAMIC_DISPATCH(Forward)(g, input, packed, bias, out);
+  HWY_DYNAMIC_DISPATCH(Forward)(g, input, packed, epilogue, out);
 }
 
 void nchwc_weight_grad(const Conv2dGeometry& g, const float* grad_out, const float* input, float* grad_weight) {

@@ -32,10 +32,17 @@ int64_t nchwc_packed_size(const Conv2dGeometry& g, NchwcLayout layout);
 // its taps in reverse order (the convolution whose input gradient g is: conv.cpp).
 void nchwc_pack_weight(const Conv2dGeometry& g, const float* weight, bool transposed, float* packed);
 
-// out (N, C_out, OH, OW) = conv(input (N, C_in, H, W), weight) + bias (C_out or null), with the
-// weight packed by nchwc_pack_weight in `layout`, which must be this CPU's.
+// What the blocked forward adds to each finished sum: out = relu?(sum + bias + residual).
+struct NchwcEpilogue {
+  const float* bias = nullptr;      // (C_out) or null
+  const float* residual = nullptr;  // (N, C_out, OH, OW) or null; may be `out` itself
+  bool relu = false;
+};
+
+// out (N, C_out, OH, OW) = conv(input (N, C_in, H, W), weight) and the epilogue, with the weight
+// packed by nchwc_pack_weight in `layout`, which must be this CPU's.
 void nchwc_forward(const Conv2dGeometry& g, const float* input, const float* packed, NchwcLayout layout,
-                   const float* bias, float* out);
+                   const NchwcEpilogue& epilogue, float* out);
 
 // grad_weight (C_out, C_in, kh, kw) = the sum over the batch of grad_out (N, C_out, OH, OW) times
 // the input's (N, C_in, H, W) patches (Note [blocked weight gradient]), overwritten. For the
