@@ -101,8 +101,11 @@ TEST(Cost, SoftmaxAndLogSoftmax) {
 
 TEST(Cost, Pooling) {
   const Tensor x = randn({1, 2, 4, 4});
-  // 2 x 2 windows: 8 outputs of 4 compares each; reads 32, writes 8 and 8 int64 indices.
-  expect_cost(count_cost([&] { (void)max_pool2d(x, {2, 2}); }), 32, (32 + 8) * kF32 + 8 * 8);
+  // 2 x 2 windows: 8 outputs of 4 compares each; reads 32, writes 8, and 8 int64 indices when the
+  // backward will need them.
+  expect_cost(count_cost([&] { (void)max_pool2d(x, {2, 2}); }), 32, (32 + 8) * kF32);
+  const Tensor xg = x.detach().requires_grad_();
+  expect_cost(count_cost([&] { (void)max_pool2d(xg, {2, 2}); }), 32, (32 + 8) * kF32 + 8 * 8);
   // Average: 4 adds and a divide per output.
   expect_cost(count_cost([&] { (void)avg_pool2d(x, {2, 2}); }), 8 * 5, (32 + 8) * kF32);
 }

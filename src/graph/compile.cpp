@@ -339,7 +339,7 @@ std::string CompiledCore::explain() const {
       << "  dead code: " << s.dead << " kernels\n"
       << "  GELU patterns: " << s.gelus << " -> gelu\n"
       << "  attention patterns: " << s.attention << " -> scaled_dot_product_attention\n"
-      << "  GEMM epilogues: " << s.epilogues << " kernels folded into matmuls\n"
+      << "  GEMM epilogues: " << s.epilogues << " kernels folded into matmuls and convolutions\n"
       << "  elementwise fusion: " << s.fused_kernels << " kernels in " << s.fused_groups << " groups\n"
       << "  in-place reuse: " << s.in_place << " results\n"
       << "  host calls replayed (optimizer/scheduler steps): " << hosts << ", .grad assignments: " << slots << "\n"

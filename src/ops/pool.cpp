@@ -104,9 +104,11 @@ Tensor max_pool2d(const Tensor& input, Pair kernel_size, std::optional<Pair> str
   Shape out_shape;
   const Pool2dAttrs attrs =
       pool_attrs("max_pool2d", input, kernel_size, stride, padding, dilation, ceil_mode, true, &out_shape);
+  // Where each maximum is, for the backward alone: inference computes the values only.
+  if (!autograd::needs_grad(input)) return run_forward(OpKind::kMaxPool2d, attrs, input, out_shape);
   Tensor indices = detail::make_empty(out_shape, kInt64, input.device());
   Tensor out = run_forward(OpKind::kMaxPool2d, attrs, input, out_shape, &indices);
-  if (autograd::needs_grad(input)) {
+  {
     autograd::record(OpKind::kMaxPool2d, attrs, out, {&input},
                      [attrs, indices, in_shape = input.shape()](const Tensor& grad, autograd::GradMask) {
                        return autograd::Grads{run_backward(OpKind::kMaxPool2dGrad, attrs, grad, in_shape, &indices)};

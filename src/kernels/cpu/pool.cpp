@@ -71,8 +71,8 @@ void for_each_plane(const Pool2dGeometry& g, const F& body) {
   });
 }
 
-// The max of one clipped window of plane x and where it is (h * in_width + w), as PyTorch: the
-// first maximum wins ties; NaN beats everything (the last NaN is kept).
+// The max of one clipped window of plane x and where it is (h * in_width + w; `where` may be null),
+// as PyTorch: the first maximum wins ties; NaN beats everything (the last NaN is kept).
 template <class T>
 inline void max_window(const Pool2dGeometry& g, const T* x, const Window& r, const Window& c, T* y, int64_t* where) {
   T best = -std::numeric_limits<T>::infinity();
@@ -89,7 +89,7 @@ inline void max_window(const Pool2dGeometry& g, const T* x, const Window& r, con
     }
   }
   *y = best;
-  *where = best_index;
+  if (where != nullptr) *where = best_index;
 }
 
 // The output columns [first, last) whose windows the vector path can read in full: the window
@@ -140,8 +140,8 @@ HWY_INLINE void load_taps(D d, const hn::TFromD<D>* p, V* v) {
 }
 
 // Outputs [ow0, ow0 + Lanes(d)) of the output row whose clipped row window is r; every column
-// window is whole (vector_columns).
-template <int kStride, class D>
+// window is whole (vector_columns). kIndices: also where each maximum is (else `where` is unused).
+template <int kStride, bool kIndices, class D>
 HWY_INLINE void max_vector(D d, const Pool2dGeometry& g, const hn::TFromD<D>* x, const Window& r, int64_t ow0,
                            hn::TFromD<D>* y, int64_t* where) {
   using T = hn::TFromD<D>;
@@ -176,12 +176,14 @@ HWY_INLINE void max_vector(D d, const Pool2dGeometry& g, const hn::TFromD<D>* x,
         }
         const auto take = hn::Or(hn::Gt(v[t], best), hn::IsNaN(v[t]));
         best = hn::IfThenElse(take, v[t], best);
-        best_index = hn::IfThenElse(hn::RebindMask(di, take), index, best_index);
+        if constexpr (kIndices) best_index = hn::IfThenElse(hn::RebindMask(di, take), index, best_index);
       }
     }
   }
   hn::StoreU(best, d, y + ow0);
-  if constexpr (sizeof(TI) == sizeof(int64_t)) {
+  if constexpr (!kIndices) {
+    return;
+  } else if constexpr (sizeof(TI) == sizeof(int64_t)) {
     hn::StoreU(best_index, di, reinterpret_cast<TI*>(where + ow0));
   } else {
     HWY_ALIGN TI narrow[kMaxLanes];
@@ -190,7 +192,8 @@ HWY_INLINE void max_vector(D d, const Pool2dGeometry& g, const hn::TFromD<D>* x,
   }
 }
 
-template <int kStride, class T>
+// Planes [begin, end); indices may be null (kIndices false: the values alone, for inference).
+template <int kStride, bool kIndices, class T>
 void max_planes(const Pool2dGeometry& g, const T* in, T* out, int64_t* indices, int64_t begin, int64_t end) {
   const hn::ScalableTag<T> d;
   const hn::CappedTag<T, 16 / sizeof(T)> d128;  // the 128-bit step for short rows and tails
@@ -204,41 +207,50 @@ void max_planes(const Pool2dGeometry& g, const T* in, T* out, int64_t* indices, 
     for (int64_t oh = 0; oh < g.out_height; ++oh) {
       const Window& r = rows[static_cast<size_t>(oh)];
       T* y = out + plane * out_plane + oh * g.out_width;
-      int64_t* where = indices + plane * out_plane + oh * g.out_width;
+      int64_t* where = kIndices ? indices + plane * out_plane + oh * g.out_width : nullptr;
       // An empty row window cannot happen (padding is at most half the kernel); were it to, the
       // scalar path alone handles it.
       const int64_t vector_last = r.first < r.last ? inner.last : inner.first;
       int64_t ow = 0;
-      for (; ow < inner.first; ++ow) max_window(g, x, r, cols[static_cast<size_t>(ow)], y + ow, where + ow);
-      for (; ow + lanes <= vector_last; ow += lanes) max_vector<kStride>(d, g, x, r, ow, y, where);
-      for (; ow + lanes128 <= vector_last; ow += lanes128) max_vector<kStride>(d128, g, x, r, ow, y, where);
-      for (; ow < g.out_width; ++ow) max_window(g, x, r, cols[static_cast<size_t>(ow)], y + ow, where + ow);
+      const auto at = [&](int64_t o) { return kIndices ? where + o : nullptr; };
+      for (; ow < inner.first; ++ow) max_window(g, x, r, cols[static_cast<size_t>(ow)], y + ow, at(ow));
+      for (; ow + lanes <= vector_last; ow += lanes) max_vector<kStride, kIndices>(d, g, x, r, ow, y, where);
+      for (; ow + lanes128 <= vector_last; ow += lanes128) {
+        max_vector<kStride, kIndices>(d128, g, x, r, ow, y, where);
+      }
+      for (; ow < g.out_width; ++ow) max_window(g, x, r, cols[static_cast<size_t>(ow)], y + ow, at(ow));
     }
   }
 }
 
-template <class T>
+template <bool kIndices, class T>
 void max_planes_any_stride(const Pool2dGeometry& g, const T* in, T* out, int64_t* indices, int64_t begin, int64_t end) {
   switch (g.stride_w) {
     case 1:
-      return max_planes<1>(g, in, out, indices, begin, end);
+      return max_planes<1, kIndices>(g, in, out, indices, begin, end);
     case 2:
-      return max_planes<2>(g, in, out, indices, begin, end);
+      return max_planes<2, kIndices>(g, in, out, indices, begin, end);
     case 3:
-      return max_planes<3>(g, in, out, indices, begin, end);
+      return max_planes<3, kIndices>(g, in, out, indices, begin, end);
     default:
-      return max_planes<4>(g, in, out, indices, begin, end);
+      return max_planes<4, kIndices>(g, in, out, indices, begin, end);
   }
+}
+
+template <class T>
+void max_planes_any(const Pool2dGeometry& g, const T* in, T* out, int64_t* indices, int64_t begin, int64_t end) {
+  if (indices != nullptr) return max_planes_any_stride<true>(g, in, out, indices, begin, end);
+  max_planes_any_stride<false>(g, in, out, indices, begin, end);
 }
 
 // Planes [begin, end) of max_pool2d's forward by the vector path (max_vector_path(g) holds).
 void MaxPoolPlanesF32(const Pool2dGeometry& g, const float* in, float* out, int64_t* indices, int64_t begin,
                       int64_t end) {
-  max_planes_any_stride(g, in, out, indices, begin, end);
+  max_planes_any(g, in, out, indices, begin, end);
 }
 void MaxPoolPlanesF64(const Pool2dGeometry& g, const double* in, double* out, int64_t* indices, int64_t begin,
                       int64_t end) {
-  max_planes_any_stride(g, in, out, indices, begin, end);
+  max_planes_any(g, in, out, indices, begin, end);
 }
 
 }  // namespace HWY_NAMESPACE
@@ -278,11 +290,12 @@ void max_forward(const Pool2dGeometry& g, const T* in, T* out, int64_t* indices)
   for_each_plane(g, [&](int64_t plane) {
     const T* x = in + plane * in_plane;
     T* y = out + plane * out_plane;
-    int64_t* where = indices + plane * out_plane;
+    int64_t* where = indices != nullptr ? indices + plane * out_plane : nullptr;
     for (int64_t oh = 0; oh < g.out_height; ++oh) {
       const Window& r = rows[static_cast<size_t>(oh)];
       for (int64_t ow = 0; ow < g.out_width; ++ow) {
-        max_window(g, x, r, cols[static_cast<size_t>(ow)], y + oh * g.out_width + ow, where + oh * g.out_width + ow);
+        max_window(g, x, r, cols[static_cast<size_t>(ow)], y + oh * g.out_width + ow,
+                   where != nullptr ? where + oh * g.out_width + ow : nullptr);
       }
     }
   });
