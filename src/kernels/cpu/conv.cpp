@@ -590,7 +590,7 @@ constexpr int64_t kDerivedBlockedWeightTransposed = 2;
 // g's forward in the blocked layout, `weight` packed for it (transposed: see nchwc_pack_weight).
 void blocked_forward(const Conv2dGeometry& g, const void* input, const Operand& weight, bool transposed,
                      const NchwcEpilogue& epilogue, void* out) {
-  const NchwcLayout layout = nchwc_layout();
+  const NchwcLayout layout = nchwc_layout(g);
   // The first element's address tells views of one storage apart.
   const auto first = static_cast<int64_t>(reinterpret_cast<intptr_t>(weight.data));
   const DerivedKey key{transposed ? kDerivedBlockedWeightTransposed : kDerivedBlockedWeight,
@@ -690,7 +690,7 @@ void conv2d_backward_weight_kernel(const KernelCall& c) {
   if (grad_weight.numel() == 0) return;
   if (grad_out.numel() == 0) return zero(grad_weight);
   const Conv2dGeometry g = conv_geometry(c.get<Conv2dAttrs>(), input, grad_weight, grad_out);
-  if (grad_weight.dtype == kFloat32 && nchwc_takes(g)) {
+  if (grad_weight.dtype == kFloat32 && nchwc_weight_grad_takes(g)) {
     return nchwc_weight_grad(g, grad_out.ptr<const float>(), input.ptr<const float>(), grad_weight.ptr<float>());
   }
   conv2d_backward_weight(grad_weight.dtype, g, grad_out.data, input.data, grad_weight.data);

@@ -128,20 +128,23 @@ inline constexpr int kPositions = 0;  // no blocked kernel
 #include "kernels/cpu/transpose-inl.h"
 #endif
 
-NchwcLayout Layout() {
+// Output channels go two vectors at a time, or one where rounding them up to two would add more
+// than a quarter (16 channels on AVX-512: LeNet's, the MNIST CNN's input gradient).
+NchwcLayout Layout(const Conv2dGeometry& g) {
   if constexpr (kPositions == 0) {
     return {};
   } else {
     const hn::ScalableTag<float> d;
     const auto lanes = static_cast<int64_t>(hn::Lanes(d));
-    return {lanes, 2 * lanes};
+    const bool two = ceil_div(g.out_channels, 2 * lanes) * 2 * lanes * 4 <= g.out_channels * 5;
+    return {lanes, two ? 2 * lanes : lanes};
   }
 }
 
 // The packing (Note [blocked convolution]): output group, input block, kernel row, kernel column,
 // input channel, then the group's output channels.
 void PackWeight(const Conv2dGeometry& g, const float* weight, bool transposed, float* packed) {
-  const Blocked k = blocked(g, Layout());
+  const Blocked k = blocked(g, Layout(g));
   const int64_t taps = g.kernel_h * g.kernel_w;
   parallel_for(0, k.out_groups, 1, [&](int64_t begin, int64_t end) {
     for (int64_t og = begin; og < end; ++og) {
@@ -221,14 +224,17 @@ struct TileArgs {
 };
 
 // R output rows of P positions each (S * kC floats apart within a row, a.next_row between rows,
-// from `in`, the first position's first tap) x two vectors of output channels, summed over the
-// whole patch, stored to `sums` ((R * P) x 2kC, row by row).
-template <int R, int P, int S>
+// from `in`, the first position's first tap) x NB vectors of output channels, summed over the
+// whole patch, stored to `sums` ((R * P) x NB kC, row by row).
+template <int R, int P, int S, int NB>
 void tile(const float* in, const float* w, const TileArgs& a, float* sums) {
   const D d;
-  V acc[R * P][2];
+  V acc[R * P][NB];
   EMBER_UNROLL
-  for (int p = 0; p < R * P; ++p) acc[p][0] = acc[p][1] = hn::Zero(d);
+  for (int p = 0; p < R * P; ++p) {
+    EMBER_UNROLL
+    for (int j = 0; j < NB; ++j) acc[p][j] = hn::Zero(d);
+  }
   for (int64_t b = 0; b < a.in_blocks; ++b) {
     const float* block = in + b * a.plane;
     for (int64_t y = 0; y < a.kernel_h; ++y) {
@@ -237,15 +243,18 @@ void tile(const float* in, const float* w, const TileArgs& a, float* sums) {
         const float* px = row + x * a.col_step;
         const float* px2 = px + (R > 1 ? a.next_row : 0);
         for (int64_t i = 0; i < kC; ++i) {
-          const V w0 = hn::LoadU(d, w), w1 = hn::LoadU(d, w + kC);
-          __builtin_prefetch(w + 32 * kC);
-          __builtin_prefetch(w + 33 * kC);
-          w += 2 * kC;
+          V wv[NB];
+          EMBER_UNROLL
+          for (int j = 0; j < NB; ++j) {
+            wv[j] = hn::LoadU(d, w + j * kC);
+            __builtin_prefetch(w + (16 * NB + j) * kC);
+          }
+          w += NB * kC;
           EMBER_UNROLL
           for (int p = 0; p < R * P; ++p) {
             const V v = hn::Set(d, (p < P ? px : px2)[(p % P) * S * kC + i]);
-            acc[p][0] = hn::MulAdd(v, w0, acc[p][0]);
-            acc[p][1] = hn::MulAdd(v, w1, acc[p][1]);
+            EMBER_UNROLL
+            for (int j = 0; j < NB; ++j) acc[p][j] = hn::MulAdd(v, wv[j], acc[p][j]);
           }
         }
       }
@@ -253,42 +262,45 @@ void tile(const float* in, const float* w, const TileArgs& a, float* sums) {
   }
   EMBER_UNROLL
   for (int p = 0; p < R * P; ++p) {
-    hn::StoreU(acc[p][0], d, sums + p * 2 * kC);
-    hn::StoreU(acc[p][1], d, sums + p * 2 * kC + kC);
+    EMBER_UNROLL
+    for (int j = 0; j < NB; ++j) hn::StoreU(acc[p][j], d, sums + (p * NB + j) * kC);
   }
 }
 
 using TileFn = void (*)(const float*, const float*, const TileArgs&, float*);
 
-template <int R, int S, size_t... I>
+template <int R, int S, int NB, size_t... I>
 constexpr std::array<TileFn, sizeof...(I)> tile_table(std::index_sequence<I...> /*widths*/) {
-  return {&tile<R, static_cast<int>(I) + 1, S>...};
+  return {&tile<R, static_cast<int>(I) + 1, S, NB>...};
 }
-// One row: [stride - 1][width - 1]; two rows (maps at most half a tile wide, ResNet's 7 x 7):
-// the same for widths up to kPositions / 2.
-constexpr std::array<std::array<TileFn, kPositions>, 2> kTiles = {
-    tile_table<1, 1>(std::make_index_sequence<kPositions>()), tile_table<1, 2>(std::make_index_sequence<kPositions>())};
-constexpr std::array<std::array<TileFn, kPositions / 2>, 2> kPairTiles = {
-    tile_table<2, 1>(std::make_index_sequence<kPositions / 2>()),
-    tile_table<2, 2>(std::make_index_sequence<kPositions / 2>())};
+template <int R, int NB>
+constexpr std::array<std::array<TileFn, kPositions / R>, 2> stride_tables() {
+  return {tile_table<R, 1, NB>(std::make_index_sequence<kPositions / R>()),
+          tile_table<R, 2, NB>(std::make_index_sequence<kPositions / R>())};
+}
+// One row: [vectors - 1][stride - 1][width - 1]; two rows (maps at most half a tile wide, ResNet's
+// 7 x 7): the same for widths up to kPositions / 2.
+constexpr std::array<std::array<std::array<TileFn, kPositions>, 2>, 2> kTiles = {stride_tables<1, 1>(),
+                                                                                 stride_tables<1, 2>()};
+constexpr std::array<std::array<std::array<TileFn, kPositions / 2>, 2>, 2> kPairTiles = {stride_tables<2, 1>(),
+                                                                                         stride_tables<2, 2>()};
 
-// The finished tile's `count` positions (P x 2kC sums) into `channels` NCHW planes at dst, through
+// The finished tile's `count` positions (P x `row` sums) into `channels` NCHW planes at dst, through
 // the epilogue (its bias and residual at this tile's channels and position): eight positions by
 // eight channels at a time through an 8 x 8 register transpose (the positions past `count` masked
 // off), the channels past a multiple of eight one by one.
-void write_tile(const float* sums, int64_t count, int64_t channels, const NchwcEpilogue& e, int64_t out_plane,
-                float* dst) {
+void write_tile(const float* sums, int64_t row, int64_t count, int64_t channels, const NchwcEpilogue& e,
+                int64_t out_plane, float* dst) {
   const float* bias = e.bias;
   const hn::CappedTag<float, 8> d8;
-  constexpr int64_t kRow = 2 * kC;
   int64_t j = 0;
   for (; j + 8 <= channels; j += 8) {
     for (int64_t p = 0; p < count; p += 8) {
-      const float* s = sums + p * kRow + j;
+      const float* s = sums + p * row + j;
       // Rows past the tile's count read the sums buffer's slack (kPositions + 8 rows).
-      auto r0 = hn::Load(d8, s), r1 = hn::Load(d8, s + kRow), r2 = hn::Load(d8, s + 2 * kRow),
-           r3 = hn::Load(d8, s + 3 * kRow), r4 = hn::Load(d8, s + 4 * kRow), r5 = hn::Load(d8, s + 5 * kRow),
-           r6 = hn::Load(d8, s + 6 * kRow), r7 = hn::Load(d8, s + 7 * kRow);
+      auto r0 = hn::Load(d8, s), r1 = hn::Load(d8, s + row), r2 = hn::Load(d8, s + 2 * row),
+           r3 = hn::Load(d8, s + 3 * row), r4 = hn::Load(d8, s + 4 * row), r5 = hn::Load(d8, s + 5 * row),
+           r6 = hn::Load(d8, s + 6 * row), r7 = hn::Load(d8, s + 7 * row);
       transpose_8x8(d8, r0, r1, r2, r3, r4, r5, r6, r7);
       const auto valid = hn::FirstN(d8, static_cast<size_t>(std::min<int64_t>(8, count - p)));
       float* out = dst + j * out_plane + p;
@@ -304,7 +316,7 @@ void write_tile(const float* sums, int64_t count, int64_t channels, const NchwcE
   for (; j < channels; ++j) {
     const float add = bias != nullptr ? bias[j] : 0.0f;
     for (int64_t p = 0; p < count; ++p) {
-      float v = sums[p * kRow + j] + add;
+      float v = sums[p * row + j] + add;
       if (e.residual != nullptr) v += e.residual[j * out_plane + p];
       if (e.relu) v = v < 0.0f ? 0.0f : v;
       dst[j * out_plane + p] = v;
@@ -329,17 +341,18 @@ void rows(const Conv2dGeometry& g, const Blocked& k, const float* blocked_image,
                          residual_image != nullptr ? residual_image + o0 * out_plane + offset : nullptr, epilogue.relu};
   };
   HWY_ALIGN float sums[(kPositions + 8) * 2 * kC];
+  const size_t nb = static_cast<size_t>(k.nbc / kC) - 1, stride = static_cast<size_t>(s - 1);
   if (2 * ow_size <= kPositions) {
     for (int64_t oh = oh0; oh < oh1; oh += 2) {
       const float* in = blocked_image + oh * s * k.wp * kC;
       if (oh + 1 < oh1) {
-        kPairTiles[static_cast<size_t>(s - 1)][static_cast<size_t>(ow_size - 1)](in, w, a, sums);
-        write_tile(sums, ow_size, channels, at(oh * ow_size), out_plane, out + oh * ow_size);
-        write_tile(sums + ow_size * 2 * kC, ow_size, channels, at((oh + 1) * ow_size), out_plane,
+        kPairTiles[nb][stride][static_cast<size_t>(ow_size - 1)](in, w, a, sums);
+        write_tile(sums, k.nbc, ow_size, channels, at(oh * ow_size), out_plane, out + oh * ow_size);
+        write_tile(sums + ow_size * k.nbc, k.nbc, ow_size, channels, at((oh + 1) * ow_size), out_plane,
                    out + (oh + 1) * ow_size);
       } else {
-        kTiles[static_cast<size_t>(s - 1)][static_cast<size_t>(ow_size - 1)](in, w, a, sums);
-        write_tile(sums, ow_size, channels, at(oh * ow_size), out_plane, out + oh * ow_size);
+        kTiles[nb][stride][static_cast<size_t>(ow_size - 1)](in, w, a, sums);
+        write_tile(sums, k.nbc, ow_size, channels, at(oh * ow_size), out_plane, out + oh * ow_size);
       }
     }
     return;
@@ -348,16 +361,15 @@ void rows(const Conv2dGeometry& g, const Blocked& k, const float* blocked_image,
   for (int64_t oh = oh0; oh < oh1; ++oh) {
     for (int64_t t = 0; t < n_tiles; ++t) {
       const int64_t ow0 = t * ow_size / n_tiles, count = (t + 1) * ow_size / n_tiles - ow0;
-      kTiles[static_cast<size_t>(s - 1)][static_cast<size_t>(count - 1)](blocked_image + (oh * s * k.wp + ow0 * s) * kC,
-                                                                         w, a, sums);
-      write_tile(sums, count, channels, at(oh * ow_size + ow0), out_plane, out + oh * ow_size + ow0);
+      kTiles[nb][stride][static_cast<size_t>(count - 1)](blocked_image + (oh * s * k.wp + ow0 * s) * kC, w, a, sums);
+      write_tile(sums, k.nbc, count, channels, at(oh * ow_size + ow0), out_plane, out + oh * ow_size + ow0);
     }
   }
 }
 
 void Forward(const Conv2dGeometry& g, const float* input, const float* packed, const NchwcEpilogue& epilogue,
              float* out) {
-  const Blocked k = blocked(g, Layout());
+  const Blocked k = blocked(g, Layout(g));
   const int64_t in_image = g.in_channels * g.in_height * g.in_width;
   const int64_t out_image = g.out_channels * g.out_height * g.out_width;
   const double flops =
@@ -438,9 +450,9 @@ void weight_tile(const Conv2dGeometry& g, const Blocked& k, const Blocked& kg, c
 }
 
 void WeightGrad(const Conv2dGeometry& g, const float* grad_out, const float* input, float* grad_weight) {
-  const Blocked k = blocked(g, Layout());
+  const Blocked k = blocked(g, Layout(g));
   const Conv2dGeometry go = output_as_image(g);
-  const Blocked kg = blocked(go, Layout());
+  const Blocked kg = blocked(go, Layout(go));
   const int64_t o_blocks = ceil_div(kg.in_blocks, 2) * 2, g_image = o_blocks * kg.plane;
   const int64_t taps = g.kernel_h * g.kernel_w, i_tiles = 2 * k.in_blocks, groups = o_blocks / 2;
   const int64_t tiles = taps * i_tiles * groups, tile_floats = 2 * kI * kC;
@@ -510,16 +522,21 @@ HWY_EXPORT(PackWeight);
 HWY_EXPORT(Forward);
 HWY_EXPORT(WeightGrad);
 
-NchwcLayout nchwc_layout() { return HWY_DYNAMIC_DISPATCH(Layout)(); }
+NchwcLayout nchwc_layout(const Conv2dGeometry& g) { return HWY_DYNAMIC_DISPATCH(Layout)(g); }
 
 bool nchwc_takes(const Conv2dGeometry& g) {
-  const NchwcLayout layout = nchwc_layout();
+  const NchwcLayout layout = nchwc_layout(g);
   if (layout.block == 0 || g.groups != 1 || g.stride_h != g.stride_w || g.stride_h > 2) return false;
   // Channels padded to whole blocks cost multiply-adds of zeros: at most an eighth on the input
   // side and a quarter on the output side.
   const int64_t in_padded = nchwc_detail::ceil_div(g.in_channels, layout.block) * layout.block;
   const int64_t out_padded = nchwc_detail::ceil_div(g.out_channels, layout.out_block) * layout.out_block;
   return in_padded * 8 <= g.in_channels * 9 && out_padded * 4 <= g.out_channels * 5;
+}
+
+bool nchwc_weight_grad_takes(const Conv2dGeometry& g) {
+  const int64_t pair = 2 * nchwc_layout(g).block;
+  return nchwc_takes(g) && nchwc_detail::ceil_div(g.out_channels, pair) * pair * 4 <= g.out_channels * 5;
 }
 
 int64_t nchwc_packed_size(const Conv2dGeometry& g, NchwcLayout layout) {
@@ -533,13 +550,14 @@ void nchwc_pack_weight(const Conv2dGeometry& g, const float* weight, bool transp
 
 void nchwc_forward(const Conv2dGeometry& g, const float* input, const float* packed, NchwcLayout layout,
                    const NchwcEpilogue& epilogue, float* out) {
-  EMBER_CHECK(layout == nchwc_layout() && layout.block > 0, "[conv2d] internal error: a weight packed for blocks of ",
-              layout.block, " on a CPU that runs blocks of ", nchwc_layout().block);
+  EMBER_CHECK(layout == nchwc_layout(g) && layout.block > 0, "[conv2d] internal error: a weight packed for blocks of ",
+              layout.block, " x ", layout.out_block, " where this CPU runs ", nchwc_layout(g).block, " x ",
+              nchwc_layout(g).out_block);
   HWY_DYNAMIC_DISPATCH(Forward)(g, input, packed, epilogue, out);
 }
 
 void nchwc_weight_grad(const Conv2dGeometry& g, const float* grad_out, const float* input, float* grad_weight) {
-  EMBER_CHECK(nchwc_layout().block > 0, "[conv2d] internal error: no blocked kernel on this CPU");
+  EMBER_CHECK(nchwc_layout(g).block > 0, "[conv2d] internal error: no blocked kernel on this CPU");
   HWY_DYNAMIC_DISPATCH(WeightGrad)(g, grad_out, input, grad_weight);
 }
 

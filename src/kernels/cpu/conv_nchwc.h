@@ -10,15 +10,16 @@
 
 namespace ember::cpu {
 
-// The packed weight's layout on this CPU: input channels in blocks of `block` (the float32
-// vector width) and output channels in groups of `out_block`. {0, 0} where there is no blocked
-// kernel (targets narrower than AVX2). A weight packed in one layout is only read in that layout.
+// g's packed weight's layout on this CPU: input channels in blocks of `block` (the float32 vector
+// width) and output channels in groups of `out_block` (one or two vectors). {0, 0} where there is
+// no blocked kernel (targets narrower than AVX2). A weight packed in one layout is only read in that
+// layout.
 struct NchwcLayout {
   int64_t block = 0;
   int64_t out_block = 0;
   bool operator==(const NchwcLayout&) const = default;
 };
-NchwcLayout nchwc_layout();
+NchwcLayout nchwc_layout(const Conv2dGeometry& g);
 
 // Whether the blocked forward takes this convolution on this CPU: one group, stride 1 or 2, and
 // enough input channels that padding them to whole blocks wastes little.
@@ -44,9 +45,13 @@ struct NchwcEpilogue {
 void nchwc_forward(const Conv2dGeometry& g, const float* input, const float* packed, NchwcLayout layout,
                    const NchwcEpilogue& epilogue, float* out);
 
+// Whether nchwc_weight_grad takes g: nchwc_takes it, and its output channels round up to pairs of
+// vectors with at most a quarter added.
+bool nchwc_weight_grad_takes(const Conv2dGeometry& g);
+
 // grad_weight (C_out, C_in, kh, kw) = the sum over the batch of grad_out (N, C_out, OH, OW) times
 // the input's (N, C_in, H, W) patches (Note [blocked weight gradient]), overwritten. For the
-// convolutions nchwc_takes; the result does not depend on the thread count.
+// convolutions nchwc_weight_grad_takes; the result does not depend on the thread count.
 void nchwc_weight_grad(const Conv2dGeometry& g, const float* grad_out, const float* input, float* grad_weight);
 
 }  // namespace ember::cpu
