@@ -121,6 +121,31 @@ TEST_F(ThreadSafety, OneQuantizedModelServesSeveralThreads) {
   EXPECT_EQ(mismatches.load(), 0);
 }
 
+// A convolution's packed weight is kept on the weight's storage (Note [derived forms]): threads that
+// run one model at once, each weight's form stale when they start, all get the right answer.
+TEST_F(ThreadSafety, OneConvolutionModelServesSeveralThreads) {
+  manual_seed(6);
+  auto model = std::make_shared<nn::Sequential>(std::make_shared<nn::Conv2d>(16, 32, 3, 1, 1),
+                                                std::make_shared<nn::ReLU>(), std::make_shared<nn::Conv2d>(32, 32, 3));
+  std::vector<Tensor> inputs, expected;
+  for (int t = 0; t < kThreads; ++t) inputs.push_back(randn({2, 16, 9, 12}));
+  {
+    autograd::NoGradGuard no_grad;
+    for (const Tensor& x : inputs) expected.push_back((*model)(x));
+  }
+  for (const auto& child : model->children()) {  // as if written again: every packed weight is stale
+    if (auto* conv = child->as<nn::Conv2d>()) conv->weight.bump_version();
+  }
+  std::atomic<int> mismatches{0};
+  run_concurrently(kThreads, [&](int t) {
+    autograd::NoGradGuard no_grad;
+    for (int round = 0; round < 3; ++round) {
+      if (!bitwise_equal((*model)(inputs[t]), expected[t])) mismatches.fetch_add(1);
+    }
+  });
+  EXPECT_EQ(mismatches.load(), 0);
+}
+
 models::GPTConfig small_gpt() { return {.vocab_size = 32, .block_size = 16, .n_layer = 2, .n_head = 2, .n_embd = 32}; }
 
 TEST_F(ThreadSafety, OneGptServesSeveralThreads) {
