@@ -1,5 +1,6 @@
 // conv2d: 2-D convolution (cross-correlation, as PyTorch) with stride, padding,
-// dilation, groups and an optional bias, on the im2col + GEMM kernels of kernels/cpu/conv.h.
+// dilation, groups and an optional bias, on the kernels of kernels/cpu/conv.h (im2col + GEMM,
+// direct) and kernels/cpu/conv_nchwc.h (blocked, float32).
 //
 // Shape rule: input (N, C_in, H, W) or unbatched (C_in, H, W); weight (C_out, C_in / groups, kH, kW);
 // bias (C_out). Output (N, C_out, OH, OW) (or (C_out, OH, OW)) with

@@ -95,6 +95,26 @@ TEST_F(ThreadSafety, OneCnnServesSeveralThreads) {
   EXPECT_EQ(mismatches.load(), 0);
 }
 
+// Runs `model` on inputs[t] in thread t, three times each, all threads at once, after marking every
+// weight written (so each derived copy is stale and the threads race to remake it); returns how
+// many results differ from the same model's answers computed first on one thread.
+int mismatches_when_shared(nn::Module& model, const std::vector<Tensor>& inputs) {
+  std::vector<Tensor> expected;
+  {
+    autograd::NoGradGuard no_grad;
+    for (const Tensor& x : inputs) expected.push_back(model(x));
+  }
+  for (const auto& [name, weight] : model.named_parameters()) weight.bump_version();
+  std::atomic<int> mismatches{0};
+  run_concurrently(static_cast<int>(inputs.size()), [&](int t) {
+    autograd::NoGradGuard no_grad;
+    for (int round = 0; round < 3; ++round) {
+      if (!bitwise_equal(model(inputs[t]), expected[t])) mismatches.fetch_add(1);
+    }
+  });
+  return mismatches.load();
+}
+
 // Quantized Linear layers multiply through interleaved copies of their weights, remade on the first
 // product after the weights change: here by every thread at once.
 TEST_F(ThreadSafety, OneQuantizedModelServesSeveralThreads) {
@@ -102,48 +122,20 @@ TEST_F(ThreadSafety, OneQuantizedModelServesSeveralThreads) {
   auto model = std::make_shared<nn::Sequential>(std::make_shared<nn::Linear>(64, 96), std::make_shared<nn::ReLU>(),
                                                 std::make_shared<nn::Linear>(96, 40));
   quant::quantize(*model, {.dtype = kQ4_0});
-  std::vector<Tensor> inputs, expected;
+  std::vector<Tensor> inputs;
   for (int t = 0; t < kThreads; ++t) inputs.push_back(randn({3, 64}));
-  {
-    autograd::NoGradGuard no_grad;
-    for (const Tensor& x : inputs) expected.push_back((*model)(x));
-  }
-  for (const auto& child : model->children()) {  // as if written again: every copy is stale
-    if (auto* linear = child->as<nn::Linear>()) linear->weight.bump_version();
-  }
-  std::atomic<int> mismatches{0};
-  run_concurrently(kThreads, [&](int t) {
-    autograd::NoGradGuard no_grad;
-    for (int round = 0; round < 3; ++round) {
-      if (!bitwise_equal((*model)(inputs[t]), expected[t])) mismatches.fetch_add(1);
-    }
-  });
-  EXPECT_EQ(mismatches.load(), 0);
+  EXPECT_EQ(mismatches_when_shared(*model, inputs), 0);
 }
 
-// A convolution's packed weight is kept on the weight's storage (Note [derived forms]): threads that
-// run one model at once, each weight's form stale when they start, all get the right answer.
+// A convolution's packed weight is kept on the weight's storage (Note [derived forms]), remade on
+// the first call after the weight changes: here by every thread at once.
 TEST_F(ThreadSafety, OneConvolutionModelServesSeveralThreads) {
   manual_seed(6);
   auto model = std::make_shared<nn::Sequential>(std::make_shared<nn::Conv2d>(16, 32, 3, 1, 1),
                                                 std::make_shared<nn::ReLU>(), std::make_shared<nn::Conv2d>(32, 32, 3));
-  std::vector<Tensor> inputs, expected;
+  std::vector<Tensor> inputs;
   for (int t = 0; t < kThreads; ++t) inputs.push_back(randn({2, 16, 9, 12}));
-  {
-    autograd::NoGradGuard no_grad;
-    for (const Tensor& x : inputs) expected.push_back((*model)(x));
-  }
-  for (const auto& child : model->children()) {  // as if written again: every packed weight is stale
-    if (auto* conv = child->as<nn::Conv2d>()) conv->weight.bump_version();
-  }
-  std::atomic<int> mismatches{0};
-  run_concurrently(kThreads, [&](int t) {
-    autograd::NoGradGuard no_grad;
-    for (int round = 0; round < 3; ++round) {
-      if (!bitwise_equal((*model)(inputs[t]), expected[t])) mismatches.fetch_add(1);
-    }
-  });
-  EXPECT_EQ(mismatches.load(), 0);
+  EXPECT_EQ(mismatches_when_shared(*model, inputs), 0);
 }
 
 models::GPTConfig small_gpt() { return {.vocab_size = 32, .block_size = 16, .n_layer = 2, .n_head = 2, .n_embd = 32}; }

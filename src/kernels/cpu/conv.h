@@ -1,5 +1,7 @@
 // The CPU 2-D convolution kernels: forward, gradient with respect to the input, and gradient with
-// respect to the weight, by im2col + the packed GEMM (kernels/cpu/gemm.h). Like every kernel they
+// respect to the weight, by im2col + the packed GEMM (kernels/cpu/gemm.h) or direct kernels. The
+// registry's entries send float32 convolutions that fill channel blocks to the blocked kernels
+// (conv_nchwc.h) first; these are the reference they are tested against. Like every kernel they
 // see raw pointers and sizes, never a Tensor; src/ops/conv.cpp validates, makes the operands
 // contiguous and allocates.
 #pragma once
