@@ -52,13 +52,19 @@ class StorageImpl {
   // packed weight) here, under a key of its own that names what was derived and how, so the next
   // call finds it instead of deriving it again. A form is valid for the version it was made at:
   // any write through ember (an optimizer step, copy_, load_state_dict, an in-place op) bumps the
-  // version and retires it. It is freed with the storage, or when a newer form takes its key.
-  // Both calls are thread-safe.
+  // version and retires it; code that writes through data_ptr() must call bump_version() after.
+  // Memory shared with another library (NumPy, DLPack: share_outside) keeps no form, since its
+  // writes never reach the version. A form is freed with the storage, or when a newer form takes
+  // its key. Both calls are thread-safe.
   using DerivedKey = std::array<int64_t, 8>;
   // The form kept under `key` for the current version, or null.
   std::shared_ptr<const void> derived(const DerivedKey& key) const;
   // Keeps `form` under `key`, made at version `version` (read before deriving it).
   void keep_derived(const DerivedKey& key, uint32_t version, std::shared_ptr<const void> form);
+  // The memory is also another library's to read and write (exported to or imported from NumPy
+  // or DLPack): nothing derived from it is kept from then on.
+  void share_outside() { shared_outside_.store(true, std::memory_order_relaxed); }
+  bool shared_outside() const { return shared_outside_.load(std::memory_order_relaxed); }
 
  private:
   struct DerivedForm {
@@ -74,6 +80,7 @@ class StorageImpl {
   std::atomic<uint32_t> version_{0};
   mutable std::atomic_flag derived_lock_;
   std::vector<DerivedForm> derived_;
+  std::atomic<bool> shared_outside_{false};
 };
 
 struct TensorImpl {
@@ -144,7 +151,8 @@ class Tensor {
   uint32_t version() const { return impl().storage->version(); }
   void bump_version() const { impl().storage->bump_version(); }
 
-  // Pointer to the first element (storage base + offset). Typed access checks the dtype.
+  // Pointer to the first element (storage base + offset). Typed access checks the dtype. A write
+  // through it does not move the version: call bump_version() after (Note [derived forms]).
   void* data_ptr() const;
   template <class T>
   T* data_ptr() const {

@@ -67,6 +67,7 @@ nb::ndarray<Framework...> export_array(const Tensor& t, const char* op) {
   std::vector<size_t> shape(t.shape().begin(), t.shape().end());
   std::vector<int64_t> strides(t.strides().begin(), t.strides().end());
   nb::capsule owner(new Tensor(t), [](void* p) noexcept { delete static_cast<Tensor*>(p); });
+  t.impl().storage->share_outside();  // writes through the array never reach the version
   return nb::ndarray<Framework...>(t.data_ptr(), shape.size(), shape.data(), owner, strides.data(), dtype);
 }
 
@@ -100,6 +101,7 @@ Tensor import_array(const nb::ndarray<>& array, const char* op) {
   auto impl = std::make_shared<TensorImpl>();
   impl->storage = std::make_shared<StorageImpl>(const_cast<void*>(static_cast<const void*>(array.data())),
                                                 extent * dtype_size(dtype), kCPU, release, keep);
+  impl->storage->share_outside();  // writes through the array never reach the version
   impl->dtype = dtype;
   impl->set_geometry(shape, strides, 0);
   return Tensor(std::move(impl));

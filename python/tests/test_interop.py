@@ -118,3 +118,21 @@ def test_tensor_copies_as_torch_tensor_does():
     s[0] = 5
     assert a[0] == 5.0
     assert ember.tensor(np.array([[1, 2]], dtype=np.int32)).dtype == ember.int32
+
+
+def test_writes_through_shared_arrays_reach_convolutions():
+    """A convolution keeps its packed weight on the weight's storage until the weight is written;
+    memory shared with NumPy keeps none, since a write there never reaches ember's version
+    counter: the next convolution sees it, whichever side exported the memory."""
+    F = ember.nn.functional
+    x = ember.randn(2, 16, 6, 6)
+    w = ember.randn(32, 16, 3, 3)
+    before = F.conv2d(x, w, padding=1).numpy().copy()
+    w.numpy()[...] *= -2
+    np.testing.assert_allclose(F.conv2d(x, w, padding=1).numpy(), -2 * before, rtol=1e-5, atol=1e-4)
+
+    a = np.random.default_rng(3).standard_normal((32, 16, 3, 3)).astype(np.float32)
+    v = ember.from_numpy(a)
+    before = F.conv2d(x, v, padding=1).numpy().copy()
+    a *= 3
+    np.testing.assert_allclose(F.conv2d(x, v, padding=1).numpy(), 3 * before, rtol=1e-5, atol=1e-4)

@@ -35,6 +35,7 @@ constexpr size_t kMaxDerivedForms = 4;
 }  // namespace
 
 std::shared_ptr<const void> StorageImpl::derived(const DerivedKey& key) const {
+  if (shared_outside()) return nullptr;
   const SpinGuard guard(derived_lock_);
   for (const DerivedForm& d : derived_) {
     if (d.key == key) return d.version == version() ? d.form : nullptr;
@@ -43,6 +44,7 @@ std::shared_ptr<const void> StorageImpl::derived(const DerivedKey& key) const {
 }
 
 void StorageImpl::keep_derived(const DerivedKey& key, uint32_t version, std::shared_ptr<const void> form) {
+  if (shared_outside()) return;
   std::shared_ptr<const void> retired;  // freed after the lock is released
   const SpinGuard guard(derived_lock_);
   for (DerivedForm& d : derived_) {

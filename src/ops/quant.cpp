@@ -175,7 +175,8 @@ InterleavedWeight InterleavedStack::current() {
   // data and version mean the same values.
   bool fresh = made_from_.size() == weights_.size();
   for (size_t i = 0; fresh && i < weights_.size(); ++i) {
-    fresh = made_from_[i].first.data_ptr() == weights_[i]->data_ptr() && made_from_[i].second == weights_[i]->version();
+    fresh = made_from_[i].first.data_ptr() == weights_[i]->data_ptr() &&
+            made_from_[i].second == weights_[i]->version() && !weights_[i]->impl().storage->shared_outside();
   }
   if (!fresh) {
     std::vector<Tensor> weights;
