@@ -253,7 +253,6 @@ void tile(const float* in, const float* w, const TileArgs& a, float* sums) {
       const float* row = block + y * a.row_step;
       for (int64_t x = 0; x < a.kernel_w; ++x) {
         const float* px = row + x * a.col_step;
-        const float* px2 = px + (R > 1 ? a.next_row : 0);
         for (int64_t i = 0; i < kC; ++i) {
           V wv[NB];
           EMBER_UNROLL
@@ -263,10 +262,13 @@ void tile(const float* in, const float* w, const TileArgs& a, float* sums) {
           }
           w += NB * kC;
           EMBER_UNROLL
-          for (int p = 0; p < R * P; ++p) {
-            const V v = hn::Set(d, (p < P ? px : px2)[(p % P) * S * kC + i]);
+          for (int r = 0; r < R; ++r) {
             EMBER_UNROLL
-            for (int j = 0; j < NB; ++j) acc[p][j] = hn::MulAdd(v, wv[j], acc[p][j]);
+            for (int p = 0; p < P; ++p) {
+              const V v = hn::Set(d, px[r * a.next_row + p * S * kC + i]);
+              EMBER_UNROLL
+              for (int j = 0; j < NB; ++j) acc[r * P + p][j] = hn::MulAdd(v, wv[j], acc[r * P + p][j]);
+            }
           }
         }
       }
