@@ -336,3 +336,31 @@ TEST(Elementwise, InPlaceOpsOnEmptyExpandedTensorsDoNothing) {
   EXPECT_NO_THROW(expanded.sub_(ember::empty({5, 0})));
   EXPECT_EQ(expanded.shape(), ember::Shape({5, 0}));
 }
+
+// where() selects through a mask (Note [branchless select]): 1, 2, 4 and 8-byte elements, each operand
+// contiguous, a broadcast scalar or strided, against the arithmetic select in float64.
+TEST(Elementwise, WhereSelectsForEveryElementSizeAndLayout) {
+  ember::manual_seed(11);
+  const Tensor c = ember::rand({37, 70}) < 0.5;
+  const Tensor a = ember::randint(-100, 100, {37, 70}), b = ember::randint(-100, 100, {37, 70});
+  const Tensor a_t = ember::randint(-100, 100, {70, 37}).t();
+  const Tensor s = ember::full({1, 1}, -7.0, ember::kInt64);
+  const Tensor cd = c.to(ember::kFloat64);
+  for (const ember::DType dtype : {ember::kInt8, ember::kFloat16, ember::kFloat32, ember::kInt64}) {
+    for (const auto& [x, y] : std::vector<std::pair<Tensor, Tensor>>{{a, b}, {a, s}, {s, b}, {s, s * -1}, {a_t, b}}) {
+      const Tensor xd = x.to(dtype), yd = y.to(dtype);
+      const Tensor expected = cd * xd.to(ember::kFloat64) + (1 - cd) * yd.to(ember::kFloat64);
+      const Tensor got = ember::where(c, xd, yd);
+      ASSERT_EQ(got.dtype(), dtype);
+      EXPECT_TRUE(golden::all_close(got.to(ember::kFloat64), expected, {0, 0})) << dtype;
+    }
+  }
+}
+
+// relu's gradient through a broadcast cotangent (a sum's backward) takes the fused pass too.
+TEST(Elementwise, ReluGradientThroughASum) {
+  ember::manual_seed(12);
+  const Tensor x = ember::randn({5, 33}).requires_grad_();
+  ember::relu(x).sum().backward();
+  EXPECT_TRUE(golden::all_close(x.grad(), (x.detach() > 0).to(ember::kFloat32), {0, 0}));
+}

