@@ -1,8 +1,8 @@
 // max_pool2d against a naive reference with PyTorch's rules (first maximum wins ties, NaN beats
 // everything, -inf is an ordinary value), over the shapes that exercise every path of the kernel:
 // strides 1-4 (the vector path), padding (scalar edge columns), widths that leave full-vector,
-// 128-bit and scalar tails, ceil_mode, and dilation (the scalar path). Values and gradients must
-// match bit for bit: both route each gradient to the same element, in the same order.
+// partial-vector, 128-bit and scalar tails, with and without indices, ceil_mode, and dilation (the scalar path). Values
+// and gradients must match bit for bit: both route each gradient to the same element, in the same order.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -107,6 +107,15 @@ void check_case(const PoolCase& c, ember::DType dtype) {
   for (size_t i = 0; i < got_grad.size(); ++i) {
     ASSERT_TRUE(same_bits(got_grad[i], expected_grad[i]))
         << "grad " << i << ": " << got_grad[i] << " vs " << expected_grad[i];
+  }
+  // Without a gradient to route, the kernel keeps no indices: a path of its own (partial tails).
+  const ember::autograd::NoGradGuard no_grad;
+  const std::vector<T> values =
+      values_of<T>(F::max_pool2d(x.detach(), {c.kernel_h, c.kernel_w}, ember::nn::Pair{c.stride_h, c.stride_w},
+                                 {c.pad_h, c.pad_w}, c.dilation, c.ceil_mode));
+  for (size_t i = 0; i < values.size(); ++i) {
+    ASSERT_TRUE(same_bits(values[i], expected_out[i]))
+        << "value " << i << ": " << values[i] << " vs " << expected_out[i];
   }
 }
 

@@ -28,6 +28,8 @@ namespace ember::cpu {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
+#include "kernels/cpu/partial_vector-inl.h"  // load_part, store_part
+
 // Vectors of at most 8 lanes: rows as narrow as 8 or 24 (MNIST's maps) then split into whole
 // vectors, and a 256-bit multiply-add costs no more per lane than a 512-bit one on the CPUs that
 // split the latter in two (Zen 4).
@@ -39,30 +41,6 @@ using Tag = hn::CappedTag<T, 8>;
 #ifndef EMBER_UNROLL
 #define EMBER_UNROLL _Pragma("GCC unroll 16")
 #endif
-
-// The `count` (<= lanes) values at p, zeros after them; reads nothing past p + count (a masked
-// load where the target has one that cannot fault, else through a small buffer).
-template <class D, class T = hn::TFromD<D>>
-HWY_INLINE hn::Vec<D> load_part(D d, const T* p, int64_t count) {
-  if (count == static_cast<int64_t>(hn::Lanes(d))) return hn::LoadU(d, p);
-#if !HWY_MEM_OPS_MIGHT_FAULT
-  return hn::MaskedLoad(hn::FirstN(d, static_cast<size_t>(count)), d, p);
-#endif
-  HWY_ALIGN T lanes[hn::MaxLanes(d)] = {};
-  for (int64_t i = 0; i < count; ++i) lanes[i] = p[i];
-  return hn::Load(d, lanes);
-}
-
-template <class D, class T = hn::TFromD<D>>
-HWY_INLINE void store_part(D d, hn::Vec<D> v, T* p, int64_t count) {
-  if (count == static_cast<int64_t>(hn::Lanes(d))) return hn::StoreU(v, d, p);
-#if !HWY_MEM_OPS_MIGHT_FAULT
-  return hn::BlendedStore(v, hn::FirstN(d, static_cast<size_t>(count)), d, p);
-#endif
-  HWY_ALIGN T lanes[hn::MaxLanes(d)];
-  hn::Store(v, d, lanes);
-  for (int64_t i = 0; i < count; ++i) p[i] = lanes[i];
-}
 
 // Output row y's columns [x, x + NV vectors) (the last vector holding `last` values) of channels
 // [co, co + CB): the accumulators stay in registers over every tap.
