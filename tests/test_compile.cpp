@@ -443,8 +443,8 @@ TEST(Compile, ReturnedResultsOfFusedEpiloguesReplay) {
 // (3 channels, and float64); a relu before the add stays out of the residual's epilogue.
 TEST(Compile, ConvolutionEpiloguesMatchEagerBitForBit) {
   manual_seed(63);
-  for (const auto& [channels, dtype] :
-       {std::pair{int64_t{64}, kFloat32}, std::pair{int64_t{3}, kFloat32}, std::pair{int64_t{64}, kFloat64}}) {
+  for (const auto& [channels, dtype] : {std::pair{int64_t{64}, kFloat32}, std::pair{int64_t{3}, kFloat32},
+                                        std::pair{int64_t{14}, kFloat32}, std::pair{int64_t{64}, kFloat64}}) {
     SCOPED_TRACE(::testing::Message() << channels << " channels, " << dtype);
     const Tensor w1 = randn({channels, channels, 3, 3}, dtype), b1 = randn({channels}, dtype);
     const Tensor w2 = randn({channels, channels, 3, 3}, dtype);

@@ -170,6 +170,45 @@ TEST(Conv2dBlocked, MatchesTheReferenceAcrossTileEdges) {
   }
 }
 
+// Fewer input channels than a block (Note [patch convolution]): a 1 x 1 blocked convolution over
+// the patches. ResNet's first layer (3 channels, 7 x 7, stride 2, padding 3) on a small image; a
+// tall one cut into several bands, with one vector of output channels; 5 channels, 5 x 5, dilation
+// 2, over two images. Against the float64 reference; 1 and 2 threads agree bit for bit.
+TEST(Conv2dBlocked, FewChannelsRunOverTheirPatches) {
+  ember::manual_seed(59);
+  struct Case {
+    std::vector<int64_t> x, w;
+    int64_t stride, pad, dilation;
+  };
+  const std::vector<Case> cases = {{{1, 3, 40, 44}, {64, 3, 7, 7}, 2, 3, 1},
+                                   {{1, 3, 400, 60}, {16, 3, 7, 7}, 2, 3, 1},
+                                   {{2, 5, 12, 13}, {32, 5, 5, 5}, 1, 4, 2}};
+  const int threads = ember::get_num_threads();
+  for (const Case& c : cases) {
+    SCOPED_TRACE(::testing::Message() << "x " << ember::Shape(c.x) << " w " << ember::Shape(c.w));
+    const Tensor x = ember::randn(c.x), w = ember::randn(c.w), b = ember::randn({c.w[0]});
+    const Tensor expected = reference_conv(x, w, b, c.stride, c.pad, c.dilation, 1);
+    std::vector<Tensor> outs;
+    for (const int t : {1, 2}) {
+      ember::set_num_threads(t);
+      outs.push_back(F::conv2d(x, w, b, c.stride, c.pad, c.dilation));
+      EXPECT_TRUE(golden::all_close(outs.back().to(ember::kFloat64), expected, {2e-4, 2e-4})) << t << " threads";
+    }
+    ember::set_num_threads(threads);
+    EXPECT_TRUE(golden::all_close(outs[0], outs[1], {0, 0}));
+    ember::cpu::Conv2dGeometry g;
+    g.in_channels = c.x[1];
+    g.out_channels = c.w[0];
+    g.kernel_h = c.w[2];
+    g.kernel_w = c.w[3];
+    g.out_height = outs[0].size(2);
+    g.out_width = outs[0].size(3);
+    if (ember::cpu::nchwc_layout(g).block > 0) {
+      EXPECT_TRUE(ember::cpu::nchwc_patch_takes(g));
+    }
+  }
+}
+
 // The gradients in the blocked layout against the float64 path (im2col). The input gradient of a
 // stride-1 convolution is the blocked forward of the padded output gradient with the weight
 // transposed and flipped (kernels 1 x 1 to 5 x 3, padding 0 to full, dilation 2; conv_transpose2d,

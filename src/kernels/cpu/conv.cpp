@@ -587,10 +587,10 @@ constexpr int64_t kDerivedBlockedWeightTransposed = 2;
 // The float32 forward in the blocked layout (Note [blocked convolution] in conv_nchwc.cpp). The
 // packed weight is kept on the weight's storage, so a model that is not training packs each
 // weight once; a training step packs it once per step (the optimizer's update retires the form),
-// and a weight without a storage of its own once per call.
-// g's forward in the blocked layout, `weight` packed for it (transposed: see nchwc_pack_weight).
-void blocked_forward(const Conv2dGeometry& g, const void* input, const Operand& weight, bool transposed,
-                     const NchwcEpilogue& epilogue, void* out) {
+// and a weight without a storage of its own once per call. `weight` packed for g (transposed: see
+// nchwc_pack_weight); the key holds g's channels and kernel, so the patch geometry's packing
+// (Note [patch convolution]) is a form of its own.
+std::shared_ptr<const void> packed_weight(const Conv2dGeometry& g, const Operand& weight, bool transposed) {
   const NchwcLayout layout = nchwc_layout(g);
   // The first element's address tells views of one storage apart.
   const auto first = static_cast<int64_t>(reinterpret_cast<intptr_t>(weight.data));
@@ -602,12 +602,18 @@ void blocked_forward(const Conv2dGeometry& g, const void* input, const Operand& 
                        g.in_channels,
                        g.kernel_h,
                        g.kernel_w};
-  const std::shared_ptr<const void> packed = derived_form(weight, key, [&] {
+  return derived_form(weight, key, [&] {
     std::shared_ptr<float[]> form(new float[static_cast<size_t>(nchwc_packed_size(g, layout))]);
     nchwc_pack_weight(g, weight.ptr<const float>(), transposed, form.get());
     return std::shared_ptr<const void>(std::move(form));
   });
-  nchwc_forward(g, static_cast<const float*>(input), static_cast<const float*>(packed.get()), layout, epilogue,
+}
+
+// g's forward in the blocked layout.
+void blocked_forward(const Conv2dGeometry& g, const void* input, const Operand& weight, bool transposed,
+                     const NchwcEpilogue& epilogue, void* out) {
+  const std::shared_ptr<const void> packed = packed_weight(g, weight, transposed);
+  nchwc_forward(g, static_cast<const float*>(input), static_cast<const float*>(packed.get()), nchwc_layout(g), epilogue,
                 static_cast<float*>(out));
 }
 
@@ -663,6 +669,14 @@ void conv2d_kernel(const KernelCall& c) {
     const NchwcEpilogue epilogue{bias.ptr<const float>(), residual != nullptr ? residual->ptr<const float>() : nullptr,
                                  relu};
     return blocked_forward(g, input.data, weight, false, epilogue, out.data);
+  }
+  if (out.dtype == kFloat32 && nchwc_patch_takes(g)) {
+    const NchwcEpilogue epilogue{bias.ptr<const float>(), residual != nullptr ? residual->ptr<const float>() : nullptr,
+                                 relu};
+    const Conv2dGeometry patches = nchwc_patch_geometry(g);
+    const std::shared_ptr<const void> packed = packed_weight(patches, weight, false);
+    return nchwc_patch_forward(g, input.ptr<const float>(), static_cast<const float*>(packed.get()),
+                               nchwc_layout(patches), epilogue, out.ptr<float>());
   }
   conv2d_forward(out.dtype, g, input.data, weight.data, bias.data, out.data);
   if (residual == nullptr && !relu) return;
