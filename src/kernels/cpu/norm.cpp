@@ -1,9 +1,9 @@
 // Normalization kernels (batch norm per channel; layer norm and RMS norm per row), forward and
-// backward. Batch norm sums in double with four independent accumulators (precision for long
-// float32 reductions, and enough independent adds to hide their latency); its elementwise parts
-// run in the buffer's own type. Layer norm and RMS norm run per Highway target (Note [row norm
-// sums]). Every statistic is summed in a fixed order by one thread, so the results do not depend
-// on the thread count.
+// backward. Batch norm sums in double, in vectors of four independent accumulators (precision for
+// long float32 reductions, and enough independent adds to hide their latency: Note [batch norm
+// sums]); its elementwise parts run in the buffer's own type. Layer norm and RMS norm run per Highway target (Note [row
+// norm sums]). Every statistic is summed in a fixed order by one thread, so the results do not depend on the thread
+// count.
 
 // foreach_target.h must come first, right after HWY_TARGET_INCLUDE.
 // clang-format off
@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 #include <vector>
 
 #include "ember/error.h"
@@ -170,6 +171,56 @@ void rows_backward(int64_t begin, int64_t end, int64_t cols, bool center, const 
 
 }  // namespace
 
+// Note [batch norm sums]
+// Batch norm's per-channel statistics sum a plane of each image in double: vectors of doubles
+// (float32 lanes widened), four accumulators, then the lanes and the scalar tail. What to sum:
+// x (kSum), (x - center)^2 (kSquares), dy (x - center) (kCentered). As scalar code with four
+// double accumulators these ran at about one element per cycle; in vectors, over 16 x 64 x 28 x 28
+// (resnet_block_f32), batch_norm_stats 271 -> 135 us and the backward 521 -> 435 us (its dx pass,
+// compiled once, is the rest).
+enum class ChannelSum : int { kSum, kSquares, kCentered };
+
+template <class T>
+double channel_sum(ChannelSum what, const T* x, const T* dy, int64_t n, double center) {
+  const hn::ScalableTag<double> d;
+  using V = hn::Vec<decltype(d)>;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+  const auto load = [&](const T* p) HWY_ATTR {
+    if constexpr (std::is_same_v<T, float>) {
+      return hn::PromoteTo(d, hn::LoadU(hn::Rebind<float, decltype(d)>(), p));
+    } else {
+      return hn::LoadU(d, p);
+    }
+  };
+  const V c = hn::Set(d, center);
+  const auto add = [&](V acc, int64_t i) HWY_ATTR {
+    if (what == ChannelSum::kSum) return hn::Add(acc, load(x + i));
+    const V centered = hn::Sub(load(x + i), c);
+    return hn::MulAdd(what == ChannelSum::kSquares ? centered : load(dy + i), centered, acc);
+  };
+  V a0 = hn::Zero(d), a1 = a0, a2 = a0, a3 = a0;
+  int64_t i = 0;
+  for (; i + 4 * lanes <= n; i += 4 * lanes) {
+    a0 = add(a0, i);
+    a1 = add(a1, i + lanes);
+    a2 = add(a2, i + 2 * lanes);
+    a3 = add(a3, i + 3 * lanes);
+  }
+  for (; i + lanes <= n; i += lanes) a0 = add(a0, i);
+  double total = hn::GetLane(hn::SumOfLanes(d, hn::Add(hn::Add(a0, a1), hn::Add(a2, a3))));
+  for (; i < n; ++i) {
+    const double v = static_cast<double>(x[i]) - (what == ChannelSum::kSum ? 0.0 : center);
+    total += what == ChannelSum::kSum ? v : what == ChannelSum::kSquares ? v * v : static_cast<double>(dy[i]) * v;
+  }
+  return total;
+}
+
+double BatchNormSum(DType dtype, int what, const void* x, const void* dy, int64_t n, double center) {
+  const auto kind = static_cast<ChannelSum>(what);
+  if (dtype == kFloat32) return channel_sum(kind, cast<float>(x), cast<float>(dy), n, center);
+  return channel_sum(kind, cast<double>(x), cast<double>(dy), n, center);
+}
+
 void RowNormForward(DType dtype, int64_t begin, int64_t end, int64_t cols, double eps, bool center, const void* x,
                     const void* weight, const void* bias, void* y, void* mean, void* rstd) {
   dispatch_float(center ? "layer_norm" : "rms_norm", dtype, [&](auto zero) {
@@ -196,56 +247,25 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 #include "kernels/cpu/registry.h"
 namespace ember::cpu {
+
+HWY_EXPORT(BatchNormSum);
+HWY_EXPORT(RowNormForward);
+HWY_EXPORT(RowNormBackward);
+
 namespace {
 
-// sum(x[i]) over n elements, in double.
+// Batch norm's sums in double (Note [batch norm sums]), per Highway target.
 template <class T>
 double sum_of(const T* x, int64_t n) {
-  double a0 = 0, a1 = 0, a2 = 0, a3 = 0;
-  int64_t i = 0;
-  for (; i + 4 <= n; i += 4) {
-    a0 += static_cast<double>(x[i]);
-    a1 += static_cast<double>(x[i + 1]);
-    a2 += static_cast<double>(x[i + 2]);
-    a3 += static_cast<double>(x[i + 3]);
-  }
-  for (; i < n; ++i) a0 += static_cast<double>(x[i]);
-  return (a0 + a1) + (a2 + a3);
+  return HWY_DYNAMIC_DISPATCH(BatchNormSum)(dtype_of<T>(), 0, x, nullptr, n, 0.0);
 }
-
-// sum((x[i] - center)^2), in double.
 template <class T>
 double squared_deviations(const T* x, int64_t n, double center) {
-  double a0 = 0, a1 = 0, a2 = 0, a3 = 0;
-  int64_t i = 0;
-  for (; i + 4 <= n; i += 4) {
-    const double d0 = static_cast<double>(x[i]) - center, d1 = static_cast<double>(x[i + 1]) - center;
-    const double d2 = static_cast<double>(x[i + 2]) - center, d3 = static_cast<double>(x[i + 3]) - center;
-    a0 += d0 * d0;
-    a1 += d1 * d1;
-    a2 += d2 * d2;
-    a3 += d3 * d3;
-  }
-  for (; i < n; ++i) {
-    const double d = static_cast<double>(x[i]) - center;
-    a0 += d * d;
-  }
-  return (a0 + a1) + (a2 + a3);
+  return HWY_DYNAMIC_DISPATCH(BatchNormSum)(dtype_of<T>(), 1, x, nullptr, n, center);
 }
-
-// sum(dy[i] * (x[i] - center)), in double.
 template <class T>
 double centered_dot(const T* dy, const T* x, int64_t n, double center) {
-  double a0 = 0, a1 = 0, a2 = 0, a3 = 0;
-  int64_t i = 0;
-  for (; i + 4 <= n; i += 4) {
-    a0 += static_cast<double>(dy[i]) * (static_cast<double>(x[i]) - center);
-    a1 += static_cast<double>(dy[i + 1]) * (static_cast<double>(x[i + 1]) - center);
-    a2 += static_cast<double>(dy[i + 2]) * (static_cast<double>(x[i + 2]) - center);
-    a3 += static_cast<double>(dy[i + 3]) * (static_cast<double>(x[i + 3]) - center);
-  }
-  for (; i < n; ++i) a0 += static_cast<double>(dy[i]) * (static_cast<double>(x[i]) - center);
-  return (a0 + a1) + (a2 + a3);
+  return HWY_DYNAMIC_DISPATCH(BatchNormSum)(dtype_of<T>(), 2, x, dy, n, center);
 }
 
 // Items per task so that a task handles at least kElementwiseGrain elements.
@@ -345,9 +365,6 @@ void batch_norm_backward(DType dtype, int64_t outer, int64_t channels, int64_t i
                 cast<T>(weight), cast<T>(grad_in), cast<T>(grad_weight), cast<T>(grad_bias));
   });
 }
-
-HWY_EXPORT(RowNormForward);
-HWY_EXPORT(RowNormBackward);
 
 namespace {
 
