@@ -329,9 +329,11 @@ void int8_rows_scalar(const MatmulArgs& a, const Int8Rows& x, int64_t m_begin, i
 constexpr int64_t kGroupRows = 16;
 
 // Note [weight prefetch]: a group's blocks are one contiguous stream, and one stream leaves the
-// core waiting on memory: the hardware prefetcher keeps too few lines in flight for it. The kernel
-// that first reads a group (the first rows of x; the others find it in L1) prefetches each line
-// 8 KiB ahead, into the next group where this one ends. gemv_q4_0_4096x14336 on 2 threads: 1.44-1.55
+// core waiting on memory: the hardware prefetcher keeps too few lines in flight for it. In a
+// mat-vec product (up to 4 rows of x, one pass over each group) the kernel prefetches each line
+// 8 KiB ahead, into the next group where this one ends. With more rows the group is read again
+// from L1 by the later tiles, and a prefetch would evict it (prompt processing measured the same
+// with and without). gemv_q4_0_4096x14336 on 2 threads: 1.44-1.55
 // ms without, 0.75-0.85 ms 1-2 KiB ahead, 0.6-0.7 ms 8 KiB ahead, no better 16 KiB ahead or into
 // L3 only (_MM_HINT_T2); one thread: 3.5 -> 2.4-3.0 ms.
 constexpr int64_t kPrefetchAhead = 8192;
@@ -987,14 +989,15 @@ void tiles(int64_t m_begin, int64_t m_end, int64_t n_begin, int64_t n_end, const
 // Rows [m0, m1) of x against group g of interleaved weights, with the kernel the ISA has.
 template <DType W>
 void interleaved_rows(const MatmulArgs& a, const PairRecord* records, Isa isa, int64_t m0, int64_t m1, int64_t g) {
+  const int64_t streamed = m1 - m0 <= 4 ? m0 : -1;  // the row that prefetches (Note [weight prefetch])
   if (supports(isa, Isa::kAvx512Vnni)) {
     int64_t r = m0;
-    for (; r + 4 <= m1; r += 4) interleaved_tile_vnni<W, 4>(a, records, r, g, r == m0);
-    if (m1 - r == 3) interleaved_tile_vnni<W, 3>(a, records, r, g, r == m0);
-    if (m1 - r == 2) interleaved_tile_vnni<W, 2>(a, records, r, g, r == m0);
-    if (m1 - r == 1) interleaved_tile_vnni<W, 1>(a, records, r, g, r == m0);
+    for (; r + 4 <= m1; r += 4) interleaved_tile_vnni<W, 4>(a, records, r, g, r == streamed);
+    if (m1 - r == 3) interleaved_tile_vnni<W, 3>(a, records, r, g, r == streamed);
+    if (m1 - r == 2) interleaved_tile_vnni<W, 2>(a, records, r, g, r == streamed);
+    if (m1 - r == 1) interleaved_tile_vnni<W, 1>(a, records, r, g, r == streamed);
   } else if (supports(isa, Isa::kAvx2)) {
-    for (int64_t r = m0; r < m1; ++r) interleaved_row_avx2<W>(a, records, r, g, r == m0);
+    for (int64_t r = m0; r < m1; ++r) interleaved_row_avx2<W>(a, records, r, g, r == streamed);
   } else {
     for (int64_t r = m0; r < m1; ++r) interleaved_row_scalar(a, records, r, g);
   }
