@@ -754,16 +754,62 @@ void unpacked_row(D d, const Problem<T>& p, int64_t i, int64_t col_begin, int64_
 }
 
 // Unpacked, B's rows contiguous: blocks of 4 rows x 2 vectors of C (8 accumulators: enough
-// independent FMAs to fill both FMA units) read A in place (broadcast) and B rows as vectors;
-// then 4 rows x 1 vector for the last columns, and leftover rows one at a time.
+// independent FMAs to fill both FMA units; 4 x 4 vectors first with 32 registers) read A in place
+// (broadcast) and B rows as vectors; then 4 rows x 1 vector for the last columns, and leftover
+// rows one at a time.
+// Note [wide unpacked tile]: with 32 vector registers the unpacked path takes 4 rows x 4 vectors
+// of C (16 accumulators, 4 loads of B and 4 broadcasts of A per 16 FMAs), and then it is faster
+// than packing up to 256^3 multiply-adds where B's rows are contiguous and n spans the tile
+// (Python, 5 rounds, 2 threads, packed -> unpacked: 128^3 29 -> 17 us, 64 x 784 x 128 95 -> 62,
+// 256^3 124 -> 101, 64 x 4096 x 64 217 -> 117; but 384^3 395 -> 472 and 512^3 878 -> 1150, where
+// each tile of 4 rows reading all of B from L2 costs more than packing). The 4 x 2 tile below
+// stays for 16 registers, and for the last columns. matmul_f32_64 (64^3, on the edge of the
+// old rule, packed): 5.4 -> 3.9 us.
+inline constexpr double kWideUnpackedWork = 256.0 * 256.0 * 256.0;
+
+// The wide tile's vectors across n: 4 with 512-bit vectors (32 registers), none narrower.
+template <class D>
+constexpr int wide_unpacked_vectors(D d) {
+  return hn::MaxLanes(d) * sizeof(hn::TFromD<D>) >= 64 ? 4 : 0;
+}
+
+// Rows i..i+3 of C, columns j.. (NV whole vectors), as unpacked_rows's tile but NV vectors wide.
+template <int NV, class D, class T = hn::TFromD<D>>
+HWY_INLINE void unpacked_wide_tile(D d, const Problem<T>& p, int64_t i, int64_t j) {
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+  const int64_t ars = p.a_row_stride, acs = p.a_col_stride;
+  const T* a0 = p.a + i * ars;
+  hn::Vec<D> acc[4][NV];
+  for (int r = 0; r < 4; ++r) {
+    for (int v = 0; v < NV; ++v) acc[r][v] = hn::Zero(d);
+  }
+  for (int64_t k = 0; k < p.k; ++k) {
+    const T* b_row = p.b + k * p.b_row_stride + j;
+    hn::Vec<D> b[NV];
+    for (int v = 0; v < NV; ++v) b[v] = hn::LoadU(d, b_row + v * lanes);
+    const T* a = a0 + k * acs;
+    for (int r = 0; r < 4; ++r) {
+      const auto x = hn::Set(d, a[r * ars]);
+      for (int v = 0; v < NV; ++v) acc[r][v] = hn::MulAdd(x, b[v], acc[r][v]);
+    }
+  }
+  for (int r = 0; r < 4; ++r) {
+    for (int v = 0; v < NV; ++v) store_sums(d, p, i + r, j + v * lanes, acc[r][v], lanes);
+  }
+}
+
 template <class D, class T = hn::TFromD<D>>
 void unpacked_rows(D d, const Problem<T>& p, int64_t row_begin, int64_t row_end, int64_t col_begin, int64_t col_end) {
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
   const int64_t ars = p.a_row_stride, acs = p.a_col_stride;
+  constexpr int kWide = wide_unpacked_vectors(D());
   int64_t i = row_begin;
   for (; i + 4 <= row_end; i += 4) {
     const T* a0 = p.a + i * ars;
     int64_t j = col_begin;
+    if constexpr (kWide > 0) {
+      for (; j + kWide * lanes <= col_end; j += kWide * lanes) unpacked_wide_tile<kWide>(d, p, i, j);
+    }
     for (; j + 2 * lanes <= col_end; j += 2 * lanes) {
       auto c00 = hn::Zero(d), c01 = hn::Zero(d), c10 = hn::Zero(d), c11 = hn::Zero(d);
       auto c20 = hn::Zero(d), c21 = hn::Zero(d), c30 = hn::Zero(d), c31 = hn::Zero(d);
@@ -939,7 +985,12 @@ void solve(Problem<T> p, int threads) {
     if (rows_ok) return unpacked_gemm(Unpacked::kRows, p, used);
     if (dots_ok) return unpacked_gemm(Unpacked::kDots, p, used);
   }
-  if (kMr != kWideMr && force_wide_tile.load(std::memory_order_relaxed)) return packed_gemm<kWideMr>(p, used);
+  const bool forced = force_wide_tile.load(std::memory_order_relaxed);
+  constexpr int kWide = wide_unpacked_vectors(hn::ScalableTag<T>());
+  if (kWide > 0 && !forced && rows_ok && p.k >= kUnpackedMinK && p.n >= kWide * lanes && work <= kWideUnpackedWork) {
+    return unpacked_gemm(Unpacked::kRows, p, used);  // Note [wide unpacked tile]
+  }
+  if (kMr != kWideMr && forced) return packed_gemm<kWideMr>(p, used);
   packed_gemm<kMr>(p, used);
 }
 

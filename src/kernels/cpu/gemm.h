@@ -69,7 +69,9 @@ void gemm_batched(const GemmArgs& args, int64_t batch, const int64_t* a_offsets,
 // The register tile of the packed path is chosen per instruction set: 6 x 2 vectors (6 x 16
 // floats) on AVX2 and SSE4, 14 x 2 vectors (14 x 32 floats) on AVX-512. For tests: run the
 // AVX-512 tile shape (14 rows) on whatever vectors this CPU has, so its packing, edge tiles and
-// epilogue are exercised on machines without AVX-512. Not thread-safe; tests reset it.
+// epilogue are exercised on machines without AVX-512; it also keeps the problems that AVX-512
+// takes unpacked with a wide tile (Note [wide unpacked tile]) on the packed path. Not
+// thread-safe; tests reset it.
 void gemm_force_wide_tile_for_testing(bool on);
 
 // The name of the tile the packed path uses on this CPU, e.g. "AVX2 6x16" (for `ember info` and tests).
