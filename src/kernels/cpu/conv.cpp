@@ -283,15 +283,17 @@ void pad_planes(const T* planes, int64_t channels, int64_t height, int64_t width
 
 // out (batch images of `out` planes) = the direct convolution of `input` (batch images of
 // in_channels planes of in_height x in_width, padded here by pad_h / pad_w) with `weight`
-// ((out_channels, in_channels, kh, kw)) plus bias. Tasks: images times bands of output rows
-// (bands only when there are too few images to go round).
+// ((out_channels, in_channels, kh, kw)) plus bias, then relu?(out + residual) as each strip is
+// stored (residual: laid out as out, or null). Tasks: images times bands of output rows (bands
+// only when there are too few images to go round).
 template <class T>
 void direct_forward(const T* input, int64_t batch, int64_t in_channels, int64_t in_height, int64_t in_width,
                     int64_t pad_h, int64_t pad_w, const T* weight, const T* bias, int64_t out_channels,
-                    int64_t kernel_h, int64_t kernel_w, T* out) {
+                    int64_t kernel_h, int64_t kernel_w, T* out, const T* residual = nullptr, bool relu = false) {
   DirectConv<T> c;
   c.weight = weight;
   c.bias = bias;
+  c.relu = relu;
   c.in_channels = in_channels;
   c.in_height = in_height + 2 * pad_h;
   c.in_width = in_width + 2 * pad_w;
@@ -318,16 +320,30 @@ void direct_forward(const T* input, int64_t batch, int64_t in_channels, int64_t 
         image.input = padded;
       }
       image.out = out + n * out_image;
+      if (residual != nullptr) image.residual = residual + n * out_image;
       direct_forward_rows(image, 0, out_channels, band * c.out_height / bands, (band + 1) * c.out_height / bands);
     }
   });
 }
 
+// The epilogue after the im2col path: out = relu?(out + residual).
 template <class T>
-void forward(const Conv2dGeometry& g, const T* input, const T* weight, const T* bias, T* out) {
+void finish(T* o, int64_t count, const T* residual, bool relu) {
+  parallel_for(0, count, kElementwiseGrain, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      T v = o[i];
+      if (residual != nullptr) v += residual[i];
+      o[i] = relu && v < T(0) ? T(0) : v;  // as the relu op: keeps NaN
+    }
+  });
+}
+
+template <class T>
+void forward(const Conv2dGeometry& g, const T* input, const T* weight, const T* bias, T* out, const T* residual,
+             bool relu) {
   if (direct_forward_wins(g)) {
     return direct_forward(input, g.batch, g.in_channels, g.in_height, g.in_width, g.pad_h, g.pad_w, weight, bias,
-                          g.out_channels, g.kernel_h, g.kernel_w, out);
+                          g.out_channels, g.kernel_h, g.kernel_w, out, residual, relu);
   }
   const Sizes s = sizes_of(g);
   const int64_t rows_per_band = s.pointwise ? g.out_height : band_rows<T>(g);
@@ -366,6 +382,7 @@ void forward(const Conv2dGeometry& g, const T* input, const T* weight, const T* 
       }
     }
   });
+  if (residual != nullptr || relu) finish(out, g.batch * g.out_channels * g.out_height * g.out_width, residual, relu);
 }
 
 template <class T>
@@ -525,11 +542,11 @@ void backward_weight(const Conv2dGeometry& g, const T* grad_out, const T* input,
 }  // namespace
 
 void conv2d_forward(DType dtype, const Conv2dGeometry& g, const void* input, const void* weight, const void* bias,
-                    void* out) {
+                    void* out, const void* residual, bool relu) {
   dispatch_float("conv2d", dtype, [&](auto zero) {
     using T = decltype(zero);
     forward(g, static_cast<const T*>(input), static_cast<const T*>(weight), static_cast<const T*>(bias),
-            static_cast<T*>(out));
+            static_cast<T*>(out), static_cast<const T*>(residual), relu);
   });
 }
 
@@ -641,19 +658,6 @@ std::optional<Conv2dGeometry> blocked_input_gradient(const Conv2dGeometry& g) {
   return t;
 }
 
-// The epilogue the other paths apply after the convolution: out = relu?(out + residual).
-template <class T>
-void finish(const Operand& out, const T* residual, bool relu) {
-  T* o = out.ptr<T>();
-  parallel_for(0, out.numel(), kElementwiseGrain, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) {
-      T v = o[i];
-      if (residual != nullptr) v += residual[i];
-      o[i] = relu && v < T(0) ? T(0) : v;  // as the relu op: keeps NaN
-    }
-  });
-}
-
 // inputs: input, weight, bias (C_out) or absent, and (from the compiler's epilogue fusion) a
 // contiguous residual of the output's shape or absent; outputs: the result.
 void conv2d_kernel(const KernelCall& c) {
@@ -678,12 +682,8 @@ void conv2d_kernel(const KernelCall& c) {
     return nchwc_patch_forward(g, input.ptr<const float>(), static_cast<const float*>(packed.get()),
                                nchwc_layout(patches), epilogue, out.ptr<float>());
   }
-  conv2d_forward(out.dtype, g, input.data, weight.data, bias.data, out.data);
-  if (residual == nullptr && !relu) return;
-  dispatch_float("conv2d", out.dtype, [&](auto zero) {
-    using T = decltype(zero);
-    finish(out, residual != nullptr ? residual->ptr<const T>() : nullptr, relu);
-  });
+  conv2d_forward(out.dtype, g, input.data, weight.data, bias.data, out.data,
+                 residual != nullptr ? residual->data : nullptr, relu);
 }
 
 // inputs: grad_out, weight; outputs: grad_input.

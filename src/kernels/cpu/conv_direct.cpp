@@ -5,7 +5,8 @@
 //
 // Forward: a strip of an output row (two vectors) of a block of CB output channels is held in
 // registers while every tap (ci, ky, kx) adds weight * the input row shifted by kx: per tap two
-// loads of input, CB broadcasts of a weight and 2 x CB multiply-adds. Weight gradient: for a block of CB
+// loads of input, CB broadcasts of a weight and 2 x CB multiply-adds; the bias, a residual and a
+// ReLU join as the strip is stored. Weight gradient: for a block of CB
 // output channels, one input channel and one kernel row ky, CB x kernel_w vector accumulators sum
 // grad_out row * input row shifted by kx over an image's rows and columns; their lanes are added
 // and the images' sums summed in double. The last, partial vector of a row is a masked load (or goes through
@@ -81,9 +82,15 @@ HWY_INLINE void forward_strip(const DirectConv<T>& c, int64_t co, int64_t y, int
       EMBER_UNROLL
       for (int v = 0; v < NV; ++v) acc[b][v] = hn::Add(acc[b][v], hn::Set(d, c.bias[co + b]));
     }
-    T* out = c.out + (co + b) * out_plane + y * c.out_width + x;
+    const int64_t at = (co + b) * out_plane + y * c.out_width + x;
     EMBER_UNROLL
-    for (int v = 0; v < NV; ++v) store_part(d, acc[b][v], out + v * lanes, v == NV - 1 ? last : lanes);
+    for (int v = 0; v < NV; ++v) {
+      const int64_t count = v == NV - 1 ? last : lanes;
+      V o = acc[b][v];
+      if (c.residual != nullptr) o = hn::Add(o, load_part(d, c.residual + at + v * lanes, count));
+      if (c.relu) o = hn::IfThenZeroElse(hn::Lt(o, hn::Zero(d)), o);  // as the relu op: keeps NaN
+      store_part(d, o, c.out + at + v * lanes, count);
+    }
   }
 }
 

@@ -17,6 +17,9 @@ struct DirectConv {
   const T* weight = nullptr;
   const T* bias = nullptr;  // (out_channels) or null
   T* out = nullptr;
+  // The epilogue after the bias: out = relu?(out + residual), residual laid out as out (or null).
+  const T* residual = nullptr;
+  bool relu = false;
   int64_t in_channels = 0, in_height = 0, in_width = 0;
   int64_t out_channels = 0, out_height = 0, out_width = 0;
   int64_t kernel_h = 0, kernel_w = 0;
