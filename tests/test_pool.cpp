@@ -7,7 +7,9 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "ember/ember.h"
@@ -72,9 +74,23 @@ std::vector<T> values_of(const Tensor& t) {
   return std::vector<T>(c.data_ptr<T>(), c.data_ptr<T>() + c.numel());
 }
 
+// Bit for bit: the sign of a zero and a NaN's payload say which element of a window won.
 template <class T>
 bool same_bits(T a, T b) {
-  return (std::isnan(a) && std::isnan(b)) || a == b;
+  return std::memcmp(&a, &b, sizeof(T)) == 0;
+}
+
+// A quiet NaN whose payload is `tag`.
+template <class T>
+T tagged_nan(size_t tag) {
+  using Bits = std::conditional_t<sizeof(T) == 4, uint32_t, uint64_t>;
+  Bits bits = 0;
+  const T quiet = std::numeric_limits<T>::quiet_NaN();
+  std::memcpy(&bits, &quiet, sizeof(T));
+  bits |= static_cast<Bits>(tag & 0xffff);
+  T out;
+  std::memcpy(&out, &bits, sizeof(T));
+  return out;
 }
 
 template <class T>
@@ -83,12 +99,18 @@ void check_case(const PoolCase& c, ember::DType dtype) {
                                     << c.kernel_h << "x" << c.kernel_w << " stride " << c.stride_h << "x" << c.stride_w
                                     << " pad " << c.pad_h << "x" << c.pad_w << " dilation " << c.dilation << " ceil "
                                     << c.ceil_mode << " " << dtype);
-  // Small integers make ties common; a few NaNs and infinities test the comparison rule.
+  // Small integers make ties common; a few NaNs and infinities test the comparison rule. Zeros of
+  // both signs and NaNs each with its own payload show which tied element won (the first maximum;
+  // the last NaN).
   Tensor x = ember::randint(-3, 4, {c.planes, c.height, c.width}).to(dtype);
   std::vector<T> xs = values_of<T>(x);
   for (size_t i = 0; i < xs.size(); i += 7) xs[i] = -std::numeric_limits<T>::infinity();
-  for (size_t i = 3; i < xs.size(); i += 29) xs[i] = std::numeric_limits<T>::quiet_NaN();
+  for (size_t i = 3; i < xs.size(); i += 29) xs[i] = tagged_nan<T>(i);
+  for (size_t i = 4; i < xs.size(); i += 23) xs[i] = tagged_nan<T>(i);
   for (size_t i = 5; i < xs.size(); i += 31) xs[i] = std::numeric_limits<T>::infinity();
+  for (size_t i = 0; i < xs.size(); i += 2) {
+    if (xs[i] == T(0)) xs[i] = -T(0);
+  }
   x = ember::from_blob(xs.data(), {c.planes, c.height, c.width}, dtype).clone().requires_grad_();
 
   const Tensor out = F::max_pool2d(x, {c.kernel_h, c.kernel_w}, ember::nn::Pair{c.stride_h, c.stride_w},

@@ -229,9 +229,52 @@ HWY_INLINE void max_vector(D d, const Pool2dGeometry& g, const hn::TFromD<D>* x,
   }
 }
 
+// Note [2 x 2 pooling]: the most common pooling, a 2 x 2 window at stride 2 with no padding and
+// every window whole, without indices (inference), goes row pair by row pair: each vector of
+// outputs de-interleaves the two input rows' even and odd columns and keeps the first maximum in
+// the order of max_vector (row 0's taps, then row 1's), with no window bookkeeping. The MNIST CNN's
+// two poolings at batch 32, timed from Python: 32 x 16 x 24 x 24 38.5 -> 22.4 us, 32 x 32 x 8 x 8
+// 13.6 -> 10.3 us; the ONNX MNIST CNN at batch 32 (`ember onnx run --bench`, 3 alternating rounds)
+// 373-383 -> 346-364 us.
+bool pairs_path(const Pool2dGeometry& g) {
+  return g.kernel_h == 2 && g.kernel_w == 2 && g.stride_h == 2 && g.stride_w == 2 && g.pad_h == 0 && g.pad_w == 0 &&
+         2 * g.out_height <= g.in_height && 2 * g.out_width <= g.in_width;
+}
+
+template <class T>
+void max_pairs(const Pool2dGeometry& g, const T* in, T* out, int64_t begin, int64_t end) {
+  const hn::ScalableTag<T> d;
+  using V = hn::Vec<decltype(d)>;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+  const auto keep = [](V best, V v) { return hn::IfThenElse(hn::Or(hn::Gt(v, best), hn::IsNaN(v)), v, best); };
+  const auto pool = [&]<bool kPartial>(const T* a, int64_t count, T* y) HWY_ATTR {
+    V top[2], bottom[2];
+    load_taps<2, kPartial>(d, a, count, top);
+    load_taps<2, kPartial>(d, a + g.in_width, count, bottom);
+    const V best = keep(keep(keep(top[0], top[1]), bottom[0]), bottom[1]);
+    if constexpr (kPartial) {
+      store_part(d, best, y, count);
+    } else {
+      hn::StoreU(best, d, y);
+    }
+  };
+  for (int64_t plane = begin; plane < end; ++plane) {
+    for (int64_t oh = 0; oh < g.out_height; ++oh) {
+      const T* a = in + plane * g.in_height * g.in_width + 2 * oh * g.in_width;
+      T* y = out + (plane * g.out_height + oh) * g.out_width;
+      int64_t ow = 0;
+      for (; ow + lanes <= g.out_width; ow += lanes) pool.template operator()<false>(a + 2 * ow, lanes, y + ow);
+      if (ow < g.out_width) pool.template operator()<true>(a + 2 * ow, g.out_width - ow, y + ow);
+    }
+  }
+}
+
 // Planes [begin, end); indices may be null (kIndices false: the values alone, for inference).
 template <int kStride, bool kIndices, class T>
 void max_planes(const Pool2dGeometry& g, const T* in, T* out, int64_t* indices, int64_t begin, int64_t end) {
+  if constexpr (kStride == 2 && !kIndices && kPartialTail<2>) {
+    if (pairs_path(g)) return max_pairs(g, in, out, begin, end);  // Note [2 x 2 pooling]
+  }
   const hn::ScalableTag<T> d;
   const hn::CappedTag<T, 16 / sizeof(T)> d128;  // the 128-bit step for short rows and tails
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(d)), lanes128 = static_cast<int64_t>(hn::Lanes(d128));
