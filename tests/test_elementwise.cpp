@@ -6,6 +6,7 @@
 #include <cmath>
 #include <functional>
 #include <limits>
+#include <random>
 #include <string_view>
 
 #include "golden.h"
@@ -266,6 +267,59 @@ TEST(Elementwise, SixteenBitFloatsComputeInFloat32AndRoundOnce) {
       check("neg", -x, -x32);
     }
   }
+}
+
+// Casts between float32 and bfloat16 or float64 take vectors along contiguous rows: bit for bit the
+// scalar conversion (BFloat16's rounding to nearest even, static_cast between float and double) on
+// rounding ties, overflow, subnormals, zeros of both signs, infinities and NaNs with payloads, quiet
+// and signalling, in the vectors and in the tails, contiguous or transposed.
+TEST(Elementwise, CastsConvertBitForBitAsTheScalarConversion) {
+  std::vector<uint32_t> bits = {0x00000000u, 0x80000000u, 0x7f800000u, 0xff800000u, 0x7fc00000u, 0xffc12345u,
+                                0x7f800001u, 0xff80abcdu, 0x00000001u, 0x807fffffu, 0x3f808000u, 0x3f818000u,
+                                0x3f80c000u, 0x7f7f8000u, 0x7f7fffffu, 0xff7f8000u, 0x00008000u, 0x3f7fffffu};
+  std::mt19937 rng(5);
+  for (int i = 0; i < 300; ++i) bits.push_back(static_cast<uint32_t>(rng()));
+  std::vector<float> floats;
+  for (const uint32_t b : bits) floats.push_back(ember::bit_cast<float>(b));
+  std::vector<double> doubles;
+  for (const uint32_t b : bits) {
+    doubles.push_back(ember::bit_cast<double>(static_cast<uint64_t>(b) << 32 | (b * 2654435761u)));
+  }
+  doubles.push_back(ember::bit_cast<double>(uint64_t{0x7ff0000000000001}));  // a signalling NaN
+  doubles.push_back(1.0 + std::ldexp(1.0, -24));                             // a tie to even
+  doubles.push_back(1.0 + 3 * std::ldexp(1.0, -24));                         // a tie to odd
+  doubles.push_back(1e-46);                                                  // below float's subnormals
+  for (const int64_t n : {1, 15, 16, 17, 40, 318}) {
+    SCOPED_TRACE(n);
+    const int64_t nf = std::min<int64_t>(n, static_cast<int64_t>(floats.size()));
+    const Tensor f32 = ember::from_blob(floats.data(), {nf}, ember::kFloat32).clone();
+    const Tensor f64 = ember::from_blob(doubles.data(), {nf}, ember::kFloat64).clone();
+    const Tensor bf16 = f32.to(ember::kBFloat16);
+    const Tensor down = f64.to(ember::kFloat32), up = f32.to(ember::kFloat64), back = bf16.to(ember::kFloat32);
+    for (int64_t i = 0; i < nf; ++i) {
+      const float f = floats[static_cast<size_t>(i)];
+      EXPECT_EQ(bf16.data_ptr<ember::BFloat16>()[i].bits, ember::BFloat16(f).bits) << "float bits " << bits[i];
+      EXPECT_EQ(ember::bit_cast<uint32_t>(back.data_ptr<float>()[i]),
+                ember::bit_cast<uint32_t>(static_cast<float>(ember::BFloat16(f))))
+          << "float bits " << bits[i];
+      EXPECT_EQ(ember::bit_cast<uint64_t>(up.data_ptr<double>()[i]), ember::bit_cast<uint64_t>(static_cast<double>(f)))
+          << "float bits " << bits[i];
+      const double v = doubles[static_cast<size_t>(i)];
+      EXPECT_EQ(ember::bit_cast<uint32_t>(down.data_ptr<float>()[i]), ember::bit_cast<uint32_t>(static_cast<float>(v)))
+          << "double " << v;
+    }
+  }
+  // The last doubles (ties, a signalling NaN) in a row of their own, vectors and tail.
+  const std::vector<double> tail(doubles.end() - 20, doubles.end());
+  const Tensor down = ember::from_blob(const_cast<double*>(tail.data()), {20}, ember::kFloat64).to(ember::kFloat32);
+  for (size_t i = 0; i < tail.size(); ++i) {
+    EXPECT_EQ(ember::bit_cast<uint32_t>(down.data_ptr<float>()[i]),
+              ember::bit_cast<uint32_t>(static_cast<float>(tail[i])))
+        << "double " << tail[i];
+  }
+  // Transposed (strided rows: the scalar loop) and contiguous give the same bits.
+  const Tensor square = ember::randn({37, 37}) * 1e3;
+  EXPECT_TRUE(test_util::bitwise_equal(square.t().to(ember::kBFloat16), square.to(ember::kBFloat16).t()));
 }
 
 TEST(Elementwise, AbsClearsTheSignOfNegativeZero) {

@@ -304,6 +304,7 @@ void copy(DType dst_dtype, DType src_dtype, void* dst, const void* src, const Lo
     });
     return;
   }
+  const bool contiguous = sd == 1 && ss == 1;
   dispatch_dtype(dst_dtype, [&](auto dst_tag) {
     using To = typename decltype(dst_tag)::type;
     dispatch_dtype(src_dtype, [&](auto src_tag) {
@@ -312,7 +313,8 @@ void copy(DType dst_dtype, DType src_dtype, void* dst, const void* src, const Lo
         for_each_row<2>(loop, base, sizes, begin, end, [&](char* const* p, int64_t n) {
           To* o = reinterpret_cast<To*>(p[0]);
           const From* s = reinterpret_cast<const From*>(p[1]);
-          for (int64_t i = 0; i < n; ++i) o[i * sd] = convert<To>(s[i * ss]);
+          int64_t i = contiguous ? simd::convert_row(dst_dtype, src_dtype, o, s, n) : 0;
+          for (; i < n; ++i) o[i * sd] = convert<To>(s[i * ss]);
         });
       });
     });

@@ -134,6 +134,53 @@ int64_t BinaryRow(OpKind op, DType dtype, void* out, const void* a, bool a_scala
   }
 }
 
+// --- conversions ---------------------------------------------------------------------------------
+
+// Whole vectors of a contiguous row from From to To through float (store_vector rounds to
+// bfloat16 bit for bit as BFloat16 does), or between float and double (Highway's conversions round
+// to nearest even and quiet a NaN, as static_cast does).
+template <class To, class From>
+int64_t convert_vectors(To* out, const From* in, int64_t n) {
+  int64_t i = 0;
+  if constexpr (std::is_same_v<To, double> || std::is_same_v<From, double>) {
+#if HWY_HAVE_FLOAT64
+    const hn::ScalableTag<double> d64;
+    const hn::Rebind<float, decltype(d64)> d32;
+    const int64_t lanes = static_cast<int64_t>(hn::Lanes(d64));
+    for (; i + lanes <= n; i += lanes) {
+      if constexpr (std::is_same_v<To, double>) {
+        hn::StoreU(hn::PromoteTo(d64, hn::LoadU(d32, in + i)), d64, out + i);
+      } else {
+        hn::StoreU(hn::DemoteTo(d32, hn::LoadU(d64, in + i)), d32, out + i);
+      }
+    }
+#else
+    (void)out, (void)in, (void)n;
+#endif
+  } else {
+    const hn::ScalableTag<float> d;
+    const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+    for (; i + lanes <= n; i += lanes) store_vector(d, load_vector(d, in + i), out + i);
+  }
+  return i;
+}
+
+int64_t ConvertRow(DType to, DType from, void* out, const void* in, int64_t n) {
+  if (to == kBFloat16 && from == kFloat32) {
+    return convert_vectors(static_cast<BFloat16*>(out), static_cast<const float*>(in), n);
+  }
+  if (to == kFloat32 && from == kBFloat16) {
+    return convert_vectors(static_cast<float*>(out), static_cast<const BFloat16*>(in), n);
+  }
+  if (to == kFloat64 && from == kFloat32) {
+    return convert_vectors(static_cast<double*>(out), static_cast<const float*>(in), n);
+  }
+  if (to == kFloat32 && from == kFloat64) {
+    return convert_vectors(static_cast<float*>(out), static_cast<const double*>(in), n);
+  }
+  return 0;
+}
+
 // --- transposed copy of 4-byte elements ---------------------------------------------------------------
 
 // Transposes the k x k tile of 32-bit lanes held in v[0..k) (v[c] = row c) in registers, k = Lanes(d)
@@ -238,6 +285,7 @@ namespace ember::cpu {
 
 HWY_EXPORT(UnaryRow);
 HWY_EXPORT(BinaryRow);
+HWY_EXPORT(ConvertRow);
 HWY_EXPORT(TargetName);
 HWY_EXPORT(TransposeBlock32);
 
@@ -248,6 +296,9 @@ int64_t unary_row(OpKind op, DType dtype, void* out, const void* in, int64_t n) 
 int64_t binary_row(OpKind op, DType dtype, void* out, const void* a, bool a_scalar, const void* b, bool b_scalar,
                    int64_t n) {
   return HWY_DYNAMIC_DISPATCH(BinaryRow)(op, dtype, out, a, a_scalar, b, b_scalar, n);
+}
+int64_t convert_row(DType to, DType from, void* out, const void* in, int64_t n) {
+  return HWY_DYNAMIC_DISPATCH(ConvertRow)(to, from, out, in, n);
 }
 bool transpose_block_32(void* dst, int64_t dst_stride, const void* src, int64_t src_stride, int64_t rows, int64_t cols,
                         bool stream) {
