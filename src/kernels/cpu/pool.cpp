@@ -230,41 +230,75 @@ HWY_INLINE void max_vector(D d, const Pool2dGeometry& g, const hn::TFromD<D>* x,
 }
 
 // Note [2 x 2 pooling]: the most common pooling, a 2 x 2 window at stride 2 with no padding and
-// every window whole, without indices (inference), goes row pair by row pair: each vector of
-// outputs de-interleaves the two input rows' even and odd columns and keeps the first maximum in
-// the order of max_vector (row 0's taps, then row 1's), with no window bookkeeping. The MNIST CNN's
-// two poolings at batch 32, timed from Python: 32 x 16 x 24 x 24 38.5 -> 22.4 us, 32 x 32 x 8 x 8
+// every window whole, goes row pair by row pair: each vector of outputs de-interleaves the two
+// input rows' even and odd columns and keeps the first maximum in the order of max_vector (row 0's
+// taps, then row 1's), and where it is, with no window bookkeeping. The MNIST CNN's two poolings
+// at batch 32 without indices, timed from Python: 32 x 16 x 24 x 24 38.5 -> 22.4 us, 32 x 32 x 8 x 8
 // 13.6 -> 10.3 us; the ONNX MNIST CNN at batch 32 (`ember onnx run --bench`, 3 alternating rounds)
-// 373-383 -> 346-364 us.
+// 373-383 -> 346-364 us. With indices (`maxpool2d_f32`, 32 x 16 x 24 x 24 under autograd, `ember
+// bench`, 3 alternating rounds): 34.7-35.9 -> 16.3-17.2 us.
 bool pairs_path(const Pool2dGeometry& g) {
   return g.kernel_h == 2 && g.kernel_w == 2 && g.stride_h == 2 && g.stride_w == 2 && g.pad_h == 0 && g.pad_w == 0 &&
          2 * g.out_height <= g.in_height && 2 * g.out_width <= g.in_width;
 }
 
-template <class T>
-void max_pairs(const Pool2dGeometry& g, const T* in, T* out, int64_t begin, int64_t end) {
+template <bool kIndices, class T>
+void max_pairs(const Pool2dGeometry& g, const T* in, T* out, int64_t* indices, int64_t begin, int64_t end) {
   const hn::ScalableTag<T> d;
+  const hn::RebindToSigned<decltype(d)> di;  // int32 lanes for float, int64 for double: the index in the plane
   using V = hn::Vec<decltype(d)>;
-  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
-  const auto keep = [](V best, V v) { return hn::IfThenElse(hn::Or(hn::Gt(v, best), hn::IsNaN(v)), v, best); };
-  const auto pool = [&]<bool kPartial>(const T* a, int64_t count, T* y) HWY_ATTR {
-    V top[2], bottom[2];
-    load_taps<2, kPartial>(d, a, count, top);
-    load_taps<2, kPartial>(d, a + g.in_width, count, bottom);
-    const V best = keep(keep(keep(top[0], top[1]), bottom[0]), bottom[1]);
+  using VI = hn::Vec<decltype(di)>;
+  using TI = hn::TFromD<decltype(di)>;
+  constexpr size_t kMaxLanes = HWY_MAX_BYTES / sizeof(T);
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d)), width = g.in_width;
+  const VI even_columns = hn::ShiftLeft<1>(hn::Iota(di, 0));  // lane l's first column, relative to lane 0's
+  // Pools count values of rows a and a + width from column 2 * ow0 into y (and where, the plane's
+  // index of each maximum; offset: a's index in the plane).
+  const auto pool = [&]<bool kPartial>(const T* a, int64_t offset, int64_t count, T* y, int64_t* where) HWY_ATTR {
+    V taps[4];
+    load_taps<2, kPartial>(d, a, count, taps);
+    load_taps<2, kPartial>(d, a + width, count, taps + 2);
+    V best = taps[0];
+    VI best_index = hn::Add(even_columns, hn::Set(di, static_cast<TI>(offset)));
+    for (int t = 1; t < 4; ++t) {
+      const auto take = hn::Or(hn::Gt(taps[t], best), hn::IsNaN(taps[t]));
+      best = hn::IfThenElse(take, taps[t], best);
+      if constexpr (kIndices) {
+        const int64_t tap = (t / 2) * width + t % 2;
+        const VI index = hn::Add(even_columns, hn::Set(di, static_cast<TI>(offset + tap)));
+        best_index = hn::IfThenElse(hn::RebindMask(di, take), index, best_index);
+      }
+    }
     if constexpr (kPartial) {
       store_part(d, best, y, count);
     } else {
       hn::StoreU(best, d, y);
     }
+    if constexpr (!kIndices) {
+      return;
+    } else if constexpr (sizeof(TI) == sizeof(int64_t)) {
+      store_part(di, best_index, reinterpret_cast<TI*>(where), count);
+    } else {
+      HWY_ALIGN TI narrow[kMaxLanes];
+      hn::Store(best_index, di, narrow);
+      for (int64_t l = 0; l < count; ++l) where[l] = narrow[l];
+    }
   };
+  const int64_t in_plane = g.in_height * width, out_plane = g.out_height * g.out_width;
   for (int64_t plane = begin; plane < end; ++plane) {
     for (int64_t oh = 0; oh < g.out_height; ++oh) {
-      const T* a = in + plane * g.in_height * g.in_width + 2 * oh * g.in_width;
-      T* y = out + (plane * g.out_height + oh) * g.out_width;
+      const int64_t row = 2 * oh * width;
+      const T* a = in + plane * in_plane + row;
+      const int64_t o = plane * out_plane + oh * g.out_width;
+      int64_t* where = kIndices ? indices + o : nullptr;
       int64_t ow = 0;
-      for (; ow + lanes <= g.out_width; ow += lanes) pool.template operator()<false>(a + 2 * ow, lanes, y + ow);
-      if (ow < g.out_width) pool.template operator()<true>(a + 2 * ow, g.out_width - ow, y + ow);
+      for (; ow + lanes <= g.out_width; ow += lanes) {
+        pool.template operator()<false>(a + 2 * ow, row + 2 * ow, lanes, out + o + ow, kIndices ? where + ow : nullptr);
+      }
+      if (ow < g.out_width) {
+        pool.template operator()<true>(a + 2 * ow, row + 2 * ow, g.out_width - ow, out + o + ow,
+                                       kIndices ? where + ow : nullptr);
+      }
     }
   }
 }
@@ -272,8 +306,8 @@ void max_pairs(const Pool2dGeometry& g, const T* in, T* out, int64_t begin, int6
 // Planes [begin, end); indices may be null (kIndices false: the values alone, for inference).
 template <int kStride, bool kIndices, class T>
 void max_planes(const Pool2dGeometry& g, const T* in, T* out, int64_t* indices, int64_t begin, int64_t end) {
-  if constexpr (kStride == 2 && !kIndices && kPartialTail<2>) {
-    if (pairs_path(g)) return max_pairs(g, in, out, begin, end);  // Note [2 x 2 pooling]
+  if constexpr (kStride == 2 && kPartialTail<2>) {
+    if (pairs_path(g)) return max_pairs<kIndices>(g, in, out, indices, begin, end);  // Note [2 x 2 pooling]
   }
   const hn::ScalableTag<T> d;
   const hn::CappedTag<T, 16 / sizeof(T)> d128;  // the 128-bit step for short rows and tails
