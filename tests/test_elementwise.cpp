@@ -269,14 +269,20 @@ TEST(Elementwise, SixteenBitFloatsComputeInFloat32AndRoundOnce) {
   }
 }
 
-// Casts between float32 and bfloat16 or float64 take vectors along contiguous rows: bit for bit the
-// scalar conversion (BFloat16's rounding to nearest even, static_cast between float and double) on
+// Casts between float32 and bfloat16, float16 or float64 take vectors along contiguous rows: bit for
+// bit the scalar conversion (BFloat16's and Half's rounding to nearest even, static_cast between
+// float and double) on
 // rounding ties, overflow, subnormals, zeros of both signs, infinities and NaNs with payloads, quiet
 // and signalling, in the vectors and in the tails, contiguous or transposed.
 TEST(Elementwise, CastsConvertBitForBitAsTheScalarConversion) {
+  // Zeros, infinities, NaNs (quiet, signalling, with payloads), float32 subnormals, bfloat16
+  // rounding ties, values that round to bfloat16's and float16's infinity (65520), float16's
+  // subnormals and their ties (2^-25, 3 x 2^-25), the largest float16.
   std::vector<uint32_t> bits = {0x00000000u, 0x80000000u, 0x7f800000u, 0xff800000u, 0x7fc00000u, 0xffc12345u,
                                 0x7f800001u, 0xff80abcdu, 0x00000001u, 0x807fffffu, 0x3f808000u, 0x3f818000u,
-                                0x3f80c000u, 0x7f7f8000u, 0x7f7fffffu, 0xff7f8000u, 0x00008000u, 0x3f7fffffu};
+                                0x3f80c000u, 0x7f7f8000u, 0x7f7fffffu, 0xff7f8000u, 0x00008000u, 0x3f7fffffu,
+                                0x477ff000u, 0x477fefffu, 0xc77ff000u, 0x33000000u, 0x33c00000u, 0xb3400000u,
+                                0x477fe000u, 0x38800000u, 0x387fc000u, 0x7fa00001u};
   std::mt19937 rng(5);
   for (int i = 0; i < 300; ++i) bits.push_back(static_cast<uint32_t>(rng()));
   std::vector<float> floats;
@@ -294,13 +300,18 @@ TEST(Elementwise, CastsConvertBitForBitAsTheScalarConversion) {
     const int64_t nf = std::min<int64_t>(n, static_cast<int64_t>(floats.size()));
     const Tensor f32 = ember::from_blob(floats.data(), {nf}, ember::kFloat32).clone();
     const Tensor f64 = ember::from_blob(doubles.data(), {nf}, ember::kFloat64).clone();
-    const Tensor bf16 = f32.to(ember::kBFloat16);
+    const Tensor bf16 = f32.to(ember::kBFloat16), f16 = f32.to(ember::kFloat16);
     const Tensor down = f64.to(ember::kFloat32), up = f32.to(ember::kFloat64), back = bf16.to(ember::kFloat32);
+    const Tensor back16 = f16.to(ember::kFloat32);
     for (int64_t i = 0; i < nf; ++i) {
       const float f = floats[static_cast<size_t>(i)];
       EXPECT_EQ(bf16.data_ptr<ember::BFloat16>()[i].bits, ember::BFloat16(f).bits) << "float bits " << bits[i];
       EXPECT_EQ(ember::bit_cast<uint32_t>(back.data_ptr<float>()[i]),
                 ember::bit_cast<uint32_t>(static_cast<float>(ember::BFloat16(f))))
+          << "float bits " << bits[i];
+      EXPECT_EQ(f16.data_ptr<ember::Half>()[i].bits, ember::Half(f).bits) << "float bits " << bits[i];
+      EXPECT_EQ(ember::bit_cast<uint32_t>(back16.data_ptr<float>()[i]),
+                ember::bit_cast<uint32_t>(static_cast<float>(ember::Half(f))))
           << "float bits " << bits[i];
       EXPECT_EQ(ember::bit_cast<uint64_t>(up.data_ptr<double>()[i]), ember::bit_cast<uint64_t>(static_cast<double>(f)))
           << "float bits " << bits[i];

@@ -136,8 +136,8 @@ int64_t BinaryRow(OpKind op, DType dtype, void* out, const void* a, bool a_scala
 
 // --- conversions ---------------------------------------------------------------------------------
 
-// Whole vectors of a contiguous row from From to To through float (store_vector rounds to
-// bfloat16 bit for bit as BFloat16 does), or between float and double (Highway's conversions round
+// Whole vectors of a contiguous row from From to To through float (store_vector rounds to the
+// 16-bit floats bit for bit as BFloat16 and Half do), or between float and double (Highway's conversions round
 // to nearest even and quiet a NaN, as static_cast does).
 template <class To, class From>
 int64_t convert_vectors(To* out, const From* in, int64_t n) {
@@ -171,6 +171,12 @@ int64_t ConvertRow(DType to, DType from, void* out, const void* in, int64_t n) {
   }
   if (to == kFloat32 && from == kBFloat16) {
     return convert_vectors(static_cast<float*>(out), static_cast<const BFloat16*>(in), n);
+  }
+  if (to == kFloat16 && from == kFloat32) {
+    return convert_vectors(static_cast<Half*>(out), static_cast<const float*>(in), n);
+  }
+  if (to == kFloat32 && from == kFloat16) {
+    return convert_vectors(static_cast<float*>(out), static_cast<const Half*>(in), n);
   }
   if (to == kFloat64 && from == kFloat32) {
     return convert_vectors(static_cast<double*>(out), static_cast<const float*>(in), n);

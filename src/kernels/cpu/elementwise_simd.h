@@ -17,7 +17,7 @@ int64_t unary_row(OpKind op, DType dtype, void* out, const void* in, int64_t n);
 int64_t binary_row(OpKind op, DType dtype, void* out, const void* a, bool a_scalar, const void* b, bool b_scalar,
                    int64_t n);
 // out[i] = in[i] converted from `from` to `to` (contiguous rows), bit for bit as the scalar
-// conversion, for float32 <-> bfloat16 and float32 <-> float64; returns how many leading elements it
+// conversion, for float32 <-> bfloat16, float16 and float64; returns how many leading elements it
 // wrote (whole vectors; 0 for other pairs).
 int64_t convert_row(DType to, DType from, void* out, const void* in, int64_t n);
 // dst[r * dst_stride + c] = src[c * src_stride + r] for r < rows, c < cols, elements of 4 bytes (a

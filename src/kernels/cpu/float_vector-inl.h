@@ -34,9 +34,18 @@ HWY_INLINE hn::Vec<D> load_vector(D d, const T* p) {
 }
 
 // Stores a vector of compute_t<T> as T, rounding 16-bit floats to nearest even like Half/BFloat16
-// (bfloat16 in vector integer steps, bit for bit detail::float_to_bfloat16_bits, nan included).
+// (bfloat16 in vector integer steps, bit for bit detail::float_to_bfloat16_bits, nan included;
+// float16 with F16C where kVectorLoad, its NaNs replaced by detail::float_to_half_bits' quiet NaN,
+// which keeps the sign and drops the payload).
 template <class D, class T>
 HWY_INLINE void store_vector(D d, hn::Vec<D> v, T* p) {
+  if constexpr (std::is_same_v<T, Half> && kVectorLoad<T>) {
+    // A float quiet NaN with no payload converts to exactly that NaN (sign | 0x7e00).
+    const hn::Rebind<hwy::float16_t, D> dh;
+    const auto quiet = hn::CopySign(hn::BitCast(d, hn::Set(hn::RebindToUnsigned<D>(), 0x7fc00000u)), v);
+    hn::StoreU(hn::DemoteTo(dh, hn::IfThenElse(hn::IsNaN(v), quiet, v)), dh, reinterpret_cast<hwy::float16_t*>(p));
+    return;
+  }
   if constexpr (std::is_same_v<T, BFloat16>) {
     const hn::RebindToSigned<D> di;
     const auto bits = hn::BitCast(di, v);
