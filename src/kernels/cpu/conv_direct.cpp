@@ -6,10 +6,10 @@
 // Forward: a strip of an output row (two vectors) of a block of CB output channels is held in
 // registers while every tap (ci, ky, kx) adds weight * the input row shifted by kx: per tap two
 // loads of input, CB broadcasts of a weight and 2 x CB multiply-adds; the bias, a residual and a
-// ReLU join as the strip is stored. Weight gradient: for a block of CB
-// output channels, one input channel and one kernel row ky, CB x kernel_w vector accumulators sum
-// grad_out row * input row shifted by kx over an image's rows and columns; their lanes are added
-// and the images' sums summed in double. The last, partial vector of a row is a masked load (or goes through
+// ReLU join as the strip is stored. Weight gradient: for a block of CB output channels, one input
+// channel and one kernel row ky, CB x kernel_w vector accumulators sum grad_out row * input row
+// shifted by kx over an image's rows and columns; their lanes are added and the images' sums
+// summed in double. The last, partial vector of a row is a masked load (or goes through
 // a small buffer), so nothing past a row's end is read.
 // clang-format off
 #undef HWY_TARGET_INCLUDE

@@ -137,8 +137,8 @@ int64_t BinaryRow(OpKind op, DType dtype, void* out, const void* a, bool a_scala
 // --- conversions ---------------------------------------------------------------------------------
 
 // Whole vectors of a contiguous row from From to To through float (store_vector rounds to the
-// 16-bit floats bit for bit as BFloat16 and Half do), or between float and double (Highway's conversions round
-// to nearest even and quiet a NaN, as static_cast does).
+// 16-bit floats bit for bit as BFloat16 and Half do), or between float and double (Highway's
+// conversions round to nearest even and quiet a NaN, as static_cast does).
 template <class To, class From>
 int64_t convert_vectors(To* out, const From* in, int64_t n) {
   int64_t i = 0;

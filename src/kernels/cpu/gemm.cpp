@@ -753,10 +753,6 @@ void unpacked_row(D d, const Problem<T>& p, int64_t i, int64_t col_begin, int64_
   }
 }
 
-// Unpacked, B's rows contiguous: blocks of 4 rows x 2 vectors of C (8 accumulators: enough
-// independent FMAs to fill both FMA units; 4 x 4 vectors first with 32 registers) read A in place
-// (broadcast) and B rows as vectors; then 4 rows x 1 vector for the last columns, and leftover
-// rows one at a time.
 // Note [wide unpacked tile]: with 32 vector registers the unpacked path takes 4 rows x 4 vectors
 // of C (16 accumulators, 4 loads of B and 4 broadcasts of A per 16 FMAs), and then it is faster
 // than packing up to 256^3 multiply-adds where B's rows are contiguous and n spans the tile
@@ -798,6 +794,10 @@ HWY_INLINE void unpacked_wide_tile(D d, const Problem<T>& p, int64_t i, int64_t 
   }
 }
 
+// Unpacked, B's rows contiguous: blocks of 4 rows x 2 vectors of C (8 accumulators: enough
+// independent FMAs to fill both FMA units; 4 x 4 vectors first with 32 registers) read A in place
+// (broadcast) and B rows as vectors; then 4 rows x 1 vector for the last columns, and leftover
+// rows one at a time.
 template <class D, class T = hn::TFromD<D>>
 void unpacked_rows(D d, const Problem<T>& p, int64_t row_begin, int64_t row_end, int64_t col_begin, int64_t col_end) {
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
