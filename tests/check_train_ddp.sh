@@ -78,7 +78,9 @@ if "$ember" train gpt "${gpt[@]}" --zero > /dev/null 2> "$tmp/err.txt"; then exi
 grep -q "\-\-zero needs \-\-ddp" "$tmp/err.txt"
 
 # Gloo: rank 1 killed mid-training; rank 0 must stop with an error naming rank 1 and the collective.
-long=(--epochs 20 --data "$data" --ddp)
+# The run is far longer than the checks: an epoch of this MNIST takes about 0.2 s, so 20 could end
+# around the time rank 1 is killed or stopped; a rank that failed to stop fails within a minute or two.
+long=(--epochs 200 --data "$data" --ddp)
 port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 export EMBER_WORLD_SIZE=2 EMBER_MASTER_ADDR=127.0.0.1 EMBER_MASTER_PORT=$port EMBER_DIST_TIMEOUT=10 EMBER_NUM_THREADS=1
 EMBER_RANK=0 "$ember" train mnist "${long[@]}" > /dev/null 2> "$tmp/rank0.txt" &
@@ -99,7 +101,7 @@ grep -qE "all_reduce #[0-9]+" "$tmp/rank0.txt" || { cat "$tmp/rank0.txt"; exit 1
 "$run_ranks" mpi 2 "$ember" train mnist "${long[@]}" > /dev/null 2> "$tmp/mpi_err.txt" &
 job=$!
 sleep 4
-for pid in $(pgrep -f "train mnist --epochs 20" || true); do
+for pid in $(pgrep -f "train mnist --epochs 200" || true); do
   if tr '\0' '\n' < "/proc/$pid/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=1"; then kill -STOP "$pid"; fi
 done
 start=$(date +%s)

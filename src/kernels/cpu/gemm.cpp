@@ -755,7 +755,7 @@ void unpacked_row(D d, const Problem<T>& p, int64_t i, int64_t col_begin, int64_
 
 // Note [wide unpacked tile]: with 32 vector registers the unpacked path takes 4 rows x 4 vectors
 // of C (16 accumulators, 4 loads of B and 4 broadcasts of A per 16 FMAs), and then it is faster
-// than packing up to 256^3 multiply-adds where B's rows are contiguous and n spans the tile
+// than packing up to 256^3 multiply-adds where B's rows are contiguous and m and n span the tile
 // (Python, 5 rounds, 2 threads, packed -> unpacked: 128^3 29 -> 17 us, 64 x 784 x 128 95 -> 62,
 // 256^3 124 -> 101, 64 x 4096 x 64 217 -> 117; but 384^3 395 -> 472 and 512^3 878 -> 1150, where
 // each tile of 4 rows reading all of B from L2 costs more than packing). The 4 x 2 tile below
@@ -911,20 +911,28 @@ void unpacked_dots(D d, const Problem<T>& p, int64_t row_begin, int64_t row_end,
 enum class Unpacked { kRows, kDots };
 
 // Runs an unpacked form on up to `threads` threads, splitting rows, or columns when there are
-// fewer rows than threads (a vector times a matrix).
+// too few rows to go round (a vector times a matrix). The rows form splits whole tiles: groups of
+// 4 rows, and columns by its widest tile, so that no thread is left rows or columns that only the
+// one-row or narrow tiles take (4 x 2048 x 2048 split 2 rows a thread: 2.0-4.5 ms, at one
+// multiply-add chain per vector; split by columns: 0.42-0.44 ms).
 template <class T>
 void unpacked_gemm(Unpacked form, const Problem<T>& p, int threads) {
   const hn::ScalableTag<T> d;
-  const int64_t column_unit = form == Unpacked::kRows ? 2 * static_cast<int64_t>(hn::Lanes(d)) : 4;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+  const bool rows = form == Unpacked::kRows;
+  const int64_t row_unit = rows ? 4 : 1;
+  const int64_t column_unit = rows ? std::max(2, wide_unpacked_vectors(d)) * lanes : 4;
   const auto run = [&](int64_t row_begin, int64_t row_end, int64_t col_begin, int64_t col_end) HWY_ATTR {
-    if (form == Unpacked::kRows) {
+    if (rows) {
       unpacked_rows(d, p, row_begin, row_end, col_begin, col_end);
     } else {
       unpacked_dots(d, p, row_begin, row_end, col_begin, col_end);
     }
   };
-  if (p.m >= threads) {
-    parallel_for_threads(threads, 0, p.m, 1, [&](int64_t begin, int64_t end) { run(begin, end, 0, p.n); });
+  if (p.m >= row_unit * threads) {
+    parallel_for_threads(threads, 0, ceil_div(p.m, row_unit), 1, [&](int64_t begin, int64_t end) {
+      run(begin * row_unit, std::min(p.m, end * row_unit), 0, p.n);
+    });
   } else {
     parallel_for_threads(threads, 0, ceil_div(p.n, column_unit), 1, [&](int64_t begin, int64_t end) {
       run(0, p.m, std::min(p.n, begin * column_unit), std::min(p.n, end * column_unit));
@@ -987,7 +995,8 @@ void solve(Problem<T> p, int threads) {
   }
   const bool forced = force_wide_tile.load(std::memory_order_relaxed);
   constexpr int kWide = wide_unpacked_vectors(hn::ScalableTag<T>());
-  if (kWide > 0 && !forced && rows_ok && p.k >= kUnpackedMinK && p.n >= kWide * lanes && work <= kWideUnpackedWork) {
+  if (kWide > 0 && !forced && rows_ok && p.m >= 4 && p.k >= kUnpackedMinK && p.n >= kWide * lanes &&
+      work <= kWideUnpackedWork) {
     return unpacked_gemm(Unpacked::kRows, p, used);  // Note [wide unpacked tile]
   }
   if (kMr != kWideMr && forced) return packed_gemm<kWideMr>(p, used);
