@@ -84,7 +84,8 @@ function(ember_build_layers out)
       endforeach()
     endif()
     target_include_directories(ember_${name} PRIVATE ${view}/src ${view}/include)
-    target_compile_options(ember_${name} PRIVATE ${EMBER_WARNINGS})
+    # The warnings are the host compiler's; nvcc's front-end output for .cu files is not held to them.
+    target_compile_options(ember_${name} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:${EMBER_WARNINGS}>)
     target_compile_definitions(ember_${name} PRIVATE EMBER_VERSION="${PROJECT_VERSION}"
                                                      EMBER_BUILD_TYPE="${CMAKE_BUILD_TYPE}")
     set_target_properties(ember_${name} PROPERTIES POSITION_INDEPENDENT_CODE ON)

@@ -223,6 +223,13 @@ class Tensor {
   Tensor contiguous() const;
   Tensor clone() const;
   Tensor to(DType dtype) const;
+  // A copy on `device` (this tensor when it is there already), recorded for autograd: the gradient
+  // flows back to this tensor's device. cuda() and cpu() are to(cuda:index) and to(cpu).
+  Tensor to(Device device) const;
+  Tensor cuda(int index = 0) const;
+  Tensor cpu() const;
+  // Copies src's values (broadcast to this tensor's shape, converted to its dtype) into this
+  // tensor; src may be on another device.
   Tensor& copy_(const Tensor& src);
   Tensor& fill_(const Scalar& value);
   Tensor& zero_();
@@ -355,7 +362,7 @@ void note_host_read(const char* what);
 template <class T>
 std::vector<T> Tensor::to_vector() const {
   detail::note_host_read("to_vector");
-  const Tensor c = to(dtype_of<T>()).contiguous();
+  const Tensor c = to(kCPU).to(dtype_of<T>()).contiguous();
   const T* p = static_cast<const T*>(c.data_ptr());
   return std::vector<T>(p, p + c.numel());
 }

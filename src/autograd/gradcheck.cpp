@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "autograd/function.h"
+#include "core/allocator.h"
 #include "ember/ops.h"
 
 namespace ember::autograd {
@@ -18,6 +19,16 @@ double* element_f64(const Tensor& t, int64_t flat) {
     flat /= size;
   }
   return static_cast<double*>(t.data_ptr()) + offset;
+}
+
+// Element `flat` of a float64 tensor on any device, read and written through the host.
+double read_element(const Tensor& t, int64_t flat) {
+  double value = 0;
+  copy_bytes(&value, kCPU, element_f64(t, flat), t.device(), sizeof(value));
+  return value;
+}
+void write_element(const Tensor& t, int64_t flat, double value) {
+  copy_bytes(element_f64(t, flat), t.device(), &value, kCPU, sizeof(value));
 }
 
 std::vector<double> flat_values(const Tensor& t) { return t.to(kFloat64).contiguous().to_vector<double>(); }
@@ -52,7 +63,7 @@ bool gradcheck(const GradcheckFn& fn, const std::vector<Tensor>& inputs, const G
   std::vector<std::vector<double>> analytical(checked.size());
   for (size_t k = 0; k < checked.size(); ++k) analytical[k].assign(n_out * inputs[checked[k]].numel(), 0.0);
   for (int64_t j = 0; j < n_out; ++j) {
-    Tensor seed = zeros(output.shape(), output.dtype());
+    Tensor seed = zeros(output.shape(), TensorOptions(output.device()).with_dtype(output.dtype()));
     seed.view({n_out}).select(0, j).fill_(1.0);
     const std::vector<Tensor> grads = grad({output}, wrt, {seed}, /*retain_graph=*/true, /*allow_unused=*/true);
     for (size_t k = 0; k < checked.size(); ++k) {
@@ -69,13 +80,12 @@ bool gradcheck(const GradcheckFn& fn, const std::vector<Tensor>& inputs, const G
     const Tensor& x = inputs[checked[k]];
     const int64_t n_in = x.numel();
     for (int64_t e = 0; e < n_in; ++e) {
-      double* p = element_f64(x, e);
-      const double original = *p;
-      *p = original + options.eps;
+      const double original = read_element(x, e);
+      write_element(x, e, original + options.eps);
       const std::vector<double> plus = flat_values(fn(inputs));
-      *p = original - options.eps;
+      write_element(x, e, original - options.eps);
       const std::vector<double> minus = flat_values(fn(inputs));
-      *p = original;
+      write_element(x, e, original);
       for (int64_t j = 0; j < n_out; ++j) {
         const double numerical = (plus[j] - minus[j]) / (2 * options.eps);
         const double a = analytical[k][j * n_in + e];

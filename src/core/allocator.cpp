@@ -5,6 +5,7 @@
 #include <bit>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <limits>
 #include <mutex>
@@ -273,6 +274,16 @@ std::shared_ptr<StorageImpl> allocate_storage(int64_t nbytes, Device device, con
   int64_t class_bytes = 0;
   void* p = cpu_allocator().allocate(nbytes, &class_bytes, op);
   return detail::make_pooled<StorageImpl>(p, nbytes, device, &release_cpu_block, nullptr);
+}
+
+void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, int64_t nbytes) {
+  if (nbytes == 0) return;
+  if (dst_device.is_cpu() && src_device.is_cpu()) {
+    std::memcpy(dst, src, static_cast<size_t>(nbytes));
+    return;
+  }
+  const Device device = dst_device.is_cpu() ? src_device : dst_device;
+  device_allocator(device, "copy").copy_bytes(dst, dst_device, src, src_device, nbytes);
 }
 
 int64_t thread_system_allocations() { return t_system_allocations; }

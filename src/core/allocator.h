@@ -22,6 +22,10 @@ class DeviceAllocator {
   virtual MemoryStats stats(int device) = 0;
   virtual void reset_peak(int device) = 0;
   virtual void empty_cache(int device) = 0;
+  // Copies `nbytes` bytes between two places of which one or both are on this device type (the
+  // other may be the host), in the order of the work queued before, and waits until a host
+  // destination holds them.
+  virtual void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, int64_t nbytes) = 0;
 };
 
 // Registers the allocator of a (non-CPU) device type; `allocator` must live forever.
@@ -32,6 +36,10 @@ void register_device_allocator(DeviceType type, DeviceAllocator* allocator);
 // memory is for (Note [what cannot be allocated] in allocator.cpp); so is a device type without a
 // registered allocator.
 std::shared_ptr<StorageImpl> allocate_storage(int64_t nbytes, Device device, const char* op = "allocate");
+
+// Copies `nbytes` bytes from src on src_device to dst on dst_device (a device's allocator moves
+// them when either side is not the CPU).
+void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, int64_t nbytes);
 
 // "3.6 TiB": a byte count for a message (binary units, one decimal).
 std::string format_bytes(int64_t bytes);

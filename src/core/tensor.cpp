@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "base/kernel.h"
+#include "core/allocator.h"
 #include "core/block_pool.h"
 #include "core/tensor_impl.h"
 
@@ -115,18 +116,18 @@ void note_host_read(const char* what) {
 
 Scalar Tensor::item() const {
   detail::note_host_read("item");
-  EMBER_CHECK(device().is_cpu(), "[item] not implemented on ", device(), ": copy the tensor to the CPU first");
   EMBER_CHECK(numel() == 1, "[item] a tensor with ", numel(), " elements (shape ", shape(),
               ") cannot be converted to a scalar");
   return dispatch_dtype(dtype(), [&](auto tag) -> Scalar {
     using T = typename decltype(tag)::type;
-    return Scalar(*static_cast<const T*>(data_ptr()));
+    T value;
+    copy_bytes(&value, kCPU, data_ptr(), device(), sizeof(T));
+    return Scalar(value);
   });
 }
 
 Scalar Tensor::at(const Shape& index) const {
   detail::note_host_read("at");
-  EMBER_CHECK(device().is_cpu(), "[at] not implemented on ", device(), ": copy the tensor to the CPU first");
   EMBER_CHECK(index.size() == dim(), "[at] index has ", index.size(), " entries, tensor of shape ", shape(), " has ",
               dim(), " dimensions");
   int64_t offset = 0;
@@ -139,7 +140,9 @@ Scalar Tensor::at(const Shape& index) const {
   }
   return dispatch_dtype(dtype(), [&](auto tag) -> Scalar {
     using T = typename decltype(tag)::type;
-    return Scalar(static_cast<const T*>(data_ptr())[offset]);
+    T value;
+    copy_bytes(&value, kCPU, static_cast<const T*>(data_ptr()) + offset, device(), sizeof(T));
+    return Scalar(value);
   });
 }
 

@@ -6,6 +6,7 @@
 #include "core/allocator.h"
 #include "core/block_allocator.h"
 #include "core/block_pool.h"
+#include "cuda/kernels.h"
 #include "ember/cuda.h"
 
 #ifdef EMBER_WITH_CUDA
@@ -147,6 +148,18 @@ class CudaAllocator final : public DeviceAllocator {
     state(device).allocator.empty_cache();
 #endif
   }
+
+  // cudaMemcpy on the default stream: ordered after the kernels queued before it, and back on the
+  // host when it returns. Pageable host memory is staged by the driver.
+  void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, int64_t nbytes) override {
+    const Device device = dst_device.is_cpu() ? src_device : dst_device;
+    check_device(device.index, "copy");
+    if (!src_device.is_cpu()) check_device(src_device.index, "copy");
+#ifdef EMBER_WITH_CUDA
+    DeviceGuard guard(device.index);
+    check(cudaMemcpy(dst, src, static_cast<size_t>(nbytes), cudaMemcpyDefault), "cudaMemcpy");
+#endif
+  }
 };
 
 // The allocator is registered with core at start-up (core's table is constant-initialized, so the
@@ -160,9 +173,6 @@ class CudaAllocator final : public DeviceAllocator {
 
 }  // namespace
 
-void register_backend(KernelTable& /*table*/) {
-  // No CUDA kernels exist yet: every op on a CUDA tensor is "[op] not implemented on cuda:N" at the
-  // dispatch seam.
-}
+void register_backend(KernelTable& table) { register_kernels(table); }
 
 }  // namespace ember::cuda

@@ -7,7 +7,7 @@
 
 namespace ember::cuda {
 
-// Registers the CUDA allocator with core, and the CUDA kernels (none yet) in `table`.
+// Registers the CUDA allocator with core, and the CUDA kernels in `table` (kernels.h).
 void register_backend(KernelTable& table);
 
 }  // namespace ember::cuda

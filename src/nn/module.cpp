@@ -423,6 +423,18 @@ Module& Module::to(DType dtype) {
   return *this;
 }
 
+Module& Module::to(Device device) {
+  autograd::NoGradGuard no_grad;
+  NamedTensors tensors = collect_tensors(true, true);
+  for (auto& entry : collect_tensors(false, true)) tensors.push_back(std::move(entry));
+  for (const auto& [name, t] : tensors) {
+    if (t.device() == device) continue;
+    replace_data(t, t.to(device));
+    if (t.impl().grad) t.impl().grad = t.grad().to(device).impl_ptr();
+  }
+  return *this;
+}
+
 void Module::collect_state(const std::string& prefix, NamedTensors& out) const {
   for (const auto& [name, t] : parameters_) {
     if (t.defined()) out.emplace_back(prefix + name, t);

@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "autograd/function.h"
+#include "core/allocator.h"
 #include "ember/ops.h"
 #include "ember/quant.h"
 #include "ops/dispatch.h"
@@ -61,7 +62,23 @@ Tensor Tensor::to(DType dtype) const {
   return copy_with_grad(*this, dtype);
 }
 
+Tensor Tensor::to(Device device) const {
+  if (device == this->device()) return *this;
+  const Tensor source = is_contiguous() ? *this : copy_of(*this, dtype());  // on its own device
+  Tensor out = detail::make_empty(shape(), dtype(), device, "to");
+  copy_bytes(out.data_ptr(), device, source.data_ptr(), this->device(), storage_bytes(dtype(), numel()));
+  if (autograd::needs_grad(*this)) {
+    autograd::record(OpKind::kCopy, {}, out, {this},
+                     [from = this->device()](const Tensor& g, GradMask) -> Grads { return {g.to(from)}; });
+  }
+  return out;
+}
+
+Tensor Tensor::cuda(int index) const { return to(Device{DeviceType::kCUDA, index}); }
+Tensor Tensor::cpu() const { return to(kCPU); }
+
 Tensor& Tensor::copy_(const Tensor& src) {
+  if (src.defined() && defined() && src.device() != device()) return copy_(src.to(device()));
   detail::check_same_device("copy_", {this, &src});
   if (is_block_quantized(dtype()) || is_block_quantized(src.dtype())) {
     EMBER_CHECK(dtype() == src.dtype() && shape() == src.shape(), "[copy_] a ",

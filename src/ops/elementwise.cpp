@@ -33,14 +33,19 @@ std::optional<DType> combine_categories(std::optional<DType> higher, std::option
 void promote_into(std::optional<DType>& slot, DType dtype) { slot = slot ? promote_types(*slot, dtype) : dtype; }
 
 // An operand in `dtype`: the tensor itself when it already has it (no handle copy, so no reference
-// count traffic on the hot path), else its conversion or the scalar as a 0-dim tensor, held in
-// `holder`.
-const Tensor& in_dtype(TensorOrScalar operand, DType dtype, Tensor& holder) {
+// count traffic on the hot path), else its conversion or the scalar as a 0-dim tensor on `device`
+// (the tensor operand's), held in `holder`.
+const Tensor& in_dtype(TensorOrScalar operand, DType dtype, Tensor& holder, Device device = kCPU) {
   if (operand.tensor != nullptr) {
     if (operand.tensor->dtype() == dtype) return *operand.tensor;
     return holder = operand.tensor->to(dtype);
   }
-  return holder = scalar_tensor(*operand.scalar, dtype);
+  return holder = full({}, *operand.scalar, TensorOptions(device).with_dtype(dtype));
+}
+
+// The device of an op's tensor operands (the CPU when there are none).
+Device device_of(TensorOrScalar a, TensorOrScalar b) {
+  return a.tensor != nullptr ? a.tensor->device() : b.tensor != nullptr ? b.tensor->device() : kCPU;
 }
 
 // Does writing `out` while reading `in` (expanded to `shape`) risk reading an already-written value?
@@ -97,8 +102,8 @@ Tensor binary_op(OpKind op, TensorOrScalar a, TensorOrScalar b, Tensor* out) {
                 b.scalar->to_int(), ")");
   }
   Tensor a_holder, b_holder;
-  const Tensor& ta = in_dtype(a, compute, a_holder);
-  const Tensor& tb = in_dtype(b, compute, b_holder);
+  const Tensor& ta = in_dtype(a, compute, a_holder, device_of(a, b));
+  const Tensor& tb = in_dtype(b, compute, b_holder, device_of(a, b));
   const Shape shape = broadcast_shapes(ta.shape(), tb.shape(), name);
 
   Tensor target;
@@ -510,8 +515,9 @@ namespace {
 Tensor where_impl(const Tensor& condition, TensorOrScalar a, TensorOrScalar b) {
   EMBER_CHECK(condition.dtype() == kBool, "[where] condition must be a bool tensor, got ", condition.dtype());
   const DType dtype = detail::result_type({a, b});
-  const Tensor ta = a.tensor ? a.tensor->to(dtype) : scalar_tensor(*a.scalar, dtype);
-  const Tensor tb = b.tensor ? b.tensor->to(dtype) : scalar_tensor(*b.scalar, dtype);
+  const TensorOptions options = TensorOptions(condition.device()).with_dtype(dtype);
+  const Tensor ta = a.tensor ? a.tensor->to(dtype) : full({}, *a.scalar, options);
+  const Tensor tb = b.tensor ? b.tensor->to(dtype) : full({}, *b.scalar, options);
   const Shape shape = broadcast_shapes(condition.shape(), broadcast_shapes(ta.shape(), tb.shape(), "where"), "where");
   Tensor out = detail::make_empty(shape, dtype, condition.device(), "where");
   dispatch::run(OpKind::kWhere, {}, {&condition, &ta, &tb}, {&out});
@@ -638,7 +644,7 @@ Tensor masked_fill(const Tensor& x, const Tensor& mask, const Scalar& value) {
   EMBER_CHECK(shape == x.shape(), "[masked_fill] mask of shape ", mask.shape(),
               " does not broadcast to the input's shape ", x.shape());
   const dispatch::Scope scope(OpKind::kMaskedFill, {&x, &mask}, FillAttrs{value});
-  const Tensor fill = scalar_tensor(value, x.dtype());
+  const Tensor fill = full({}, value, TensorOptions(x.device()).with_dtype(x.dtype()));
   Tensor out = where_impl(mask, {&fill, nullptr}, {&x, nullptr});
   if (needs_grad(x)) {
     autograd::record(

@@ -111,10 +111,15 @@ Tensor eye(int64_t n, std::optional<int64_t> m, TensorOptions options) {
 Tensor empty_like(const Tensor& t, std::optional<DType> dtype) {
   return make_empty(t.shape(), dtype.value_or(t.dtype()), t.device(), "empty_like");
 }
-Tensor zeros_like(const Tensor& t, std::optional<DType> dtype) { return zeros(t.shape(), dtype.value_or(t.dtype())); }
-Tensor ones_like(const Tensor& t, std::optional<DType> dtype) { return ones(t.shape(), dtype.value_or(t.dtype())); }
+// On t's device, as in PyTorch.
+Tensor zeros_like(const Tensor& t, std::optional<DType> dtype) {
+  return zeros(t.shape(), TensorOptions(t.device()).with_dtype(dtype.value_or(t.dtype())));
+}
+Tensor ones_like(const Tensor& t, std::optional<DType> dtype) {
+  return ones(t.shape(), TensorOptions(t.device()).with_dtype(dtype.value_or(t.dtype())));
+}
 Tensor full_like(const Tensor& t, const Scalar& value, std::optional<DType> dtype) {
-  return full(t.shape(), value, dtype.value_or(t.dtype()));
+  return full(t.shape(), value, TensorOptions(t.device()).with_dtype(dtype.value_or(t.dtype())));
 }
 Tensor rand_like(const Tensor& t, std::optional<DType> dtype) { return rand(t.shape(), dtype.value_or(t.dtype())); }
 Tensor randn_like(const Tensor& t, std::optional<DType> dtype) { return randn(t.shape(), dtype.value_or(t.dtype())); }

@@ -148,7 +148,9 @@ namespace ember::reference {
 namespace {
 
 // `value` as the parameter's dtype, as a 0-dim tensor (so an op with it rounds as the kernel does).
-Tensor constant(double value, const Tensor& like) { return scalar_tensor(value, like.dtype()); }
+Tensor constant(double value, const Tensor& like) {
+  return full({}, value, TensorOptions(like.device()).with_dtype(like.dtype()));
+}
 
 // torch.lerp(self, end, weight): self + w (end - self) for |w| < 0.5, else end - (end - self) (1 - w).
 Tensor lerp(const Tensor& self, const Tensor& end, double weight, const Tensor& like) {

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <ostream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -155,16 +156,18 @@ std::string render(const Tensor& t, int dim, int64_t offset, int indent, bool su
 
 }  // namespace
 
-std::ostream& operator<<(std::ostream& out, const Tensor& t) {
-  if (!t.defined()) return out << "[ undefined tensor ]";
-  if (!t.device().is_cpu()) {
-    // Its values are not readable from the host.
-    return out << "tensor(<" << t.numel() << " values on " << t.device() << ">, size=" << t.shape() << ", dtype=torch."
-               << dtype_name(t.dtype()) << ", device='" << t.device() << "')";
-  }
+std::ostream& operator<<(std::ostream& out, const Tensor& tensor) {
+  if (!tensor.defined()) return out << "[ undefined tensor ]";
+  // A device tensor prints its values from a host copy, with the device first among the suffixes.
+  const Tensor t = tensor.device().is_cpu() ? tensor : tensor.detach().to(kCPU);
   const std::string prefix = "tensor(";
   const int indent = static_cast<int>(prefix.size());
   std::vector<std::string> suffixes;
+  if (!tensor.device().is_cpu()) {
+    std::ostringstream device;
+    device << "device='" << tensor.device() << "'";
+    suffixes.push_back(device.str());
+  }
   std::string body;
   const bool default_dtype = t.dtype() == kFloat32 || t.dtype() == kInt64 || t.dtype() == kBool;
   if (t.numel() == 0) {

@@ -44,7 +44,8 @@ void Adagrad::init_state(const ParamGroup& group) {
     ParamState& state = state_for(param);
     if (state.buffers.count("sum") == 0) {
       state.step = 0;
-      state.buffers.emplace("sum", full(param.shape(), initial, param.dtype()));
+      state.buffers.emplace("sum",
+                            full(param.shape(), initial, TensorOptions(param.device()).with_dtype(param.dtype())));
     }
   }
 }

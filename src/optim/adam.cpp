@@ -63,12 +63,12 @@ Attrs Adam::prepare_update(const ParamGroup& group, const Tensor& param, ParamSt
   const bool amsgrad = group.option("amsgrad") != 0;
   if (state.buffers.empty()) {
     state.step = 0;
-    state.buffers.emplace("exp_avg", zeros(param.shape(), param.dtype()));
-    state.buffers.emplace("exp_avg_sq", zeros(param.shape(), param.dtype()));
+    state.buffers.emplace("exp_avg", zeros_like(param));
+    state.buffers.emplace("exp_avg_sq", zeros_like(param));
   }
   // amsgrad may have been switched on after the first steps: its maximum starts at zero, as in PyTorch.
   if (amsgrad && state.buffers.count("max_exp_avg_sq") == 0) {
-    state.buffers.emplace("max_exp_avg_sq", zeros(param.shape(), param.dtype()));
+    state.buffers.emplace("max_exp_avg_sq", zeros_like(param));
   }
   if (!skip) state.step += 1;
   AdamAttrs s;

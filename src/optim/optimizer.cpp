@@ -234,7 +234,7 @@ void Optimizer::load_state_dict(const StateDict& dict) {
           EMBER_CHECK(saved_buffer.is_floating_point() && saved_buffer.device().is_cpu(), op, " '", key,
                       "' must be a floating-point CPU tensor, got dtype ", saved_buffer.dtype(), " on ",
                       saved_buffer.device());
-          Tensor buffer = empty(param.shape(), param.dtype());
+          Tensor buffer = empty_like(param);
           buffer.copy_(saved_buffer);
           st.buffers.emplace(name, std::move(buffer));
         }

@@ -47,7 +47,7 @@ Attrs RMSprop::prepare_update(const ParamGroup& group, const Tensor& param, Para
   if (state.buffers.empty()) state.step = 0;
   // Buffers start at zero; one switched on after the first steps (momentum, centered) starts then.
   for (const std::string& name : state_names(group.options)) {
-    if (state.buffers.count(name) == 0) state.buffers.emplace(name, zeros(param.shape(), param.dtype()));
+    if (state.buffers.count(name) == 0) state.buffers.emplace(name, zeros_like(param));
   }
   if (!skip) state.step += 1;
   RmspropAttrs s;

@@ -59,8 +59,7 @@ Attrs SGD::prepare_update(const ParamGroup& group, const Tensor& param, ParamSta
     // buffer is made even by a skipped step (a loss scaler's), which leaves the next one the first:
     // state.step counts the updates done (SGD saves no step count; a loaded buffer counts as one).
     s.first_step = it == state.buffers.end() || state.step == 0;
-    if (it == state.buffers.end())
-      it = state.buffers.emplace("momentum_buffer", empty(param.shape(), param.dtype())).first;
+    if (it == state.buffers.end()) it = state.buffers.emplace("momentum_buffer", empty_like(param)).first;
   }
   if (!skip) state.step += 1;
   return s;

@@ -142,6 +142,10 @@ class Module : public std::enable_shared_from_this<Module> {
   // conversion happens inside the existing tensors, as torch's `param.data = ...`: every handle to
   // a parameter (the module's members, an optimizer's list) sees the new dtype.
   Module& to(DType dtype);
+  // Moves every parameter and buffer (and each parameter's .grad) to `device`, inside the existing
+  // tensors as to(dtype) does. An optimizer made before the move keeps working, but its state
+  // (momentum, Adam's moments) must be made after it, as in PyTorch.
+  Module& to(Device device);
 
   // Parameters and persistent buffers under dotted names ("features.0.weight"), detached (they
   // share memory with the module). Shared tensors appear under every name, as in PyTorch.

@@ -1,0 +1,331 @@
+// The CUDA column of the kernel table: each entry reads its KernelCall (the operands' raw device
+// memory, shapes and strides), merges the operands' dims into the smallest layout that walks them
+// all, and calls a launch function of the .cu files (launch.h). Work is queued on the default
+// stream, in the order of the calls; a launch's error is an ember::Error naming the op.
+#include "cuda/kernels.h"
+
+#include <climits>
+
+#include "core/allocator.h"
+#include "cuda/launch.h"
+#include "ember/error.h"
+#include "kernels/cpu/reduce.h"
+
+#ifdef EMBER_WITH_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
+namespace ember::cuda {
+
+#ifdef EMBER_WITH_CUDA
+
+launch::Type launch_type(DType dtype, const char* op) {
+  switch (dtype) {
+    case kFloat32:
+      return launch::Type::kF32;
+    case kFloat64:
+      return launch::Type::kF64;
+    case kFloat16:
+      return launch::Type::kF16;
+    case kBFloat16:
+      return launch::Type::kBF16;
+    case kInt64:
+      return launch::Type::kI64;
+    case kInt32:
+      return launch::Type::kI32;
+    case kBool:
+      return launch::Type::kBool;
+    default:
+      EMBER_FAIL("[", op, "] the CUDA kernels do not take ", dtype, " yet");
+  }
+}
+
+void check_launch(const KernelCall& call, bool ran, DType dtype) {
+  EMBER_CHECK(ran, "[", call.name(), "] the CUDA kernel does not take ", dtype);
+  const char* error = launch::last_error();
+  EMBER_CHECK(error[0] == '\0', "[", call.name(), "] the CUDA kernel failed: ", error);
+}
+
+namespace {
+
+// The operands' common shape (the first operand's; the others broadcast to it, as on the CPU), with
+// their strides, size-1 dims dropped and neighbouring dims merged where every operand allows it.
+launch::Layout layout_of(std::initializer_list<const Operand*> operands) {
+  launch::Layout l;
+  const Shape& shape = *(*operands.begin())->shape;
+  l.operands = static_cast<int>(operands.size());
+  l.numel = shape.numel();
+  Strides strides[launch::kMaxLaunchOperands];
+  int k = 0;
+  for (const Operand* o : operands) strides[k++] = broadcast_strides(*o->shape, *o->strides, shape);
+  for (int d = 0; d < shape.size(); ++d) {
+    const int64_t size = shape[d];
+    if (size == 1) continue;
+    bool merge = l.ndim > 0;
+    for (k = 0; k < l.operands; ++k) merge = merge && l.strides[k][l.ndim - 1] == strides[k][d] * size;
+    if (!merge) ++l.ndim;
+    l.sizes[l.ndim - 1] = merge ? l.sizes[l.ndim - 1] * size : size;
+    for (k = 0; k < l.operands; ++k) l.strides[k][l.ndim - 1] = strides[k][d];
+  }
+  return l;
+}
+
+launch::Unary unary_op(OpKind kind) {
+  switch (kind) {
+#define EMBER_CASE(name) \
+  case OpKind::k##name:  \
+    return launch::Unary::k##name;
+    EMBER_CASE(Neg)
+    EMBER_CASE(Abs) EMBER_CASE(Sign) EMBER_CASE(Exp) EMBER_CASE(Log) EMBER_CASE(Log1p) EMBER_CASE(Expm1) EMBER_CASE(Erf)
+        EMBER_CASE(Sqrt) EMBER_CASE(Rsqrt) EMBER_CASE(Square) EMBER_CASE(Sin) EMBER_CASE(Cos) EMBER_CASE(Tanh)
+            EMBER_CASE(Sigmoid) EMBER_CASE(Relu) EMBER_CASE(Silu) EMBER_CASE(GeluErf) EMBER_CASE(GeluTanh)
+                EMBER_CASE(LogicalNot) EMBER_CASE(IsNan) EMBER_CASE(IsInf)
+#undef EMBER_CASE
+                    default : EMBER_FAIL("[", op_name(kind), "] has no CUDA kernel");
+  }
+}
+
+launch::Binary binary_op(OpKind kind) {
+  switch (kind) {
+#define EMBER_CASE(name) \
+  case OpKind::k##name:  \
+    return launch::Binary::k##name;
+    EMBER_CASE(Add)
+    EMBER_CASE(Sub) EMBER_CASE(Mul) EMBER_CASE(Div) EMBER_CASE(Pow) EMBER_CASE(Minimum) EMBER_CASE(Maximum)
+        EMBER_CASE(Eq) EMBER_CASE(Ne) EMBER_CASE(Lt) EMBER_CASE(Le) EMBER_CASE(Gt) EMBER_CASE(Ge) EMBER_CASE(LogicalAnd)
+            EMBER_CASE(LogicalOr) EMBER_CASE(ThresholdBackward)
+#undef EMBER_CASE
+                default : EMBER_FAIL("[", op_name(kind), "] has no CUDA kernel");
+  }
+}
+
+launch::Reduce reduce_op(OpKind kind) {
+  switch (kind) {
+#define EMBER_CASE(name) \
+  case OpKind::k##name:  \
+    return launch::Reduce::k##name;
+    EMBER_CASE(Sum)
+    EMBER_CASE(Prod) EMBER_CASE(Amax) EMBER_CASE(Amin) EMBER_CASE(Argmax) EMBER_CASE(Argmin) EMBER_CASE(All)
+        EMBER_CASE(Any)
+#undef EMBER_CASE
+            default : EMBER_FAIL("[", op_name(kind), "] has no CUDA kernel");
+  }
+}
+
+// inputs broadcast to the output's shape (strides 0 on broadcast dims); outputs[0] the result.
+void unary_kernel(const KernelCall& c) {
+  const Operand &out = c.outputs[0], &x = c.inputs[0];
+  if (out.numel() == 0) return;
+  const bool ran =
+      launch::unary(unary_op(c.kind), launch_type(x.dtype, c.name()), out.data, x.data, layout_of({&out, &x}), nullptr);
+  check_launch(c, ran, x.dtype);
+}
+
+void binary_kernel(const KernelCall& c) {
+  const Operand &out = c.outputs[0], &a = c.inputs[0], &b = c.inputs[1];
+  if (out.numel() == 0) return;
+  const bool ran = launch::binary(binary_op(c.kind), launch_type(a.dtype, c.name()), out.data, a.data, b.data,
+                                  layout_of({&out, &a, &b}), nullptr);
+  check_launch(c, ran, a.dtype);
+}
+
+void where_kernel(const KernelCall& c) {
+  const Operand &out = c.outputs[0], &cond = c.inputs[0], &a = c.inputs[1], &b = c.inputs[2];
+  if (out.numel() == 0) return;
+  launch::where(launch_type(out.dtype, c.name()), out.data, cond.ptr<const bool>(), a.data, b.data,
+                layout_of({&out, &cond, &a, &b}), nullptr);
+  check_launch(c, true, out.dtype);
+}
+
+void copy_kernel(const KernelCall& c) {
+  const Operand &dst = c.outputs[0], &src = c.inputs[0];
+  if (dst.numel() == 0) return;
+  launch::copy(launch_type(dst.dtype, c.name()), launch_type(src.dtype, c.name()), dst.data, src.data,
+               layout_of({&dst, &src}), nullptr);
+  check_launch(c, true, dst.dtype);
+}
+
+void fill_kernel(const KernelCall& c) {
+  const Operand& out = c.outputs[0];
+  if (out.numel() == 0) return;
+  const Scalar& value = c.get<FillAttrs>().value;
+  const double v = value.is_floating() ? value.to_double() : static_cast<double>(value.to_int());
+  const int64_t i = value.is_floating() ? static_cast<int64_t>(value.to_double()) : value.to_int();
+  launch::fill(launch_type(out.dtype, c.name()), out.data, v, i, layout_of({&out}), nullptr);
+  check_launch(c, true, out.dtype);
+}
+
+// inputs: x (any layout); outputs: contiguous over the kept dims. ReduceAttrs lists the reduced dims.
+void reduce_kernel(const KernelCall& c) {
+  const Operand &x = c.inputs[0], &out = c.outputs[0];
+  if (out.numel() == 0) return;
+  bool reduced[kMaxDims] = {};
+  for (int64_t d : c.get<ReduceAttrs>().dims) reduced[d] = true;
+  const cpu::ReduceLayout layout = cpu::make_reduce_layout(*x.shape, *x.strides, reduced);
+  launch::ReduceShape s;
+  s.kept_ndim = layout.kept_ndim;
+  s.reduced_ndim = layout.reduced_ndim;
+  for (int d = 0; d < kMaxDims; ++d) {
+    s.kept_sizes[d] = layout.kept_sizes[d];
+    s.kept_strides[d] = layout.kept_strides[d];
+    s.reduced_sizes[d] = layout.reduced_sizes[d];
+    s.reduced_strides[d] = layout.reduced_strides[d];
+  }
+  s.num_outputs = layout.num_outputs;
+  s.reduce_size = layout.reduce_size;
+  const launch::Reduce op = reduce_op(c.kind);
+  const launch::Type in_type = launch_type(x.dtype, c.name());
+  const int64_t workspace_bytes = launch::reduce_workspace_bytes(op, in_type, s);
+  std::shared_ptr<StorageImpl> workspace;
+  if (workspace_bytes > 0) workspace = allocate_storage(workspace_bytes, out.device, c.name());
+  const bool ran = launch::reduce(op, in_type, launch_type(out.dtype, c.name()), out.data, x.data, s,
+                                  workspace ? workspace->data() : nullptr, nullptr);
+  check_launch(c, ran, x.dtype);
+}
+
+// inputs: x, contiguous; outputs: the same shape. DimAttrs: the normalized dim.
+void softmax_kernel(const KernelCall& c) {
+  const Operand &x = c.inputs[0], &out = c.outputs[0];
+  EMBER_CHECK(x.is_contiguous() && out.is_contiguous(), "[", c.name(), "] the CUDA kernel takes contiguous tensors");
+  const int d = static_cast<int>(c.get<DimAttrs>().dim);
+  int64_t outer = 1, inner = 1;
+  const int64_t size = x.dim() == 0 ? 1 : x.size(d);
+  for (int i = 0; i < x.dim(); ++i) {
+    if (i < d) outer *= x.size(i);
+    if (i > d) inner *= x.size(i);
+  }
+  const bool ran = launch::softmax(c.kind == OpKind::kLogSoftmax, launch_type(x.dtype, c.name()), out.data, x.data,
+                                   outer, size, inner, nullptr);
+  check_launch(c, ran, x.dtype);
+}
+
+// inputs: the output gradient and the forward's output, contiguous, over the last dim.
+void softmax_backward_kernel(const KernelCall& c) {
+  const Operand &grad = c.inputs[0], &y = c.inputs[1], &dx = c.outputs[0];
+  if (dx.numel() == 0) return;
+  EMBER_CHECK(grad.is_contiguous() && y.is_contiguous() && dx.is_contiguous(), "[", c.name(),
+              "] the CUDA kernel takes contiguous tensors");
+  const int64_t n = y.dim() == 0 ? 1 : y.size(-1);
+  const bool ran = launch::softmax_backward(c.kind == OpKind::kLogSoftmaxGrad, launch_type(y.dtype, c.name()), dx.data,
+                                            grad.data, y.data, dx.numel() / n, n, nullptr);
+  check_launch(c, ran, y.dtype);
+}
+
+// Scores (C), (N, C) or (N, C, d...), contiguous; target int64 of the scores' shape without the
+// class dim; per-position losses, log-sum-exps and scales of the target's shape (a scale of one
+// element applies to every position).
+launch::ClassLoss class_loss_of(const KernelCall& c, const Operand& scores, const Operand& target) {
+  const ClassLossAttrs& attrs = c.get<ClassLossAttrs>();
+  launch::ClassLoss a;
+  a.classes = scores.dim() >= 2 ? scores.size(1) : scores.size(0);
+  a.outer = scores.dim() >= 2 ? scores.size(0) : 1;
+  a.inner = scores.dim() >= 2 && a.outer > 0 && a.classes > 0 ? scores.numel() / (a.outer * a.classes) : 1;
+  a.target = target.ptr<const int64_t>();
+  a.ignore_index = attrs.ignore_index;
+  a.label_smoothing = attrs.label_smoothing;
+  return a;
+}
+
+// inputs: scores, target; outputs: loss, lse (per position). A target that is neither a class nor
+// ignore_index is found on the device and reported as the CPU kernel reports it (the one read back
+// waits for the kernel).
+void cross_entropy_forward_kernel(const KernelCall& c) {
+  const Operand &scores = c.inputs[0], &target = c.inputs[1];
+  const launch::ClassLoss a = class_loss_of(c, scores, target);
+  if (a.outer * a.inner == 0) return;
+  constexpr int64_t kNone = INT64_MAX;
+  const std::shared_ptr<StorageImpl> flag = allocate_storage(sizeof(int64_t), scores.device, c.name());
+  copy_bytes(flag->data(), scores.device, &kNone, kCPU, sizeof(kNone));
+  const bool ran = launch::cross_entropy_forward(launch_type(scores.dtype, c.name()), a, scores.data, c.outputs[0].data,
+                                                 c.outputs[1].data, static_cast<int64_t*>(flag->data()), nullptr);
+  check_launch(c, ran, scores.dtype);
+  int64_t bad = kNone;
+  copy_bytes(&bad, kCPU, flag->data(), scores.device, sizeof(bad));
+  if (bad != kNone) {
+    int64_t t = 0;
+    copy_bytes(&t, kCPU, a.target + bad, scores.device, sizeof(t));
+    EMBER_FAIL("[", c.name(), "] target ", t, " at position ", bad, " (flattened target of shape ", *target.shape,
+               ") is out of bounds for ", a.classes, " classes: expected a class in [0, ", a.classes,
+               ") or ignore_index (", a.ignore_index, ")");
+  }
+}
+
+// inputs: scores, target, lse, scale; outputs: the scores' gradient.
+void cross_entropy_backward_kernel(const KernelCall& c) {
+  const Operand &scores = c.inputs[0], &target = c.inputs[1], &scale = c.inputs[3], &grad = c.outputs[0];
+  if (grad.numel() == 0) return;
+  const bool ran =
+      launch::cross_entropy_backward(launch_type(scores.dtype, c.name()), class_loss_of(c, scores, target), scores.data,
+                                     c.inputs[2].data, scale.data, scale.numel() == 1 ? 0 : 1, grad.data, nullptr);
+  check_launch(c, ran, scores.dtype);
+}
+
+void* data_or_null(const Operand& o) { return o.defined() ? o.data : nullptr; }
+
+// Operands: input 0 the gradient; outputs the parameter, then the state in the order of the
+// attributes' formula (absent optional state: undefined), all contiguous, updated in place.
+void sgd_kernel(const KernelCall& c) {
+  const Operand& param = c.outputs[0];
+  const SgdAttrs& attrs = c.get<SgdAttrs>();
+  launch::SgdStep s{attrs.lr, attrs.momentum, attrs.dampening, attrs.weight_decay, attrs.nesterov, attrs.first_step};
+  const bool ran =
+      launch::sgd_step(launch_type(param.dtype, c.name()), s, param.data, c.inputs[0].data,
+                       c.outputs.size() > 1 ? data_or_null(c.outputs[1]) : nullptr, param.numel(), nullptr);
+  check_launch(c, ran, param.dtype);
+}
+
+void adam_kernel(const KernelCall& c) {
+  const Operand& param = c.outputs[0];
+  const AdamAttrs& attrs = c.get<AdamAttrs>();
+  launch::AdamStep s;
+  s.lr = attrs.lr;
+  s.beta1 = attrs.beta1;
+  s.beta2 = attrs.beta2;
+  s.eps = attrs.eps;
+  s.weight_decay = attrs.weight_decay;
+  s.step_size = attrs.step_size;
+  s.bias_correction2_sqrt = attrs.bias_correction2_sqrt;
+  s.decoupled_weight_decay = attrs.decoupled_weight_decay;
+  const bool ran = launch::adam_step(
+      launch_type(param.dtype, c.name()), s, param.data, c.inputs[0].data, c.outputs[1].data, c.outputs[2].data,
+      c.outputs.size() > 3 ? data_or_null(c.outputs[3]) : nullptr, param.numel(), nullptr);
+  check_launch(c, ran, param.dtype);
+}
+
+}  // namespace
+
+void register_kernels(KernelTable& table) {
+  constexpr DTypeSet kTypes{kFloat32, kFloat64, kFloat16, kBFloat16, kInt64, kInt32, kBool};
+  constexpr DeviceType kCuda = DeviceType::kCUDA;
+#define EMBER_REGISTER_UNARY(kind, ...) table.add(OpKind::k##kind, kCuda, unary_kernel, kTypes);
+  EMBER_UNARY_PRIMITIVES(EMBER_REGISTER_UNARY)
+#undef EMBER_REGISTER_UNARY
+#define EMBER_REGISTER_BINARY(kind, ...) table.add(OpKind::k##kind, kCuda, binary_kernel, kTypes);
+  EMBER_BINARY_PRIMITIVES(EMBER_REGISTER_BINARY)
+#undef EMBER_REGISTER_BINARY
+  table.add(OpKind::kThresholdBackward, kCuda, binary_kernel, kFloatTypes);
+  table.add(OpKind::kWhere, kCuda, where_kernel, kTypes);
+  table.add(OpKind::kCopy, kCuda, copy_kernel, kTypes);
+  table.add(OpKind::kFill, kCuda, fill_kernel, kTypes);
+  for (OpKind kind : {OpKind::kSum, OpKind::kProd, OpKind::kAmax, OpKind::kAmin, OpKind::kArgmax, OpKind::kArgmin,
+                      OpKind::kAll, OpKind::kAny}) {
+    table.add(kind, kCuda, reduce_kernel, kTypes);
+  }
+  table.add(OpKind::kSoftmax, kCuda, softmax_kernel, kFloatTypes);
+  table.add(OpKind::kLogSoftmax, kCuda, softmax_kernel, kFloatTypes);
+  table.add(OpKind::kSoftmaxGrad, kCuda, softmax_backward_kernel, kFloatTypes);
+  table.add(OpKind::kLogSoftmaxGrad, kCuda, softmax_backward_kernel, kFloatTypes);
+  table.add(OpKind::kCrossEntropyForward, kCuda, cross_entropy_forward_kernel, kFloat32Or64);
+  table.add(OpKind::kCrossEntropyGrad, kCuda, cross_entropy_backward_kernel, kFloat32Or64);
+  table.add(OpKind::kSgdStep, kCuda, sgd_kernel, kFloat32Or64);
+  table.add(OpKind::kAdamStep, kCuda, adam_kernel, kFloat32Or64);
+  register_matmul_kernel(table);
+}
+
+#else  // built without CUDA: the column stays empty, and every op on cuda says it is not implemented
+
+void register_kernels(KernelTable& /*table*/) {}
+
+#endif
+
+}  // namespace ember::cuda

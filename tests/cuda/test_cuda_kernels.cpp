@@ -1,0 +1,385 @@
+// The CUDA kernels against the CPU's: every check draws fresh random inputs (the seed is printed
+// with a failure), runs the op on both devices and compares within the dtype's tolerance
+// (float32 1e-5 relative, bfloat16/float16 1e-2, float64 1e-12); NaN where the CPU has none never
+// passes. Before each GPU op the device's cache is filled with NaN blocks of the output's size, so
+// an element the kernel does not write shows up as NaN. Skipped where no GPU is usable.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cmath>
+#include <sstream>
+
+#include "ember/autograd.h"
+#include "ember/cuda.h"
+#include "ember/error.h"
+#include "ember/memory.h"
+#include "ember/nn.h"
+#include "ember/ops.h"
+#include "ember/optim.h"
+
+namespace ember {
+namespace {
+
+const Device kGpu{DeviceType::kCUDA, 0};
+
+class CudaKernels : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!cuda::is_available()) GTEST_SKIP() << cuda::status();
+    seed_ = static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+    manual_seed(seed_);
+    RecordProperty("seed", std::to_string(seed_));
+  }
+  uint64_t seed_ = 0;
+};
+
+double tolerance(DType dtype) {
+  switch (dtype) {
+    case kFloat64:
+      return 1e-12;
+    case kFloat32:
+      return 1e-5;
+    default:
+      return 1e-2;
+  }
+}
+
+// Fills blocks of the device cache that a result of `bytes` bytes would be given with NaN.
+void poison(int64_t bytes) {
+  std::vector<Tensor> blocks;
+  for (int i = 0; i < 4; ++i) blocks.push_back(full({std::max<int64_t>(bytes / 4, 1)}, NAN, TensorOptions(kGpu)));
+}
+
+// gpu (a cuda tensor) equals cpu within the tolerance of `dtype`: |g - c| <= tol * (|c| + 1) per
+// element, NaN only where the CPU has NaN, same shape.
+::testing::AssertionResult close(const Tensor& gpu, const Tensor& cpu, double tol, uint64_t seed) {
+  if (gpu.device() != kGpu) return ::testing::AssertionFailure() << "result on " << gpu.device();
+  if (gpu.shape() != cpu.shape()) {
+    return ::testing::AssertionFailure() << "shape " << gpu.shape() << " vs the CPU's " << cpu.shape();
+  }
+  if (gpu.dtype() != cpu.dtype()) {
+    return ::testing::AssertionFailure() << "dtype " << gpu.dtype() << " vs the CPU's " << cpu.dtype();
+  }
+  const std::vector<double> g = gpu.to_vector<double>(), c = cpu.to_vector<double>();
+  for (size_t i = 0; i < g.size(); ++i) {
+    const bool g_nan = std::isnan(g[i]), c_nan = std::isnan(c[i]);
+    const bool ok = g_nan || c_nan
+                        ? g_nan == c_nan
+                        : (std::isinf(c[i]) ? g[i] == c[i] : std::abs(g[i] - c[i]) <= tol * (std::abs(c[i]) + 1));
+    if (!ok) {
+      return ::testing::AssertionFailure() << "element " << i << " of " << g.size() << ": GPU " << g[i] << ", CPU "
+                                           << c[i] << " (tolerance " << tol << ", seed " << seed << ")";
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
+Tensor random(const Shape& shape, DType dtype, double scale = 1.0) { return (randn(shape) * scale).to(dtype); }
+
+// The same values (and NaNs in the same places), shape and dtype, both read on the host.
+bool equal(const Tensor& a, const Tensor& b) {
+  if (a.shape() != b.shape() || a.dtype() != b.dtype()) return false;
+  const std::vector<double> x = a.to_vector<double>(), y = b.to_vector<double>();
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (!(x[i] == y[i] || (std::isnan(x[i]) && std::isnan(y[i])))) return false;
+  }
+  return true;
+}
+
+TEST_F(CudaKernels, TransfersKeepEveryBit) {
+  for (DType dtype : {kFloat32, kFloat64, kFloat16, kBFloat16, kInt64, kInt32, kInt8, kUInt8, kBool}) {
+    const Tensor x = (randn({3, 17, 5}) * 100).to(dtype);
+    const Tensor g = x.cuda();
+    EXPECT_EQ(g.device(), kGpu);
+    EXPECT_EQ(g.dtype(), dtype);
+    const Tensor back = g.cpu();
+    EXPECT_EQ(back.device(), kCPU);
+    EXPECT_TRUE(equal(back, x)) << dtype;
+    // A non-contiguous source is made contiguous on its own device first.
+    EXPECT_TRUE(equal(x.transpose(0, 2).cuda().cpu(), x.transpose(0, 2))) << dtype;
+  }
+  EXPECT_EQ(empty({0, 4}).cuda().shape(), Shape({0, 4}));
+  const Tensor s = tensor<float>({2.5f}).cuda();
+  EXPECT_EQ(s.item().to_double(), 2.5);
+  EXPECT_EQ(arange(10).cuda().at({7}).to_int(), 7);
+}
+
+TEST_F(CudaKernels, CopyAcrossDevicesAndMixedDevicesAreClear) {
+  Tensor g = zeros({4, 4}, TensorOptions(kGpu));
+  const Tensor x = randn({4});
+  g.copy_(x);  // broadcast from the host
+  EXPECT_TRUE(equal(g.cpu(), x.expand({4, 4})));
+  try {
+    (void)(g + randn({4, 4}));
+    FAIL() << "mixing devices should throw";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("same device"), std::string::npos) << e.what();
+  }
+  std::ostringstream text;
+  text << tensor<float>({1.5f, -2.0f}).cuda();
+  EXPECT_EQ(text.str(), "tensor([ 1.5000, -2.0000], device='cuda:0')");
+}
+
+TEST_F(CudaKernels, UnaryOpsMatchTheCpu) {
+  using UnaryFn = Tensor (*)(const Tensor&);
+  const std::vector<std::pair<const char*, UnaryFn>> ops = {
+      {"neg", [](const Tensor& x) { return neg(x); }},         {"abs", [](const Tensor& x) { return abs(x); }},
+      {"exp", [](const Tensor& x) { return exp(x); }},         {"log", [](const Tensor& x) { return log(abs(x)); }},
+      {"sqrt", [](const Tensor& x) { return sqrt(abs(x)); }},  {"tanh", [](const Tensor& x) { return tanh(x); }},
+      {"sigmoid", [](const Tensor& x) { return sigmoid(x); }}, {"relu", [](const Tensor& x) { return relu(x); }},
+      {"silu", [](const Tensor& x) { return silu(x); }},       {"gelu", [](const Tensor& x) { return gelu(x); }},
+      {"sin", [](const Tensor& x) { return sin(x); }},         {"erf", [](const Tensor& x) { return erf(x); }},
+      {"isnan", [](const Tensor& x) { return isnan(x); }},     {"sign", [](const Tensor& x) { return sign(x); }},
+  };
+  for (DType dtype : {kFloat32, kBFloat16, kFloat16, kFloat64}) {
+    for (const Shape& shape : {Shape{}, Shape{1}, Shape{7}, Shape{1000, 33}, Shape{3, 1, 4097}}) {
+      Tensor x = random(shape, dtype, 2.0);
+      if (x.numel() > 2) x.view({-1}).narrow(0, 1, 1).fill_(NAN);
+      const Tensor gx = x.cuda();
+      for (const auto& [name, fn] : ops) {
+        const Tensor cpu = fn(x);
+        poison(cpu.numel() * dtype_size(cpu.dtype()));
+        EXPECT_TRUE(close(fn(gx), cpu, tolerance(dtype), seed_)) << name << " " << dtype << " " << shape;
+      }
+    }
+  }
+  // Non-contiguous input.
+  const Tensor x = randn({64, 48});
+  EXPECT_TRUE(close(exp(x.cuda().t()), exp(x.t()), 1e-5, seed_));
+}
+
+TEST_F(CudaKernels, BinaryOpsBroadcastAndPromoteAsOnTheCpu) {
+  using BinaryFn = Tensor (*)(const Tensor&, const Tensor&);
+  const std::vector<std::pair<const char*, BinaryFn>> ops = {
+      {"add", [](const Tensor& a, const Tensor& b) { return add(a, b); }},
+      {"sub", [](const Tensor& a, const Tensor& b) { return sub(a, b); }},
+      {"mul", [](const Tensor& a, const Tensor& b) { return mul(a, b); }},
+      {"div", [](const Tensor& a, const Tensor& b) { return div(a, b); }},
+      {"maximum", [](const Tensor& a, const Tensor& b) { return maximum(a, b); }},
+      {"minimum", [](const Tensor& a, const Tensor& b) { return minimum(a, b); }},
+      {"lt", [](const Tensor& a, const Tensor& b) { return lt(a, b); }},
+      {"eq", [](const Tensor& a, const Tensor& b) { return eq(a, b); }},
+      {"pow", [](const Tensor& a, const Tensor& b) { return pow(abs(a), b); }},
+  };
+  const std::vector<std::pair<Shape, Shape>> shapes = {
+      {{}, {}}, {{5}, {5}}, {{1000, 33}, {33}}, {{1000, 1}, {1, 33}}, {{2, 3, 4}, {3, 1}}, {{4097}, {}}, {{0, 3}, {3}}};
+  for (DType dtype : {kFloat32, kBFloat16, kFloat64}) {
+    for (const auto& [sa, sb] : shapes) {
+      const Tensor a = random(sa, dtype), b = random(sb, dtype);
+      const Tensor ga = a.cuda(), gb = b.cuda();
+      for (const auto& [name, fn] : ops) {
+        const Tensor cpu = fn(a, b);
+        poison(cpu.numel() * dtype_size(cpu.dtype()));
+        EXPECT_TRUE(close(fn(ga, gb), cpu, tolerance(dtype), seed_)) << name << " " << dtype << " " << sa << " " << sb;
+      }
+    }
+  }
+  // Integers, a scalar operand, a transposed operand, and int + float promotion.
+  const Tensor i = arange(-50, 50).view({10, 10});
+  EXPECT_TRUE(close(i.cuda() * 3 + i.cuda().t(), i * 3 + i.t(), 0, seed_));
+  const Tensor f = randn({10});
+  EXPECT_TRUE(close(i.cuda() + f.cuda(), i + f, 1e-6, seed_));
+}
+
+TEST_F(CudaKernels, WhereCastsAndFill) {
+  const Tensor a = randn({300, 7}), b = randn({7});
+  const Tensor cond = a > 0;
+  EXPECT_TRUE(close(where(cond.cuda(), a.cuda(), b.cuda()), where(cond, a, b), 0, seed_));
+  for (DType from : {kFloat32, kFloat64, kBFloat16, kFloat16, kInt64, kInt32, kBool}) {
+    for (DType to : {kFloat32, kFloat64, kBFloat16, kFloat16, kInt64, kInt32, kBool}) {
+      Tensor x = (randn({257, 3}) * 1000).to(from);
+      const Tensor cpu = x.to(to), gpu = x.cuda().to(to);
+      EXPECT_TRUE(equal(gpu.cpu(), cpu)) << from << " -> " << to;
+      // Non-contiguous: a transposed view.
+      EXPECT_TRUE(equal(x.cuda().t().to(to).cpu(), x.t().to(to))) << from << " -> " << to << " (transposed)";
+    }
+  }
+  EXPECT_TRUE(equal(full({5, 3}, 2.5, TensorOptions(kGpu).with_dtype(kBFloat16)).cpu(),
+                    full({5, 3}, 2.5, TensorOptions(kBFloat16))));
+  EXPECT_TRUE(equal(zeros({4}, TensorOptions(kGpu).with_dtype(kInt64)).cpu(), zeros({4}, TensorOptions(kInt64))));
+}
+
+TEST_F(CudaKernels, ReductionsMatchTheCpu) {
+  for (DType dtype : {kFloat32, kFloat64, kBFloat16}) {
+    for (const Shape& shape : {Shape{1}, Shape{1000}, Shape{300, 70}, Shape{4, 5, 6, 7}, Shape{1 << 20}, Shape{3, 0}}) {
+      const Tensor x = random(shape, dtype);
+      const Tensor gx = x.cuda();
+      const double tol = dtype == kFloat32 ? 1e-4 : tolerance(dtype) * 10;  // sums of many terms, in another order
+      EXPECT_TRUE(close(gx.sum(), x.sum(), tol, seed_)) << dtype << " " << shape;
+      EXPECT_TRUE(close(gx.mean({-1}), x.mean({-1}), tol, seed_)) << dtype << " " << shape;
+      if (x.numel() == 0) continue;
+      EXPECT_TRUE(close(gx.amax({0}, true), x.amax({0}, true), 0, seed_)) << dtype << " " << shape;
+      EXPECT_TRUE(close(gx.amin(), x.amin(), 0, seed_)) << dtype << " " << shape;
+      EXPECT_TRUE(close(gx.argmax(-1), x.argmax(-1), 0, seed_)) << dtype << " " << shape;
+      if (shape.size() == 4) {
+        EXPECT_TRUE(close(gx.sum({0, 2}), x.sum({0, 2}), tol, seed_));
+        EXPECT_TRUE(close(gx.permute({3, 1, 0, 2}).sum({1, 3}), x.permute({3, 1, 0, 2}).sum({1, 3}), tol, seed_));
+      }
+    }
+  }
+  // NaN propagates through amax and wins argmax; ties give the first index.
+  const Tensor t = tensor<float>({1, 3, NAN, 3, NAN, 0});
+  EXPECT_TRUE(close(t.cuda().amax(), t.amax(), 0, seed_));
+  EXPECT_EQ(t.cuda().argmax().item().to_int(), 2);
+  EXPECT_EQ(tensor<float>({1, 5, 5, 2}).cuda().argmax().item().to_int(), 1);
+  const Tensor i = arange(100000).view({100, 1000});
+  EXPECT_TRUE(close(i.cuda().sum({1}), i.sum({1}), 0, seed_));
+  EXPECT_TRUE(close((i.cuda() > 500).any({1}), (i > 500).any({1}), 0, seed_));
+  EXPECT_TRUE(close((i.cuda() > 500).all(), (i > 500).all(), 0, seed_));
+}
+
+TEST_F(CudaKernels, SoftmaxAndItsGradient) {
+  for (DType dtype : {kFloat32, kFloat64, kBFloat16}) {
+    for (const Shape& shape : {Shape{1, 1}, Shape{8, 1000}, Shape{3, 5000}, Shape{2, 9, 4}}) {
+      const Tensor x = random(shape, dtype, 3.0);
+      for (int64_t dim : {int64_t{-1}, int64_t{1}}) {
+        EXPECT_TRUE(close(softmax(x.cuda(), dim), softmax(x, dim), tolerance(dtype), seed_)) << dtype << shape << dim;
+        EXPECT_TRUE(close(log_softmax(x.cuda(), dim), log_softmax(x, dim), tolerance(dtype), seed_))
+            << dtype << shape << dim;
+      }
+    }
+  }
+  // A row with +inf or NaN gives NaN, as on the CPU.
+  const Tensor bad = tensor<float>({1, INFINITY, 2, 0, 1, 2}, Shape{2, 3});
+  EXPECT_TRUE(close(softmax(bad.cuda(), -1), softmax(bad, -1), 1e-6, seed_));
+  // The gradients through autograd.
+  const Tensor x = randn({16, 300}, TensorOptions(kFloat64));
+  const Tensor w = randn({16, 300}, TensorOptions(kFloat64));
+  for (bool log : {false, true}) {
+    Tensor xc = x.clone().requires_grad_(), xg = x.cuda().requires_grad_();
+    ((log ? log_softmax(xc, -1) : softmax(xc, -1)) * w).sum().backward();
+    ((log ? log_softmax(xg, -1) : softmax(xg, -1)) * w.cuda()).sum().backward();
+    EXPECT_TRUE(close(xg.grad(), xc.grad(), 1e-10, seed_)) << (log ? "log_softmax" : "softmax");
+  }
+}
+
+TEST_F(CudaKernels, MatmulMatchesTheCpu) {
+  struct Case {
+    Shape a, b;
+  };
+  const std::vector<Case> cases = {{{1, 1}, {1, 1}},         {{33, 17}, {17, 65}},      {{64, 784}, {784, 128}},
+                                   {{3, 40, 50}, {50, 30}},  {{2, 3, 8, 9}, {3, 9, 5}}, {{7}, {7, 4}},
+                                   {{256, 256}, {256, 256}}, {{5, 0}, {0, 3}}};
+  for (DType dtype : {kFloat32, kFloat64, kBFloat16, kFloat16}) {
+    for (const Case& c : cases) {
+      const Tensor a = random(c.a, dtype), b = random(c.b, dtype);
+      // The CPU reference in float64 from the same (rounded) inputs, rounded to the dtype at the end.
+      const Tensor cpu = matmul(a.to(kFloat64), b.to(kFloat64)).to(dtype);
+      const double k = static_cast<double>(c.a[c.a.size() - 1]);
+      const double tol = dtype == kFloat64 ? 1e-12 : dtype == kFloat32 ? 1e-5 * std::sqrt(k + 1) : 2e-2;
+      poison(cpu.numel() * dtype_size(dtype));
+      EXPECT_TRUE(close(matmul(a.cuda(), b.cuda()), cpu, tol, seed_)) << dtype << " " << c.a << " @ " << c.b;
+    }
+    // Transposed operands (cuBLAS's transpose flags) and a view with neither dim contiguous.
+    const Tensor a = random({40, 30}, dtype), b = random({50, 40}, dtype);
+    const Tensor ref = matmul(a.t().to(kFloat64), b.t().to(kFloat64)).to(dtype);
+    const double tol = dtype == kFloat64 ? 1e-12 : dtype == kFloat32 ? 1e-4 : 2e-2;
+    EXPECT_TRUE(close(matmul(a.cuda().t(), b.cuda().t()), ref, tol, seed_)) << dtype;
+    const Tensor big = random({40, 2, 30}, dtype);
+    const Tensor strided = big.select(1, 1);               // rows of stride 60, columns of stride 1
+    const Tensor cols = big.transpose(0, 2).select(1, 0);  // (30, 40) with strides (1, 60)
+    EXPECT_TRUE(close(matmul(cols.cuda(), strided.cuda()), matmul(cols.to(kFloat64), strided.to(kFloat64)).to(dtype),
+                      tol, seed_))
+        << dtype;
+  }
+  // linear: bias and the epilogue.
+  const Tensor x = randn({32, 64}), w = randn({48, 64}), bias = randn({48});
+  EXPECT_TRUE(close(linear(x.cuda(), w.cuda(), bias.cuda()), linear(x, w, bias), 1e-4, seed_));
+  EXPECT_TRUE(close(relu(linear(x.cuda(), w.cuda(), bias.cuda())), relu(linear(x, w, bias)), 1e-4, seed_));
+}
+
+TEST_F(CudaKernels, Float64GradcheckOnTheGpu) {
+  const Tensor a = randn({5, 4}, TensorOptions(kFloat64)).cuda().requires_grad_();
+  const Tensor b = randn({4, 3}, TensorOptions(kFloat64)).cuda().requires_grad_();
+  const Tensor c = randn({3}, TensorOptions(kFloat64)).cuda().requires_grad_();
+  EXPECT_TRUE(autograd::gradcheck(
+      [](const std::vector<Tensor>& in) {
+        return log_softmax(tanh(matmul(in[0], in[1]) + in[2]), -1) * sigmoid(in[2]);
+      },
+      {a, b, c}));
+}
+
+TEST_F(CudaKernels, ModulesMoveToTheGpuAndTrain) {
+  manual_seed(seed_);
+  nn::Linear cpu_layer(20, 10);
+  nn::Linear gpu_layer(20, 10);
+  gpu_layer.load_state_dict(cpu_layer.state_dict());
+  gpu_layer.to(kGpu);
+  EXPECT_EQ(gpu_layer.weight.device(), kGpu);
+  const Tensor x = randn({8, 20});
+  const Tensor yc = cpu_layer.forward(x), yg = gpu_layer.forward(x.cuda());
+  EXPECT_TRUE(close(yg, yc, 1e-5, seed_));
+  (yc * yc).sum().backward();
+  (yg * yg).sum().backward();
+  EXPECT_TRUE(close(gpu_layer.weight.grad(), cpu_layer.weight.grad(), 1e-4, seed_));
+  EXPECT_TRUE(close(gpu_layer.bias.grad(), cpu_layer.bias.grad(), 1e-4, seed_));
+  const MemoryStats stats = memory_stats(kGpu);
+  EXPECT_GT(stats.bytes_in_use, 0);
+}
+
+TEST_F(CudaKernels, CrossEntropyMatchesTheCpuAndRejectsBadTargets) {
+  for (DType dtype : {kFloat32, kFloat64}) {
+    const Tensor scores = random({37, 10}, dtype, 3.0);
+    Tensor target = randint(0, 10, {37});
+    target.narrow(0, 3, 1).fill_(-100);  // ignored
+    for (double smoothing : {0.0, 0.1}) {
+      Tensor xc = scores.clone().requires_grad_(), xg = scores.cuda().requires_grad_();
+      const Tensor lc = cross_entropy(xc, target, -100, Reduction::kMean, smoothing);
+      const Tensor lg = cross_entropy(xg, target.cuda(), -100, Reduction::kMean, smoothing);
+      EXPECT_TRUE(close(lg, lc, tolerance(dtype), seed_)) << dtype << " smoothing " << smoothing;
+      lc.backward();
+      lg.backward();
+      EXPECT_TRUE(close(xg.grad(), xc.grad(), tolerance(dtype), seed_)) << dtype << " smoothing " << smoothing;
+    }
+    // Positions along a trailing dim: (N, C, d).
+    const Tensor s3 = random({4, 5, 6}, dtype);
+    const Tensor t3 = randint(0, 5, {4, 6});
+    EXPECT_TRUE(close(cross_entropy(s3.cuda(), t3.cuda()), cross_entropy(s3, t3), tolerance(dtype), seed_));
+  }
+  Tensor bad = randint(0, 10, {8});
+  bad.narrow(0, 5, 1).fill_(12);
+  try {
+    (void)cross_entropy(randn({8, 10}).cuda(), bad.cuda()).item();
+    FAIL() << "an out-of-range target should throw";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("target 12 at position 5"), std::string::npos) << e.what();
+  }
+}
+
+// An MLP trained for 50 steps on the GPU follows the CPU's run: the same losses and parameters
+// within 1e-4 (float32 sums in another order), with SGD with momentum and with AdamW.
+TEST_F(CudaKernels, TrainingStepsFollowTheCpu) {
+  for (bool adam : {false, true}) {
+    auto make = [] {
+      return std::make_shared<nn::Sequential>(std::make_shared<nn::Linear>(64, 32), std::make_shared<nn::ReLU>(),
+                                              std::make_shared<nn::Linear>(32, 10));
+    };
+    auto cpu_model = make(), gpu_model = make();
+    gpu_model->load_state_dict(cpu_model->state_dict());
+    gpu_model->to(kGpu);
+    auto optimizer = [adam](nn::Module& m) -> std::unique_ptr<optim::Optimizer> {
+      if (adam) return std::make_unique<optim::AdamW>(m.parameters(), optim::AdamWOptions{.lr = 1e-2});
+      return std::make_unique<optim::SGD>(m.parameters(), optim::SGDOptions{.lr = 0.05, .momentum = 0.9});
+    };
+    auto cpu_opt = optimizer(*cpu_model), gpu_opt = optimizer(*gpu_model);
+    for (int step = 0; step < 50; ++step) {
+      const Tensor x = randn({32, 64}), y = randint(0, 10, {32});
+      cpu_opt->zero_grad();
+      gpu_opt->zero_grad();
+      const Tensor lc = cross_entropy(cpu_model->forward(x), y);
+      const Tensor lg = cross_entropy(gpu_model->forward(x.cuda()), y.cuda());
+      lc.backward();
+      lg.backward();
+      cpu_opt->step();
+      gpu_opt->step();
+      ASSERT_TRUE(close(lg, lc, 1e-4, seed_)) << (adam ? "AdamW" : "SGD") << " step " << step;
+    }
+    const StateDict cpu_state = cpu_model->state_dict(), gpu_state = gpu_model->state_dict();
+    for (const auto& [name, value] : cpu_state) {
+      EXPECT_TRUE(close(gpu_state.at(name), value, 1e-4, seed_)) << (adam ? "AdamW " : "SGD ") << name;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace ember
