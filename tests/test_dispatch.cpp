@@ -35,7 +35,8 @@ TEST(Dispatch, AnOpWithoutAKernelForTheDeviceIsAClearError) {
   std::vector<float> a_bytes, b_bytes, c_bytes;
   const Tensor a = fake_cuda_tensor({2, 3}, a_bytes), b = fake_cuda_tensor({2, 3}, b_bytes);
   const Tensor c = fake_cuda_tensor({2, 3}, c_bytes);
-  expect_error([&] { dispatch::run(OpKind::kCumsum, DimAttrs{0}, {&a}, {&c}); }, {"[cumsum] not implemented on cuda:0"});
+  expect_error([&] { dispatch::run(OpKind::kCumsum, DimAttrs{0}, {&a}, {&c}); },
+               {"[cumsum] not implemented on cuda:0"});
   expect_error(
       [&] {
         dispatch::run(OpKind::kConv2d, Conv2dAttrs{}, {&a, &b, nullptr}, {&c});

@@ -76,7 +76,8 @@ launch::Unary unary_op(OpKind kind) {
   case OpKind::k##name:  \
     return launch::Unary::k##name;
     EMBER_CASE(Neg)
-    EMBER_CASE(Abs) EMBER_CASE(Sign) EMBER_CASE(Exp) EMBER_CASE(Log) EMBER_CASE(Log1p) EMBER_CASE(Expm1) EMBER_CASE(Erf)
+    EMBER_CASE(Abs)
+    EMBER_CASE(Sign) EMBER_CASE(Exp) EMBER_CASE(Log) EMBER_CASE(Log1p) EMBER_CASE(Expm1) EMBER_CASE(Erf)
         EMBER_CASE(Sqrt) EMBER_CASE(Rsqrt) EMBER_CASE(Square) EMBER_CASE(Sin) EMBER_CASE(Cos) EMBER_CASE(Tanh)
             EMBER_CASE(Sigmoid) EMBER_CASE(Relu) EMBER_CASE(Silu) EMBER_CASE(GeluErf) EMBER_CASE(GeluTanh)
                 EMBER_CASE(LogicalNot) EMBER_CASE(IsNan) EMBER_CASE(IsInf)
@@ -91,8 +92,9 @@ launch::Binary binary_op(OpKind kind) {
   case OpKind::k##name:  \
     return launch::Binary::k##name;
     EMBER_CASE(Add)
-    EMBER_CASE(Sub) EMBER_CASE(Mul) EMBER_CASE(Div) EMBER_CASE(Pow) EMBER_CASE(Minimum) EMBER_CASE(Maximum)
-        EMBER_CASE(Eq) EMBER_CASE(Ne) EMBER_CASE(Lt) EMBER_CASE(Le) EMBER_CASE(Gt) EMBER_CASE(Ge) EMBER_CASE(LogicalAnd)
+    EMBER_CASE(Sub)
+    EMBER_CASE(Mul) EMBER_CASE(Div) EMBER_CASE(Pow) EMBER_CASE(Minimum) EMBER_CASE(Maximum) EMBER_CASE(Eq)
+        EMBER_CASE(Ne) EMBER_CASE(Lt) EMBER_CASE(Le) EMBER_CASE(Gt) EMBER_CASE(Ge) EMBER_CASE(LogicalAnd)
             EMBER_CASE(LogicalOr) EMBER_CASE(ThresholdBackward)
 #undef EMBER_CASE
                 default : EMBER_FAIL("[", op_name(kind), "] has no CUDA kernel");
@@ -105,10 +107,10 @@ launch::Reduce reduce_op(OpKind kind) {
   case OpKind::k##name:  \
     return launch::Reduce::k##name;
     EMBER_CASE(Sum)
-    EMBER_CASE(Prod) EMBER_CASE(Amax) EMBER_CASE(Amin) EMBER_CASE(Argmax) EMBER_CASE(Argmin) EMBER_CASE(All)
-        EMBER_CASE(Any)
+    EMBER_CASE(Prod)
+    EMBER_CASE(Amax) EMBER_CASE(Amin) EMBER_CASE(Argmax) EMBER_CASE(Argmin) EMBER_CASE(All) EMBER_CASE(Any)
 #undef EMBER_CASE
-            default : EMBER_FAIL("[", op_name(kind), "] has no CUDA kernel");
+        default : EMBER_FAIL("[", op_name(kind), "] has no CUDA kernel");
   }
 }
 
@@ -292,10 +294,128 @@ void adam_kernel(const KernelCall& c) {
   check_launch(c, ran, param.dtype);
 }
 
+// outputs: one contiguous tensor of draws (RandomAttrs gives the key, the first block and, for
+// randint, the range).
+void random_kernel(const KernelCall& c) {
+  const Operand& out = c.outputs[0];
+  const RandomAttrs& attrs = c.get<RandomAttrs>();
+  bool ran = true;
+  if (c.kind == OpKind::kRandInt) {
+    launch::random_int(out.ptr<int64_t>(), out.numel(), attrs.low, attrs.high, attrs.seed, attrs.first_block, nullptr);
+  } else {
+    ran = launch::random_float(c.kind == OpKind::kRandNormal ? launch::Draw::kNormal : launch::Draw::kUniform,
+                               launch_type(out.dtype, c.name()), out.data, out.numel(), attrs.seed, attrs.first_block,
+                               nullptr);
+  }
+  check_launch(c, ran, out.dtype);
+}
+
+// inputs: x; outputs: y = x * mask and the mask, contiguous.
+void dropout_kernel(const KernelCall& c) {
+  const Operand &x = c.inputs[0], &y = c.outputs[0], &mask = c.outputs[1];
+  const DropoutAttrs& attrs = c.get<DropoutAttrs>();
+  const bool ran = launch::dropout(launch_type(x.dtype, c.name()), y.data, mask.data, x.data, x.numel(), attrs.p,
+                                   attrs.seed, attrs.first_block, nullptr);
+  check_launch(c, ran, x.dtype);
+}
+
+// outputs: a 1-D tensor of start + i * step.
+void arange_kernel(const KernelCall& c) {
+  const RangeAttrs& r = c.get<RangeAttrs>();
+  const Operand& out = c.outputs[0];
+  const bool integral = !r.start.is_floating() && !r.step.is_floating() && !r.end.is_floating();
+  const bool ran =
+      launch::arange(launch_type(out.dtype, c.name()), out.data, out.numel(), r.start.to_double(), r.step.to_double(),
+                     integral ? r.start.to_int() : 0, integral ? r.step.to_int() : 0, integral, nullptr);
+  check_launch(c, ran, out.dtype);
+}
+
+// A device flag for a bad index: INT64_MAX until a kernel records the first position holding one.
+class BadIndex {
+ public:
+  BadIndex(Device device, const char* op) : device_(device), storage_(allocate_storage(sizeof(int64_t), device, op)) {
+    copy_bytes(storage_->data(), device_, &kNone, kCPU, sizeof(kNone));
+  }
+  int64_t* data() const { return static_cast<int64_t*>(storage_->data()); }
+  // Reads the flag back (waiting for the kernel): throws the CPU kernels' error when it was set.
+  void check(const KernelCall& c, const Operand& index, int64_t dim, int64_t size) const {
+    int64_t position = kNone;
+    copy_bytes(&position, kCPU, data(), device_, sizeof(position));
+    if (position == kNone) return;
+    int64_t k = 0;
+    if (index.dtype == kInt64) {
+      copy_bytes(&k, kCPU, index.ptr<const int64_t>() + flat_offset(index, position), device_, sizeof(k));
+    } else {
+      int32_t k32 = 0;
+      copy_bytes(&k32, kCPU, index.ptr<const int32_t>() + flat_offset(index, position), device_, sizeof(k32));
+      k = k32;
+    }
+    EMBER_FAIL("[", c.name(), "] index ", k, " is out of bounds for dimension ", dim, " with size ", size);
+  }
+
+ private:
+  // The element offset of flat position `flat` (row-major over the shape) of `o`.
+  static int64_t flat_offset(const Operand& o, int64_t flat) {
+    int64_t offset = 0;
+    for (int d = o.dim() - 1; d >= 0; --d) {
+      offset += (flat % o.size(d)) * o.stride(d);
+      flat /= o.size(d);
+    }
+    return offset;
+  }
+  static constexpr int64_t kNone = INT64_MAX;
+  Device device_;
+  std::shared_ptr<StorageImpl> storage_;
+};
+
+// inputs: src (contiguous, at least 1-D), index (at most 1-D, int32 or int64); outputs: src's
+// shape with `count` rows along dim. A 0-dim operand is taken as 1-D.
+void index_select_kernel(const KernelCall& c) {
+  const Operand &src = c.inputs[0], &index = c.inputs[1], &out = c.outputs[0];
+  const int d = static_cast<int>(c.get<DimAttrs>().dim);
+  int64_t outer = 1, inner = 1;
+  for (int k = 0; k < d; ++k) outer *= src.size(k);
+  for (int k = d + 1; k < src.dim(); ++k) inner *= src.size(k);
+  const int64_t size = src.dim() == 0 ? 1 : src.size(d);
+  const BadIndex bad(src.device, c.name());
+  launch::index_select(out.data, src.data, outer, size, inner * dtype_size(src.dtype), index.data,
+                       index.dtype == kInt64, index.numel(), index.dim() == 0 ? 1 : index.stride(0), bad.data(),
+                       nullptr);
+  check_launch(c, true, src.dtype);
+  bad.check(c, index, d, size);
+}
+
+// gather (inputs: x, index; outputs: the index's shape) and scatter_add (inputs: index, src;
+// outputs: the tensor scattered into, updated in place), along DimAttrs::dim.
+void gather_scatter_kernel(const KernelCall& c) {
+  const bool scatter = c.kind == OpKind::kScatterAdd;
+  const Operand& index = scatter ? c.inputs[0] : c.inputs[1];
+  const Operand& data = scatter ? c.inputs[1] : c.inputs[0];
+  const Operand& out = c.outputs[0];
+  if (index.numel() == 0) return;
+  const int d = static_cast<int>(c.get<DimAttrs>().dim);
+  const Operand& indexed = scatter ? out : data;
+  // The walk over the index's shape; the indexed operand does not step along d (its offset there
+  // is index * dim_stride).
+  Strides out_strides = *out.strides, data_strides = *data.strides;
+  (scatter ? out_strides : data_strides)[d] = 0;
+  const Shape& shape = *index.shape;
+  const Operand walk_out{out.data, out.dtype, out.device, &shape, &out_strides};
+  const Operand walk_data{data.data, data.dtype, data.device, &shape, &data_strides};
+  const BadIndex bad(out.device, c.name());
+  const bool ran = launch::gather_scatter(scatter, launch_type(out.dtype, c.name()), out.data, data.data, index.data,
+                                          index.dtype == kInt64, layout_of({&walk_out, &walk_data, &index}),
+                                          indexed.stride(d), indexed.size(d), bad.data(), nullptr);
+  check_launch(c, ran, out.dtype);
+  bad.check(c, index, d, indexed.size(d));
+}
+
 }  // namespace
 
+// The dtypes the CUDA kernels take.
+constexpr DTypeSet kTypes{kFloat32, kFloat64, kFloat16, kBFloat16, kInt64, kInt32, kBool};
+
 void register_kernels(KernelTable& table) {
-  constexpr DTypeSet kTypes{kFloat32, kFloat64, kFloat16, kBFloat16, kInt64, kInt32, kBool};
   constexpr DeviceType kCuda = DeviceType::kCUDA;
 #define EMBER_REGISTER_UNARY(kind, ...) table.add(OpKind::k##kind, kCuda, unary_kernel, kTypes);
   EMBER_UNARY_PRIMITIVES(EMBER_REGISTER_UNARY)
@@ -317,6 +437,14 @@ void register_kernels(KernelTable& table) {
   table.add(OpKind::kLogSoftmaxGrad, kCuda, softmax_backward_kernel, kFloatTypes);
   table.add(OpKind::kCrossEntropyForward, kCuda, cross_entropy_forward_kernel, kFloat32Or64);
   table.add(OpKind::kCrossEntropyGrad, kCuda, cross_entropy_backward_kernel, kFloat32Or64);
+  table.add(OpKind::kRandUniform, kCuda, random_kernel, kFloatTypes);
+  table.add(OpKind::kRandNormal, kCuda, random_kernel, kFloatTypes);
+  table.add(OpKind::kRandInt, kCuda, random_kernel, DTypeSet{kInt64});
+  table.add(OpKind::kDropout, kCuda, dropout_kernel, kFloatTypes);
+  table.add(OpKind::kArange, kCuda, arange_kernel, kTypes.without(kBool));
+  table.add(OpKind::kIndexSelect, kCuda, index_select_kernel, kTypes);
+  table.add(OpKind::kGather, kCuda, gather_scatter_kernel, kTypes);
+  table.add(OpKind::kScatterAdd, kCuda, gather_scatter_kernel, kTypes.without(kBool));
   table.add(OpKind::kSgdStep, kCuda, sgd_kernel, kFloat32Or64);
   table.add(OpKind::kAdamStep, kCuda, adam_kernel, kFloat32Or64);
   register_matmul_kernel(table);

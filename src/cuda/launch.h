@@ -146,6 +146,33 @@ struct AdamStep {
 bool adam_step(Type type, const AdamStep& s, void* param, const void* grad, void* exp_avg, void* exp_avg_sq,
                void* max_exp_avg_sq, int64_t n, void* stream);
 
+// Random draws from Philox4x32-10 with the CPU kernels' mapping (src/kernels/cpu/random.cpp):
+// element i takes half of counter block first_block + i / 2 of the key from `seed`, so a draw
+// gives the CPU's numbers (randn's Box-Muller in double precision may differ in the last bit of a
+// double before the rounding to the output type). Contiguous outputs.
+enum class Draw : uint8_t { kUniform, kNormal };
+bool random_float(Draw draw, Type type, void* out, int64_t n, uint64_t seed, uint64_t first_block, void* stream);
+bool random_int(int64_t* out, int64_t n, int64_t low, int64_t high, uint64_t seed, uint64_t first_block, void* stream);
+// y = x * mask with mask = 1 / (1 - p) where the uniform float32 draw is below 1 - p, else 0.
+bool dropout(Type type, void* y, void* mask, const void* x, int64_t n, double p, uint64_t seed, uint64_t first_block,
+             void* stream);
+// out[i] = start + i * step (integers computed in int64 when `integral`), n contiguous elements.
+bool arange(Type type, void* out, int64_t n, double start, double step, int64_t int_start, int64_t int_step,
+            bool integral, void* stream);
+
+// Indexing. A bad index is reported in `bad` (one device int64 set to INT64_MAX before): the
+// smallest flat position of the index operand holding one, which the caller reads back.
+// index_select: out (outer, count, row_bytes) = src (outer, size, row_bytes) rows picked by index.
+bool index_select(void* out, const void* src, int64_t outer, int64_t size, int64_t row_bytes, const void* index,
+                  bool index_int64, int64_t count, int64_t index_stride, int64_t* bad, void* stream);
+// gather (scatter = false): out[e] = data[e with dim d replaced by index[e]] over the layout of the
+// index's shape, whose operands are (out, data, index) with data's stride along d set to 0;
+// scatter_add (scatter = true): out[e with dim d replaced by index[e]] += data[e], the layout's
+// operands (out, data, index) with out's stride along d set to 0. `dim_stride` is the stride along
+// d of the operand indexed (data for gather, out for scatter_add) and `bound` its size.
+bool gather_scatter(bool scatter, Type type, void* out, const void* data, const void* index, bool index_int64,
+                    const Layout& layout, int64_t dim_stride, int64_t bound, int64_t* bad, void* stream);
+
 // The last launch's error, as "name: description", or empty when there was none.
 const char* last_error();
 

@@ -40,10 +40,11 @@ struct CublasLt {
   std::string error;  // why it could not be loaded
 #define EMBER_LT_FUNCTIONS(X)                                                                                          \
   X(cublasLtCreate)                                                                                                    \
-  X(cublasLtMatmulDescCreate) X(cublasLtMatmulDescDestroy) X(cublasLtMatmulDescSetAttribute)                           \
-      X(cublasLtMatrixLayoutCreate) X(cublasLtMatrixLayoutDestroy) X(cublasLtMatrixLayoutSetAttribute)                 \
-          X(cublasLtMatmulPreferenceCreate) X(cublasLtMatmulPreferenceDestroy) X(cublasLtMatmulPreferenceSetAttribute) \
-              X(cublasLtMatmulAlgoGetHeuristic) X(cublasLtMatmul) X(cublasLtGetStatusString)
+  X(cublasLtMatmulDescCreate)                                                                                          \
+  X(cublasLtMatmulDescDestroy) X(cublasLtMatmulDescSetAttribute) X(cublasLtMatrixLayoutCreate)                         \
+      X(cublasLtMatrixLayoutDestroy) X(cublasLtMatrixLayoutSetAttribute) X(cublasLtMatmulPreferenceCreate)             \
+          X(cublasLtMatmulPreferenceDestroy) X(cublasLtMatmulPreferenceSetAttribute) X(cublasLtMatmulAlgoGetHeuristic) \
+              X(cublasLtMatmul) X(cublasLtGetStatusString)
 #define EMBER_LT_MEMBER(name) decltype(&::name) name = nullptr;
   EMBER_LT_FUNCTIONS(EMBER_LT_MEMBER)
 #undef EMBER_LT_MEMBER

@@ -418,8 +418,8 @@ bool reduce(Reduce op, Type in_type, Type out_type, void* out, const void* in, c
   case Reduce::name:     \
     return reduce_op<Reduce::name>(in_type, out_type, out, in, s, workspace, as_stream(stream));
     EMBER_CASE(kSum)
-    EMBER_CASE(kProd) EMBER_CASE(kAmax) EMBER_CASE(kAmin) EMBER_CASE(kArgmax) EMBER_CASE(kArgmin) EMBER_CASE(kAll)
-        EMBER_CASE(kAny)
+    EMBER_CASE(kProd)
+    EMBER_CASE(kAmax) EMBER_CASE(kAmin) EMBER_CASE(kArgmax) EMBER_CASE(kArgmin) EMBER_CASE(kAll) EMBER_CASE(kAny)
 #undef EMBER_CASE
   }
   return false;

@@ -72,7 +72,8 @@ Tensor CausalSelfAttention::forward_cached(const Tensor& x, Tensor& cache_keys, 
     if (length == 1) return scaled_dot_product_attention(q, keys, values);  // the newest position sees all
     if (start == 0) return scaled_dot_product_attention(q, keys, values, std::nullopt, 0.0, /*is_causal=*/true);
     // Queries [start, end) against keys [0, end): query i keeps keys j <= start + i.
-    const Tensor keep = ge(arange(start, end).unsqueeze(1), arange(end).unsqueeze(0));
+    const TensorOptions on(q.device());
+    const Tensor keep = ge(arange(start, end, 1, on).unsqueeze(1), arange(0, end, 1, on).unsqueeze(0));
     return scaled_dot_product_attention(q, keys, values, keep);
   });
 }
@@ -143,7 +144,8 @@ Tensor GPT::forward(const Tensor& idx) {
   const int64_t length = idx.size(1);
   EMBER_CHECK(length <= config.block_size, "[GPT] a sequence of ", length, " tokens is longer than the context of ",
               config.block_size);
-  Tensor x = (*transformer->drop)((*transformer->wte)(idx) + (*transformer->wpe)(arange(length)));
+  Tensor x = (*transformer->drop)((*transformer->wte)(idx) +
+                                  (*transformer->wpe)(arange(0, length, 1, TensorOptions(idx.device()))));
   for (int64_t layer = 0; layer < config.n_layer; ++layer) x = block(layer)(x);
   return linear((*transformer->ln_f)(x), transformer->wte->weight);
 }
@@ -159,8 +161,10 @@ KVCache GPT::make_cache(int64_t batch) const {
   KVCache cache;
   const int64_t head_dim = config.n_embd / config.n_head;
   for (int64_t layer = 0; layer < config.n_layer; ++layer) {
-    cache.keys.push_back(zeros({batch, config.n_head, config.block_size, head_dim}));
-    cache.values.push_back(zeros({batch, config.n_head, config.block_size, head_dim}));
+    // On the model's device (its token embedding's).
+    const TensorOptions on(transformer->wte->weight.device());
+    cache.keys.push_back(zeros({batch, config.n_head, config.block_size, head_dim}, on));
+    cache.values.push_back(zeros({batch, config.n_head, config.block_size, head_dim}, on));
   }
   return cache;
 }
@@ -173,7 +177,8 @@ Tensor GPT::forward_cached(const Tensor& idx, KVCache& cache) {
   const int64_t start = cache.length, length = idx.size(1);
   EMBER_CHECK(start + length <= config.block_size, "[GPT] ", start, " cached and ", length,
               " new positions exceed the context of ", config.block_size);
-  Tensor x = (*transformer->wte)(idx) + (*transformer->wpe)(arange(start, start + length));
+  Tensor x =
+      (*transformer->wte)(idx) + (*transformer->wpe)(arange(start, start + length, 1, TensorOptions(idx.device())));
   for (int64_t layer = 0; layer < config.n_layer; ++layer) {
     x = block(layer).forward_cached(x, cache.keys[layer], cache.values[layer], start);
   }

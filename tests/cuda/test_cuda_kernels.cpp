@@ -13,6 +13,7 @@
 #include "ember/cuda.h"
 #include "ember/error.h"
 #include "ember/memory.h"
+#include "ember/models/gpt.h"
 #include "ember/nn.h"
 #include "ember/ops.h"
 #include "ember/optim.h"
@@ -379,6 +380,102 @@ TEST_F(CudaKernels, TrainingStepsFollowTheCpu) {
       EXPECT_TRUE(close(gpu_state.at(name), value, 1e-4, seed_)) << (adam ? "AdamW " : "SGD ") << name;
     }
   }
+}
+
+// The same key gives the CPU's numbers: uniform and integer draws and dropout's mask bit for bit,
+// normal draws within the last bits of Box-Muller's double arithmetic.
+TEST_F(CudaKernels, RandomDrawsAreTheCpusNumbers) {
+  for (DType dtype : {kFloat32, kFloat64, kBFloat16}) {
+    manual_seed(seed_);
+    const Tensor uc = rand({1001}, dtype), nc = randn({7, 33}, dtype), ic = randint(-5, 17, {999});
+    manual_seed(seed_);
+    const TensorOptions on_gpu = TensorOptions(kGpu).with_dtype(dtype);
+    const Tensor ug = rand({1001}, on_gpu), ng = randn({7, 33}, on_gpu);
+    const Tensor ig = randint(-5, 17, {999}, TensorOptions(kGpu));
+    EXPECT_TRUE(equal(ug.cpu(), uc)) << dtype;
+    EXPECT_TRUE(close(ng, nc, dtype == kFloat64 ? 1e-14 : 1e-6, seed_)) << dtype;
+    EXPECT_TRUE(equal(ig.cpu(), ic));
+    const Tensor x = random({65, 3}, dtype);
+    manual_seed(seed_ + 1);
+    const Tensor dc = dropout(x, 0.3);
+    manual_seed(seed_ + 1);
+    const Tensor dg = dropout(x.cuda(), 0.3);
+    EXPECT_TRUE(equal(dg.cpu(), dc)) << dtype;
+  }
+  EXPECT_TRUE(equal(arange(3, 40, 3, TensorOptions(kGpu)).cpu(), arange(3, 40, 3)));
+  EXPECT_TRUE(equal(arange(0.5, 4.0, 0.25, TensorOptions(kGpu)).cpu(), arange(0.5, 4.0, 0.25)));
+}
+
+TEST_F(CudaKernels, IndexingMatchesTheCpuAndRejectsBadIndices) {
+  for (DType dtype : {kFloat32, kBFloat16, kInt64}) {
+    const Tensor x = (randn({6, 5, 4}) * 10).to(dtype);
+    const Tensor rows = randint(0, 5, {9});
+    for (int64_t dim : {0, 1, 2}) {
+      const Tensor idx = randint(0, x.size(dim), {7});
+      EXPECT_TRUE(equal(index_select(x.cuda(), dim, idx.cuda()).cpu(), index_select(x, dim, idx))) << dtype << dim;
+    }
+    EXPECT_TRUE(equal(index_select(x.cuda(), 1, rows.to(kInt32).cuda()).cpu(), index_select(x, 1, rows.to(kInt32))));
+    const Tensor gi = randint(0, 5, {6, 3, 4});
+    EXPECT_TRUE(equal(gather(x.cuda(), 1, gi.cuda()).cpu(), gather(x, 1, gi))) << dtype;
+    if (dtype == kInt64) {
+      const Tensor src = randint(-9, 9, {6, 3, 4});
+      EXPECT_TRUE(equal(scatter_add(x.cuda(), 1, gi.cuda(), src.cuda()).cpu(), scatter_add(x, 1, gi, src)));
+    }
+  }
+  // Float sums in another order: within rounding.
+  const Tensor x = randn({50, 8}), src = randn({400, 8});
+  const Tensor idx = randint(0, 50, {400, 1}).expand({400, 8}).contiguous();
+  EXPECT_TRUE(close(scatter_add(x.cuda(), 0, idx.cuda(), src.cuda()), scatter_add(x, 0, idx, src), 1e-5, seed_));
+  // embedding forward and backward.
+  const Tensor weight = randn({11, 6}), tokens = randint(0, 11, {3, 5});
+  Tensor wc = weight.clone().requires_grad_(), wg = weight.cuda().requires_grad_();
+  const Tensor ec = embedding(wc, tokens), eg = embedding(wg, tokens.cuda());
+  EXPECT_TRUE(close(eg, ec, 0, seed_));
+  (ec * ec).sum().backward();
+  (eg * eg).sum().backward();
+  EXPECT_TRUE(close(wg.grad(), wc.grad(), 1e-5, seed_));
+  try {
+    (void)index_select(x.cuda(), 0, tensor<int64_t>({3, 50, 1}).cuda());
+    FAIL() << "an out-of-range index should throw";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("index 50 is out of bounds for dimension 0 with size 50"), std::string::npos)
+        << e.what();
+  }
+}
+
+// A GPT (attention, layer norm, GELU, embeddings, dropout) trained 50 AdamW steps on the GPU
+// follows the CPU's run within 1e-4.
+TEST_F(CudaKernels, GptTrainingFollowsTheCpu) {
+  models::GPTConfig config;
+  config.vocab_size = 65;
+  config.block_size = 32;
+  config.n_layer = 2;
+  config.n_head = 4;
+  config.n_embd = 64;
+  config.dropout = 0.1;
+  manual_seed(seed_);
+  models::GPT cpu_model(config), gpu_model(config);
+  gpu_model.load_state_dict(cpu_model.state_dict());
+  gpu_model.to(kGpu);
+  optim::AdamW cpu_opt(cpu_model.parameters(), optim::AdamWOptions{.lr = 3e-3});
+  optim::AdamW gpu_opt(gpu_model.parameters(), optim::AdamWOptions{.lr = 3e-3});
+  for (int step = 0; step < 50; ++step) {
+    const Tensor idx = randint(0, 65, {4, 32}), targets = randint(0, 65, {4, 32});
+    const uint64_t key = seed_ + 100 + static_cast<uint64_t>(step);
+    manual_seed(key);  // the same dropout draws on both
+    cpu_opt.zero_grad();
+    const Tensor lc = cpu_model.loss(idx, targets);
+    lc.backward();
+    cpu_opt.step();
+    manual_seed(key);
+    gpu_opt.zero_grad();
+    const Tensor lg = gpu_model.loss(idx.cuda(), targets.cuda());
+    lg.backward();
+    gpu_opt.step();
+    ASSERT_TRUE(close(lg, lc, 1e-4, seed_)) << "step " << step;
+  }
+  const StateDict cpu_state = cpu_model.state_dict(), gpu_state = gpu_model.state_dict();
+  for (const auto& [name, value] : cpu_state) EXPECT_TRUE(close(gpu_state.at(name), value, 1e-4, seed_)) << name;
 }
 
 }  // namespace
