@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "ember/autograd.h"
+#include "ember/cuda.h"
 #include "ember/threads.h"
 
 namespace ember::cli {
@@ -107,6 +108,19 @@ std::optional<DType> amp_option(const std::string& value) {
   if (value == "bf16") return kBFloat16;
   if (value == "f16") return kFloat16;
   return std::nullopt;  // "none": CLI11 checks the choices
+}
+
+Device device_option(const std::string& value) {
+  if (value == "cpu") return kCPU;
+  int index = 0;
+  if (value != "cuda") {
+    const bool numbered = value.starts_with("cuda:") && value.size() > 5 &&
+                          value.find_first_not_of("0123456789", 5) == std::string::npos && value.size() < 10;
+    EMBER_CHECK(numbered, "[--device] expected cpu, cuda or cuda:N, got \"", value, "\"");
+    index = std::stoi(value.substr(5));
+  }
+  EMBER_CHECK(index < cuda::device_count(), "[--device] ", value, " is not available: ", cuda::status());
+  return Device{DeviceType::kCUDA, index};
 }
 
 std::string progress_bar(int64_t done, int64_t total, int width) {

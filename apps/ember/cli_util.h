@@ -85,6 +85,9 @@ void add_detect_anomaly(CLI::App* command, Commands& commands);
 // --amp: "bf16" -> bfloat16, "f16" -> float16, "none" -> no autocast.
 std::optional<DType> amp_option(const std::string& value);
 
+// --device: "cpu", "cuda" (cuda:0) or "cuda:N"; an ember::Error when that device is not usable.
+Device device_option(const std::string& value);
+
 // What `ember eval mnist` and the diffusion sampler's --classifier accept.
 inline const train::LoadOptions kMnistClassifier{.kinds = {"mnist_mlp", "mnist_cnn"},
                                                  .expected = "an MNIST checkpoint from `ember train mnist`"};

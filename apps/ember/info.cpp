@@ -74,7 +74,9 @@ std::string dtype_summary(const std::vector<std::string>& dtypes) {
   if (dtypes.size() == static_cast<size_t>(kNumElementDTypes)) return "all";
   std::string out;
   for (const std::string& d : dtypes) out += (out.empty() ? "" : ",") + d;
-  if (out == "float32,float64,float16,bfloat16") return "floats";
+  const std::string floats = "float32,float64,float16,bfloat16";
+  if (out == floats) return "floats";
+  if (out.starts_with(floats + ",")) return "floats," + out.substr(floats.size() + 1);
   return out;
 }
 

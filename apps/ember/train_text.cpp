@@ -19,6 +19,7 @@ struct TrainTextOptions {
   train::LoopOptions loop;
   int64_t sample_tokens = 300;
   std::string amp = "none";
+  std::string device = "cpu";
   bool ddp = false;
   bool json = false;
   int threads = 0;
@@ -61,6 +62,7 @@ class StepPrinter {
 int run_train_text(TrainTextOptions& o) {
   use_threads(o.threads);
   o.task.amp = amp_option(o.amp);
+  o.task.device = device_option(o.device);
   const std::string op = "train " + o.task.model;
   if (o.ddp) o.task.group = o.loop.group = dist::init_process_group();
   train::TextTask task(o.task);
@@ -174,6 +176,9 @@ void add_options(CLI::App* cmd, TrainTextOptions& o, Commands& commands) {
   add_detect_anomaly(cmd, commands);
   cmd->add_option("--amp", o.amp, "Mixed precision: bf16 or f16 autocast (f16 scales the loss), or none")
       ->check(CLI::IsMember({"none", "bf16", "f16"}))
+      ->capture_default_str();
+  cmd->add_option("--device", o.device,
+                  "Where to train: cpu, cuda or cuda:N (the GPT; eager float32 in one process on a GPU)")
       ->capture_default_str();
   cmd->add_flag("--compile", t.compile,
                 "Run each training step (loss, zero_grad, backward, clipping, AdamW step) through ember::compile: "

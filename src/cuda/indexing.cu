@@ -14,8 +14,7 @@ __device__ __forceinline__ bool in_bounds(I k, int64_t bound) {
 
 template <class Word, class I>
 __global__ void index_select_kernel(Word* out, const Word* src, int64_t outer, int64_t size, int64_t row_words,
-                                    const I* index, int64_t count, int64_t index_stride,
-                                    unsigned long long* bad) {
+                                    const I* index, int64_t count, int64_t index_stride, unsigned long long* bad) {
   const int64_t total = outer * count * row_words, stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < total; e += stride) {
     const int64_t w = e % row_words, r = e / row_words, j = r % count, i = r / count;
@@ -89,8 +88,8 @@ bool index_select(void* out, const void* src, int64_t outer, int64_t size, int64
       check_kernel<I><<<grid_for(count), kThreads, 0, as_stream(stream)>>>(idx, count, index_stride, size, flag);
       return;
     }
-    const bool words = row_bytes % 4 == 0 && reinterpret_cast<uintptr_t>(out) % 4 == 0 &&
-                       reinterpret_cast<uintptr_t>(src) % 4 == 0;
+    const bool words =
+        row_bytes % 4 == 0 && reinterpret_cast<uintptr_t>(out) % 4 == 0 && reinterpret_cast<uintptr_t>(src) % 4 == 0;
     if (words) {
       const int64_t row_words = row_bytes / 4;
       index_select_kernel<uint32_t, I><<<grid_for(outer * count * row_words), kThreads, 0, as_stream(stream)>>>(
@@ -117,15 +116,15 @@ bool gather_scatter(bool scatter, Type type, void* out, const void* data, const 
       const unsigned grid = grid_for(layout.numel);
       if (scatter) {
         if constexpr (!std::is_same_v<T, bool>) {
-          gather_scatter_kernel<true, T, I><<<grid, kThreads, 0, as_stream(stream)>>>(
-              static_cast<T*>(out), static_cast<const T*>(data), static_cast<const I*>(index), layout, dim_stride,
-              bound, flag);
+          gather_scatter_kernel<true, T, I>
+              <<<grid, kThreads, 0, as_stream(stream)>>>(static_cast<T*>(out), static_cast<const T*>(data),
+                                                         static_cast<const I*>(index), layout, dim_stride, bound, flag);
           ran = true;
         }
       } else {
-        gather_scatter_kernel<false, T, I><<<grid, kThreads, 0, as_stream(stream)>>>(
-            static_cast<T*>(out), static_cast<const T*>(data), static_cast<const I*>(index), layout, dim_stride, bound,
-            flag);
+        gather_scatter_kernel<false, T, I>
+            <<<grid, kThreads, 0, as_stream(stream)>>>(static_cast<T*>(out), static_cast<const T*>(data),
+                                                       static_cast<const I*>(index), layout, dim_stride, bound, flag);
         ran = true;
       }
     });

@@ -9,6 +9,7 @@
 #include "core/allocator.h"
 #include "cuda/launch.h"
 #include "ember/error.h"
+#include "kernels/cpu/loss.h"
 #include "kernels/cpu/reduce.h"
 
 #ifdef EMBER_WITH_CUDA
@@ -77,10 +78,12 @@ launch::Unary unary_op(OpKind kind) {
     return launch::Unary::k##name;
     EMBER_CASE(Neg)
     EMBER_CASE(Abs)
-    EMBER_CASE(Sign) EMBER_CASE(Exp) EMBER_CASE(Log) EMBER_CASE(Log1p) EMBER_CASE(Expm1) EMBER_CASE(Erf)
-        EMBER_CASE(Sqrt) EMBER_CASE(Rsqrt) EMBER_CASE(Square) EMBER_CASE(Sin) EMBER_CASE(Cos) EMBER_CASE(Tanh)
-            EMBER_CASE(Sigmoid) EMBER_CASE(Relu) EMBER_CASE(Silu) EMBER_CASE(GeluErf) EMBER_CASE(GeluTanh)
-                EMBER_CASE(LogicalNot) EMBER_CASE(IsNan) EMBER_CASE(IsInf)
+    EMBER_CASE(Sign)
+    EMBER_CASE(Exp)
+    EMBER_CASE(Log) EMBER_CASE(Log1p) EMBER_CASE(Expm1) EMBER_CASE(Erf) EMBER_CASE(Sqrt) EMBER_CASE(Rsqrt)
+        EMBER_CASE(Square) EMBER_CASE(Sin) EMBER_CASE(Cos) EMBER_CASE(Tanh) EMBER_CASE(Sigmoid) EMBER_CASE(Relu)
+            EMBER_CASE(Silu) EMBER_CASE(GeluErf) EMBER_CASE(GeluTanh) EMBER_CASE(LogicalNot) EMBER_CASE(IsNan)
+                EMBER_CASE(IsInf)
 #undef EMBER_CASE
                     default : EMBER_FAIL("[", op_name(kind), "] has no CUDA kernel");
   }
@@ -93,11 +96,12 @@ launch::Binary binary_op(OpKind kind) {
     return launch::Binary::k##name;
     EMBER_CASE(Add)
     EMBER_CASE(Sub)
-    EMBER_CASE(Mul) EMBER_CASE(Div) EMBER_CASE(Pow) EMBER_CASE(Minimum) EMBER_CASE(Maximum) EMBER_CASE(Eq)
-        EMBER_CASE(Ne) EMBER_CASE(Lt) EMBER_CASE(Le) EMBER_CASE(Gt) EMBER_CASE(Ge) EMBER_CASE(LogicalAnd)
-            EMBER_CASE(LogicalOr) EMBER_CASE(ThresholdBackward)
+    EMBER_CASE(Mul)
+    EMBER_CASE(Div)
+    EMBER_CASE(Pow) EMBER_CASE(Minimum) EMBER_CASE(Maximum) EMBER_CASE(Eq) EMBER_CASE(Ne) EMBER_CASE(Lt) EMBER_CASE(Le)
+        EMBER_CASE(Gt) EMBER_CASE(Ge) EMBER_CASE(LogicalAnd) EMBER_CASE(LogicalOr) EMBER_CASE(ThresholdBackward)
 #undef EMBER_CASE
-                default : EMBER_FAIL("[", op_name(kind), "] has no CUDA kernel");
+            default : EMBER_FAIL("[", op_name(kind), "] has no CUDA kernel");
   }
 }
 
@@ -108,7 +112,9 @@ launch::Reduce reduce_op(OpKind kind) {
     return launch::Reduce::k##name;
     EMBER_CASE(Sum)
     EMBER_CASE(Prod)
-    EMBER_CASE(Amax) EMBER_CASE(Amin) EMBER_CASE(Argmax) EMBER_CASE(Argmin) EMBER_CASE(All) EMBER_CASE(Any)
+    EMBER_CASE(Amax)
+    EMBER_CASE(Amin)
+    EMBER_CASE(Argmax) EMBER_CASE(Argmin) EMBER_CASE(All) EMBER_CASE(Any)
 #undef EMBER_CASE
         default : EMBER_FAIL("[", op_name(kind), "] has no CUDA kernel");
   }
@@ -213,19 +219,10 @@ void softmax_backward_kernel(const KernelCall& c) {
   check_launch(c, ran, y.dtype);
 }
 
-// Scores (C), (N, C) or (N, C, d...), contiguous; target int64 of the scores' shape without the
-// class dim; per-position losses, log-sum-exps and scales of the target's shape (a scale of one
-// element applies to every position).
+// The CPU kernels' reading of a class-loss call (kernels/cpu/loss.h).
 launch::ClassLoss class_loss_of(const KernelCall& c, const Operand& scores, const Operand& target) {
-  const ClassLossAttrs& attrs = c.get<ClassLossAttrs>();
-  launch::ClassLoss a;
-  a.classes = scores.dim() >= 2 ? scores.size(1) : scores.size(0);
-  a.outer = scores.dim() >= 2 ? scores.size(0) : 1;
-  a.inner = scores.dim() >= 2 && a.outer > 0 && a.classes > 0 ? scores.numel() / (a.outer * a.classes) : 1;
-  a.target = target.ptr<const int64_t>();
-  a.ignore_index = attrs.ignore_index;
-  a.label_smoothing = attrs.label_smoothing;
-  return a;
+  const cpu::ClassLossArgs a = cpu::class_loss_args(c, scores, target);
+  return {a.outer, a.classes, a.inner, a.target, a.ignore_index, a.label_smoothing};
 }
 
 // inputs: scores, target; outputs: loss, lse (per position). A target that is neither a class nor

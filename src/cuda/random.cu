@@ -120,8 +120,7 @@ bool random_float(Draw draw, Type type, void* out, int64_t n, uint64_t seed, uin
   return ran;
 }
 
-bool random_int(int64_t* out, int64_t n, int64_t low, int64_t high, uint64_t seed, uint64_t first_block,
-                void* stream) {
+bool random_int(int64_t* out, int64_t n, int64_t low, int64_t high, uint64_t seed, uint64_t first_block, void* stream) {
   if (n > 0) {
     const uint64_t range = static_cast<uint64_t>(high) - static_cast<uint64_t>(low);
     random_int_kernel<<<grid_for((n + 1) / 2), kThreads, 0, as_stream(stream)>>>(out, n, low, range, seed, first_block);
@@ -154,9 +153,8 @@ bool arange(Type type, void* out, int64_t n, double start, double step, int64_t 
     using T = decltype(tag);
     if constexpr (!std::is_same_v<T, bool>) {
       if (n > 0) {
-        arange_kernel<T><<<grid_for(n), kThreads, 0, as_stream(stream)>>>(static_cast<T*>(out), n, start, step,
-                                                                           int_start, int_step,
-                                                                           integral && !kIsFloat<T>);
+        arange_kernel<T><<<grid_for(n), kThreads, 0, as_stream(stream)>>>(
+            static_cast<T*>(out), n, start, step, int_start, int_step, integral && !kIsFloat<T>);
       }
       ran = true;
     }

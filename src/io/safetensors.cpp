@@ -36,11 +36,9 @@ void save(const StateDict& tensors, const std::string& path, const std::map<std:
   plan.reserve(tensors.size());
   for (const auto& [name, tensor] : tensors) {
     EMBER_CHECK(tensor.defined(), "[save] cannot write '", path, "': tensor '", name, "' is undefined");
-    EMBER_CHECK(tensor.device().is_cpu(), "[save] cannot write '", path, "': tensor '", name, "' is on ",
-                tensor.device(), "; copy it to the CPU first");
     EMBER_CHECK(!is_block_quantized(tensor.dtype()), "[save] cannot write '", path, "': tensor '", name, "' is ",
                 tensor.dtype(), ", which safetensors has no dtype for; save it as GGUF (ember::gguf::save)");
-    plan.push_back({&name, tensor.contiguous()});
+    plan.push_back({&name, tensor.to(kCPU).contiguous()});  // a device tensor is written from a host copy
   }
   // Largest elements first, then by name: with an 8-byte aligned data region every tensor starts
   // at a multiple of its element size.

@@ -214,10 +214,11 @@ std::vector<int64_t> generate(GPT& model, const std::vector<int64_t>& prompt, in
   Sampler sampler(options);
   std::vector<int64_t> text = prompt, out;
   const int64_t block = model.config.block_size;
-  // The last min(len, block_size) tokens of the text as a (1, T) tensor.
+  // The last min(len, block_size) tokens of the text as a (1, T) tensor on the model's device.
+  const Device device = model.transformer->wte->weight.device();
   auto window = [&](int64_t from) {
     std::vector<int64_t> ids(text.begin() + from, text.end());
-    return from_vector(ids).view({1, -1});
+    return from_vector(ids).view({1, -1}).to(device);
   };
   KVCache cache = use_cache ? model.make_cache(1) : KVCache{};
   for (int64_t step = 0; step < tokens; ++step) {

@@ -48,7 +48,8 @@ double next_uniform(uint64_t& state) {
 }
 
 int64_t Sampler::sample(const Tensor& logits, const std::vector<int64_t>& history) {
-  Tensor row = logits.to(kFloat32).contiguous();
+  // Sampling reads and edits the row on the host: a device row is copied over first.
+  Tensor row = logits.to(kCPU).to(kFloat32).contiguous();
   const int64_t n = row.numel();
   EMBER_CHECK(n > 0, "[generate] no logits to sample from");
   const bool penalized =

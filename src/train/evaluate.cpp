@@ -15,9 +15,11 @@ double text_split_loss(models::LanguageModel& model, const data::TextSplit& spli
   model.eval();
   uint64_t state = seed;
   double total = 0;
+  const std::vector<Tensor> parameters = model.parameters();
+  const Device device = parameters.empty() ? kCPU : parameters.front().device();
   for (int64_t i = 0; i < batches; ++i) {
     const auto [x, y] = split.batch(name, batch_size, context, state);
-    total += model.loss(x, y).item<double>();
+    total += model.loss(x.to(device), y.to(device)).item<double>();
   }
   model.train(was_training);
   return total / static_cast<double>(batches);

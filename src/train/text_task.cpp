@@ -37,6 +37,12 @@ const TextOptions& checked(const TextOptions& o) {
     EMBER_CHECK(o.batch_size % o.group->world_size() == 0, "[", op, "] --batch-size ", o.batch_size,
                 " is not divisible by the ", o.group->world_size(), " ranks");
   }
+  if (!o.device.is_cpu()) {
+    EMBER_CHECK(!o.compile && !o.amp && !o.group, "[", op, "] on ", o.device,
+                " training runs eagerly in float32 in one process: --compile, --amp and --ddp are CPU-only for now");
+    EMBER_CHECK(o.model == "gpt", "[", op, "] on ", o.device, ": only the GPT trains on a GPU for now (the ", o.model,
+                " model's selective scan has no CUDA kernel yet)");
+  }
   return o;
 }
 
@@ -109,6 +115,7 @@ std::shared_ptr<nn::Module> TextTask::model() {
                                                                .n_embd = o.dim,
                                                                .dropout = o.dropout});
     }
+    model_->to(o.device);
   }
   return model_;
 }
@@ -141,9 +148,10 @@ std::vector<Tensor> TextTask::batch(int64_t step) {
   auto [x, y] = split_.batch("train", options_.batch_size, options_.context, batch_state_);
   if (world_size_ > 1) {  // this rank's rows of the global batch
     const int64_t rows = options_.batch_size / world_size_;
-    return {x.narrow(0, rank_ * rows, rows), y.narrow(0, rank_ * rows, rows)};
+    x = x.narrow(0, rank_ * rows, rows);
+    y = y.narrow(0, rank_ * rows, rows);
   }
-  return {x, y};
+  return {x.to(options_.device), y.to(options_.device)};
 }
 
 StepMetrics TextTask::metrics(const std::vector<Tensor>& batch, const std::vector<Tensor>& outputs) {

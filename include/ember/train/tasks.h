@@ -126,6 +126,9 @@ struct TextOptions {
   bool zero = false;
   double bucket_cap_mb = 25;
   std::shared_ptr<dist::ProcessGroup> group{};
+  /// Where the model trains: its parameters are initialized on the CPU (the same values on every
+  /// device for a seed) and moved there; batches are copied there; checkpoints hold host copies.
+  Device device = kCPU;
 
   /// The Mamba model's defaults: about the default GPT's parameter count, trained for about its
   /// wall time.

@@ -163,13 +163,11 @@ void save(const std::string& path, const File& file) {
   entries.reserve(file.tensors.size());
   for (const auto& [name, tensor] : file.tensors) {
     EMBER_CHECK(tensor.defined(), "[", kSave, "] ", what, ": tensor '", name, "' is undefined");
-    EMBER_CHECK(tensor.device().is_cpu(), "[", kSave, "] ", what, ": tensor '", name, "' is on ", tensor.device(),
-                "; copy it to the CPU first");
     const std::optional<uint32_t> ggml_type = gguf_format::ggml_type_of(tensor.dtype());
     EMBER_CHECK(ggml_type.has_value(), "[", kSave, "] ", what, ": tensor '", name, "' is ", tensor.dtype(),
                 ", which GGUF has no type for (it holds float32, float16, bfloat16, float64, int8, int16, int32, "
                 "int64, q8_0, q4_0 and q4_1); convert it first");
-    data.push_back(tensor.contiguous());
+    data.push_back(tensor.to(kCPU).contiguous());  // a device tensor is written from a host copy
     entries.push_back(
         {name, *ggml_type, tensor.shape(), static_cast<uint64_t>(storage_bytes(tensor.dtype(), tensor.numel()))});
   }

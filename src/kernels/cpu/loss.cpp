@@ -325,14 +325,6 @@ void nll_loss_backward(const ClassLossArgs& args, const void* scale, int64_t sca
   });
 }
 
-// --- registry entries ----------------------------------------------------------------------------
-//
-// Operands: scores (C), (N, C) or (N, C, d...), contiguous; target int64 of the scores' shape
-// without the class dim, contiguous; per-position losses, log-sum-exps and gradient scales have the
-// target's shape (a scale of one element applies to every position: a reduced loss).
-
-namespace {
-
 ClassLossArgs class_loss_args(const KernelCall& c, const Operand& scores, const Operand& target) {
   const ClassLossAttrs& attrs = c.get<ClassLossAttrs>();
   ClassLossArgs a;
@@ -345,6 +337,14 @@ ClassLossArgs class_loss_args(const KernelCall& c, const Operand& scores, const 
   a.label_smoothing = attrs.label_smoothing;
   return a;
 }
+
+// --- registry entries ----------------------------------------------------------------------------
+//
+// Operands: scores (C), (N, C) or (N, C, d...), contiguous; target int64 of the scores' shape
+// without the class dim, contiguous; per-position losses, log-sum-exps and gradient scales have the
+// target's shape (a scale of one element applies to every position: a reduced loss).
+
+namespace {
 
 // Every target must be a class or ignore_index; checked before any kernel runs (kernels never throw
 // inside a parallel region).

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 
+#include "base/kernel.h"
 #include "ember/dtype.h"
 
 namespace ember::cpu {
@@ -19,6 +20,10 @@ struct ClassLossArgs {
   int64_t ignore_index = -100;
   double label_smoothing = 0.0;  // cross-entropy only
 };
+
+// The arguments of a class-loss kernel call: scores (C), (N, C) or (N, C, d...), contiguous; target
+// int64 of the scores' shape without the class dim (the CUDA kernels read them the same way).
+ClassLossArgs class_loss_args(const KernelCall& c, const Operand& scores, const Operand& target);
 
 // loss[p] = (1 - s) * (lse - x[t]) + s * (lse - mean_c x[c]) for position p with target t (0
 // where t == ignore_index), s the label smoothing, lse = log(sum_c exp(x[c])) computed from the
