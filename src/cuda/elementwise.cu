@@ -352,6 +352,7 @@ cudaStream_t as_stream(void* stream) { return static_cast<cudaStream_t>(stream);
 
 bool unary(Unary op, Type type, void* out, const void* in, const Layout& l, void* stream) {
   switch (op) {
+// clang-format off
 #define EMBER_CASE(name) \
   case Unary::name:      \
     return unary_op<Unary::name>(type, out, in, l, as_stream(stream));
@@ -359,17 +360,33 @@ bool unary(Unary op, Type type, void* out, const void* in, const Layout& l, void
     EMBER_CASE(kAbs)
     EMBER_CASE(kSign)
     EMBER_CASE(kExp)
-    EMBER_CASE(kLog) EMBER_CASE(kLog1p) EMBER_CASE(kExpm1) EMBER_CASE(kErf) EMBER_CASE(kSqrt) EMBER_CASE(kRsqrt)
-        EMBER_CASE(kSquare) EMBER_CASE(kSin) EMBER_CASE(kCos) EMBER_CASE(kTanh) EMBER_CASE(kSigmoid) EMBER_CASE(kRelu)
-            EMBER_CASE(kSilu) EMBER_CASE(kGeluErf) EMBER_CASE(kGeluTanh) EMBER_CASE(kLogicalNot) EMBER_CASE(kIsNan)
-                EMBER_CASE(kIsInf)
+    EMBER_CASE(kLog)
+    EMBER_CASE(kLog1p)
+    EMBER_CASE(kExpm1)
+    EMBER_CASE(kErf)
+    EMBER_CASE(kSqrt)
+    EMBER_CASE(kRsqrt)
+    EMBER_CASE(kSquare)
+    EMBER_CASE(kSin)
+    EMBER_CASE(kCos)
+    EMBER_CASE(kTanh)
+    EMBER_CASE(kSigmoid)
+    EMBER_CASE(kRelu)
+    EMBER_CASE(kSilu)
+    EMBER_CASE(kGeluErf)
+    EMBER_CASE(kGeluTanh)
+    EMBER_CASE(kLogicalNot)
+    EMBER_CASE(kIsNan)
+    EMBER_CASE(kIsInf)
 #undef EMBER_CASE
+    // clang-format on
   }
   return false;
 }
 
 bool binary(Binary op, Type type, void* out, const void* a, const void* b, const Layout& l, void* stream) {
   switch (op) {
+// clang-format off
 #define EMBER_CASE(name) \
   case Binary::name:     \
     return binary_op<Binary::name>(type, out, a, b, l, as_stream(stream));
@@ -377,10 +394,20 @@ bool binary(Binary op, Type type, void* out, const void* a, const void* b, const
     EMBER_CASE(kSub)
     EMBER_CASE(kMul)
     EMBER_CASE(kDiv)
-    EMBER_CASE(kPow) EMBER_CASE(kMinimum) EMBER_CASE(kMaximum) EMBER_CASE(kEq) EMBER_CASE(kNe) EMBER_CASE(kLt)
-        EMBER_CASE(kLe) EMBER_CASE(kGt) EMBER_CASE(kGe) EMBER_CASE(kLogicalAnd) EMBER_CASE(kLogicalOr)
-            EMBER_CASE(kThresholdBackward)
+    EMBER_CASE(kPow)
+    EMBER_CASE(kMinimum)
+    EMBER_CASE(kMaximum)
+    EMBER_CASE(kEq)
+    EMBER_CASE(kNe)
+    EMBER_CASE(kLt)
+    EMBER_CASE(kLe)
+    EMBER_CASE(kGt)
+    EMBER_CASE(kGe)
+    EMBER_CASE(kLogicalAnd)
+    EMBER_CASE(kLogicalOr)
+    EMBER_CASE(kThresholdBackward)
 #undef EMBER_CASE
+    // clang-format on
   }
   return false;
 }

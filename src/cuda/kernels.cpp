@@ -73,6 +73,7 @@ launch::Layout layout_of(std::initializer_list<const Operand*> operands) {
 
 launch::Unary unary_op(OpKind kind) {
   switch (kind) {
+// clang-format off
 #define EMBER_CASE(name) \
   case OpKind::k##name:  \
     return launch::Unary::k##name;
@@ -80,17 +81,34 @@ launch::Unary unary_op(OpKind kind) {
     EMBER_CASE(Abs)
     EMBER_CASE(Sign)
     EMBER_CASE(Exp)
-    EMBER_CASE(Log) EMBER_CASE(Log1p) EMBER_CASE(Expm1) EMBER_CASE(Erf) EMBER_CASE(Sqrt) EMBER_CASE(Rsqrt)
-        EMBER_CASE(Square) EMBER_CASE(Sin) EMBER_CASE(Cos) EMBER_CASE(Tanh) EMBER_CASE(Sigmoid) EMBER_CASE(Relu)
-            EMBER_CASE(Silu) EMBER_CASE(GeluErf) EMBER_CASE(GeluTanh) EMBER_CASE(LogicalNot) EMBER_CASE(IsNan)
-                EMBER_CASE(IsInf)
+    EMBER_CASE(Log)
+    EMBER_CASE(Log1p)
+    EMBER_CASE(Expm1)
+    EMBER_CASE(Erf)
+    EMBER_CASE(Sqrt)
+    EMBER_CASE(Rsqrt)
+    EMBER_CASE(Square)
+    EMBER_CASE(Sin)
+    EMBER_CASE(Cos)
+    EMBER_CASE(Tanh)
+    EMBER_CASE(Sigmoid)
+    EMBER_CASE(Relu)
+    EMBER_CASE(Silu)
+    EMBER_CASE(GeluErf)
+    EMBER_CASE(GeluTanh)
+    EMBER_CASE(LogicalNot)
+    EMBER_CASE(IsNan)
+    EMBER_CASE(IsInf)
 #undef EMBER_CASE
-                    default : EMBER_FAIL("[", op_name(kind), "] has no CUDA kernel");
+      // clang-format on
+    default:
+      EMBER_FAIL("[", op_name(kind), "] has no CUDA kernel");
   }
 }
 
 launch::Binary binary_op(OpKind kind) {
   switch (kind) {
+// clang-format off
 #define EMBER_CASE(name) \
   case OpKind::k##name:  \
     return launch::Binary::k##name;
@@ -98,15 +116,28 @@ launch::Binary binary_op(OpKind kind) {
     EMBER_CASE(Sub)
     EMBER_CASE(Mul)
     EMBER_CASE(Div)
-    EMBER_CASE(Pow) EMBER_CASE(Minimum) EMBER_CASE(Maximum) EMBER_CASE(Eq) EMBER_CASE(Ne) EMBER_CASE(Lt) EMBER_CASE(Le)
-        EMBER_CASE(Gt) EMBER_CASE(Ge) EMBER_CASE(LogicalAnd) EMBER_CASE(LogicalOr) EMBER_CASE(ThresholdBackward)
+    EMBER_CASE(Pow)
+    EMBER_CASE(Minimum)
+    EMBER_CASE(Maximum)
+    EMBER_CASE(Eq)
+    EMBER_CASE(Ne)
+    EMBER_CASE(Lt)
+    EMBER_CASE(Le)
+    EMBER_CASE(Gt)
+    EMBER_CASE(Ge)
+    EMBER_CASE(LogicalAnd)
+    EMBER_CASE(LogicalOr)
+    EMBER_CASE(ThresholdBackward)
 #undef EMBER_CASE
-            default : EMBER_FAIL("[", op_name(kind), "] has no CUDA kernel");
+      // clang-format on
+    default:
+      EMBER_FAIL("[", op_name(kind), "] has no CUDA kernel");
   }
 }
 
 launch::Reduce reduce_op(OpKind kind) {
   switch (kind) {
+// clang-format off
 #define EMBER_CASE(name) \
   case OpKind::k##name:  \
     return launch::Reduce::k##name;
@@ -114,9 +145,14 @@ launch::Reduce reduce_op(OpKind kind) {
     EMBER_CASE(Prod)
     EMBER_CASE(Amax)
     EMBER_CASE(Amin)
-    EMBER_CASE(Argmax) EMBER_CASE(Argmin) EMBER_CASE(All) EMBER_CASE(Any)
+    EMBER_CASE(Argmax)
+    EMBER_CASE(Argmin)
+    EMBER_CASE(All)
+    EMBER_CASE(Any)
 #undef EMBER_CASE
-        default : EMBER_FAIL("[", op_name(kind), "] has no CUDA kernel");
+      // clang-format on
+    default:
+      EMBER_FAIL("[", op_name(kind), "] has no CUDA kernel");
   }
 }
 

@@ -38,14 +38,22 @@ constexpr size_t kWorkspaceBytes = size_t{32} << 20;  // what cuBLAS asks for on
 struct CublasLt {
   void* library = nullptr;
   std::string error;  // why it could not be loaded
-#define EMBER_LT_FUNCTIONS(X)                                                                                      \
-  X(cublasLtCreate)                                                                                                \
-  X(cublasLtMatmulDescCreate)                                                                                      \
-  X(cublasLtMatmulDescDestroy)                                                                                     \
-  X(cublasLtMatmulDescSetAttribute)                                                                                \
-  X(cublasLtMatrixLayoutCreate) X(cublasLtMatrixLayoutDestroy) X(cublasLtMatrixLayoutSetAttribute)                 \
-      X(cublasLtMatmulPreferenceCreate) X(cublasLtMatmulPreferenceDestroy) X(cublasLtMatmulPreferenceSetAttribute) \
-          X(cublasLtMatmulAlgoGetHeuristic) X(cublasLtMatmul) X(cublasLtGetStatusString)
+  // clang-format off
+#define EMBER_LT_FUNCTIONS(X) \
+  X(cublasLtCreate) \
+  X(cublasLtMatmulDescCreate) \
+  X(cublasLtMatmulDescDestroy) \
+  X(cublasLtMatmulDescSetAttribute) \
+  X(cublasLtMatrixLayoutCreate) \
+  X(cublasLtMatrixLayoutDestroy) \
+  X(cublasLtMatrixLayoutSetAttribute) \
+  X(cublasLtMatmulPreferenceCreate) \
+  X(cublasLtMatmulPreferenceDestroy) \
+  X(cublasLtMatmulPreferenceSetAttribute) \
+  X(cublasLtMatmulAlgoGetHeuristic) \
+  X(cublasLtMatmul) \
+  X(cublasLtGetStatusString)
+  // clang-format on
 #define EMBER_LT_MEMBER(name) decltype(&::name) name = nullptr;
   EMBER_LT_FUNCTIONS(EMBER_LT_MEMBER)
 #undef EMBER_LT_MEMBER

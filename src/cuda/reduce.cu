@@ -414,13 +414,20 @@ bool reduce(Reduce op, Type in_type, Type out_type, void* out, const void* in, c
             void* stream) {
   if (s.num_outputs == 0) return true;
   switch (op) {
+// clang-format off
 #define EMBER_CASE(name) \
   case Reduce::name:     \
     return reduce_op<Reduce::name>(in_type, out_type, out, in, s, workspace, as_stream(stream));
     EMBER_CASE(kSum)
     EMBER_CASE(kProd)
-    EMBER_CASE(kAmax) EMBER_CASE(kAmin) EMBER_CASE(kArgmax) EMBER_CASE(kArgmin) EMBER_CASE(kAll) EMBER_CASE(kAny)
+    EMBER_CASE(kAmax)
+    EMBER_CASE(kAmin)
+    EMBER_CASE(kArgmax)
+    EMBER_CASE(kArgmin)
+    EMBER_CASE(kAll)
+    EMBER_CASE(kAny)
 #undef EMBER_CASE
+    // clang-format on
   }
   return false;
 }
