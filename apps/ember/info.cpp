@@ -3,6 +3,7 @@
 #include "ember/info.h"
 
 #include <cstdio>
+#include <iomanip>
 #include <iostream>
 #include <nlohmann/json.hpp>
 
@@ -41,6 +42,7 @@ int run_info(bool as_json) {
         {"cuda",
          {{"built", cuda::is_built()},
           {"runtime", cuda::runtime_version()},
+          {"driver", cuda::driver_version()},
           {"architectures", cuda::compiled_architectures()},
           {"status", cuda::status()},
           {"gpus", gpus}}},
@@ -56,14 +58,18 @@ int run_info(bool as_json) {
             << "  int8/bf16 dot " << info.dot_isa << " (EMBER_MAX_CPU_ISA caps it)\n"
             << "  threads       " << info.num_threads << " (from " << info.num_threads_source << ")\n"
             << "  CUDA          "
-            << (info.cuda ? "on (runtime " + cuda::runtime_version() + ", " + cuda::compiled_architectures() +
-                                "): " + cuda::status()
+            << (info.cuda ? "on (runtime " + cuda::runtime_version() + ", driver " +
+                                (cuda::driver_version().empty() ? "none" : cuda::driver_version()) + ", " +
+                                cuda::compiled_architectures() + "): " + cuda::status()
                           : std::string("off"))
             << "\n"
             << "  BLAS          " << info.blas << "\n"
             << "  devices       cpu";
   for (const nlohmann::json& gpu : gpus) {
-    std::cout << ", cuda:" << gpu["index"].get<int>() << " (" << gpu["name"].get<std::string>() << ")";
+    std::cout << ", cuda:" << gpu["index"].get<int>() << " (" << gpu["name"].get<std::string>() << ", compute "
+              << gpu["compute_capability"].get<std::string>() << ", " << std::fixed << std::setprecision(1)
+              << static_cast<double>(gpu["memory_bytes"].get<int64_t>()) / (1 << 30) << " GiB, "
+              << gpu["multiprocessors"].get<int>() << " SMs)";
   }
   std::cout << "\n";
   return 0;

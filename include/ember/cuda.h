@@ -21,6 +21,8 @@ struct DeviceProperties {
 bool is_built();
 // The CUDA runtime version ember was compiled against, e.g. "13.0"; empty without CUDA.
 std::string runtime_version();
+// The CUDA version the installed driver supports, e.g. "13.0"; empty without CUDA or a driver.
+std::string driver_version();
 // The GPU architectures compiled into the kernels, e.g. "sm_90 + compute_90 (PTX)".
 std::string compiled_architectures();
 // Usable devices: 0 without CUDA, without a driver, or without a GPU.

@@ -46,6 +46,15 @@ std::string runtime_version() {
   return std::to_string(CUDART_VERSION / 1000) + "." + std::to_string(CUDART_VERSION % 1000 / 10);
 }
 
+std::string driver_version() {
+  int version = 0;
+  if (cudaDriverGetVersion(&version) != cudaSuccess || version == 0) {
+    (void)cudaGetLastError();
+    return "";
+  }
+  return std::to_string(version / 1000) + "." + std::to_string(version % 1000 / 10);
+}
+
 std::string compiled_architectures() { return EMBER_CUDA_ARCHITECTURES; }
 
 int device_count() { return probe().count; }
@@ -88,6 +97,7 @@ void synchronize(int device) {
 
 bool is_built() { return false; }
 std::string runtime_version() { return ""; }
+std::string driver_version() { return ""; }
 std::string compiled_architectures() { return ""; }
 int device_count() { return 0; }
 std::string status() { return "ember was built without CUDA (configure with -DEMBER_CUDA=ON)"; }

@@ -14,9 +14,14 @@ TEST(CudaRuntime, BuildFlagsAgree) {
   EXPECT_EQ(cuda::is_built(), build_info().cuda);
   if (cuda::is_built()) {
     EXPECT_FALSE(cuda::runtime_version().empty());
+    // A machine with a usable GPU has a driver; its version is at least the runtime's major.
+    if (cuda::is_available()) {
+      EXPECT_FALSE(cuda::driver_version().empty());
+    }
     EXPECT_NE(cuda::compiled_architectures().find("90"), std::string::npos) << cuda::compiled_architectures();
   } else {
     EXPECT_EQ(cuda::device_count(), 0);
+    EXPECT_EQ(cuda::driver_version(), "");
     EXPECT_NE(cuda::status().find("built without CUDA"), std::string::npos) << cuda::status();
   }
 }
