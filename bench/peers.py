@@ -282,11 +282,11 @@ def cross_entropy(rows: int, classes: int) -> dict[str, Setup]:
     return {"torch": torch_setup, "torch_compile": compile_setup, "numpy": numpy_setup}
 
 
-def conv2d(batch, in_channels, size, out_channels, kernel, padding, bias) -> dict[str, Setup]:
+def conv2d(batch, in_channels, size, out_channels, kernel, padding, bias, dtype=torch.float32) -> dict[str, Setup]:
     def torch_setup():
-        x = torch.randn(batch, in_channels, size, size)
-        w = torch.randn(out_channels, in_channels, kernel, kernel)
-        b = torch.randn(out_channels) if bias else None
+        x = torch.randn(batch, in_channels, size, size).to(dtype)
+        w = torch.randn(out_channels, in_channels, kernel, kernel).to(dtype)
+        b = torch.randn(out_channels).to(dtype) if bias else None
         return lambda: F.conv2d(x, w, b, 1, padding)
 
     return {"torch": torch_setup}
@@ -955,6 +955,7 @@ def workloads(data_dir: str = "data/mnist") -> dict[str, dict[str, Setup]]:
     w["cross_entropy_f32_4096x1000"] = cross_entropy(4096, 1000)
     w["conv2d_f32_lenet1"] = conv2d(32, 1, 28, 16, 5, 0, True)
     w["conv2d_f32_resnet"] = conv2d(32, 64, 56, 64, 3, 1, False)
+    w["conv2d_bf16_resnet"] = conv2d(32, 64, 56, 64, 3, 1, False, torch.bfloat16)
     w["conv2d_f32_cnn2"] = conv2d(64, 16, 12, 32, 5, 0, True)
     w["resnet_block_f32"] = resnet_block()
     w["maxpool2d_f32"] = maxpool2d()

@@ -144,19 +144,22 @@ WorkloadSpec cross_entropy(const std::string& name, int64_t rows, int64_t classe
 struct ConvCase {
   int64_t batch, in_channels, height, width, out_channels, kernel, padding;
   bool bias;
+  DType dtype = kFloat32;
 };
 
 WorkloadSpec conv2d(const std::string& name, ConvCase c, bool slow = false) {
   return {name, slow, [=] {
-            const Tensor x = randn({c.batch, c.in_channels, c.height, c.width});
-            const Tensor weight = randn({c.out_channels, c.in_channels, c.kernel, c.kernel});
-            const std::optional<Tensor> bias = c.bias ? std::optional<Tensor>(randn({c.out_channels})) : std::nullopt;
+            const Tensor x = randn({c.batch, c.in_channels, c.height, c.width}).to(c.dtype);
+            const Tensor weight = randn({c.out_channels, c.in_channels, c.kernel, c.kernel}).to(c.dtype);
+            const std::optional<Tensor> bias =
+                c.bias ? std::optional<Tensor>(randn({c.out_channels}).to(c.dtype)) : std::nullopt;
+            const double element_bytes = static_cast<double>(dtype_size(c.dtype));
             const int64_t out_h = c.height + 2 * c.padding - c.kernel + 1;
             const int64_t out_w = c.width + 2 * c.padding - c.kernel + 1;
             const double outputs = as_double(c.batch * c.out_channels * out_h * out_w);
             const double reduction = as_double(c.in_channels * c.kernel * c.kernel);
             return Workload{.flops = 2 * outputs * reduction + (c.bias ? outputs : 0),
-                            .bytes = kFloatBytes *
+                            .bytes = element_bytes *
                                      (as_double(x.numel() + weight.numel() + (c.bias ? c.out_channels : 0)) + outputs),
                             .run = [=] { nn::functional::conv2d(x, weight, bias, 1, c.padding); }};
           }};
@@ -787,6 +790,7 @@ std::vector<WorkloadSpec> workloads(const std::string& mnist_dir) {
   w.push_back(cross_entropy("cross_entropy_f32_4096x1000", 4096, 1000));
   w.push_back(conv2d("conv2d_f32_lenet1", {32, 1, 28, 28, 16, 5, 0, true}));
   w.push_back(conv2d("conv2d_f32_resnet", {32, 64, 56, 56, 64, 3, 1, false}));
+  w.push_back(conv2d("conv2d_bf16_resnet", {32, 64, 56, 56, 64, 3, 1, false, kBFloat16}));
   w.push_back(conv2d("conv2d_f32_cnn2", {64, 16, 12, 12, 32, 5, 0, true}));
   w.push_back(resnet_block("resnet_block_f32"));
   w.push_back(maxpool2d("maxpool2d_f32"));

@@ -253,6 +253,70 @@ TEST(Conv2dBlocked, GradientsMatchTheFloat64Path) {
                                 {2e-4, 2e-4}));
 }
 
+// bfloat16 convolutions multiply bfloat16 pairs where the CPU has AVX512_BF16 (Note [bfloat16
+// convolution] in kernels/cpu/conv.cpp): every result is the float64 one on the same bfloat16 values,
+// rounded once (so within half a bfloat16 ulp, plus float32 summation), on each path: rows wide
+// enough for the bfloat16 kernels (several images per GEMM, bands of one big image, pointwise,
+// groups, depthwise, stride 2 with its GEMM + col2im input gradient, dilation) and narrow ones
+// computed in float32; the same bits on 1 and 2 threads.
+TEST(Conv2dBfloat16, ResultsAndGradientsAreTheFloat64OnesRoundedOnce) {
+  ember::manual_seed(67);
+  struct Case {
+    std::vector<int64_t> x, w;
+    ember::Pair stride, pad, dilation;
+    int64_t groups;
+  };
+  const std::vector<Case> cases = {
+      {{3, 5, 30, 30}, {7, 5, 3, 3}, 1, 1, 1, 1},   {{1, 16, 120, 121}, {8, 16, 3, 3}, 1, 1, 1, 1},
+      {{3, 8, 28, 29}, {12, 8, 1, 1}, 1, 0, 1, 1},  {{2, 6, 32, 31}, {10, 3, 3, 3}, 1, {1, 2}, {2, 1}, 2},
+      {{2, 4, 60, 58}, {6, 4, 3, 3}, 2, 1, 1, 1},   {{2, 6, 40, 40}, {6, 1, 3, 3}, 1, 1, 1, 6},
+      {{2, 3, 10, 12}, {4, 3, 3, 3}, 1, 1, 1, 1},   {{4, 1, 28, 28}, {16, 1, 5, 5}, 1, 0, 1, 1},
+      {{1, 64, 60, 61}, {16, 64, 1, 1}, 1, 0, 1, 1}};
+  const int threads = ember::get_num_threads();
+  for (const Case& c : cases) {
+    SCOPED_TRACE(::testing::Message() << "x " << ember::Shape(c.x) << " w " << ember::Shape(c.w));
+    const Tensor x = ember::randn(c.x).to(ember::kBFloat16), w = ember::randn(c.w).to(ember::kBFloat16);
+    const Tensor b = ember::randn({c.w[0]}).to(ember::kBFloat16);
+    const auto run = [&](ember::DType dtype) {
+      const Tensor xl = x.to(dtype).requires_grad_(), wl = w.to(dtype).requires_grad_();
+      const Tensor out = F::conv2d(xl, wl, b.to(dtype), c.stride, c.pad, c.dilation, c.groups);
+      ember::manual_seed(7);
+      const Tensor cot = ember::randn(out.shape()).to(ember::kBFloat16).to(dtype);
+      std::vector<Tensor> results = ember::autograd::grad({(out * cot).sum()}, {xl, wl});
+      results.insert(results.begin(), out.detach());
+      return results;
+    };
+    const std::vector<Tensor> want = run(ember::kFloat64);
+    ember::set_num_threads(1);
+    const std::vector<Tensor> one = run(ember::kBFloat16);
+    ember::set_num_threads(threads);
+    const std::vector<Tensor> got = run(ember::kBFloat16);
+    const char* names[] = {"output", "input gradient", "weight gradient"};
+    for (size_t i = 0; i < 3; ++i) {
+      ASSERT_EQ(got[i].dtype(), ember::kBFloat16) << names[i];
+      // Half an ulp of bfloat16 relative, and float32 sums of up to a few thousand terms absolute.
+      EXPECT_TRUE(golden::all_close(got[i].to(ember::kFloat64), want[i], {4e-3, 1e-4})) << names[i];
+      EXPECT_TRUE(golden::all_close(one[i], got[i], {0, 0})) << names[i] << " differs between 1 and 2 threads";
+    }
+  }
+}
+
+// The compiler fuses a ReLU or a residual add into a float32 convolution's epilogue; the bfloat16
+// kernel has none, so a compiled bfloat16 block replays its ops apart, bit for bit as eager.
+TEST(Conv2dBfloat16, CompiledBlockMatchesEagerBitForBit) {
+  ember::manual_seed(71);
+  const Tensor w = ember::randn({8, 8, 3, 3}).to(ember::kBFloat16), b = ember::randn({8}).to(ember::kBFloat16);
+  const auto block = [&](const Tensor& x) { return std::vector<Tensor>{ember::relu(F::conv2d(x, w, b, 1, 1) + x)}; };
+  auto compiled = ember::compile(block);
+  for (int call = 0; call < 3; ++call) {
+    const Tensor x = ember::randn({2, 8, 30, 30}).to(ember::kBFloat16);
+    const Tensor got = compiled(x)[0], want = block(x)[0];
+    ASSERT_EQ(got.dtype(), ember::kBFloat16);
+    EXPECT_TRUE(golden::all_close(got, want, {0, 0})) << "call " << call;
+  }
+  EXPECT_EQ(compiled.stats().compiles, 1);
+}
+
 // The packed weight is kept on the weight's storage (Note [derived forms]) and must follow every
 // write: an in-place op, copy_, an optimizer step, two views of one storage, and a compiled
 // function whose captured weight is written between calls.

@@ -334,6 +334,7 @@ void fuse_epilogues(Graph& g, PassStats& stats) {
       const bool conv = is_kernel(mm) && mm.op == OpKind::kConv2d;
       if (!is_kernel(mm) || (mm.op != OpKind::kMatmul && !conv) || drop[i]) continue;
       const View& c = mm.outputs[0];
+      if (conv && c.dtype != kFloat32 && c.dtype != kFloat64) continue;  // the bfloat16 kernel has no epilogue
       if (!conv && (std::get<MatmulAttrs>(mm.attrs).beta != 0.0 || mm.inputs[3].defined())) continue;
       if (!fresh_outputs(g, mm, writers)) continue;
       const auto& users = readers[c.buffer];
