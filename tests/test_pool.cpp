@@ -187,6 +187,62 @@ TEST(MaxPool2dKernel, NaNAndInfinityFollowPyTorch) {
   for (size_t i = 0; i < grad.size(); ++i) EXPECT_EQ(grad[i], expected[i]) << "element " << i;
 }
 
+// bfloat16 max pooling (Note [bfloat16 max pooling]) is the float32 pooling of the widened values,
+// bit for bit: the values (NaN payloads kept: a maximum is one of the inputs), the indices (through
+// the gradient), and the gradients summed in float32 and rounded once where windows overlap.
+TEST(MaxPool2dKernel, Bfloat16IsTheFloat32PoolingBitForBit) {
+  ember::manual_seed(43);
+  const std::vector<PoolCase> cases = {
+      {3, 9, 13, 3, 3, 1, 1, 1, 1, 1, false},      // overlapping windows: gradients summed
+      {2, 10, 37, 2, 2, 2, 2, 0, 0, 1, true},      // ceil mode
+      {4, 11, 19, 3, 2, 2, 3, 1, 1, 1, false},     // rectangular, different strides
+      {2, 12, 20, 2, 3, 1, 2, 0, 1, 2, false},     // dilation
+      {512, 24, 24, 2, 2, 2, 2, 0, 0, 1, false},   // the MNIST CNN's first pool: many chunks, threaded
+      {2048, 8, 8, 2, 2, 2, 2, 0, 0, 1, false},    // and its second
+      {2, 150, 130, 3, 3, 2, 2, 1, 1, 1, false}};  // planes larger than a chunk
+  const auto bits_of = [](const Tensor& t) {
+    const Tensor c = t.contiguous();
+    const auto* p = static_cast<const uint16_t*>(c.data_ptr());
+    return std::vector<uint16_t>(p, p + c.numel());
+  };
+  for (const PoolCase& c : cases) {
+    SCOPED_TRACE(::testing::Message() << "planes " << c.planes << " " << c.height << "x" << c.width << " kernel "
+                                      << c.kernel_h << "x" << c.kernel_w << " stride " << c.stride_h);
+    const std::vector<float> values =
+        values_of<float>(ember::randint(-3, 4, {c.planes * c.height * c.width}).to(ember::kFloat32));
+    std::vector<uint16_t> bits(values.size());
+    for (size_t i = 0; i < bits.size(); ++i) {
+      bits[i] = ember::BFloat16(values[i]).bits;
+      if (bits[i] == 0 && i % 2 == 0) bits[i] = 0x8000;                     // -0
+      if (i % 7 == 0) bits[i] = 0xff80;                                     // -inf
+      if (i % 31 == 5) bits[i] = 0x7f80;                                    // inf
+      if (i % 29 == 3) bits[i] = static_cast<uint16_t>(0x7fc0 | (i % 64));  // NaNs, each its own payload
+      if (i % 23 == 4) bits[i] = static_cast<uint16_t>(0xff81 + (i % 63));  // signalling ones too
+    }
+    const Tensor x =
+        ember::from_blob(bits.data(), {c.planes, c.height, c.width}, ember::kBFloat16).clone().requires_grad_();
+    const Tensor x32 = x.detach().to(ember::kFloat32).requires_grad_();
+    const auto pool = [&](const Tensor& t) {
+      return F::max_pool2d(t, {c.kernel_h, c.kernel_w}, ember::nn::Pair{c.stride_h, c.stride_w}, {c.pad_h, c.pad_w},
+                           c.dilation, c.ceil_mode);
+    };
+    const Tensor out = pool(x), out32 = pool(x32);
+    ASSERT_EQ(out.dtype(), ember::kBFloat16);
+    const std::vector<uint16_t> got = bits_of(out);
+    const std::vector<float> want = values_of<float>(out32);
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i) {
+      ASSERT_EQ(got[i], ember::bit_cast<uint32_t>(want[i]) >> 16) << "output " << i;
+    }
+    const Tensor cot = ember::randn(out.shape()).to(ember::kBFloat16);
+    out.backward(cot);
+    out32.backward(cot.to(ember::kFloat32));
+    EXPECT_EQ(bits_of(x.grad()), bits_of(x32.grad().to(ember::kBFloat16)));
+    const ember::autograd::NoGradGuard no_grad;
+    EXPECT_EQ(bits_of(pool(x.detach())), got) << "without indices";
+  }
+}
+
 }  // namespace
 
 // PyTorch's limit on max_pool2d's padding is half the kernel size, whatever the dilation.

@@ -7,7 +7,8 @@
 // ((OH - 1) * stride_h >= H + pad_h), as PyTorch; OW alike. The padding may be at most half the
 // kernel size (PyTorch's limit, whatever the dilation), and the output at least 1 x 1. Adaptive average pooling takes
 // the output size itself. Dtype rule: floating inputs; the output keeps the dtype (float16/bfloat16 computed in
-// float32). Cost (M = N * C planes, per output element a window of kH * kW):
+// float32, but max pooling's kernel takes bfloat16 itself, exactly). Cost (M = N * C planes, per output
+// element a window of kH * kW):
 //   max_pool2d      forward M * OH * OW * kH * kW comparisons; bytes: input + output + int64 indices.
 //                   gradient M * OH * OW additions; bytes: grad_out + indices + grad_input.
 //   avg_pool2d      forward M * OH * OW * kH * kW additions (+ one division per output); bytes: input +
@@ -73,15 +74,19 @@ Pool2dAttrs pool_attrs(const char* op, const Tensor& input, Pair kernel, std::op
   return {kernel, stride, padding, dilation, ceil_mode, count_include_pad};
 }
 
-// The input as the kernels want it: contiguous, in the compute dtype, and detached (the conversions
-// record no graph of their own: the op records one node for itself).
-Tensor pool_operand(const Tensor& t) { return detail::kernel_operand(t, compute_dtype(t.dtype())); }
+// The input as `kind`'s kernel wants it: contiguous, in its own dtype where the kernel takes it
+// (max pooling takes bfloat16) or else the compute dtype, and detached (the conversions record no
+// graph of their own: the op records one node for itself).
+Tensor pool_operand(OpKind kind, const Tensor& t) {
+  const bool native = dispatch::has_kernel(kind, t.device(), t.dtype());
+  return detail::kernel_operand(t, native ? t.dtype() : compute_dtype(t.dtype()));
+}
 
 // Runs the forward primitive on the input in its compute dtype (extra outputs: `more`) and returns
 // the output in the input's dtype.
 Tensor run_forward(OpKind kind, const Pool2dAttrs& attrs, const Tensor& input, const Shape& out_shape,
                    const Tensor* more = nullptr) {
-  const Tensor x = pool_operand(input);
+  const Tensor x = pool_operand(kind, input);
   Tensor out = detail::make_empty(out_shape, x.dtype(), x.device());
   dispatch::run(kind, attrs, {&x}, {&out, more});
   return out.dtype() == input.dtype() ? out : out.to(input.dtype());
@@ -91,7 +96,7 @@ Tensor run_forward(OpKind kind, const Pool2dAttrs& attrs, const Tensor& input, c
 // the compute dtype (the engine casts it).
 Tensor run_backward(OpKind kind, const Pool2dAttrs& attrs, const Tensor& grad, const Shape& in_shape,
                     const Tensor* more = nullptr) {
-  const Tensor go = pool_operand(grad);
+  const Tensor go = pool_operand(kind, grad);
   Tensor gi = detail::make_empty(in_shape, go.dtype(), go.device());
   dispatch::run(kind, attrs, {&go, more}, {&gi});
   return gi;
