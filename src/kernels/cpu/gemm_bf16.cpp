@@ -418,8 +418,7 @@ constexpr int64_t kPackPairs = 64;  // pairs of k packed per panel in one pass o
 
 // Grow-only packing memory owned by the calling thread (the pool's threads live as long as the
 // process): a convolution calls a GEMM per few images, and fresh panels of a few hundred KiB each
-// time were mapped and cleared page by page (perf of `ember train mnist --amp bf16`: 20% of the
-// time in the kernel's clear_page).
+// time would be mapped and cleared page by page.
 enum class PackSlot : int { kA, kB, kCount };
 
 uint32_t* pack_buffer(PackSlot slot, int64_t words) {
