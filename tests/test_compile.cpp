@@ -172,6 +172,11 @@ TEST(Compile, NewShapesCompileAgainAndFixedSignaturesRefuse) {
   f(ones({5}));
   EXPECT_EQ(f.stats().compiles, 2);
   EXPECT_THAT(f.explain(), HasSubstr("argument 0 is float32[5]"));
+  // Each compile's time, split into the trace and the passes.
+  EXPECT_THAT(f.explain(), HasSubstr("was float32[3] on cpu (traced in "));
+  EXPECT_THAT(f.explain(), HasSubstr(" ms, 2 kernels -> "));
+  EXPECT_GT(f.stats().trace_seconds, 0.0);
+  EXPECT_GT(f.stats().pass_seconds, 0.0);
   EXPECT_NEAR(f(zeros({5})).item<double>(), 5.0, 1e-6);
   CompileOptions fixed;
   fixed.fixed_signature = true;

@@ -144,12 +144,17 @@ void add_compile_stats(nlohmann::json& result, const CompileStats& stats) {
   result["compiles"] = stats.compiles;
   result["replays"] = stats.replays;
   result["arena_bytes"] = stats.arena_bytes;
+  result["last_trace_seconds"] = stats.trace_seconds;
+  result["last_pass_seconds"] = stats.pass_seconds;
 }
 
 void print_compile_stats(const CompileStats& stats) {
-  std::printf("compiled step: %d trace%s, %lld replays, plan of %d steps (%d fused groups), arena %.2f MB\n",
-              stats.compiles, stats.compiles == 1 ? "" : "s", static_cast<long long>(stats.replays), stats.steps,
-              stats.fused_groups, static_cast<double>(stats.arena_bytes) / 1e6);
+  std::printf(
+      "compiled step: %d trace%s, %lld replays, plan of %d steps (%d fused groups), arena %.2f MB; the last trace "
+      "%.1f ms, its passes %.1f ms\n",
+      stats.compiles, stats.compiles == 1 ? "" : "s", static_cast<long long>(stats.replays), stats.steps,
+      stats.fused_groups, static_cast<double>(stats.arena_bytes) / 1e6, stats.trace_seconds * 1e3,
+      stats.pass_seconds * 1e3);
 }
 
 void add_ddp_report(nlohmann::json& result, const dist::DdpStats& totals, const dist::ProcessGroup& group,

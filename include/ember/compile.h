@@ -77,6 +77,10 @@ struct CompileStats {
   int64_t arena_bytes = 0;  // the last plan's arena
   int64_t temp_bytes = 0;   // what its temporaries take unplanned (the sum of their sizes)
   int64_t state_bytes = 0;  // buffers that outlive a call (parameters, gradients, optimizer state, constants)
+  // The last compile's time: tracing the call (the eager run included), and the passes with the
+  // memory plan and the executable's construction. explain() gives every compile's.
+  double trace_seconds = 0;
+  double pass_seconds = 0;
 };
 
 // A compiled graph's text (one line per buffer, then per step) and Graphviz dot.

@@ -112,6 +112,8 @@ nb::dict stats_dict(const CompileStats& s) {
   d["arena_bytes"] = s.arena_bytes;
   d["temp_bytes"] = s.temp_bytes;
   d["state_bytes"] = s.state_bytes;
+  d["trace_seconds"] = s.trace_seconds;
+  d["pass_seconds"] = s.pass_seconds;
   return d;
 }
 

@@ -98,6 +98,7 @@ def test_compile_a_python_training_step():
     assert len(calls) == 1, "replays must not call the Python function"
     stats = compiled.stats
     assert stats["compiles"] == 1 and stats["replays"] == 4 and stats["traced_kernels"] > 0
+    assert stats["trace_seconds"] > 0 and stats["pass_seconds"] > 0
     assert losses[-1] < losses[0]
     # The same steps eagerly from the same start give the same losses.
     model.load_state_dict(eager_state)

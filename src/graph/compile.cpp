@@ -2,7 +2,9 @@
 // eager and checking modes.
 #include "ember/compile.h"
 
+#include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
@@ -120,7 +122,7 @@ struct CompiledCore::Impl {
   int last = -1;
   CompileStats stats;
   std::vector<std::pair<std::string, GraphText>> stages;
-  std::vector<std::string> history;  // why each compile happened
+  std::vector<std::string> history;  // why each compile happened, and how long it took
   bool warned = false;
 
   bool matches(const Entry& e, std::span<const CompileArg> args) const {
@@ -152,7 +154,10 @@ struct CompiledCore::Impl {
 
   // Traces a call and builds its plan; returns the eager results of the traced call.
   std::vector<Tensor> compile(std::span<const CompileArg> args, BodyRef body, int slot, std::string reason) {
+    using Clock = std::chrono::steady_clock;
+    const Clock::time_point start = Clock::now();
     graph::Trace t = graph::trace(tensors_of(args), [&] { return body(); });
+    const Clock::time_point traced = Clock::now();
     graph::Graph& g = t.graph;
     stages.clear();
     auto stage = [&](const char* name) {
@@ -201,7 +206,12 @@ struct CompiledCore::Impl {
     e.reason = reason;
     stats.steps = e.executable->num_steps();
     ++stats.compiles;
-    history.push_back(std::move(reason));
+    stats.trace_seconds = std::chrono::duration<double>(traced - start).count();
+    stats.pass_seconds = std::chrono::duration<double>(Clock::now() - traced).count();
+    char timing[96];
+    std::snprintf(timing, sizeof(timing), " (traced in %.2f ms, passes %.2f ms, %d kernels -> %d steps)",
+                  stats.trace_seconds * 1e3, stats.pass_seconds * 1e3, stats.traced_kernels, stats.steps);
+    history.push_back(reason + timing);
     if (slot >= 0) {
       entries[slot] = std::move(e);
       last = slot;
@@ -212,7 +222,7 @@ struct CompiledCore::Impl {
     if (stats.compiles > options.warn_after && !warned) {
       warned = true;
       std::cerr << "ember: warning: a compiled function has been traced " << stats.compiles
-                << " times; the last because " << history.back()
+                << " times; the last because " << reason
                 << ". Keep argument shapes fixed (pad the last batch), or pass fixed_signature to make it an error\n";
     }
     return std::move(t.results);
