@@ -336,6 +336,21 @@ TEST(GraphPasses, MemoryPlanSharesTheArenaBetweenValuesThatAreNotAliveTogether) 
   const MemoryPlan plan = plan_memory(t.graph);
   EXPECT_EQ(plan.temp_bytes, 4 * 256 * 256 * 4);   // a, b, c and c @ x
   EXPECT_EQ(plan.arena_bytes, 2 * 256 * 256 * 4);  // never more than two alive at once
+  EXPECT_EQ(plan.live_bytes, 2 * 256 * 256 * 4);   // and the arena is that bound
+}
+
+// The bound the arena is measured against: the most bytes alive at one step (each rounded up to the
+// arena's 64-byte alignment), here the three products while the last of them is computed.
+TEST(GraphPasses, LiveBytesAreTheMostAliveAtOneStep) {
+  const Tensor x = randn({64, 64}), y = randn({64, 32});
+  Trace t = trace_of({x, y}, [&] {
+    const Tensor a = matmul(x, x), b = matmul(x, y), c = matmul(a, x);  // 16, 8 and 16 KiB
+    return (c.sum() + b.sum()).exp();
+  });
+  const MemoryPlan plan = plan_memory(t.graph);
+  EXPECT_EQ(plan.temp_bytes, (2 * 64 * 64 + 64 * 32) * 4 + 3 * 4);  // and the three scalars
+  EXPECT_GE(plan.arena_bytes, plan.live_bytes);
+  EXPECT_EQ(plan.live_bytes, (2 * 64 * 64 + 64 * 32) * 4);  // a, b and c while c is computed
 }
 
 // Random DAGs of elementwise ops, broadcasts and reductions, compiled and eager.

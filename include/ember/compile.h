@@ -76,6 +76,7 @@ struct CompileStats {
       fused_kernels = 0, in_place = 0;
   int64_t arena_bytes = 0;  // the last plan's arena
   int64_t temp_bytes = 0;   // what its temporaries take unplanned (the sum of their sizes)
+  int64_t live_bytes = 0;   // the most of them alive at one step: no arena can be smaller
   int64_t state_bytes = 0;  // buffers that outlive a call (parameters, gradients, optimizer state, constants)
   // The last compile's time: tracing the call (the eager run included), and the passes with the
   // memory plan and the executable's construction. explain() gives every compile's.

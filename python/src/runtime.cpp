@@ -111,6 +111,7 @@ nb::dict stats_dict(const CompileStats& s) {
   d["epilogues"] = s.epilogues;
   d["arena_bytes"] = s.arena_bytes;
   d["temp_bytes"] = s.temp_bytes;
+  d["live_bytes"] = s.live_bytes;
   d["state_bytes"] = s.state_bytes;
   d["trace_seconds"] = s.trace_seconds;
   d["pass_seconds"] = s.pass_seconds;

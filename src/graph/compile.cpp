@@ -195,6 +195,7 @@ struct CompiledCore::Impl {
     stats.in_place = ps.in_place;
     stats.arena_bytes = plan.arena_bytes;
     stats.temp_bytes = plan.temp_bytes;
+    stats.live_bytes = plan.live_bytes;
     stats.state_bytes = 0;
     for (const graph::Buffer& b : g.buffers) {
       if (b.kind == graph::BufferKind::kState || b.kind == graph::BufferKind::kConstant) stats.state_bytes += b.nbytes;
@@ -353,8 +354,8 @@ std::string CompiledCore::explain() const {
       << "  elementwise fusion: " << s.fused_kernels << " kernels in " << s.fused_groups << " groups\n"
       << "  in-place reuse: " << s.in_place << " results\n"
       << "  host calls replayed (optimizer/scheduler steps): " << hosts << ", .grad assignments: " << slots << "\n"
-      << "memory: arena " << kib(s.arena_bytes) << " for " << kib(s.temp_bytes) << " of temporaries; state "
-      << kib(s.state_bytes) << "\n";
+      << "memory: arena " << kib(s.arena_bytes) << " for " << kib(s.temp_bytes) << " of temporaries (at most "
+      << kib(s.live_bytes) << " alive at one step); state " << kib(s.state_bytes) << "\n";
   return out.str();
 }
 

@@ -938,6 +938,16 @@ MemoryPlan plan_memory(Graph& g) {
     plan.temp_bytes += g.buffers[b].nbytes;
     plan.largest_temp_bytes = std::max(plan.largest_temp_bytes, g.buffers[b].nbytes);
   }
+  std::vector<int64_t> live(g.nodes.size() + 1, 0);  // bytes alive at each step, by differences
+  for (int b : temps) {
+    const int64_t size = (g.buffers[b].nbytes + kAlign - 1) / kAlign * kAlign;
+    live[static_cast<size_t>(first[b])] += size;
+    live[static_cast<size_t>(last[b]) + 1] -= size;
+  }
+  for (int64_t i = 0, sum = 0; i < static_cast<int64_t>(g.nodes.size()); ++i) {
+    sum += live[static_cast<size_t>(i)];
+    plan.live_bytes = std::max(plan.live_bytes, sum);
+  }
   // Largest first; each takes the smallest gap that fits among the placed buffers alive with it.
   std::stable_sort(temps.begin(), temps.end(), [&](int a, int b) { return g.buffers[a].nbytes > g.buffers[b].nbytes; });
   std::vector<int> placed;

@@ -55,6 +55,7 @@ struct MemoryPlan {
   int64_t arena_bytes = 0;         // the arena every temporary lives in
   int64_t temp_bytes = 0;          // the sum of the temporaries' sizes (what they take unplanned)
   int64_t largest_temp_bytes = 0;  // a lower bound for the arena
+  int64_t live_bytes = 0;          // the most temporaries alive at one step: the arena's lower bound
 };
 // Assigns every kTemp buffer an arena offset such that buffers alive at the same time never overlap.
 MemoryPlan plan_memory(Graph& g);
