@@ -497,6 +497,25 @@ void direct_backward_weight(const Conv2dGeometry& g, const T* grad_out, const T*
   });
 }
 
+// Images n0.. side by side (Note [deterministic weight gradient]): their columns (K rows of width =
+// images * P), then their output gradients (C_out rows of that width), in the calling thread's
+// buffer; returns the columns.
+template <class T>
+const T* gather_images(const Conv2dGeometry& g, const Sizes& s, const T* input, const T* grad_out, int64_t n0,
+                       int64_t images) {
+  const int64_t rows = g.in_channels * g.kernel_h * g.kernel_w, width = images * s.out_plane;
+  T* columns = thread_buffer<T>(Slot::kColumns, (rows + g.out_channels) * width);
+  T* grads = columns + rows * width;
+  for (int64_t i = 0; i < images; ++i) {
+    im2col(g, input + (n0 + i) * g.in_channels * s.in_plane, columns + i * s.out_plane, width, 0, g.out_height);
+    const T* grad_image = grad_out + (n0 + i) * g.out_channels * s.out_plane;
+    for (int64_t oc = 0; oc < g.out_channels; ++oc) {
+      copy_row(grad_image + oc * s.out_plane, grads + oc * width + i * s.out_plane, s.out_plane);
+    }
+  }
+  return columns;
+}
+
 template <class T>
 void backward_weight(const Conv2dGeometry& g, const T* grad_out, const T* input, T* grad_weight) {
   if (direct_forward_wins(g)) {
@@ -515,15 +534,8 @@ void backward_weight(const Conv2dGeometry& g, const T* grad_out, const T* input,
       const int64_t first = part * g.batch / partials, last = (part + 1) * g.batch / partials;
       for (int64_t n0 = first; n0 < last; n0 += per_gemm) {
         const int64_t images = std::min(per_gemm, last - n0), width = images * s.out_plane;
-        T* columns = thread_buffer<T>(Slot::kColumns, (rows + g.out_channels) * width);
-        T* grads = columns + rows * width;  // (C_out, images * P)
-        for (int64_t i = 0; i < images; ++i) {
-          im2col(g, input + (n0 + i) * g.in_channels * s.in_plane, columns + i * s.out_plane, width, 0, g.out_height);
-          const T* grad_image = grad_out + (n0 + i) * g.out_channels * s.out_plane;
-          for (int64_t oc = 0; oc < g.out_channels; ++oc) {
-            copy_row(grad_image + oc * s.out_plane, grads + oc * width + i * s.out_plane, s.out_plane);
-          }
-        }
+        const T* columns = gather_images(g, s, input, grad_out, n0, images);
+        const T* grads = columns + rows * width;  // (C_out, images * P)
         for (int64_t group = 0; group < g.groups; ++group) {
           GemmArgs args = gemm_args<T>(s.out_per_group, s.patch, width);
           args.a = grads + group * s.out_per_group * width;
@@ -702,15 +714,8 @@ void backward_weight_bf16(const Conv2dGeometry& g, const Bf16* grad_out, const B
       const int64_t first = part * g.batch / partials, last = (part + 1) * g.batch / partials;
       for (int64_t n0 = first; n0 < last; n0 += per_gemm) {
         const int64_t images = std::min(per_gemm, last - n0), width = images * s.out_plane;
-        Bf16* columns = thread_buffer<Bf16>(Slot::kColumns, (rows + g.out_channels) * width);
-        Bf16* grads = columns + rows * width;  // (C_out, images * P)
-        for (int64_t i = 0; i < images; ++i) {
-          im2col(g, input + (n0 + i) * g.in_channels * s.in_plane, columns + i * s.out_plane, width, 0, g.out_height);
-          const Bf16* grad_image = grad_out + (n0 + i) * g.out_channels * s.out_plane;
-          for (int64_t oc = 0; oc < g.out_channels; ++oc) {
-            copy_row(grad_image + oc * s.out_plane, grads + oc * width + i * s.out_plane, s.out_plane);
-          }
-        }
+        const Bf16* columns = gather_images(g, s, input, grad_out, n0, images);
+        const Bf16* grads = columns + rows * width;  // (C_out, images * P)
         float* product = n0 == first ? sum : thread_buffer<float>(Slot::kPartials, weight_size);
         for (int64_t group = 0; group < g.groups; ++group) {
           // grad_out (C_out/g, images * P) @ columns^T: columns is bt, its rows contiguous along k.
