@@ -170,6 +170,10 @@ void where(DType dtype, void* out, const bool* cond, const void* a, const void* 
         const T* x = reinterpret_cast<const T*>(p[2]);
         const T* y = reinterpret_cast<const T*>(p[3]);
         if (so == 1 && sc == 1 && (sa | 1) == 1 && (sb | 1) == 1) {
+          const int64_t i = simd::select_row(sizeof(T), o, c, x, sa == 0, y, sb == 0, n);
+          o += i, c += i, n -= i;
+          if (sa == 1) x += i;
+          if (sb == 1) y += i;
           if (sa == 1 && sb == 1) return select_row<true, true>(o, c, x, y, n);
           if (sa == 1) return select_row<true, false>(o, c, x, y, n);
           if (sb == 1) return select_row<false, true>(o, c, x, y, n);

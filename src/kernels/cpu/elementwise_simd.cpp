@@ -276,6 +276,42 @@ bool TransposeBlock32(void* dst_ptr, int64_t dst_stride, const void* src_ptr, in
 #endif
 }
 
+// Whole vectors of a select (elementwise_simd.h): each condition byte widened to a lane mask.
+template <class T>
+int64_t select_vectors(T* out, const bool* cond, const T* a, bool a_scalar, const T* b, bool b_scalar, int64_t n) {
+  const hn::ScalableTag<T> d;
+  const hn::Rebind<uint8_t, decltype(d)> d8;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+  const auto broadcast_a = hn::Set(d, *a), broadcast_b = hn::Set(d, *b);
+  const uint8_t* c = reinterpret_cast<const uint8_t*>(cond);
+  int64_t i = 0;
+  for (; i + lanes <= n; i += lanes) {
+    const auto mask = hn::Ne(hn::PromoteTo(d, hn::LoadU(d8, c + i)), hn::Zero(d));
+    const auto x = a_scalar ? broadcast_a : hn::LoadU(d, a + i);
+    const auto y = b_scalar ? broadcast_b : hn::LoadU(d, b + i);
+    hn::StoreU(hn::IfThenElse(mask, x, y), d, out + i);
+  }
+  return i;
+}
+
+int64_t SelectRow(int element_bytes, void* out, const bool* cond, const void* a, bool a_scalar, const void* b,
+                  bool b_scalar, int64_t n) {
+#if HWY_TARGET == HWY_SCALAR
+  (void)element_bytes, (void)out, (void)cond, (void)a, (void)a_scalar, (void)b, (void)b_scalar, (void)n;
+  return 0;
+#else
+  if (element_bytes == 4) {
+    return select_vectors(static_cast<uint32_t*>(out), cond, static_cast<const uint32_t*>(a), a_scalar,
+                          static_cast<const uint32_t*>(b), b_scalar, n);
+  }
+  if (element_bytes == 2) {
+    return select_vectors(static_cast<uint16_t*>(out), cond, static_cast<const uint16_t*>(a), a_scalar,
+                          static_cast<const uint16_t*>(b), b_scalar, n);
+  }
+  return 0;
+#endif
+}
+
 const char* TargetName() { return hwy::TargetName(HWY_TARGET); }
 
 }  // namespace HWY_NAMESPACE
@@ -294,6 +330,7 @@ HWY_EXPORT(BinaryRow);
 HWY_EXPORT(ConvertRow);
 HWY_EXPORT(TargetName);
 HWY_EXPORT(TransposeBlock32);
+HWY_EXPORT(SelectRow);
 
 namespace simd {
 int64_t unary_row(OpKind op, DType dtype, void* out, const void* in, int64_t n) {
@@ -305,6 +342,10 @@ int64_t binary_row(OpKind op, DType dtype, void* out, const void* a, bool a_scal
 }
 int64_t convert_row(DType to, DType from, void* out, const void* in, int64_t n) {
   return HWY_DYNAMIC_DISPATCH(ConvertRow)(to, from, out, in, n);
+}
+int64_t select_row(int element_bytes, void* out, const bool* cond, const void* a, bool a_scalar, const void* b,
+                   bool b_scalar, int64_t n) {
+  return HWY_DYNAMIC_DISPATCH(SelectRow)(element_bytes, out, cond, a, a_scalar, b, b_scalar, n);
 }
 bool transpose_block_32(void* dst, int64_t dst_stride, const void* src, int64_t src_stride, int64_t rows, int64_t cols,
                         bool stream) {

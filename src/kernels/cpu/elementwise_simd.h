@@ -20,6 +20,11 @@ int64_t binary_row(OpKind op, DType dtype, void* out, const void* a, bool a_scal
 // conversion, for float32 <-> bfloat16, float16 and float64; returns how many leading elements it
 // wrote (whole vectors; 0 for other pairs).
 int64_t convert_row(DType to, DType from, void* out, const void* in, int64_t n);
+// out[i] = cond[i] ? a[i] : b[i] for contiguous out and cond over elements of `element_bytes` (2 or
+// 4; the bits are moved, not computed); a (or b) is one broadcast value when a_scalar (b_scalar).
+// Returns how many leading elements it wrote (whole vectors; 0 for other sizes).
+int64_t select_row(int element_bytes, void* out, const bool* cond, const void* a, bool a_scalar, const void* b,
+                   bool b_scalar, int64_t n);
 // dst[r * dst_stride + c] = src[c * src_stride + r] for r < rows, c < cols, elements of 4 bytes (a
 // block of a transposed copy, strides in elements); false, copying nothing, when the target has no
 // register tile for them. `stream`: write dst with non-temporal stores where the block allows
