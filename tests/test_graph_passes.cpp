@@ -10,8 +10,10 @@
 
 #include "ember/compile.h"
 #include "ember/ember.h"
+#include "graph/fused.h"
 #include "graph/passes.h"
 #include "graph/trace.h"
+#include "test_util.h"
 
 namespace ember::graph {
 namespace {
@@ -411,9 +413,92 @@ TEST(GraphPasses, RandomDagsCompileToTheirEagerResults) {
       ASSERT_EQ(got.size(), want.size());
       for (size_t i = 0; i < want.size(); ++i) {
         ASSERT_EQ(got[i].shape(), want[i].shape()) << "trial " << trial;
-        const double diff = (got[i] - want[i]).abs().max().item<double>();
-        ASSERT_LE(diff, 1e-5 * (1 + want[i].abs().max().item<double>())) << "trial " << trial << " result " << i << "\n"
-                                                                         << compiled.graph().dump();
+        // The fused groups run the unfused kernels' code: the same bits. The sum of a fused group's
+        // value is a reduction of its own, outside the group, over the same values.
+        ASSERT_TRUE(test_util::bitwise_equal(got[i], want[i])) << "trial " << trial << " result " << i << "\n"
+                                                               << compiled.graph().dump();
+      }
+    }
+  }
+}
+
+// A group of elementwise members runs in strips (Note [strip fusion]) and gives the unfused kernels'
+// bits: broadcasts along either dim and of a 0-d value, ops with and without vector forms (pow,
+// comparisons, where), conversions through bfloat16, rows shorter and longer than a strip, one
+// element, and enough elements for two threads. A softmax over the last dim runs in strips of whole
+// rows; over another dim, or with a transposed operand, the group keeps its tiles.
+TEST(GraphPasses, StripGroupsGiveTheUnfusedKernelsBits) {
+  test_util::ThreadCountGuard guard;
+  using Body = std::function<Tensor(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&)>;
+  struct Case {
+    const char* name;
+    Body f;
+    std::function<bool(int64_t rows, int64_t cols)> strips;  // for every group the case makes
+  };
+  auto elementwise = [](int64_t rows, int64_t cols) { return rows * cols > 1; };
+  // A softmax over rows of up to kRowStripElements runs in strips of whole rows; longer ones keep
+  // the tiles, and rows longer than a tile leave the softmax out of the group.
+  auto whole_rows = [](int64_t, int64_t cols) {
+    return cols > kFusionTileElements || (cols >= 2 && cols <= FusedGroup::kRowStripElements);
+  };
+  const std::vector<Case> cases = {
+      {"silu_add", [](auto& x, auto& y, auto&, auto&, auto&) { return x * sigmoid(x) + y; }, elementwise},
+      {"broadcasts",
+       [](auto& x, auto&, auto& bias, auto& column, auto& scalar) {
+         return tanh((x - bias) * column.exp() + scalar) * 0.5;
+       },
+       elementwise},
+      {"no_vector_forms",
+       [](auto& x, auto& y, auto&, auto&, auto& scalar) {
+         return where(x > y, x.pow(y), (y * scalar).sigmoid()) + (x <= 0.25).to(kFloat32);
+       },
+       elementwise},
+      {"bfloat16",
+       [](auto& x, auto& y, auto& bias, auto&, auto&) {
+         return ((x.to(kBFloat16) * y.to(kBFloat16)).exp() - bias.to(kBFloat16)).to(kFloat32) + x;
+       },
+       elementwise},
+      {"float64", [](auto& x, auto& y, auto&, auto&, auto&) { return (x.to(kFloat64).exp() / y).log1p(); },
+       elementwise},
+      {"masked_softmax",
+       [](auto& x, auto& y, auto&, auto&, auto&) {
+         return softmax((x * 0.125).masked_fill(y > 1.0, -INFINITY), -1) * 2.0;
+       },
+       // Rows longer than a tile leave the softmax out: the rest of the group is elementwise.
+       whole_rows},
+      {"log_softmax_rows",
+       [](auto& x, auto& y, auto& bias, auto&, auto&) { return log_softmax(x * y + bias, 1).exp(); }, whole_rows},
+      {"softmax_dim0", [](auto& x, auto& y, auto&, auto&, auto&) { return softmax(x + y, 0) - y; },
+       [](int64_t, int64_t) { return false; }},
+      // Transposed, a single row still steps through memory with unit stride.
+      {"transposed", [](auto& x, auto& y, auto&, auto&, auto&) { return (x.t() * y.t()).exp() + 1.0; },
+       [](int64_t rows, int64_t cols) { return rows == 1 && cols > 1; }},
+  };
+  const std::vector<std::pair<int64_t, int64_t>> shapes = {{3, 1000},   {257, 129}, {1, 1},    {1, 70001},
+                                                           {512, 1024}, {4096, 3},  {5, 4096}, {7, 4097}};
+  for (int threads : {1, 2}) {
+    set_num_threads(threads);
+    for (const Case& c : cases) {
+      for (const auto& [rows, cols] : shapes) {
+        const Tensor x = randn({rows, cols}), y = randn({rows, cols}), bias = randn({cols}), column = randn({rows, 1}),
+                     scalar = randn({});
+        auto compiled = compile(c.f);
+        const Tensor want = c.f(x, y, bias, column, scalar);
+        const Tensor got = compiled(x, y, bias, column, scalar);
+        EXPECT_TRUE(test_util::bitwise_equal(got, want)) << c.name << " " << rows << "x" << cols << " " << threads;
+        // How the groups run.
+        Trace t = trace(std::vector<Tensor>{x, y, bias, column, scalar},
+                        [&] { return std::vector<Tensor>{c.f(x, y, bias, column, scalar)}; });
+        PassStats s;
+        fold_constants(t.graph, s);
+        simplify(t.graph, s);
+        fuse_elementwise(t.graph, s);
+        for (const Node& n : t.graph.nodes) {
+          if (n.kind != NodeKind::kFused) continue;
+          EXPECT_EQ(FusedGroup(t.graph, n).strips(), c.strips(rows, cols))
+              << c.name << " " << rows << "x" << cols << "\n"
+              << nodes(t.graph);
+        }
       }
     }
   }

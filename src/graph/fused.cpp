@@ -3,10 +3,39 @@
 
 #include <algorithm>
 
+#include "kernels/cpu/elementwise_simd.h"
 #include "kernels/cpu/parallel.h"
 #include "ops/dispatch.h"
 
 namespace ember::graph {
+namespace {
+
+// A softmax member's attributes over a strip of whole rows, shape (rows, row).
+const Attrs kStripRowDim = DimAttrs{1};
+
+bool is_unary_primitive(OpKind op) {
+  switch (op) {
+#define EMBER_UNARY_CASE(kind, ...) case OpKind::k##kind:
+    EMBER_UNARY_PRIMITIVES(EMBER_UNARY_CASE)
+#undef EMBER_UNARY_CASE
+    return true;
+    default:
+      return false;
+  }
+}
+
+bool is_binary_primitive(OpKind op) {
+  switch (op) {
+#define EMBER_BINARY_CASE(kind, ...) case OpKind::k##kind:
+    EMBER_BINARY_PRIMITIVES(EMBER_BINARY_CASE)
+#undef EMBER_BINARY_CASE
+    return true;
+    default:
+      return false;
+  }
+}
+
+}  // namespace
 
 FusedGroup::FusedGroup(const Graph& g, const Node& fused) {
   const Shape& s = fused.body.front().outputs[0].shape;
@@ -83,13 +112,16 @@ FusedGroup::FusedGroup(const Graph& g, const Node& fused) {
     if (member.op == OpKind::kSoftmax || member.op == OpKind::kLogSoftmax)
       member.attrs = &tile_attrs_[next_tile_attrs++];
   }
+  std::vector<int> value_of(g.buffers.size(), -1);
   for (Operand_& o : operands_) {
     if (!o.scratch) continue;
     if (scratch_at[o.buffer] < 0) {
       scratch_at[o.buffer] = scratch_bytes_;
       scratch_bytes_ += (tile_full_.numel() * dtype_size(o.dtype) + 63) / 64 * 64;
+      value_of[o.buffer] = strip_values_++;
     }
     o.scratch_offset = scratch_at[o.buffer];
+    o.value = value_of[o.buffer];
   }
   // The cost: every member over S; memory traffic only at the group's boundary.
   const double elements = static_cast<double>(shape_.numel());
@@ -101,6 +133,8 @@ FusedGroup::FusedGroup(const Graph& g, const Node& fused) {
   };
   for (const View& v : fused.inputs) cost_.bytes += stored(v);
   for (const View& v : fused.outputs) cost_.bytes += stored(v);
+  strips_ = plan_strips();
+  if (strips_) return;
   slots_ = static_cast<int>(std::min<int64_t>(tiles_, cpu::num_threads() * cpu::kTasksPerThread));
   scratch_storage_.resize(static_cast<size_t>(scratch_bytes_ * slots_ + 64));
   scratch_ = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(scratch_storage_.data()) + 63) & ~uintptr_t{63});
@@ -146,8 +180,219 @@ void FusedGroup::run_tiles(const std::vector<char*>& base, int64_t begin, int64_
   }
 }
 
+bool FusedGroup::plan_strips() {
+  if (shape_.numel() <= 1) return false;
+  // A softmax member normalizes S's last dim, or the group keeps tiles; a strip holds whole rows.
+  const int ndim = shape_.size();
+  for (const Member& m : members_) {
+    if (m.op != OpKind::kSoftmax && m.op != OpKind::kLogSoftmax) continue;
+    const int64_t row = shape_[ndim - 1];
+    // (m.attrs hold the dim counted in a tile, whose first dim is S's split_.)
+    if (std::get<DimAttrs>(*m.attrs).dim != ndim - 1 - split_ || row < 2 || row > kRowStripElements) {
+      return false;
+    }
+    row_ = row;
+  }
+  // S without its size-1 dims, and with each dim merged into the one before it where every operand
+  // steps through the pair as through one dim (never S's last dim when strips hold whole rows).
+  // Scratch values are contiguous over S.
+  const Strides scratch = contiguous_strides(shape_);
+  auto stride = [&](size_t k, int d) { return operands_[k].scratch ? scratch[d] : operands_[k].full_strides[d]; };
+  loop_strides_.assign(operands_.size(), {});
+  loop_ndim_ = 0;
+  for (int d = 0; d < ndim; ++d) {
+    if (shape_[d] == 1) continue;
+    bool merge = loop_ndim_ > 0 && !(row_ > 0 && d == ndim - 1);
+    for (size_t k = 0; k < operands_.size() && merge; ++k) {
+      merge = loop_strides_[k][loop_ndim_ - 1] == stride(k, d) * shape_[d];
+    }
+    if (merge) {
+      loop_sizes_[loop_ndim_ - 1] *= shape_[d];
+    } else {
+      loop_sizes_[loop_ndim_++] = shape_[d];
+    }
+    for (size_t k = 0; k < operands_.size(); ++k) loop_strides_[k][loop_ndim_ - 1] = stride(k, d);
+  }
+  // Every operand's step along the inner dim must let a strip be an operand that takes the unfused
+  // kernel's code path: outputs unit-stride; inputs unit-stride, or a broadcast value where every
+  // path gives the same bits (the binary ops with vector forms are IEEE-exact +, -, *, /, min and
+  // max; a select and a conversion are exact).
+  const int nd = loop_ndim_;
+  auto inner = [&](int k) { return loop_strides_[static_cast<size_t>(k)][nd - 1]; };
+  for (const Member& m : members_) {
+    const bool unary = is_unary_primitive(m.op), binary = is_binary_primitive(m.op);
+    forms_.push_back(unary ? Form::kUnary : binary ? Form::kBinary : Form::kKernel);
+    const bool broadcast_ok = binary || m.op == OpKind::kWhere || m.op == OpKind::kCopy;
+    for (int k = m.first; k < m.first + m.num_inputs; ++k) {
+      if (inner(k) != 1 && !(inner(k) == 0 && broadcast_ok)) return false;
+    }
+    for (int k = m.first + m.num_inputs; k < m.first + m.num_inputs + m.num_outputs; ++k) {
+      if (inner(k) != 1) return false;
+    }
+  }
+  // A strip's steps: along its row, and (strips of whole rows) from row to row.
+  for (size_t k = 0; k < operands_.size(); ++k) {
+    const int64_t along = loop_strides_[k][nd - 1];
+    if (row_ == 0) {
+      strip_strides_.push_back(Strides({along}));
+    } else if (operands_[k].scratch) {
+      strip_strides_.push_back(Strides({row_, 1}));
+    } else {
+      strip_strides_.push_back(Strides({nd >= 2 ? loop_strides_[k][nd - 2] : 0, along}));
+    }
+  }
+  for (Member& m : members_) {
+    if (m.op == OpKind::kSoftmax || m.op == OpKind::kLogSoftmax) m.attrs = &kStripRowDim;
+  }
+  return true;
+}
+
+// One strip, `rows` rows of n elements: each member in turn (Note [strip fusion]).
+void FusedGroup::run_strip(Operand* ops, int64_t rows, int64_t n) const {
+  for (size_t i = 0; i < members_.size(); ++i) {
+    const Member& m = members_[i];
+    const Operand* io = ops + m.first;
+    // The vector row functions, row by row, where the op has them for this dtype.
+    auto at = [rows](const Operand& o, int64_t r) {
+      return rows == 1 ? o.data : static_cast<char*>(o.data) + r * (*o.strides)[0] * dtype_size(o.dtype);
+    };
+    auto broadcast = [](const Operand& o) { return (*o.strides)[o.strides->size() - 1] == 0; };
+    if (forms_[i] == Form::kUnary && io[0].dtype == io[1].dtype) {
+      const Operand &x = io[0], &out = io[1];
+      int64_t r = 0;
+      while (r < rows && cpu::simd::unary_row(m.op, x.dtype, at(out, r), at(x, r), n) == n) ++r;
+      if (r == rows) continue;
+      EMBER_CHECK(r == 0, "[compile] internal error: a strip's rows took different paths");
+    } else if (forms_[i] == Form::kBinary && io[0].dtype == io[2].dtype) {
+      const Operand &a = io[0], &b = io[1], &out = io[2];
+      int64_t r = 0;
+      while (r < rows &&
+             cpu::simd::binary_row(m.op, a.dtype, at(out, r), at(a, r), broadcast(a), at(b, r), broadcast(b), n) == n) {
+        ++r;
+      }
+      if (r == rows) continue;
+      EMBER_CHECK(r == 0, "[compile] internal error: a strip's rows took different paths");
+    }
+    // Else the member's kernel over the strip.
+    m.fn(KernelCall{m.op, *m.attrs, std::span<const Operand>(io, m.num_inputs),
+                    std::span<const Operand>(io + m.num_inputs, m.num_outputs)});
+  }
+}
+
+namespace {
+
+// Each scratch value's strip buffer (`count` of `bytes` each, 64-byte aligned) in this thread's
+// grow-only block.
+char* strip_buffers(int count, size_t bytes) {
+  thread_local std::vector<char> block;
+  if (block.size() < bytes * count + 64) block.resize(bytes * count + 64);
+  return reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(block.data()) + 63) & ~uintptr_t{63});
+}
+
+}  // namespace
+
+// Elements [begin, end) of S, strip by strip along the inner dim.
+void FusedGroup::run_strips(const std::vector<char*>& base, int64_t begin, int64_t end) {
+  const Shape full({kStripElements});
+  Shape partial;
+  const size_t value_bytes = static_cast<size_t>(kStripElements) * sizeof(double);
+  char* const values = strip_buffers(strip_values_, value_bytes);
+  std::vector<Operand> ops(operands_.size());
+  std::vector<char*> row(operands_.size());
+  for (size_t k = 0; k < operands_.size(); ++k) {
+    const Operand_& o = operands_[k];
+    ops[k] = Operand{
+        .dtype = o.dtype, .device = o.device, .strides = &strip_strides_[k], .contiguous = strip_strides_[k][0] == 1};
+    if (o.scratch) ops[k].data = values + o.value * value_bytes;
+  }
+  const int nd = loop_ndim_;
+  const int64_t inner = loop_sizes_[nd - 1];
+  int64_t index[kMaxDims] = {};
+  int64_t linear = begin / inner, column = begin % inner;
+  for (int d = nd - 2; d >= 0; --d) {
+    index[d] = linear % loop_sizes_[d];
+    linear /= loop_sizes_[d];
+  }
+  for (int64_t position = begin; position < end;) {
+    const int64_t length = std::min(inner - column, end - position);
+    for (size_t k = 0; k < operands_.size(); ++k) {
+      const Operand_& o = operands_[k];
+      if (o.scratch) continue;
+      int64_t elements = column * loop_strides_[k][nd - 1];
+      for (int d = 0; d < nd - 1; ++d) elements += index[d] * loop_strides_[k][d];
+      row[k] = base[o.buffer] + o.offset + elements * dtype_size(o.dtype);
+    }
+    for (int64_t s = 0; s < length; s += kStripElements) {
+      const int64_t n = std::min(kStripElements, length - s);
+      if (n != kStripElements) partial = Shape({n});
+      const Shape* shape = n == kStripElements ? &full : &partial;
+      for (size_t k = 0; k < operands_.size(); ++k) {
+        ops[k].shape = shape;
+        if (!operands_[k].scratch) ops[k].data = row[k] + s * loop_strides_[k][nd - 1] * dtype_size(operands_[k].dtype);
+      }
+      run_strip(ops.data(), 1, n);
+    }
+    position += length;
+    column = 0;
+    for (int d = nd - 2; d >= 0; --d) {
+      if (++index[d] < loop_sizes_[d]) break;
+      index[d] = 0;
+    }
+  }
+}
+
+// Rows [begin, end) of S (row_ elements each), a strip of whole rows at a time: consecutive rows
+// along the loop's second-to-last dim.
+void FusedGroup::run_rows(const std::vector<char*>& base, int64_t begin, int64_t end) {
+  const int64_t per_strip = std::max<int64_t>(1, kRowStripElements / row_);
+  const size_t value_bytes = static_cast<size_t>(per_strip * row_) * sizeof(double);
+  char* const values = strip_buffers(strip_values_, value_bytes);
+  std::vector<Operand> ops(operands_.size());
+  for (size_t k = 0; k < operands_.size(); ++k) {
+    const Operand_& o = operands_[k];
+    ops[k] = Operand{.dtype = o.dtype, .device = o.device, .strides = &strip_strides_[k]};
+    if (o.scratch) ops[k].data = values + o.value * value_bytes;
+  }
+  const int nd = loop_ndim_;
+  const int64_t rows_per_block = nd >= 2 ? loop_sizes_[nd - 2] : 1;  // the consecutive rows
+  Shape shape;
+  for (int64_t row = begin; row < end;) {
+    const int64_t first = row % rows_per_block;
+    const int64_t rows = std::min({per_strip, rows_per_block - first, end - row});
+    if (shape.size() == 0 || shape[0] != rows) shape = Shape({rows, row_});
+    int64_t index[kMaxDims] = {};
+    int64_t rest = row / rows_per_block;
+    for (int d = nd - 3; d >= 0; --d) {
+      index[d] = rest % loop_sizes_[d];
+      rest /= loop_sizes_[d];
+    }
+    for (size_t k = 0; k < operands_.size(); ++k) {
+      Operand& op = ops[k];
+      op.shape = &shape;
+      op.contiguous = is_contiguous_layout(shape, strip_strides_[k]);
+      const Operand_& o = operands_[k];
+      if (o.scratch) continue;
+      int64_t elements = nd >= 2 ? first * loop_strides_[k][nd - 2] : 0;
+      for (int d = 0; d < nd - 2; ++d) elements += index[d] * loop_strides_[k][d];
+      op.data = base[o.buffer] + o.offset + elements * dtype_size(o.dtype);
+    }
+    run_strip(ops.data(), rows, row_);
+    row += rows;
+  }
+}
+
 void FusedGroup::run(const std::vector<char*>& base) {
   const int64_t elements = shape_.numel();
+  if (strips_ && row_ > 0) {
+    cpu::parallel_for(0, elements / row_, std::max<int64_t>(1, cpu::kElementwiseGrain / row_),
+                      [&](int64_t begin, int64_t end) { run_rows(base, begin, end); });
+    return;
+  }
+  if (strips_) {
+    cpu::parallel_for(0, elements, cpu::kElementwiseGrain,
+                      [&](int64_t begin, int64_t end) { run_strips(base, begin, end); });
+    return;
+  }
   const int threads = elements < cpu::kElementwiseGrain ? 1 : std::min(cpu::num_threads(), slots_);
   if (threads <= 1 || slots_ <= 1) {
     run_tiles(base, 0, tiles_, 0);

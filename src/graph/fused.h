@@ -8,8 +8,31 @@
 // own. The members are the registered kernels, seen with tile-sized operands, so a fused group
 // computes bit for bit what the unfused kernels do. A softmax member normalizes a dim that the
 // fusion pass made sure lies, with every dim after it, inside one tile: a tile holds whole rows.
+//
+// Note [strip fusion]: a group whose every operand steps through S's inner dim with stride 1 (or
+// 0, a broadcast value) runs in strips instead of tiles: the group walks S once, kStripElements at
+// a time, and every member processes the strip before the next one is read. A value only the group
+// uses lives in a strip buffer (512 bytes of float32, in L1), the group's inputs are read from
+// memory once and its outputs written once, and the member loop stays an interpreter over strips:
+// no code is generated at run time. A member runs the vector row functions its unfused kernel runs
+// on a unit-stride row (elementwise_simd.h: they give an element the same bits wherever it falls in
+// a row), or, where those have no vector form, its own kernel over the strip as a 1-d operand with
+// the unfused call's inner strides: the same code path, so the same bits. A group with a softmax
+// over S's last dim (rows of up to kRowStripElements) runs strips of whole rows, (rows, row)
+// operands, the softmax member's kernel over them; a softmax over another dim keeps the tiles.
+//
+// Why 128 elements: x * sigmoid(x) + y on 16M float32 (2 threads, Zen 4, `ember bench`, median of 5
+// rounds) took 16.3 ms in strips of 32, 9.8 of 64, 7.3-7.5 of 128, 9.7-10.4 of 256, 9.1-10.0 of 512,
+// 11.3-11.8 of 2048 and 10.7 of 8192; tiles of 32K took 10.1-10.6. Eight AVX-512 vectors of sigmoid
+// are about as many instructions as the core keeps in flight, so the loads of the next strip's
+// inputs issue while this strip computes: memory and arithmetic overlap, which they do not when a
+// member runs for thousands of cycles before the next one reads memory. Shorter strips pay the
+// interpreter (a dispatched call per member per strip). Prefetching strips ahead in software made
+// it slower (11-12 ms at 2 to 64 strips ahead) and non-temporal stores of the outputs did not help
+// at 128 (8.2 against 7.3 ms).
 #pragma once
 
+#include <array>
 #include <vector>
 
 #include "base/kernel.h"
@@ -29,6 +52,10 @@ class FusedGroup {
   const OpCost& cost() const { return cost_; }
 
   static constexpr int64_t kTileElements = kFusionTileElements;
+  static constexpr int64_t kStripElements = 128;
+  static constexpr int64_t kRowStripElements = 4096;  // a strip of whole rows holds up to this many
+  // Does the group run in strips (Note [strip fusion]) rather than tiles?
+  bool strips() const { return strips_; }
 
  private:
   struct Operand_ {
@@ -41,6 +68,7 @@ class FusedGroup {
     Strides full_strides;  // over S
     Strides tile_strides;  // over a tile
     bool contiguous_full = false, contiguous_last = false;
+    int value = -1;  // a scratch buffer's strip buffer (Note [strip fusion])
   };
   struct Member {
     KernelFn fn;
@@ -49,6 +77,22 @@ class FusedGroup {
     int first = 0, num_inputs = 0, num_outputs = 0;
   };
   void run_tiles(const std::vector<char*>& base, int64_t begin, int64_t end, int slot);
+
+  // Strips (Note [strip fusion]).
+  enum class Form : uint8_t { kUnary, kBinary, kKernel };
+  bool plan_strips();
+  void run_strips(const std::vector<char*>& base, int64_t begin, int64_t end);
+  void run_rows(const std::vector<char*>& base, int64_t begin, int64_t end);
+  void run_strip(Operand* ops, int64_t rows, int64_t n) const;
+
+  bool strips_ = false;
+  int64_t row_ = 0;    // whole rows of this many elements per strip (a softmax's last dim), or 0
+  int loop_ndim_ = 0;  // S collapsed for the strip walk
+  int64_t loop_sizes_[kMaxDims] = {};
+  std::vector<std::array<int64_t, kMaxDims>> loop_strides_;  // per operand, in elements
+  std::vector<Strides> strip_strides_;                       // per operand: its steps within a strip
+  std::vector<Form> forms_;                                  // per member
+  int strip_values_ = 0;                                     // strip buffers: one per scratch buffer
 
   Shape shape_;  // S
   int split_ = 0;
