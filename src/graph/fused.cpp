@@ -134,15 +134,20 @@ FusedGroup::FusedGroup(const Graph& g, const Node& fused) {
   for (const View& v : fused.inputs) cost_.bytes += stored(v);
   for (const View& v : fused.outputs) cost_.bytes += stored(v);
   strips_ = plan_strips();
-  if (strips_) return;
-  slots_ = static_cast<int>(std::min<int64_t>(tiles_, cpu::num_threads() * cpu::kTasksPerThread));
-  scratch_storage_.resize(static_cast<size_t>(scratch_bytes_ * slots_ + 64));
-  scratch_ = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(scratch_storage_.data()) + 63) & ~uintptr_t{63});
-  call_operands_.resize(static_cast<size_t>(slots_) * operands_.size());
+  // The units that tasks share out: tiles, or S's elements (rows) for strips.
+  units_ = !strips_ ? tiles_ : row_ > 0 ? shape_.numel() / row_ : shape_.numel();
+  slots_ = static_cast<int>(std::min<int64_t>(units_, cpu::num_threads() * cpu::kTasksPerThread));
+  if (!strips_) {
+    scratch_storage_.resize(static_cast<size_t>(scratch_bytes_ * slots_ + 64));
+    scratch_ = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(scratch_storage_.data()) + 63) & ~uintptr_t{63});
+  } else {
+    strip_rows_.resize(static_cast<size_t>(slots_) * slot_stride<char*>());
+  }
+  call_operands_.resize(static_cast<size_t>(slots_) * slot_stride<Operand>());
 }
 
 void FusedGroup::run_tiles(const std::vector<char*>& base, int64_t begin, int64_t end, int slot) {
-  Operand* ops = call_operands_.data() + static_cast<size_t>(slot) * operands_.size();
+  Operand* ops = call_operands_.data() + static_cast<size_t>(slot) * slot_stride<Operand>();
   char* scratch = scratch_ + slot * scratch_bytes_;
   const int ndim = shape_.size();
   for (int64_t tile = begin; tile < end; ++tile) {
@@ -292,13 +297,13 @@ char* strip_buffers(int count, size_t bytes) {
 }  // namespace
 
 // Elements [begin, end) of S, strip by strip along the inner dim.
-void FusedGroup::run_strips(const std::vector<char*>& base, int64_t begin, int64_t end) {
+void FusedGroup::run_strips(const std::vector<char*>& base, int64_t begin, int64_t end, int slot) {
   const Shape full({kStripElements});
   Shape partial;
   const size_t value_bytes = static_cast<size_t>(kStripElements) * sizeof(double);
   char* const values = strip_buffers(strip_values_, value_bytes);
-  std::vector<Operand> ops(operands_.size());
-  std::vector<char*> row(operands_.size());
+  Operand* ops = call_operands_.data() + static_cast<size_t>(slot) * slot_stride<Operand>();
+  char** row = strip_rows_.data() + static_cast<size_t>(slot) * slot_stride<char*>();
   for (size_t k = 0; k < operands_.size(); ++k) {
     const Operand_& o = operands_[k];
     ops[k] = Operand{
@@ -330,7 +335,7 @@ void FusedGroup::run_strips(const std::vector<char*>& base, int64_t begin, int64
         ops[k].shape = shape;
         if (!operands_[k].scratch) ops[k].data = row[k] + s * loop_strides_[k][nd - 1] * dtype_size(operands_[k].dtype);
       }
-      run_strip(ops.data(), 1, n);
+      run_strip(ops, 1, n);
     }
     position += length;
     column = 0;
@@ -343,11 +348,11 @@ void FusedGroup::run_strips(const std::vector<char*>& base, int64_t begin, int64
 
 // Rows [begin, end) of S (row_ elements each), a strip of whole rows at a time: consecutive rows
 // along the loop's second-to-last dim.
-void FusedGroup::run_rows(const std::vector<char*>& base, int64_t begin, int64_t end) {
+void FusedGroup::run_rows(const std::vector<char*>& base, int64_t begin, int64_t end, int slot) {
   const int64_t per_strip = std::max<int64_t>(1, kRowStripElements / row_);
   const size_t value_bytes = static_cast<size_t>(per_strip * row_) * sizeof(double);
   char* const values = strip_buffers(strip_values_, value_bytes);
-  std::vector<Operand> ops(operands_.size());
+  Operand* ops = call_operands_.data() + static_cast<size_t>(slot) * slot_stride<Operand>();
   for (size_t k = 0; k < operands_.size(); ++k) {
     const Operand_& o = operands_[k];
     ops[k] = Operand{.dtype = o.dtype, .device = o.device, .strides = &strip_strides_[k]};
@@ -376,32 +381,30 @@ void FusedGroup::run_rows(const std::vector<char*>& base, int64_t begin, int64_t
       for (int d = 0; d < nd - 2; ++d) elements += index[d] * loop_strides_[k][d];
       op.data = base[o.buffer] + o.offset + elements * dtype_size(o.dtype);
     }
-    run_strip(ops.data(), rows, row_);
+    run_strip(ops, rows, row_);
     row += rows;
   }
 }
 
 void FusedGroup::run(const std::vector<char*>& base) {
-  const int64_t elements = shape_.numel();
-  if (strips_ && row_ > 0) {
-    cpu::parallel_for(0, elements / row_, std::max<int64_t>(1, cpu::kElementwiseGrain / row_),
-                      [&](int64_t begin, int64_t end) { run_rows(base, begin, end); });
-    return;
-  }
-  if (strips_) {
-    cpu::parallel_for(0, elements, cpu::kElementwiseGrain,
-                      [&](int64_t begin, int64_t end) { run_strips(base, begin, end); });
-    return;
-  }
-  const int threads = elements < cpu::kElementwiseGrain ? 1 : std::min(cpu::num_threads(), slots_);
+  auto run_range = [&](int64_t begin, int64_t end, int slot) {
+    if (!strips_) {
+      run_tiles(base, begin, end, slot);
+    } else if (row_ > 0) {
+      run_rows(base, begin, end, slot);
+    } else {
+      run_strips(base, begin, end, slot);
+    }
+  };
+  const int threads = shape_.numel() < cpu::kElementwiseGrain ? 1 : std::min(cpu::num_threads(), slots_);
   if (threads <= 1 || slots_ <= 1) {
-    run_tiles(base, 0, tiles_, 0);
+    run_range(0, units_, 0);
     return;
   }
-  const int64_t per = (tiles_ + slots_ - 1) / slots_;
+  const int64_t per = (units_ + slots_ - 1) / slots_;
   cpu::parallel_tasks(slots_, threads, [&](int64_t t) {
     const int64_t b = t * per;
-    run_tiles(base, b, std::min(tiles_, b + per), static_cast<int>(t));
+    if (b < units_) run_range(b, std::min(units_, b + per), static_cast<int>(t));
   });
 }
 

@@ -77,12 +77,18 @@ class FusedGroup {
     int first = 0, num_inputs = 0, num_outputs = 0;
   };
   void run_tiles(const std::vector<char*>& base, int64_t begin, int64_t end, int slot);
+  // Per-slot arrays of T (one per operand) lie this many elements apart: at least two cache lines
+  // between the parts that two tasks write, so that they never share a line.
+  template <class T>
+  size_t slot_stride() const {
+    return operands_.size() + 128 / sizeof(T) + 1;
+  }
 
   // Strips (Note [strip fusion]).
   enum class Form : uint8_t { kUnary, kBinary, kKernel };
   bool plan_strips();
-  void run_strips(const std::vector<char*>& base, int64_t begin, int64_t end);
-  void run_rows(const std::vector<char*>& base, int64_t begin, int64_t end);
+  void run_strips(const std::vector<char*>& base, int64_t begin, int64_t end, int slot);
+  void run_rows(const std::vector<char*>& base, int64_t begin, int64_t end, int slot);
   void run_strip(Operand* ops, int64_t rows, int64_t n) const;
 
   bool strips_ = false;
@@ -93,6 +99,7 @@ class FusedGroup {
   std::vector<Strides> strip_strides_;                       // per operand: its steps within a strip
   std::vector<Form> forms_;                                  // per member
   int strip_values_ = 0;                                     // strip buffers: one per scratch buffer
+  std::vector<char*> strip_rows_;                            // slots_ x operands_.size()
 
   Shape shape_;  // S
   int split_ = 0;
@@ -104,6 +111,7 @@ class FusedGroup {
   int64_t scratch_bytes_ = 0;      // per slot
   std::vector<char> scratch_storage_;
   char* scratch_ = nullptr;
+  int64_t units_ = 1;  // what tasks share out: tiles, or (for strips) S's elements or rows
   int slots_ = 1;
   std::vector<Operand> call_operands_;  // slots_ x operands_.size()
   OpCost cost_;
