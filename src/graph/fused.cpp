@@ -224,9 +224,11 @@ bool FusedGroup::plan_strips() {
   // max; a select and a conversion are exact).
   const int nd = loop_ndim_;
   auto inner = [&](int k) { return loop_strides_[static_cast<size_t>(k)][nd - 1]; };
-  for (const Member& m : members_) {
+  for (Member& m : members_) {
     const bool unary = is_unary_primitive(m.op), binary = is_binary_primitive(m.op);
-    forms_.push_back(unary ? Form::kUnary : binary ? Form::kBinary : Form::kKernel);
+    const DType in = operands_[m.first].dtype, out = operands_[m.first + m.num_inputs].dtype;
+    if (unary && in == out) m.unary_row = cpu::simd::unary_row_fn(m.op, in);
+    if (binary && in == out) m.binary_row = cpu::simd::binary_row_fn(m.op, in);
     const bool broadcast_ok = binary || m.op == OpKind::kWhere || m.op == OpKind::kCopy;
     for (int k = m.first; k < m.first + m.num_inputs; ++k) {
       if (inner(k) != 1 && !(inner(k) == 0 && broadcast_ok)) return false;
@@ -254,29 +256,22 @@ bool FusedGroup::plan_strips() {
 
 // One strip, `rows` rows of n elements: each member in turn (Note [strip fusion]).
 void FusedGroup::run_strip(Operand* ops, int64_t rows, int64_t n) const {
-  for (size_t i = 0; i < members_.size(); ++i) {
-    const Member& m = members_[i];
+  for (const Member& m : members_) {
     const Operand* io = ops + m.first;
     // The vector row functions, row by row, where the op has them for this dtype.
     auto at = [rows](const Operand& o, int64_t r) {
       return rows == 1 ? o.data : static_cast<char*>(o.data) + r * (*o.strides)[0] * dtype_size(o.dtype);
     };
     auto broadcast = [](const Operand& o) { return (*o.strides)[o.strides->size() - 1] == 0; };
-    if (forms_[i] == Form::kUnary && io[0].dtype == io[1].dtype) {
-      const Operand &x = io[0], &out = io[1];
-      int64_t r = 0;
-      while (r < rows && cpu::simd::unary_row(m.op, x.dtype, at(out, r), at(x, r), n) == n) ++r;
-      if (r == rows) continue;
-      EMBER_CHECK(r == 0, "[compile] internal error: a strip's rows took different paths");
-    } else if (forms_[i] == Form::kBinary && io[0].dtype == io[2].dtype) {
-      const Operand &a = io[0], &b = io[1], &out = io[2];
-      int64_t r = 0;
-      while (r < rows &&
-             cpu::simd::binary_row(m.op, a.dtype, at(out, r), at(a, r), broadcast(a), at(b, r), broadcast(b), n) == n) {
-        ++r;
+    if (m.unary_row != nullptr) {
+      for (int64_t r = 0; r < rows; ++r) m.unary_row(at(io[1], r), at(io[0], r), n);
+      continue;
+    }
+    if (m.binary_row != nullptr && !(broadcast(io[0]) && broadcast(io[1]))) {
+      for (int64_t r = 0; r < rows; ++r) {
+        m.binary_row(at(io[2], r), at(io[0], r), broadcast(io[0]), at(io[1], r), broadcast(io[1]), n);
       }
-      if (r == rows) continue;
-      EMBER_CHECK(r == 0, "[compile] internal error: a strip's rows took different paths");
+      continue;
     }
     // Else the member's kernel over the strip.
     m.fn(KernelCall{m.op, *m.attrs, std::span<const Operand>(io, m.num_inputs),

@@ -38,6 +38,7 @@
 #include "base/kernel.h"
 #include "graph/ir.h"
 #include "graph/passes.h"
+#include "kernels/cpu/elementwise_simd.h"
 
 namespace ember::graph {
 
@@ -75,6 +76,9 @@ class FusedGroup {
     OpKind op;
     const Attrs* attrs;
     int first = 0, num_inputs = 0, num_outputs = 0;
+    // Strips: the unfused kernel's vector row function for this op and dtype, where it has one.
+    cpu::simd::UnaryRowFn unary_row = nullptr;
+    cpu::simd::BinaryRowFn binary_row = nullptr;
   };
   void run_tiles(const std::vector<char*>& base, int64_t begin, int64_t end, int slot);
   // Per-slot arrays of T (one per operand) lie this many elements apart: at least two cache lines
@@ -85,7 +89,6 @@ class FusedGroup {
   }
 
   // Strips (Note [strip fusion]).
-  enum class Form : uint8_t { kUnary, kBinary, kKernel };
   bool plan_strips();
   void run_strips(const std::vector<char*>& base, int64_t begin, int64_t end, int slot);
   void run_rows(const std::vector<char*>& base, int64_t begin, int64_t end, int slot);
@@ -97,7 +100,6 @@ class FusedGroup {
   int64_t loop_sizes_[kMaxDims] = {};
   std::vector<std::array<int64_t, kMaxDims>> loop_strides_;  // per operand, in elements
   std::vector<Strides> strip_strides_;                       // per operand: its steps within a strip
-  std::vector<Form> forms_;                                  // per member
   int strip_values_ = 0;                                     // strip buffers: one per scratch buffer
   std::vector<char*> strip_rows_;                            // slots_ x operands_.size()
 

@@ -134,6 +134,55 @@ int64_t BinaryRow(OpKind op, DType dtype, void* out, const void* a, bool a_scala
   }
 }
 
+template <class F, class T>
+constexpr simd::UnaryRowFn unary_fn() {
+  if constexpr (F::template kVector<compute_t<T>>) {
+    return &unary_vectors<F, T>;
+  } else {
+    return nullptr;
+  }
+}
+template <class F, class T>
+constexpr simd::BinaryRowFn binary_fn() {
+  if constexpr (F::template kVector<compute_t<T>>) {
+    return &binary_vectors<F, T>;
+  } else {
+    return nullptr;
+  }
+}
+
+simd::UnaryRowFn UnaryRowFnFor(OpKind op, DType dtype) {
+  switch (op) {
+#define EMBER_UNARY_CASE(kind, ...)                                 \
+  case OpKind::k##kind:                                             \
+    if (dtype == kFloat32) return unary_fn<vec::kind, float>();     \
+    if (dtype == kFloat64) return unary_fn<vec::kind, double>();    \
+    if (dtype == kBFloat16) return unary_fn<vec::kind, BFloat16>(); \
+    if (dtype == kFloat16) return unary_fn<vec::kind, Half>();      \
+    return nullptr;
+    EMBER_UNARY_PRIMITIVES(EMBER_UNARY_CASE)
+#undef EMBER_UNARY_CASE
+    default:
+      return nullptr;
+  }
+}
+
+simd::BinaryRowFn BinaryRowFnFor(OpKind op, DType dtype) {
+  switch (op) {
+#define EMBER_BINARY_CASE(kind, ...)                                 \
+  case OpKind::k##kind:                                              \
+    if (dtype == kFloat32) return binary_fn<vec::kind, float>();     \
+    if (dtype == kFloat64) return binary_fn<vec::kind, double>();    \
+    if (dtype == kBFloat16) return binary_fn<vec::kind, BFloat16>(); \
+    if (dtype == kFloat16) return binary_fn<vec::kind, Half>();      \
+    return nullptr;
+    EMBER_BINARY_PRIMITIVES(EMBER_BINARY_CASE)
+#undef EMBER_BINARY_CASE
+    default:
+      return nullptr;
+  }
+}
+
 // --- conversions ---------------------------------------------------------------------------------
 
 // Whole vectors of a contiguous row from From to To through float (store_vector rounds to the
@@ -331,6 +380,8 @@ HWY_EXPORT(ConvertRow);
 HWY_EXPORT(TargetName);
 HWY_EXPORT(TransposeBlock32);
 HWY_EXPORT(SelectRow);
+HWY_EXPORT(UnaryRowFnFor);
+HWY_EXPORT(BinaryRowFnFor);
 
 namespace simd {
 int64_t unary_row(OpKind op, DType dtype, void* out, const void* in, int64_t n) {
@@ -343,6 +394,8 @@ int64_t binary_row(OpKind op, DType dtype, void* out, const void* a, bool a_scal
 int64_t convert_row(DType to, DType from, void* out, const void* in, int64_t n) {
   return HWY_DYNAMIC_DISPATCH(ConvertRow)(to, from, out, in, n);
 }
+UnaryRowFn unary_row_fn(OpKind op, DType dtype) { return HWY_DYNAMIC_DISPATCH(UnaryRowFnFor)(op, dtype); }
+BinaryRowFn binary_row_fn(OpKind op, DType dtype) { return HWY_DYNAMIC_DISPATCH(BinaryRowFnFor)(op, dtype); }
 int64_t select_row(int element_bytes, void* out, const bool* cond, const void* a, bool a_scalar, const void* b,
                    bool b_scalar, int64_t n) {
   return HWY_DYNAMIC_DISPATCH(SelectRow)(element_bytes, out, cond, a, a_scalar, b, b_scalar, n);

@@ -20,6 +20,13 @@ int64_t binary_row(OpKind op, DType dtype, void* out, const void* a, bool a_scal
 // conversion, for float32 <-> bfloat16, float16 and float64; returns how many leading elements it
 // wrote (whole vectors; 0 for other pairs).
 int64_t convert_row(DType to, DType from, void* out, const void* in, int64_t n);
+// The row functions above resolved once for one op and dtype on this machine's target (nullptr where
+// the op has no vector form for it): a caller that runs the same op over many short rows skips
+// the dispatch and the op's switch on each.
+using UnaryRowFn = int64_t (*)(void* out, const void* in, int64_t n);
+using BinaryRowFn = int64_t (*)(void* out, const void* a, bool a_scalar, const void* b, bool b_scalar, int64_t n);
+UnaryRowFn unary_row_fn(OpKind op, DType dtype);
+BinaryRowFn binary_row_fn(OpKind op, DType dtype);
 // out[i] = cond[i] ? a[i] : b[i] for contiguous out and cond over elements of `element_bytes` (2 or
 // 4; the bits are moved, not computed); a (or b) is one broadcast value when a_scalar (b_scalar).
 // Returns how many leading elements it wrote (whole vectors; 0 for other sizes).
