@@ -13,25 +13,19 @@ namespace {
 // A softmax member's attributes over a strip of whole rows, shape (rows, row).
 const Attrs kStripRowDim = DimAttrs{1};
 
-bool is_unary_primitive(OpKind op) {
+// 1 for a unary elementwise primitive, 2 for a binary one, else 0.
+int primitive_arity(OpKind op) {
   switch (op) {
 #define EMBER_UNARY_CASE(kind, ...) case OpKind::k##kind:
     EMBER_UNARY_PRIMITIVES(EMBER_UNARY_CASE)
 #undef EMBER_UNARY_CASE
-    return true;
-    default:
-      return false;
-  }
-}
-
-bool is_binary_primitive(OpKind op) {
-  switch (op) {
+    return 1;
 #define EMBER_BINARY_CASE(kind, ...) case OpKind::k##kind:
     EMBER_BINARY_PRIMITIVES(EMBER_BINARY_CASE)
 #undef EMBER_BINARY_CASE
-    return true;
+    return 2;
     default:
-      return false;
+      return 0;
   }
 }
 
@@ -225,7 +219,7 @@ bool FusedGroup::plan_strips() {
   const int nd = loop_ndim_;
   auto inner = [&](int k) { return loop_strides_[static_cast<size_t>(k)][nd - 1]; };
   for (Member& m : members_) {
-    const bool unary = is_unary_primitive(m.op), binary = is_binary_primitive(m.op);
+    const bool unary = primitive_arity(m.op) == 1, binary = primitive_arity(m.op) == 2;
     const DType in = operands_[m.first].dtype, out = operands_[m.first + m.num_inputs].dtype;
     if (unary && in == out) m.unary_row = cpu::simd::unary_row_fn(m.op, in);
     if (binary && in == out) m.binary_row = cpu::simd::binary_row_fn(m.op, in);

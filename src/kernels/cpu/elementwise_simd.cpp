@@ -101,39 +101,6 @@ int64_t binary_vectors(void* out_ptr, const void* a_ptr, bool a_scalar, const vo
   }
 }
 
-int64_t UnaryRow(OpKind op, DType dtype, void* out, const void* in, int64_t n) {
-  switch (op) {
-#define EMBER_UNARY_CASE(kind, ...)                                                \
-  case OpKind::k##kind:                                                            \
-    if (dtype == kFloat32) return unary_vectors<vec::kind, float>(out, in, n);     \
-    if (dtype == kFloat64) return unary_vectors<vec::kind, double>(out, in, n);    \
-    if (dtype == kBFloat16) return unary_vectors<vec::kind, BFloat16>(out, in, n); \
-    if (dtype == kFloat16) return unary_vectors<vec::kind, Half>(out, in, n);      \
-    return 0;
-    EMBER_UNARY_PRIMITIVES(EMBER_UNARY_CASE)
-#undef EMBER_UNARY_CASE
-    default:
-      return 0;
-  }
-}
-
-int64_t BinaryRow(OpKind op, DType dtype, void* out, const void* a, bool a_scalar, const void* b, bool b_scalar,
-                  int64_t n) {
-  switch (op) {
-#define EMBER_BINARY_CASE(kind, ...)                                                                      \
-  case OpKind::k##kind:                                                                                   \
-    if (dtype == kFloat32) return binary_vectors<vec::kind, float>(out, a, a_scalar, b, b_scalar, n);     \
-    if (dtype == kFloat64) return binary_vectors<vec::kind, double>(out, a, a_scalar, b, b_scalar, n);    \
-    if (dtype == kBFloat16) return binary_vectors<vec::kind, BFloat16>(out, a, a_scalar, b, b_scalar, n); \
-    if (dtype == kFloat16) return binary_vectors<vec::kind, Half>(out, a, a_scalar, b, b_scalar, n);      \
-    return 0;
-    EMBER_BINARY_PRIMITIVES(EMBER_BINARY_CASE)
-#undef EMBER_BINARY_CASE
-    default:
-      return 0;
-  }
-}
-
 template <class F, class T>
 constexpr simd::UnaryRowFn unary_fn() {
   if constexpr (F::template kVector<compute_t<T>>) {
@@ -183,6 +150,17 @@ simd::BinaryRowFn BinaryRowFnFor(OpKind op, DType dtype) {
   }
 }
 
+int64_t UnaryRow(OpKind op, DType dtype, void* out, const void* in, int64_t n) {
+  const simd::UnaryRowFn f = UnaryRowFnFor(op, dtype);
+  return f != nullptr ? f(out, in, n) : 0;
+}
+
+int64_t BinaryRow(OpKind op, DType dtype, void* out, const void* a, bool a_scalar, const void* b, bool b_scalar,
+                  int64_t n) {
+  const simd::BinaryRowFn f = BinaryRowFnFor(op, dtype);
+  return f != nullptr ? f(out, a, a_scalar, b, b_scalar, n) : 0;
+}
+
 // --- conversions ---------------------------------------------------------------------------------
 
 // Whole vectors of a contiguous row from From to To through float (store_vector rounds to the
@@ -192,7 +170,7 @@ template <class To, class From>
 int64_t convert_vectors(To* out, const From* in, int64_t n) {
   int64_t i = 0;
   if constexpr (std::is_same_v<To, double> || std::is_same_v<From, double>) {
-#if HWY_HAVE_FLOAT64
+#if HWY_HAVE_FLOAT64 && HWY_TARGET != HWY_SCALAR  // the scalar target's DemoteTo clamps to +-FLT_MAX
     const hn::ScalableTag<double> d64;
     const hn::Rebind<float, decltype(d64)> d32;
     const int64_t lanes = static_cast<int64_t>(hn::Lanes(d64));
