@@ -10,6 +10,9 @@
 
 #include "ember/compile.h"
 #include "ember/ember.h"
+#include "ember/models/mnist.h"
+#include "ember/optim/sgd.h"
+#include "graph/executor.h"
 #include "graph/fused.h"
 #include "graph/passes.h"
 #include "graph/trace.h"
@@ -420,6 +423,29 @@ TEST(GraphPasses, RandomDagsCompileToTheirEagerResults) {
       }
     }
   }
+}
+
+// A training step's parameter updates, one kernel per parameter in the graph, become one multi-tensor
+// step in the plan (Note [multi-tensor updates] in graph/executor.h).
+TEST(GraphPasses, ATrainingStepsUpdatesRunAsOneMultiTensorStep) {
+  auto model = models::mnist_mlp();
+  optim::SGD opt(model->parameters(), optim::SGDOptions{.lr = 0.1, .momentum = 0.9});
+  const Tensor x = randn({8, 784}), y = randint(0, 10, {8});
+  auto step = [&] {
+    opt.zero_grad();
+    Tensor loss = cross_entropy(model->forward(x), y);
+    loss.backward();
+    opt.step();
+    return loss;
+  };
+  step();  // the momentum buffers exist from here on
+  Trace t = trace({x, y}, [&] { return std::vector<Tensor>{step()}; });
+  int updates = 0;
+  for (const Node& n : t.graph.nodes) updates += n.kind == NodeKind::kKernel && n.op == OpKind::kSgdStep;
+  EXPECT_EQ(updates, static_cast<int>(model->parameters().size()));
+  const MemoryPlan plan = plan_memory(t.graph);
+  const Executable executable(std::move(t.graph), plan);
+  EXPECT_EQ(executable.multi_updates(), 1);
 }
 
 // A group of elementwise members runs in strips (Note [strip fusion]) and gives the unfused kernels'

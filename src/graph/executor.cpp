@@ -3,6 +3,7 @@
 
 #include "core/allocator.h"
 #include "core/tensor_impl.h"
+#include "kernels/cpu/parallel.h"
 #include "ops/dispatch.h"
 #include "ops/factory.h"
 
@@ -128,6 +129,92 @@ Executable::Executable(Graph graph, const MemoryPlan& plan) : graph_(std::move(g
     }
     steps_.push_back(step);
   }
+  plan_multi_updates();
+}
+
+void Executable::plan_multi_updates() {
+  const auto update = [&](const Step& step) {
+    if (step.kind != NodeKind::kKernel) return false;
+    const Node& n = graph_.nodes[step.node];
+    if (n.op != OpKind::kSgdStep && n.op != OpKind::kAdamStep && n.op != OpKind::kAdagradStep &&
+        n.op != OpKind::kRmspropStep) {
+      return false;
+    }
+    const int64_t numel = n.outputs[0].shape.numel();
+    for (int k = step.first_operand; k < step.first_operand + step.num_operands; ++k) {
+      const Operand& o = operands_[k];
+      if (o.defined() && (o.device.type != DeviceType::kCPU || !o.contiguous || o.numel() != numel)) return false;
+    }
+    return true;
+  };
+  for (size_t i = 0; i < steps_.size();) {
+    size_t end = i;
+    while (end < steps_.size() && update(steps_[end]) &&
+           graph_.nodes[steps_[end].node].op == graph_.nodes[steps_[i].node].op) {
+      ++end;
+    }
+    if (end - i < 2) {
+      i = std::max(end, i + 1);
+      continue;
+    }
+    MultiUpdate multi;
+    for (size_t s = i; s < end; ++s) {
+      steps_[s].multi = static_cast<int>(multi_.size());
+      multi.steps.push_back(static_cast<int>(s));
+      const Step& step = steps_[s];
+      const int64_t numel = operands_[step.first_operand + 1].numel();  // the parameter (outputs[0])
+      multi.elements += numel;
+      for (int64_t b = 0; b < numel; b += kUpdatePiece) {
+        multi.pieces.push_back({static_cast<int>(s), b, Shape({std::min(kUpdatePiece, numel - b)}),
+                                static_cast<int>(piece_operands_.size())});
+        piece_operands_.resize(piece_operands_.size() + static_cast<size_t>(step.num_operands));
+      }
+    }
+    multi_.push_back(std::move(multi));
+    i = end;
+  }
+  // Each piece's call, over its operands (pointed at when a run starts).
+  static const Strides kUnit({1});
+  for (MultiUpdate& multi : multi_) {
+    multi.first_call = static_cast<int>(piece_calls_.size());
+    for (const MultiUpdate::Piece& piece : multi.pieces) {
+      const Step& step = steps_[piece.step];
+      const Node& n = graph_.nodes[step.node];
+      for (int k = 0; k < step.num_operands; ++k) {
+        Operand& o = piece_operands_[piece.first_operand + k];
+        o = operands_[step.first_operand + k];
+        if (!o.defined()) continue;
+        o.shape = &piece.shape;
+        o.strides = &kUnit;
+        o.storage = nullptr;
+      }
+      Operand* ops = piece_operands_.data() + piece.first_operand;
+      piece_calls_.push_back(KernelCall{n.op, n.attrs, std::span<const Operand>(ops, n.inputs.size()),
+                                        std::span<const Operand>(ops + n.inputs.size(), n.outputs.size())});
+    }
+  }
+}
+
+void Executable::run_multi(const MultiUpdate& multi) {
+  for (const MultiUpdate::Piece& piece : multi.pieces) {
+    const Step& step = steps_[piece.step];
+    for (int k = 0; k < step.num_operands; ++k) {
+      const Operand& whole = operands_[step.first_operand + k];
+      if (!whole.defined()) continue;
+      piece_operands_[piece.first_operand + k].data =
+          static_cast<char*>(whole.data) + piece.begin * dtype_size(whole.dtype);
+    }
+  }
+  // The pieces of the members this run leaves out (Note [host attributes]) are skipped.
+  const auto skipped = [&](const MultiUpdate::Piece& piece) {
+    const Node& n = graph_.nodes[steps_[piece.step].node];
+    return n.host_attrs != nullptr && n.host_attrs->skip;
+  };
+  const int threads = multi.elements < cpu::kElementwiseGrain ? 1 : cpu::num_threads();
+  cpu::parallel_tasks(static_cast<int64_t>(multi.pieces.size()), threads, [&](int64_t p) {
+    const MultiUpdate::Piece& piece = multi.pieces[static_cast<size_t>(p)];
+    if (!skipped(piece)) steps_[piece.step].fn(piece_calls_[multi.first_call + static_cast<size_t>(p)]);
+  });
 }
 
 std::string Executable::stale() const {
@@ -188,8 +275,15 @@ std::vector<Tensor> Executable::run(const std::vector<Tensor>& arguments) {
   for (const Step& step : steps_) {
     if (step.host_attrs) [[unlikely]] {  // Note [host attributes]: as the host computed them for this run
       Node& n = graph_.nodes[step.node];
-      if (n.host_attrs->skip) continue;
-      n.attrs = n.host_attrs->attrs;  // the kernel call refers to n.attrs
+      const bool skip = n.host_attrs->skip;
+      if (!skip) n.attrs = n.host_attrs->attrs;  // the kernel call refers to n.attrs
+      if (skip && (step.multi < 0 || observed)) continue;
+    }
+    if (step.multi >= 0 && !observed) {
+      // A multi-tensor update runs at its last member, when every member's attributes are set.
+      const MultiUpdate& multi = multi_[step.multi];
+      if (&step - steps_.data() == multi.steps.back()) run_multi(multi);
+      continue;
     }
     if (observed && (step.kind == NodeKind::kKernel || step.kind == NodeKind::kFused)) [[unlikely]] {
       run_observed(step);

@@ -34,6 +34,8 @@ class Executable {
   std::string stale() const;
 
   const Graph& graph() const { return graph_; }
+  // How many runs of optimizer updates execute as one multi-tensor step (Note [multi-tensor updates]).
+  int multi_updates() const { return static_cast<int>(multi_.size()); }
   const MemoryPlan& memory() const { return plan_; }
   int num_steps() const { return static_cast<int>(steps_.size()); }
 
@@ -47,7 +49,30 @@ class Executable {
     int call = -1;            // kKernel: calls_
     int fused = -1;           // kFused: fused_
     bool host_attrs = false;  // kKernel: its attributes come from the host each run
+    int multi = -1;           // kKernel: the multi-tensor update (multi_) it belongs to
   };
+  // Note [multi-tensor updates]: consecutive optimizer updates (SGD, Adam, Adagrad, RMSprop steps
+  // of every parameter, one kernel each) run as one step: their parameters are cut into pieces of
+  // kUpdatePiece elements, and one parallel region runs every piece through the update's own
+  // kernel, over operands that view the piece. Each parameter's kernel would otherwise start a
+  // parallel region of its own (or run on one thread when small); the pieces also balance small
+  // and large parameters across threads. An update computes each element alone, whatever the
+  // split (pieces start on 64-element blocks, as the kernel's own chunks do): the same bits.
+  struct MultiUpdate {
+    struct Piece {
+      int step = 0;  // the member's index in steps_
+      int64_t begin = 0;
+      Shape shape;            // (length)
+      int first_operand = 0;  // in piece_operands_
+    };
+    std::vector<int> steps;
+    std::vector<Piece> pieces;
+    int64_t elements = 0;
+    int first_call = 0;  // its pieces' calls in piece_calls_
+  };
+  static constexpr int64_t kUpdatePiece = 16384;
+  void plan_multi_updates();
+  void run_multi(const MultiUpdate& multi);
   void bind(const std::vector<Tensor>& arguments);
   void draw();
   void run_observed(const Step& step);  // with observers (the profiler) attached
@@ -61,6 +86,9 @@ class Executable {
   std::vector<std::pair<int, int64_t>> sources_;  // per operand: buffer, byte offset
   std::vector<KernelCall> calls_;
   std::vector<std::unique_ptr<FusedGroup>> fused_;
+  std::vector<MultiUpdate> multi_;
+  std::vector<Operand> piece_operands_;
+  std::vector<KernelCall> piece_calls_;
   std::vector<std::vector<int>> drawing_nodes_;  // per draw: the nodes whose key it is
   std::vector<int> output_buffers_;
   std::vector<std::shared_ptr<StorageImpl>> output_storage_;
