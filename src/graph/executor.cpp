@@ -162,7 +162,7 @@ void Executable::plan_multi_updates() {
       steps_[s].multi = static_cast<int>(multi_.size());
       multi.steps.push_back(static_cast<int>(s));
       const Step& step = steps_[s];
-      const int64_t numel = operands_[step.first_operand + 1].numel();  // the parameter (outputs[0])
+      const int64_t numel = graph_.nodes[step.node].outputs[0].shape.numel();  // the parameter's
       multi.elements += numel;
       for (int64_t b = 0; b < numel; b += kUpdatePiece) {
         multi.pieces.push_back({static_cast<int>(s), b, Shape({std::min(kUpdatePiece, numel - b)}),
