@@ -264,6 +264,21 @@ TEST(Compile, ReadingAValueOnTheHostIsAnError) {
   EXPECT_THAT(thrown([&] { f(ones({3})); }), HasSubstr("item() reads a tensor's value on the host while tracing"));
 }
 
+// A host region (here the optimizer's step reading its skip flag) that reads an argument would
+// replay the traced call's value: refused when traced.
+TEST(Compile, AHostRegionReadingAnArgumentIsAnError) {
+  Tensor p = ones({3}).requires_grad_();
+  optim::SGD opt({p}, optim::SGDOptions{.lr = 0.1});
+  auto f = compile([&](const Tensor& x, const Tensor& skip) {
+    opt.zero_grad();
+    (p * x).sum().backward();
+    opt.step(skip);
+    return p.sum();
+  });
+  EXPECT_THAT(thrown([&] { f(ones({3}), full({}, 0.0, kBool)); }),
+              HasSubstr("reads an argument of the compiled function on the host"));
+}
+
 TEST(Compile, WritingAFoldedCapturedTensorIsDetected) {
   Tensor w = ones({4});
   // w * 2 depends only on w: folded into a constant, checked before each call.

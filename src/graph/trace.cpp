@@ -105,7 +105,20 @@ class Tracer final : public dispatch::Observer {
   void begin_host(const char* name, const std::function<void()>& replay,
                   std::span<const Tensor* const> reads) override {
     if (std::this_thread::get_id() != thread_) return;
-    if (host_depth_++ > 0) return;
+    if (host_depth_ > 0) {
+      ++host_depth_;
+      return;
+    }
+    // A replay runs the region again, reading what it read at the addresses the trace saw: an
+    // argument lives elsewhere on every call, so the replay would read the traced call's value.
+    for (const Tensor* t : reads) {
+      EMBER_CHECK(g_.buffers[view_of(t, false).buffer].kind != BufferKind::kArgument, "[compile] ", name,
+                  " reads an argument of the compiled function on the host, which a replay cannot follow (it would "
+                  "read the traced call's value). Keep that tensor outside the arguments (captured state the "
+                  "function updates, as a GradScaler's flag) or call ",
+                  name, " outside the compiled function");
+    }
+    ++host_depth_;
     Node n;
     n.kind = NodeKind::kHost;
     n.label = name;
