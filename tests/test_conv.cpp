@@ -257,8 +257,8 @@ TEST(Conv2dBlocked, GradientsMatchTheFloat64Path) {
 // convolution] in kernels/cpu/conv.cpp): every result is the float64 one on the same bfloat16 values,
 // rounded once (so within half a bfloat16 ulp, plus float32 summation), on each path: rows wide
 // enough for the bfloat16 kernels (several images per GEMM, bands of one big image, pointwise,
-// groups, depthwise, stride 2 with its GEMM + col2im input gradient, dilation) and narrow ones
-// computed in float32; the same bits on 1 and 2 threads.
+// groups, depthwise, stride 2 with its GEMM + col2im input gradient, dilation), narrow ones in the
+// blocked layout and narrow ones computed in float32; the same bits on 1 and 2 threads.
 TEST(Conv2dBfloat16, ResultsAndGradientsAreTheFloat64OnesRoundedOnce) {
   ember::manual_seed(67);
   struct Case {
@@ -267,11 +267,25 @@ TEST(Conv2dBfloat16, ResultsAndGradientsAreTheFloat64OnesRoundedOnce) {
     int64_t groups;
   };
   const std::vector<Case> cases = {
-      {{3, 5, 30, 30}, {7, 5, 3, 3}, 1, 1, 1, 1},   {{1, 16, 120, 121}, {8, 16, 3, 3}, 1, 1, 1, 1},
-      {{3, 8, 28, 29}, {12, 8, 1, 1}, 1, 0, 1, 1},  {{2, 6, 32, 31}, {10, 3, 3, 3}, 1, {1, 2}, {2, 1}, 2},
-      {{2, 4, 60, 58}, {6, 4, 3, 3}, 2, 1, 1, 1},   {{2, 6, 40, 40}, {6, 1, 3, 3}, 1, 1, 1, 6},
-      {{2, 3, 10, 12}, {4, 3, 3, 3}, 1, 1, 1, 1},   {{4, 1, 28, 28}, {16, 1, 5, 5}, 1, 0, 1, 1},
-      {{1, 64, 60, 61}, {16, 64, 1, 1}, 1, 0, 1, 1}};
+      {{3, 5, 30, 30}, {7, 5, 3, 3}, 1, 1, 1, 1},
+      {{1, 16, 120, 121}, {8, 16, 3, 3}, 1, 1, 1, 1},
+      {{3, 8, 28, 29}, {12, 8, 1, 1}, 1, 0, 1, 1},
+      {{2, 6, 32, 31}, {10, 3, 3, 3}, 1, {1, 2}, {2, 1}, 2},
+      {{2, 4, 60, 58}, {6, 4, 3, 3}, 2, 1, 1, 1},
+      {{2, 6, 40, 40}, {6, 1, 3, 3}, 1, 1, 1, 6},
+      {{2, 3, 10, 12}, {4, 3, 3, 3}, 1, 1, 1, 1},
+      {{4, 1, 28, 28}, {16, 1, 5, 5}, 1, 0, 1, 1},
+      {{1, 64, 60, 61}, {16, 64, 1, 1}, 1, 0, 1, 1},
+      // Narrow maps in the blocked layout (Note [bfloat16 blocked convolution]): MNIST's second
+      // layer; 27 columns in two tiles with three groups of 16 output channels; maps 5 wide, two
+      // rows a tile and an odd last row; stride 2 (its input gradient in float32); dilation 2 on one
+      // image (bands of rows); 31 and 30 channels padded to blocks.
+      {{3, 16, 12, 12}, {32, 16, 5, 5}, 1, 0, 1, 1},
+      {{2, 32, 9, 27}, {48, 32, 3, 3}, 1, 1, 1, 1},
+      {{3, 16, 7, 5}, {16, 16, 3, 3}, 1, 1, 1, 1},
+      {{2, 32, 15, 17}, {32, 32, 3, 3}, 2, 1, 1, 1},
+      {{1, 16, 11, 13}, {16, 16, 3, 3}, 1, 2, 2, 1},
+      {{2, 31, 6, 6}, {30, 31, 3, 3}, 1, 1, 1, 1}};
   const int threads = ember::get_num_threads();
   for (const Case& c : cases) {
     SCOPED_TRACE(::testing::Message() << "x " << ember::Shape(c.x) << " w " << ember::Shape(c.w));

@@ -175,18 +175,9 @@ Tensor image_of_line(const Tensor& t) { return batched(t.unsqueeze(-2)); }
 
 // Whether a bfloat16 convolution runs in bfloat16 (Note [bfloat16 convolution] in
 // kernels/cpu/conv.cpp) rather than in float32, rounded once: where the device has the kernel (a CPU
-// with AVX512_BF16) and the output rows are at least kBf16MinRow wide. The bfloat16 kernels build
-// im2col columns, one copy per output row and tap, and on narrower maps those copies cost more than
-// the products save; the float32 kernels (blocked, direct) read the image in place. Measured per
-// shape on 2 threads, forward + backward, float32 -> bfloat16: 64 channels at 56 x 56 23.0 ->
-// 17.3 ms, 128 at 28 x 28 20.8 -> 13.9 ms, 64 -> 128 at stride 2 to 28 x 28 14.8 -> 9.1 ms, 1 x 1
-// 64 -> 256 at 56 x 56 17.7 -> 9.3 ms; but 256 channels at 14 x 14 21.4 -> 25.2 ms and MNIST's
-// 16 -> 32 channels at 8 x 8 1.8 -> 2.1 ms, so those keep float32.
-constexpr int64_t kBf16MinRow = 28;
-
-bool bf16_native(const Tensor& input, const Shape& out_shape) {
-  return input.dtype() == kBFloat16 && out_shape[out_shape.size() - 1] >= kBf16MinRow &&
-         dispatch::has_kernel(OpKind::kConv2d, input.device(), kBFloat16);
+// with AVX512_BF16). The kernel chooses its path by the shape.
+bool bf16_native(const Tensor& input) {
+  return input.dtype() == kBFloat16 && dispatch::has_kernel(OpKind::kConv2d, input.device(), kBFloat16);
 }
 
 // conv2d's forward and backward on the kernels' views (as_image) of the caller's tensors; the
@@ -195,7 +186,7 @@ Tensor convolve(OpKind kind, const Attrs& node_attrs, Tensor (*as_image)(const T
                 const Tensor& weight, const std::optional<Tensor>& bias, const Conv2dAttrs& attrs,
                 const Shape& out_shape) {
   const DType dtype = input.dtype();
-  const DType compute = bf16_native(input, out_shape) ? dtype : compute_dtype(dtype);
+  const DType compute = bf16_native(input) ? dtype : compute_dtype(dtype);
   const Tensor bias_tensor = bias.value_or(Tensor());
   const bool grad_input = autograd::needs_grad(input), grad_weight = autograd::needs_grad(weight);
 

@@ -36,6 +36,7 @@
 #include "ember/half.h"
 #include "kernels/cpu/conv_direct.h"
 #include "kernels/cpu/conv_nchwc.h"
+#include "kernels/cpu/conv_nchwc_bf16.h"
 #include "kernels/cpu/float_dispatch.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/gemm_bf16.h"
@@ -91,7 +92,19 @@ TapRange tap_range(int64_t out_size, int64_t in_size, int64_t stride, int64_t of
 
 // Grow-only buffers owned by the calling thread (the pool's threads live as long as the process), so a
 // training loop allocates its column buffers once.
-enum class Slot : int { kColumns, kPartials, kWeightT, kPadded, kSums, kCount };
+enum class Slot : int {
+  kColumns,
+  kPartials,
+  kWeightT,
+  kPadded,
+  kSums,
+  // A bfloat16 convolution run in float32: its operands widened, and the result before rounding.
+  kWidened0,
+  kWidened1,
+  kWidened2,
+  kResult,
+  kCount
+};
 
 template <class T>
 T* thread_buffer(Slot slot, int64_t count) {
@@ -580,9 +593,19 @@ void backward_weight(const Conv2dGeometry& g, const T* grad_out, const T* input,
 //   path); otherwise weight^T @ grad_out into float32 columns, col2im in float32, rounded.
 // - grad weight: as the float32 kernel (Note [deterministic weight gradient]), partial sums in
 //   float32, rounded once at the end.
-// The front-end sends only convolutions with output rows at least 28 wide here (the rule and its
-// measurements are at ops/conv.cpp's bf16_native); narrower ones run the float32 kernels.
+// These paths build im2col columns, one copy per output row and tap, and on narrow maps those
+// copies cost more than the products save. Measured per shape on 2 threads, forward + backward,
+// float32 -> bfloat16: 64 channels at 56 x 56 23.0 -> 17.3 ms, 128 at 28 x 28 20.8 -> 13.9 ms, 64 ->
+// 128 at stride 2 to 28 x 28 14.8 -> 9.1 ms, 1 x 1 64 -> 256 at 56 x 56 17.7 -> 9.3 ms; but 256
+// channels at 14 x 14 21.4 -> 25.2 ms and MNIST's 16 -> 32 channels at 8 x 8 1.8 -> 2.1 ms. So
+// convolutions whose output rows are narrower than kBf16MinRow go elsewhere:
+// - the forward and the input gradient (as a forward, stride 1) to the blocked bfloat16 forward
+//   (Note [bfloat16 blocked convolution] in conv_nchwc_bf16.cpp) where it takes them;
+// - the weight gradient, and what the blocked forward does not take, to the float32 kernels, the
+//   operands widened and the result rounded once.
 using Bf16 = uint16_t;
+
+constexpr int64_t kBf16MinRow = 28;
 
 // Column elements (bfloat16) per forward item: several images' columns side by side, or a band.
 constexpr int64_t kBf16ColumnBudget = int64_t{128} << 10;
@@ -797,6 +820,8 @@ void zero(const Operand& t) { std::memset(t.data, 0, static_cast<size_t>(t.numel
 // The tags of the forms this file keeps on a weight's storage (Note [derived forms]).
 constexpr int64_t kDerivedBlockedWeight = 1;
 constexpr int64_t kDerivedBlockedWeightTransposed = 2;
+constexpr int64_t kDerivedBlockedBf16Weight = 3;
+constexpr int64_t kDerivedBlockedBf16WeightTransposed = 4;
 
 // The float32 forward in the blocked layout (Note [blocked convolution] in conv_nchwc.cpp). The
 // packed weight is kept on the weight's storage, so a model that is not training packs each
@@ -820,6 +845,74 @@ std::shared_ptr<const void> packed_weight(const Conv2dGeometry& g, const Operand
     std::shared_ptr<float[]> form(new float[static_cast<size_t>(nchwc_packed_size(g, layout))]);
     nchwc_pack_weight(g, weight.ptr<const float>(), transposed, form.get());
     return std::shared_ptr<const void>(std::move(form));
+  });
+}
+
+// The bfloat16 blocked forward's packed weight (conv_nchwc_bf16.h), kept as packed_weight keeps
+// the float32 one.
+std::shared_ptr<const void> packed_bf16_weight(const Conv2dGeometry& g, const Operand& weight, bool transposed) {
+  const auto first = static_cast<int64_t>(reinterpret_cast<intptr_t>(weight.data));
+  const DerivedKey key{transposed ? kDerivedBlockedBf16WeightTransposed : kDerivedBlockedBf16Weight,
+                       0,
+                       0,
+                       first,
+                       g.out_channels,
+                       g.in_channels,
+                       g.kernel_h,
+                       g.kernel_w};
+  return derived_form(weight, key, [&] {
+    std::shared_ptr<Bf16[]> form(new Bf16[static_cast<size_t>(nchwc_bf16_packed_size(g))]);
+    nchwc_bf16_pack_weight(g, weight.ptr<const Bf16>(), transposed, form.get());
+    return std::shared_ptr<const void>(std::move(form));
+  });
+}
+
+// A bfloat16 operand's values widened to float32 in the calling thread's `slot` (null if absent).
+const float* widened(const Operand& t, Slot slot) {
+  if (!t.defined()) return nullptr;
+  float* values = thread_buffer<float>(slot, t.numel());
+  widen(t.ptr<const Bf16>(), values, t.numel());
+  return values;
+}
+
+// The float32 result of a bfloat16 convolution run in float32, rounded into `out` by finish(sums).
+template <class F>
+void rounded_into(const Operand& out, const F& finish) {
+  float* values = thread_buffer<float>(Slot::kResult, out.numel());
+  finish(values);
+  round_to_bf16(values, 1, out.numel(), nullptr, out.ptr<Bf16>(), out.numel());
+}
+
+// A bfloat16 convolution on a map narrower than kBf16MinRow columns (Note [bfloat16 convolution]).
+void narrow_forward_bf16(const Conv2dGeometry& g, const Operand& input, const Operand& weight, const Operand& bias,
+                         const Operand& out) {
+  const float* b = widened(bias, Slot::kWidened2);
+  if (nchwc_bf16_takes(g)) {
+    const std::shared_ptr<const void> packed = packed_bf16_weight(g, weight, false);
+    return nchwc_bf16_forward(g, input.ptr<const Bf16>(), static_cast<const Bf16*>(packed.get()), b, out.ptr<Bf16>());
+  }
+  const float *x = widened(input, Slot::kWidened0), *w = widened(weight, Slot::kWidened1);
+  rounded_into(out, [&](float* values) { conv2d_forward(kFloat32, g, x, w, b, values, nullptr, false); });
+}
+
+void narrow_backward_input_bf16(const Conv2dGeometry& g, const Operand& grad_out, const Operand& weight,
+                                const Operand& grad_input) {
+  const std::optional<Conv2dGeometry> t = input_gradient_as_forward(g);
+  if (t && nchwc_bf16_takes(*t)) {
+    const std::shared_ptr<const void> packed = packed_bf16_weight(*t, weight, true);
+    return nchwc_bf16_forward(*t, grad_out.ptr<const Bf16>(), static_cast<const Bf16*>(packed.get()), nullptr,
+                              grad_input.ptr<Bf16>());
+  }
+  const float *go = widened(grad_out, Slot::kWidened0), *w = widened(weight, Slot::kWidened1);
+  rounded_into(grad_input, [&](float* values) { conv2d_backward_input(kFloat32, g, go, w, values); });
+}
+
+void narrow_backward_weight_bf16(const Conv2dGeometry& g, const Operand& grad_out, const Operand& input,
+                                 const Operand& grad_weight) {
+  const float *go = widened(grad_out, Slot::kWidened0), *x = widened(input, Slot::kWidened1);
+  rounded_into(grad_weight, [&](float* values) {
+    if (nchwc_weight_grad_takes(g)) return nchwc_weight_grad(g, go, x, values);
+    conv2d_backward_weight(kFloat32, g, go, x, values);
   });
 }
 
@@ -854,6 +947,7 @@ void conv2d_kernel(const KernelCall& c) {
   const Conv2dGeometry g = conv_geometry(attrs, input, weight, out);
   if (out.dtype == kBFloat16) {
     EMBER_CHECK(residual == nullptr && !relu, "[conv2d] internal error: a bfloat16 convolution takes no epilogue");
+    if (g.out_width < kBf16MinRow) return narrow_forward_bf16(g, input, weight, bias, out);
     return forward_bf16(g, input.ptr<const Bf16>(), weight.ptr<const Bf16>(), bias.ptr<const Bf16>(), out.ptr<Bf16>());
   }
   if (out.dtype == kFloat32 && nchwc_takes(g)) {
@@ -880,6 +974,7 @@ void conv2d_backward_input_kernel(const KernelCall& c) {
   if (grad_out.numel() == 0) return zero(grad_input);
   const Conv2dGeometry g = conv_geometry(c.get<Conv2dAttrs>(), grad_input, weight, grad_out);
   if (grad_input.dtype == kBFloat16) {
+    if (g.out_width < kBf16MinRow) return narrow_backward_input_bf16(g, grad_out, weight, grad_input);
     return backward_input_bf16(g, grad_out.ptr<const Bf16>(), weight.ptr<const Bf16>(), grad_input.ptr<Bf16>());
   }
   if (grad_input.dtype == kFloat32) {
@@ -897,6 +992,7 @@ void conv2d_backward_weight_kernel(const KernelCall& c) {
   if (grad_out.numel() == 0) return zero(grad_weight);
   const Conv2dGeometry g = conv_geometry(c.get<Conv2dAttrs>(), input, grad_weight, grad_out);
   if (grad_weight.dtype == kBFloat16) {
+    if (g.out_width < kBf16MinRow) return narrow_backward_weight_bf16(g, grad_out, input, grad_weight);
     return backward_weight_bf16(g, grad_out.ptr<const Bf16>(), input.ptr<const Bf16>(), grad_weight.ptr<Bf16>());
   }
   if (grad_weight.dtype == kFloat32 && nchwc_weight_grad_takes(g)) {
