@@ -257,8 +257,9 @@ TEST(Conv2dBlocked, GradientsMatchTheFloat64Path) {
 // convolution] in kernels/cpu/conv.cpp): every result is the float64 one on the same bfloat16 values,
 // rounded once (so within half a bfloat16 ulp, plus float32 summation), on each path: rows wide
 // enough for the bfloat16 kernels (several images per GEMM, bands of one big image, pointwise,
-// groups, depthwise, stride 2 with its GEMM + col2im input gradient, dilation), narrow ones in the
-// blocked layout and narrow ones computed in float32; the same bits on 1 and 2 threads.
+// groups, depthwise, stride 2 with its GEMM + col2im input gradient, dilation), the blocked
+// layout's forward and input gradient on wide and narrow maps, and narrow ones computed in float32;
+// the same bits on 1 and 2 threads.
 TEST(Conv2dBfloat16, ResultsAndGradientsAreTheFloat64OnesRoundedOnce) {
   ember::manual_seed(67);
   struct Case {
@@ -285,7 +286,13 @@ TEST(Conv2dBfloat16, ResultsAndGradientsAreTheFloat64OnesRoundedOnce) {
       {{3, 16, 7, 5}, {16, 16, 3, 3}, 1, 1, 1, 1},
       {{2, 32, 15, 17}, {32, 32, 3, 3}, 2, 1, 1, 1},
       {{1, 16, 11, 13}, {16, 16, 3, 3}, 1, 2, 2, 1},
-      {{2, 31, 6, 6}, {30, 31, 3, 3}, 1, 1, 1, 1}};
+      {{2, 31, 6, 6}, {30, 31, 3, 3}, 1, 1, 1, 1},
+      // Wide maps in the blocked layout, with the bfloat16 GEMM's weight gradient: stride 1; stride
+      // 2 (its input gradient through the GEMM and col2im); 14 columns, the narrowest such
+      // weight gradient.
+      {{2, 16, 30, 31}, {32, 16, 3, 3}, 1, 1, 1, 1},
+      {{2, 16, 60, 58}, {16, 16, 3, 3}, 2, 1, 1, 1},
+      {{2, 32, 14, 14}, {32, 32, 3, 3}, 1, 1, 1, 1}};
   const int threads = ember::get_num_threads();
   for (const Case& c : cases) {
     SCOPED_TRACE(::testing::Message() << "x " << ember::Shape(c.x) << " w " << ember::Shape(c.w));

@@ -597,15 +597,27 @@ void backward_weight(const Conv2dGeometry& g, const T* grad_out, const T* input,
 // copies cost more than the products save. Measured per shape on 2 threads, forward + backward,
 // float32 -> bfloat16: 64 channels at 56 x 56 23.0 -> 17.3 ms, 128 at 28 x 28 20.8 -> 13.9 ms, 64 ->
 // 128 at stride 2 to 28 x 28 14.8 -> 9.1 ms, 1 x 1 64 -> 256 at 56 x 56 17.7 -> 9.3 ms; but 256
-// channels at 14 x 14 21.4 -> 25.2 ms and MNIST's 16 -> 32 channels at 8 x 8 1.8 -> 2.1 ms. So
-// convolutions whose output rows are narrower than kBf16MinRow go elsewhere:
-// - the forward and the input gradient (as a forward, stride 1) to the blocked bfloat16 forward
-//   (Note [bfloat16 blocked convolution] in conv_nchwc_bf16.cpp) where it takes them;
-// - the weight gradient, and what the blocked forward does not take, to the float32 kernels, the
-//   operands widened and the result rounded once.
+// channels at 14 x 14 21.4 -> 25.2 ms and MNIST's 16 -> 32 channels at 8 x 8 1.8 -> 2.1 ms.
+// The blocked bfloat16 forward (Note [bfloat16 blocked convolution] in conv_nchwc_bf16.cpp) came
+// later and runs every 3 x 3 and 5 x 5 forward it takes at twice the float32 blocked rate, so:
+// - forward: the blocked kernel where it takes the shape (one group, stride 1 or 2), but not a
+//   pointwise one (the GEMM reads its image as the columns: 8 x 64 x 56 x 56 -> 256, 3.4-3.6 ms
+//   against 3.8-4.0); else im2col + GEMM on rows at least kBf16MinRow wide; else float32.
+// - input gradient: the blocked forward of the padded output gradient (stride 1), else as above.
+// - weight gradient: im2col + GEMM on rows at least kBf16WeightGradMinRow wide, else float32.
+//   Batch 8, forward + backward with the blocked forward, weight gradient in bfloat16 against
+//   float32: 256 channels at 14 x 14 16.5 against 18.1-18.4 ms; 512 at 7 x 7 24.7 against
+//   20.5-20.6; MNIST's 16 -> 32 at 8 x 8 (batch 64) 1.82 against 1.55.
+// "float32": the operands widened inside the kernel, the float32 kernels, the result rounded once.
+// Per shape, batch 8, float32 -> bfloat16 forward and forward + backward (ms, `python` timing of
+// the op, median of 5): 64 at 56 x 56 8.75 -> 4.52 and 27.6 -> 17.5; 128 at 28 x 28 8.40 -> 4.30
+// and 26.4 -> 16.1; 64 -> 128 stride 2 4.52 -> 2.31 and 16.4 -> 10.8; 256 at 14 x 14 8.26 -> 4.15
+// and 26.4 -> 16.5; 512 at 7 x 7 8.19 -> 4.15 and 28.3 -> 20.5; MNIST's second layer (batch 64)
+// 0.51 -> 0.29 and 2.24 -> 1.55.
 using Bf16 = uint16_t;
 
 constexpr int64_t kBf16MinRow = 28;
+constexpr int64_t kBf16WeightGradMinRow = 14;
 
 // Column elements (bfloat16) per forward item: several images' columns side by side, or a band.
 constexpr int64_t kBf16ColumnBudget = int64_t{128} << 10;
@@ -883,32 +895,42 @@ void rounded_into(const Operand& out, const F& finish) {
   round_to_bf16(values, 1, out.numel(), nullptr, out.ptr<Bf16>(), out.numel());
 }
 
-// A bfloat16 convolution on a map narrower than kBf16MinRow columns (Note [bfloat16 convolution]).
-void narrow_forward_bf16(const Conv2dGeometry& g, const Operand& input, const Operand& weight, const Operand& bias,
+// The bfloat16 forward (Note [bfloat16 convolution]): the blocked kernel where it takes g, but a
+// pointwise convolution (whose image is its own column matrix) goes to the GEMM; rows too narrow
+// for im2col in float32.
+void forward_bf16_kernel(const Conv2dGeometry& g, const Operand& input, const Operand& weight, const Operand& bias,
                          const Operand& out) {
   const float* b = widened(bias, Slot::kWidened2);
-  if (nchwc_bf16_takes(g)) {
+  if (!sizes_of(g).pointwise && nchwc_bf16_takes(g)) {
     const std::shared_ptr<const void> packed = packed_bf16_weight(g, weight, false);
     return nchwc_bf16_forward(g, input.ptr<const Bf16>(), static_cast<const Bf16*>(packed.get()), b, out.ptr<Bf16>());
+  }
+  if (g.out_width >= kBf16MinRow || sizes_of(g).pointwise) {
+    return forward_bf16(g, input.ptr<const Bf16>(), weight.ptr<const Bf16>(), bias.ptr<const Bf16>(), out.ptr<Bf16>());
   }
   const float *x = widened(input, Slot::kWidened0), *w = widened(weight, Slot::kWidened1);
   rounded_into(out, [&](float* values) { conv2d_forward(kFloat32, g, x, w, b, values, nullptr, false); });
 }
 
-void narrow_backward_input_bf16(const Conv2dGeometry& g, const Operand& grad_out, const Operand& weight,
+// The bfloat16 input gradient, chosen as the forward is: the blocked forward of the padded output
+// gradient (stride 1), else the bfloat16 GEMM paths, else float32 on narrow rows.
+void backward_input_bf16_kernel(const Conv2dGeometry& g, const Operand& grad_out, const Operand& weight,
                                 const Operand& grad_input) {
   const std::optional<Conv2dGeometry> t = input_gradient_as_forward(g);
-  if (t && nchwc_bf16_takes(*t)) {
+  if (t && !sizes_of(g).pointwise && nchwc_bf16_takes(*t)) {
     const std::shared_ptr<const void> packed = packed_bf16_weight(*t, weight, true);
     return nchwc_bf16_forward(*t, grad_out.ptr<const Bf16>(), static_cast<const Bf16*>(packed.get()), nullptr,
                               grad_input.ptr<Bf16>());
+  }
+  if (g.out_width >= kBf16MinRow || sizes_of(g).pointwise) {
+    return backward_input_bf16(g, grad_out.ptr<const Bf16>(), weight.ptr<const Bf16>(), grad_input.ptr<Bf16>());
   }
   const float *go = widened(grad_out, Slot::kWidened0), *w = widened(weight, Slot::kWidened1);
   rounded_into(grad_input, [&](float* values) { conv2d_backward_input(kFloat32, g, go, w, values); });
 }
 
-void narrow_backward_weight_bf16(const Conv2dGeometry& g, const Operand& grad_out, const Operand& input,
-                                 const Operand& grad_weight) {
+void float32_backward_weight_bf16(const Conv2dGeometry& g, const Operand& grad_out, const Operand& input,
+                                  const Operand& grad_weight) {
   const float *go = widened(grad_out, Slot::kWidened0), *x = widened(input, Slot::kWidened1);
   rounded_into(grad_weight, [&](float* values) {
     if (nchwc_weight_grad_takes(g)) return nchwc_weight_grad(g, go, x, values);
@@ -947,8 +969,7 @@ void conv2d_kernel(const KernelCall& c) {
   const Conv2dGeometry g = conv_geometry(attrs, input, weight, out);
   if (out.dtype == kBFloat16) {
     EMBER_CHECK(residual == nullptr && !relu, "[conv2d] internal error: a bfloat16 convolution takes no epilogue");
-    if (g.out_width < kBf16MinRow) return narrow_forward_bf16(g, input, weight, bias, out);
-    return forward_bf16(g, input.ptr<const Bf16>(), weight.ptr<const Bf16>(), bias.ptr<const Bf16>(), out.ptr<Bf16>());
+    return forward_bf16_kernel(g, input, weight, bias, out);
   }
   if (out.dtype == kFloat32 && nchwc_takes(g)) {
     const NchwcEpilogue epilogue{bias.ptr<const float>(), residual != nullptr ? residual->ptr<const float>() : nullptr,
@@ -974,8 +995,7 @@ void conv2d_backward_input_kernel(const KernelCall& c) {
   if (grad_out.numel() == 0) return zero(grad_input);
   const Conv2dGeometry g = conv_geometry(c.get<Conv2dAttrs>(), grad_input, weight, grad_out);
   if (grad_input.dtype == kBFloat16) {
-    if (g.out_width < kBf16MinRow) return narrow_backward_input_bf16(g, grad_out, weight, grad_input);
-    return backward_input_bf16(g, grad_out.ptr<const Bf16>(), weight.ptr<const Bf16>(), grad_input.ptr<Bf16>());
+    return backward_input_bf16_kernel(g, grad_out, weight, grad_input);
   }
   if (grad_input.dtype == kFloat32) {
     if (const std::optional<Conv2dGeometry> t = blocked_input_gradient(g)) {
@@ -992,7 +1012,7 @@ void conv2d_backward_weight_kernel(const KernelCall& c) {
   if (grad_out.numel() == 0) return zero(grad_weight);
   const Conv2dGeometry g = conv_geometry(c.get<Conv2dAttrs>(), input, grad_weight, grad_out);
   if (grad_weight.dtype == kBFloat16) {
-    if (g.out_width < kBf16MinRow) return narrow_backward_weight_bf16(g, grad_out, input, grad_weight);
+    if (g.out_width < kBf16WeightGradMinRow) return float32_backward_weight_bf16(g, grad_out, input, grad_weight);
     return backward_weight_bf16(g, grad_out.ptr<const Bf16>(), input.ptr<const Bf16>(), grad_weight.ptr<Bf16>());
   }
   if (grad_weight.dtype == kFloat32 && nchwc_weight_grad_takes(g)) {

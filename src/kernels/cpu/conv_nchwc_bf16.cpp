@@ -52,7 +52,7 @@
 namespace ember::cpu {
 namespace {
 
-constexpr int64_t kC = 16;         // channels per input block
+constexpr int64_t kC = 16;          // channels per input block
 constexpr int64_t kPairs = kC / 2;  // words per pixel of a block
 constexpr int kPositions = 14;      // positions per tile (28 accumulators of 32 registers)
 
@@ -118,8 +118,8 @@ EMBER_BF16 inline void transpose_8x8(__m256i r[8]) {
 }
 
 // Input blocks [b0, b1) of one image (C_in, H, W) into its blocked, padded planes at dst.
-EMBER_BF16 void block_image(const Conv2dGeometry& g, const Blocked& k, const uint16_t* image, uint32_t* dst,
-                            int64_t b0, int64_t b1) {
+EMBER_BF16 void block_image(const Conv2dGeometry& g, const Blocked& k, const uint16_t* image, uint32_t* dst, int64_t b0,
+                            int64_t b1) {
   const int64_t h_in = g.in_height, w_in = g.in_width, plane_in = h_in * w_in, row = k.wp * kPairs;
   for (int64_t b = b0; b < b1; ++b) {
     uint32_t* plane = dst + b * k.plane;
@@ -228,8 +228,8 @@ constexpr std::array<std::array<std::array<TileFn, kPositions / 2>, 2>, 2> kPair
 // NCHW planes at dst: per channel, the positions gathered into one vector, plus the bias, rounded.
 EMBER_BF16 void write_tile(const float* sums, int64_t row, int64_t count, int64_t channels, const float* bias,
                            int64_t out_plane, uint16_t* dst) {
-  const __m512i at = _mm512_mullo_epi32(
-      _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), _mm512_set1_epi32(static_cast<int>(row)));
+  const __m512i at = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                        _mm512_set1_epi32(static_cast<int>(row)));
   const auto valid = static_cast<__mmask16>((1u << count) - 1);
   for (int64_t j = 0; j < channels; ++j) {
     __m512 v = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), valid, at, sums + j, 4);
@@ -242,10 +242,8 @@ EMBER_BF16 void write_tile(const float* sums, int64_t row, int64_t count, int64_
 EMBER_BF16 void rows(const Conv2dGeometry& g, const Blocked& k, const uint32_t* blocked_image, const uint32_t* packed,
                      const float* bias, uint16_t* out_image, int64_t og, int64_t oh0, int64_t oh1) {
   const int64_t s = g.stride_h, ow_size = g.out_width;
-  const TileArgs a{k.in_blocks,           k.plane,
-                   g.kernel_h,            g.kernel_w,
-                   g.dilation_h * k.wp * kPairs, g.dilation_w * kPairs,
-                   s * k.wp * kPairs};
+  const TileArgs a{k.in_blocks,           k.plane,          g.kernel_h, g.kernel_w, g.dilation_h * k.wp * kPairs,
+                   g.dilation_w * kPairs, s * k.wp * kPairs};
   const uint32_t* w = packed + og * k.group;
   const int64_t out_plane = g.out_height * ow_size, o0 = og * k.nbc;
   const int64_t channels = std::min(k.nbc, g.out_channels - o0);
@@ -320,7 +318,7 @@ void nchwc_bf16_pack_weight(const Conv2dGeometry& g, const uint16_t* weight, boo
 }
 
 void nchwc_bf16_forward(const Conv2dGeometry& g, const uint16_t* input, const uint16_t* packed_weight,
-                                   const float* bias, uint16_t* out) {
+                        const float* bias, uint16_t* out) {
   const Blocked k = blocked(g);
   const auto* packed = reinterpret_cast<const uint32_t*>(packed_weight);
   const int64_t in_image = g.in_channels * g.in_height * g.in_width;
@@ -332,7 +330,8 @@ void nchwc_bf16_forward(const Conv2dGeometry& g, const uint16_t* input, const ui
     parallel_tasks(g.batch, threads, [&](int64_t n) {
       uint32_t* image = thread_words(Buffer::kImage, k.image);
       block_image(g, k, input + n * in_image, image, 0, k.in_blocks);
-      for (int64_t og = 0; og < k.out_groups; ++og) rows(g, k, image, packed, bias, out + n * out_image, og, 0, g.out_height);
+      for (int64_t og = 0; og < k.out_groups; ++og)
+        rows(g, k, image, packed, bias, out + n * out_image, og, 0, g.out_height);
     });
     return;
   }
