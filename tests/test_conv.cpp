@@ -4,6 +4,7 @@
 // ReLU's fused backward (kernels/cpu/threshold.h) against PyTorch's rule.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -292,7 +293,10 @@ TEST(Conv2dBfloat16, ResultsAndGradientsAreTheFloat64OnesRoundedOnce) {
       // weight gradient.
       {{2, 16, 30, 31}, {32, 16, 3, 3}, 1, 1, 1, 1},
       {{2, 16, 60, 58}, {16, 16, 3, 3}, 2, 1, 1, 1},
-      {{2, 32, 14, 14}, {32, 32, 3, 3}, 1, 1, 1, 1}};
+      {{2, 32, 14, 14}, {32, 32, 3, 3}, 1, 1, 1, 1},
+      // The blocked weight gradient (Note [bfloat16 blocked weight gradient]) with dilation and rows
+      // of odd width.
+      {{2, 16, 9, 11}, {32, 16, 3, 3}, 1, 2, 2, 1}};
   const int threads = ember::get_num_threads();
   for (const Case& c : cases) {
     SCOPED_TRACE(::testing::Message() << "x " << ember::Shape(c.x) << " w " << ember::Shape(c.w));
@@ -318,6 +322,27 @@ TEST(Conv2dBfloat16, ResultsAndGradientsAreTheFloat64OnesRoundedOnce) {
       // Half an ulp of bfloat16 relative, and float32 sums of up to a few thousand terms absolute.
       EXPECT_TRUE(golden::all_close(got[i].to(ember::kFloat64), want[i], {4e-3, 1e-4})) << names[i];
       EXPECT_TRUE(golden::all_close(one[i], got[i], {0, 0})) << names[i] << " differs between 1 and 2 threads";
+    }
+  }
+}
+
+// The blocked bfloat16 weight gradient takes positions in pairs: a row of odd width ends with a
+// position past the row, whose gradient is zero and whose input (at the next tap's column) must not
+// be multiplied by it. An infinity in the last input column reaches only the taps that read it
+// there (kx = 2 of a 3-wide kernel over 5 output columns), for the float64 path and bfloat16 alike.
+TEST(Conv2dBfloat16, AnInfinityReachesOnlyTheWeightGradientTapsThatReadIt) {
+  ember::manual_seed(73);
+  for (const ember::DType dtype : {ember::kFloat64, ember::kBFloat16}) {
+    Tensor x = ember::randn({2, 16, 6, 7});
+    x.select(3, 6).fill_(std::numeric_limits<double>::infinity());
+    const Tensor xl = x.to(dtype), w = ember::randn({32, 16, 3, 3}).to(dtype).requires_grad_();
+    const Tensor out = F::conv2d(xl, w, std::nullopt, 1, 0);
+    ASSERT_EQ(out.size(3), 5);
+    const Tensor gw = ember::autograd::grad({out.sum()}, {w})[0].to(ember::kFloat64);
+    for (int64_t kx = 0; kx < 3; ++kx) {
+      const std::vector<double> values = gw.select(3, kx).contiguous().to_vector<double>();
+      const auto finite = std::count_if(values.begin(), values.end(), [](double v) { return std::isfinite(v); });
+      EXPECT_EQ(finite, kx < 2 ? static_cast<int64_t>(values.size()) : 0) << "kx " << kx << " " << dtype;
     }
   }
 }

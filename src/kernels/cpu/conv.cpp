@@ -604,10 +604,15 @@ void backward_weight(const Conv2dGeometry& g, const T* grad_out, const T* input,
 //   pointwise one (the GEMM reads its image as the columns: 8 x 64 x 56 x 56 -> 256, 3.4-3.6 ms
 //   against 3.8-4.0); else im2col + GEMM on rows at least kBf16MinRow wide; else float32.
 // - input gradient: the blocked forward of the padded output gradient (stride 1), else as above.
-// - weight gradient: im2col + GEMM on rows at least kBf16WeightGradMinRow wide, else float32.
-//   Batch 8, forward + backward with the blocked forward, weight gradient in bfloat16 against
-//   float32: 256 channels at 14 x 14 16.5 against 18.1-18.4 ms; 512 at 7 x 7 24.7 against
-//   20.5-20.6; MNIST's 16 -> 32 at 8 x 8 (batch 64) 1.82 against 1.55.
+// - weight gradient: the blocked bfloat16 weight gradient (Note [bfloat16 blocked weight
+//   gradient]) where it takes the shape; else im2col + GEMM on rows at least kBf16WeightGradMinRow
+//   wide, else float32. The blocked one against the path it replaced, forward + weight gradient,
+//   batch 8, 9 alternating rounds in one process: 64 channels at 56 x 56 17.98 -> 16.28 ms (GEMM
+//   before); 128 at 28 x 28 16.22 -> 14.72; stride 2 10.33 -> 9.84; pointwise 64 -> 256 12.38 ->
+//   12.31; 256 at 14 x 14 16.53 -> 14.81; 512 at 7 x 7 21.95 -> 18.29 (float32 before); MNIST's
+//   second layer (batch 64) 1.56 -> 1.27; 32 channels at 28 x 28 (batch 32) 6.08 -> 4.47. Between
+//   the GEMM and float32, before it: 256 channels at 14 x 14 16.5 against 18.1-18.4 ms (forward +
+//   backward), 512 at 7 x 7 24.7 against 20.5-20.6, MNIST's second layer 1.82 against 1.55.
 // "float32": the operands widened inside the kernel, the float32 kernels, the result rounded once.
 // Per shape, batch 8, float32 -> bfloat16 forward and forward + backward (ms, `python` timing of
 // the op, median of 5): 64 at 56 x 56 8.75 -> 4.52 and 27.6 -> 17.5; 128 at 28 x 28 8.40 -> 4.30
@@ -1012,6 +1017,11 @@ void conv2d_backward_weight_kernel(const KernelCall& c) {
   if (grad_out.numel() == 0) return zero(grad_weight);
   const Conv2dGeometry g = conv_geometry(c.get<Conv2dAttrs>(), input, grad_weight, grad_out);
   if (grad_weight.dtype == kBFloat16) {
+    if (nchwc_bf16_weight_grad_takes(g)) {
+      return rounded_into(grad_weight, [&](float* values) {
+        nchwc_bf16_weight_grad(g, grad_out.ptr<const Bf16>(), input.ptr<const Bf16>(), values);
+      });
+    }
     if (g.out_width < kBf16WeightGradMinRow) return float32_backward_weight_bf16(g, grad_out, input, grad_weight);
     return backward_weight_bf16(g, grad_out.ptr<const Bf16>(), input.ptr<const Bf16>(), grad_weight.ptr<Bf16>());
   }

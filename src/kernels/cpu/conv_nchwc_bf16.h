@@ -29,4 +29,15 @@ void nchwc_bf16_pack_weight(const Conv2dGeometry& g, const uint16_t* weight, boo
 void nchwc_bf16_forward(const Conv2dGeometry& g, const uint16_t* input, const uint16_t* packed, const float* bias,
                         uint16_t* out);
 
+// Whether nchwc_bf16_weight_grad takes g: nchwc_bf16_takes it, and its output channels round up to
+// multiples of 32 with at most a quarter added.
+bool nchwc_bf16_weight_grad_takes(const Conv2dGeometry& g);
+
+// grad_weight (C_out, C_in, kh, kw), float32, overwritten = the sum over the batch of grad_out (N,
+// C_out, OH, OW) times the input's (N, C_in, H, W) patches, both bfloat16 (Note [bfloat16 blocked
+// weight gradient]): products of bfloat16 pairs summed in float32, in an order the thread count
+// does not change.
+void nchwc_bf16_weight_grad(const Conv2dGeometry& g, const uint16_t* grad_out, const uint16_t* input,
+                            float* grad_weight);
+
 }  // namespace ember::cpu
