@@ -358,7 +358,11 @@ void fuse_epilogues(Graph& g, PassStats& stats) {
       auto* matmul = std::get_if<MatmulAttrs>(&mm.attrs);
       // Only ReLU goes into the epilogue: a GELU or SiLU computed in the GEMM's last block costs
       // more than its own pass over the result (linear + gelu(tanh), 8192x768x3072: 204 ms, +10 ms
-      // as a separate pass, +20 ms in the epilogue, on this machine).
+      // as a separate pass, +20 ms in the epilogue, on this machine). Run instead over each tile
+      // just after it is stored (in L1), with the residual after it, it was no better on a Zen 4:
+      // gelu(linear) + residual compiled 214-219 ms (the residual's rows prefetched while the tile
+      // is computed; 222-240 without) against 200-221 ms with the GELU and the add fused into one
+      // strip pass after the GEMM; gelu(linear) alone 196-203 against 198-201 ms in registers.
       if (conv) {
         fused = fuse_into_conv(mm, next, c, c_first);
       } else if (act == Activation::kRelu && matmul->activation == Activation::kNone && c_first) {
