@@ -1,6 +1,7 @@
 // conv2d: 2-D convolution (cross-correlation, as PyTorch) with stride, padding,
 // dilation, groups and an optional bias, on the kernels of kernels/cpu/conv.h (im2col + GEMM,
-// direct) and kernels/cpu/conv_nchwc.h (blocked, float32).
+// direct), kernels/cpu/conv_nchwc.h (blocked, float32) and kernels/cpu/conv_nchwc_bf16.h
+// (blocked, bfloat16).
 //
 // Shape rule: input (N, C_in, H, W) or unbatched (C_in, H, W); weight (C_out, C_in / groups, kH, kW);
 // bias (C_out). Output (N, C_out, OH, OW) (or (C_out, OH, OW)) with
