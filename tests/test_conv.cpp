@@ -97,7 +97,8 @@ TEST(Conv2dBands, NonContiguousInputAndGradients) {
 }
 
 // Shapes the direct kernels take (Note [direct convolution]): rows two vectors wide, one vector,
-// a partial vector; blocks of 8 output channels and the rest; kernel widths up to 7; padding. The
+// a partial vector, exactly three (24 and 12 columns: MNIST's first layer, and 12 for 4-lane
+// vectors); blocks of 8 output channels and the rest; kernel widths up to 7; padding. The
 // forward against the reference in float32 and float64, both gradients by gradcheck in float64
 // (the input gradient is direct where out_channels * kh * kw <= 64 too).
 TEST(Conv2dDirect, MatchesTheReferenceAndGradcheck) {
@@ -107,7 +108,8 @@ TEST(Conv2dDirect, MatchesTheReferenceAndGradcheck) {
     ember::Pair pad;
   };
   for (const Case& c : {Case{{1, 1, 10, 30}, {5, 1, 7, 7}, {3, 3}}, Case{{2, 2, 9, 19}, {3, 2, 3, 3}, {1, 1}},
-                        Case{{3, 1, 12, 24}, {11, 1, 5, 5}, {0, 0}}, Case{{1, 4, 6, 26}, {2, 4, 2, 6}, {1, 2}}}) {
+                        Case{{3, 1, 12, 24}, {11, 1, 5, 5}, {0, 0}}, Case{{1, 4, 6, 26}, {2, 4, 2, 6}, {1, 2}},
+                        Case{{2, 1, 28, 28}, {16, 1, 5, 5}, {0, 0}}, Case{{1, 3, 14, 14}, {9, 3, 3, 3}, {0, 0}}}) {
     SCOPED_TRACE(::testing::Message() << "x " << ember::Shape(c.x) << " w " << ember::Shape(c.w));
     for (const ember::DType dtype : {ember::kFloat32, ember::kFloat64}) {
       const Tensor x = ember::randn(c.x, dtype), w = ember::randn(c.w, dtype), b = ember::randn({c.w[0]}, dtype);
