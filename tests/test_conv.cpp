@@ -297,8 +297,9 @@ TEST(Conv2dBfloat16, ResultsAndGradientsAreTheFloat64OnesRoundedOnce) {
       {{2, 16, 60, 58}, {16, 16, 3, 3}, 2, 1, 1, 1},
       {{2, 32, 14, 14}, {32, 32, 3, 3}, 1, 1, 1, 1},
       // The blocked weight gradient (Note [bfloat16 blocked weight gradient]) with dilation and rows
-      // of odd width.
-      {{2, 16, 9, 11}, {32, 16, 3, 3}, 1, 2, 2, 1}};
+      // of odd width, and over images in two chunks.
+      {{2, 16, 9, 11}, {32, 16, 3, 3}, 1, 2, 2, 1},
+      {{7, 32, 30, 30}, {32, 32, 3, 3}, 1, 1, 1, 1}};
   const int threads = ember::get_num_threads();
   for (const Case& c : cases) {
     SCOPED_TRACE(::testing::Message() << "x " << ember::Shape(c.x) << " w " << ember::Shape(c.w));
