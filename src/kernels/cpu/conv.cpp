@@ -840,6 +840,22 @@ constexpr int64_t kDerivedBlockedWeightTransposed = 2;
 constexpr int64_t kDerivedBlockedBf16Weight = 3;
 constexpr int64_t kDerivedBlockedBf16WeightTransposed = 4;
 
+// A packing of `weight` for g (`count` values of E, written by pack) kept on the weight's storage
+// under `tag` (Note [derived forms]); the key holds the layout and g's channels and kernel.
+template <class E, class Pack>
+std::shared_ptr<const void> kept_packing(const Conv2dGeometry& g, const Operand& weight, int64_t tag,
+                                         NchwcLayout layout, int64_t count, const Pack& pack) {
+  // The first element's address tells views of one storage apart.
+  const auto first = static_cast<int64_t>(reinterpret_cast<intptr_t>(weight.data));
+  const DerivedKey key{tag,           layout.block, layout.out_block, first, g.out_channels,
+                       g.in_channels, g.kernel_h,   g.kernel_w};
+  return derived_form(weight, key, [&] {
+    std::shared_ptr<E[]> form(new E[static_cast<size_t>(count)]);
+    pack(form.get());
+    return std::shared_ptr<const void>(std::move(form));
+  });
+}
+
 // The float32 forward in the blocked layout (Note [blocked convolution] in conv_nchwc.cpp). The
 // packed weight is kept on the weight's storage, so a model that is not training packs each
 // weight once; a training step packs it once per step (the optimizer's update retires the form),
@@ -848,40 +864,19 @@ constexpr int64_t kDerivedBlockedBf16WeightTransposed = 4;
 // (Note [patch convolution]) is a form of its own.
 std::shared_ptr<const void> packed_weight(const Conv2dGeometry& g, const Operand& weight, bool transposed) {
   const NchwcLayout layout = nchwc_layout(g);
-  // The first element's address tells views of one storage apart.
-  const auto first = static_cast<int64_t>(reinterpret_cast<intptr_t>(weight.data));
-  const DerivedKey key{transposed ? kDerivedBlockedWeightTransposed : kDerivedBlockedWeight,
-                       layout.block,
-                       layout.out_block,
-                       first,
-                       g.out_channels,
-                       g.in_channels,
-                       g.kernel_h,
-                       g.kernel_w};
-  return derived_form(weight, key, [&] {
-    std::shared_ptr<float[]> form(new float[static_cast<size_t>(nchwc_packed_size(g, layout))]);
-    nchwc_pack_weight(g, weight.ptr<const float>(), transposed, form.get());
-    return std::shared_ptr<const void>(std::move(form));
-  });
+  return kept_packing<float>(g, weight, transposed ? kDerivedBlockedWeightTransposed : kDerivedBlockedWeight, layout,
+                             nchwc_packed_size(g, layout), [&](float* packed) {
+                               nchwc_pack_weight(g, weight.ptr<const float>(), transposed, packed);
+                             });
 }
 
 // The bfloat16 blocked forward's packed weight (conv_nchwc_bf16.h), kept as packed_weight keeps
 // the float32 one.
 std::shared_ptr<const void> packed_bf16_weight(const Conv2dGeometry& g, const Operand& weight, bool transposed) {
-  const auto first = static_cast<int64_t>(reinterpret_cast<intptr_t>(weight.data));
-  const DerivedKey key{transposed ? kDerivedBlockedBf16WeightTransposed : kDerivedBlockedBf16Weight,
-                       0,
-                       0,
-                       first,
-                       g.out_channels,
-                       g.in_channels,
-                       g.kernel_h,
-                       g.kernel_w};
-  return derived_form(weight, key, [&] {
-    std::shared_ptr<Bf16[]> form(new Bf16[static_cast<size_t>(nchwc_bf16_packed_size(g))]);
-    nchwc_bf16_pack_weight(g, weight.ptr<const Bf16>(), transposed, form.get());
-    return std::shared_ptr<const void>(std::move(form));
-  });
+  return kept_packing<Bf16>(g, weight, transposed ? kDerivedBlockedBf16WeightTransposed : kDerivedBlockedBf16Weight,
+                            NchwcLayout{}, nchwc_bf16_packed_size(g), [&](Bf16* packed) {
+                              nchwc_bf16_pack_weight(g, weight.ptr<const Bf16>(), transposed, packed);
+                            });
 }
 
 // A bfloat16 operand's values widened to float32 in the calling thread's `slot` (null if absent).

@@ -50,6 +50,7 @@
 #include <utility>
 
 #include "ember/error.h"
+#include "kernels/cpu/conv_weight_tiles.h"
 #include "kernels/cpu/parallel.h"
 
 #ifndef EMBER_KERNELS_CPU_CONV_NCHWC_SHARED
@@ -555,22 +556,17 @@ void WeightGrad(const Conv2dGeometry& g, const float* grad_out, const float* inp
   const Conv2dGeometry go = output_as_image(g);
   const Blocked kg = blocked(go, Layout(go));
   const int64_t o_blocks = ceil_div(kg.in_blocks, 2) * 2, g_image = o_blocks * kg.plane;
-  const int64_t taps = g.kernel_h * g.kernel_w, i_tiles = 2 * k.in_blocks, groups = o_blocks / 2;
-  const int64_t tiles = taps * i_tiles * groups, tile_floats = 2 * kI * kC;
   const int64_t in_image = g.in_channels * g.in_height * g.in_width;
   const int64_t out_image = g.out_channels * g.out_height * g.out_width;
+  const double flops =
+      2.0 * static_cast<double>(g.batch * out_image) * static_cast<double>(g.in_channels * g.kernel_h * g.kernel_w);
+  const int threads = flops < kSerialFlops ? 1 : num_threads();
+  const WeightTiles w = weight_tiles(g, kC, threads, kBandPositions);
   const int64_t per_chunk =
       std::clamp<int64_t>(kChunkBytes / ((k.image + g_image) * static_cast<int64_t>(sizeof(float))), 1, g.batch);
   float* xs = thread_floats(Buffer::kBatch, per_chunk * k.image);
   float* gs = thread_floats(Buffer::kGrad, per_chunk * g_image);
-  float* sums = thread_floats(Buffer::kSums, tiles * tile_floats);
-  const double flops =
-      2.0 * static_cast<double>(g.batch * out_image) * static_cast<double>(g.in_channels * g.kernel_h * g.kernel_w);
-  const int threads = flops < kSerialFlops ? 1 : num_threads();
-  // Taps are split between tasks only as far as it takes to give every thread two tasks.
-  int64_t tap_parts = 1;
-  while (tap_parts < taps && groups * k.in_blocks * tap_parts < 2 * threads) ++tap_parts;
-  const int64_t taps_per_part = ceil_div(taps, tap_parts), band = std::max<int64_t>(1, kBandPositions / g.out_width);
+  float* sums = thread_floats(Buffer::kSums, w.count() * w.tile_floats());
   for (int64_t n0 = 0; n0 < g.batch; n0 += per_chunk) {
     const int64_t images = std::min(per_chunk, g.batch - n0), blocks = k.in_blocks + o_blocks;
     parallel_tasks(images * blocks, threads, [&](int64_t t) {
@@ -583,35 +579,14 @@ void WeightGrad(const Conv2dGeometry& g, const float* grad_out, const float* inp
         std::memset(gs + n * g_image + (b - k.in_blocks) * kg.plane, 0, static_cast<size_t>(kg.plane) * sizeof(float));
       }
     });
-    parallel_tasks(groups * k.in_blocks * tap_parts, threads, [&](int64_t t) {
-      const int64_t og = t % groups, ib = (t / groups) % k.in_blocks, part = t / (groups * k.in_blocks);
-      const int64_t tap0 = part * taps_per_part, tap1 = std::min(taps, tap0 + taps_per_part);
-      for (int64_t n = 0; n < images; ++n) {
-        const float* g0 = gs + n * g_image + 2 * og * kg.plane;
-        for (int64_t oh0 = 0; oh0 < g.out_height; oh0 += band) {
-          const int64_t oh1 = std::min(g.out_height, oh0 + band);
-          const bool first = n0 == 0 && n == 0 && oh0 == 0;
-          for (int64_t tap = tap0; tap < tap1; ++tap) {
-            for (int64_t it = 2 * ib; it < 2 * ib + 2; ++it) {
-              weight_tile(g, k, xs + n * k.image, g0, g0 + kg.plane, oh0, oh1, tap, it, first,
-                          sums + ((tap * i_tiles + it) * groups + og) * tile_floats);
-            }
-          }
-        }
-      }
-    });
+    run_weight_tiles(
+        w, g, images, n0 == 0, threads, sums,
+        [&](int64_t n, int64_t og, int64_t oh0, int64_t oh1, int64_t tap, int64_t it, bool first, float* tile_sums) {
+          const float* g0 = gs + n * g_image + 2 * og * kg.plane;
+          weight_tile(g, k, xs + n * k.image, g0, g0 + kg.plane, oh0, oh1, tap, it, first, tile_sums);
+        });
   }
-  parallel_for(0, g.out_channels, 1, [&](int64_t begin, int64_t end) {
-    for (int64_t o = begin; o < end; ++o) {
-      const int64_t og = o / (2 * kC), j = o % (2 * kC);
-      for (int64_t ci = 0; ci < g.in_channels; ++ci) {
-        for (int64_t tap = 0; tap < taps; ++tap) {
-          const int64_t t = (tap * i_tiles + ci / kI) * groups + og;
-          grad_weight[(o * g.in_channels + ci) * taps + tap] = sums[t * tile_floats + (ci % kI) * 2 * kC + j];
-        }
-      }
-    }
-  });
+  scatter_weight_tiles(g, w, sums, grad_weight);
 }
 
 #else

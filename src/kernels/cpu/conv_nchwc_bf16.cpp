@@ -35,6 +35,7 @@
 #include <utility>
 #include <vector>
 
+#include "kernels/cpu/conv_weight_tiles.h"
 #include "kernels/cpu/parallel.h"
 
 // GCC 12's AVX-512 casts start from undefined vectors, which its own -Wuninitialized then reports.
@@ -451,23 +452,20 @@ void nchwc_bf16_weight_grad(const Conv2dGeometry& g, const uint16_t* grad_out, c
                             float* grad_weight) {
   const Blocked k = blocked(g);
   const PairSizes z = pair_sizes(g);
-  const int64_t taps = g.kernel_h * g.kernel_w, i_tiles = 2 * z.in_blocks, groups = z.o_blocks / 2;
-  const int64_t tiles = taps * i_tiles * groups, tile_floats = 2 * kI * kC;
   const int64_t in_image = g.in_channels * g.in_height * g.in_width;
   const int64_t out_image = g.out_channels * g.out_height * g.out_width;
+  const double flops =
+      2.0 * static_cast<double>(g.batch * out_image) * static_cast<double>(g.in_channels * g.kernel_h * g.kernel_w);
+  const int threads = flops < kSerialFlops ? 1 : num_threads();
+  const WeightTiles w = weight_tiles(g, kC, threads, kBandPositions);
   const int64_t per_chunk = std::clamp<int64_t>(kChunkBytes / ((z.x_image + z.g_image) * 4), 1, g.batch);
   uint32_t* xs = grad_words(GradBuffer::kInputPairs, per_chunk * z.x_image);
   uint32_t* gs = grad_words(GradBuffer::kGradPairs, per_chunk * z.g_image);
   thread_local std::vector<float> sum_buffer;
-  if (static_cast<int64_t>(sum_buffer.size()) < tiles * tile_floats)
-    sum_buffer.resize(static_cast<size_t>(tiles * tile_floats));
+  if (static_cast<int64_t>(sum_buffer.size()) < w.count() * w.tile_floats()) {
+    sum_buffer.resize(static_cast<size_t>(w.count() * w.tile_floats()));
+  }
   float* sums = sum_buffer.data();
-  const double flops =
-      2.0 * static_cast<double>(g.batch * out_image) * static_cast<double>(g.in_channels * g.kernel_h * g.kernel_w);
-  const int threads = flops < kSerialFlops ? 1 : num_threads();
-  int64_t tap_parts = 1;
-  while (tap_parts < taps && groups * z.in_blocks * tap_parts < 2 * threads) ++tap_parts;
-  const int64_t taps_per_part = ceil_div(taps, tap_parts), band = std::max<int64_t>(1, kBandPositions / g.out_width);
   for (int64_t n0 = 0; n0 < g.batch; n0 += per_chunk) {
     const int64_t images = std::min(per_chunk, g.batch - n0), blocks = z.in_blocks + z.o_blocks;
     parallel_tasks(images * blocks, threads, [&](int64_t t) {
@@ -480,35 +478,14 @@ void nchwc_bf16_weight_grad(const Conv2dGeometry& g, const uint16_t* grad_out, c
                    gs + n * z.g_image + (b - z.in_blocks) * z.g_plane);
       }
     });
-    parallel_tasks(groups * z.in_blocks * tap_parts, threads, [&](int64_t t) {
-      const int64_t og = t % groups, ib = (t / groups) % z.in_blocks, part = t / (groups * z.in_blocks);
-      const int64_t tap0 = part * taps_per_part, tap1 = std::min(taps, tap0 + taps_per_part);
-      for (int64_t n = 0; n < images; ++n) {
-        const uint32_t* g0 = gs + n * z.g_image + 2 * og * z.g_plane;
-        for (int64_t oh0 = 0; oh0 < g.out_height; oh0 += band) {
-          const int64_t oh1 = std::min(g.out_height, oh0 + band);
-          const bool first = n0 == 0 && n == 0 && oh0 == 0;
-          for (int64_t tap = tap0; tap < tap1; ++tap) {
-            for (int64_t it = 2 * ib; it < 2 * ib + 2; ++it) {
-              weight_tile(g, z, xs + n * z.x_image, g0, g0 + z.g_plane, oh0, oh1, tap, it, first,
-                          sums + ((tap * i_tiles + it) * groups + og) * tile_floats);
-            }
-          }
-        }
-      }
-    });
+    run_weight_tiles(
+        w, g, images, n0 == 0, threads, sums,
+        [&](int64_t n, int64_t og, int64_t oh0, int64_t oh1, int64_t tap, int64_t it, bool first, float* tile_sums) {
+          const uint32_t* g0 = gs + n * z.g_image + 2 * og * z.g_plane;
+          weight_tile(g, z, xs + n * z.x_image, g0, g0 + z.g_plane, oh0, oh1, tap, it, first, tile_sums);
+        });
   }
-  parallel_for(0, g.out_channels, 1, [&](int64_t begin, int64_t end) {
-    for (int64_t o = begin; o < end; ++o) {
-      const int64_t og = o / (2 * kC), j = o % (2 * kC);
-      for (int64_t ci = 0; ci < g.in_channels; ++ci) {
-        for (int64_t tap = 0; tap < taps; ++tap) {
-          const int64_t t = (tap * i_tiles + ci / kI) * groups + og;
-          grad_weight[(o * g.in_channels + ci) * taps + tap] = sums[t * tile_floats + (ci % kI) * 2 * kC + j];
-        }
-      }
-    }
-  });
+  scatter_weight_tiles(g, w, sums, grad_weight);
 }
 
 bool nchwc_bf16_takes(const Conv2dGeometry& g) {
