@@ -467,6 +467,20 @@ def masked_softmax(batch: int, heads: int, length: int, features: int) -> dict[s
         inputs, lambda q, k, m: torch.softmax((q @ k.transpose(-2, -1) * scale).masked_fill(m, float("-inf")), -1))
 
 
+def layernorm_by_hand(rows: int, cols: int) -> dict[str, Setup]:
+    """Layer norm written with primitives (bench/workloads.cpp's layernorm_by_hand)."""
+
+    def inputs():
+        torch.manual_seed(0)
+        return torch.randn(rows, cols), torch.randn(cols), torch.randn(cols)
+
+    def body(x, w, b):
+        centered = x - x.mean(-1, keepdim=True)
+        return centered * torch.rsqrt((centered * centered).mean(-1, keepdim=True) + 1e-5) * w + b
+
+    return _eager_and_compiled(inputs, body)
+
+
 def executor_overhead(ops: int) -> dict[str, Setup]:
     """`ops` tiny ops on 4 elements, alternately x * 1.0001 and x + 0.0001 (PyTorch eager only:
     torch.compile of a 1,000-op graph takes minutes to compile)."""
@@ -964,7 +978,8 @@ def workloads(data_dir: str = "data/mnist") -> dict[str, dict[str, Setup]]:
     chains = {"silu_add_f32_16M": silu_add(4096),
               "linear_gelu_residual_f32": linear_gelu_residual(8192, 768, 3072),
               "ln_linear_gelu_f32": ln_linear_gelu(8192, 768, 3072),
-              "masked_softmax_f32": masked_softmax(4, 8, 512, 64)}
+              "masked_softmax_f32": masked_softmax(4, 8, 512, 64),
+              "layernorm_prims_f32_8192x768": layernorm_by_hand(8192, 768)}
     for name, setups in chains.items():
         w[name] = w[name + "_compiled"] = setups
     w["adam_step_f32_10M"] = adam_step(10_000_000)

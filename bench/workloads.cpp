@@ -289,6 +289,26 @@ WorkloadSpec masked_softmax(const std::string& name, int64_t batch, int64_t head
           }};
 }
 
+// Layer norm written with primitives over (rows, cols): mean, centre, mean of squares, rsqrt, scale
+// and shift, as a model without a fused norm writes it. Eager runs each primitive over memory;
+// compiled, the row reductions fuse with the rest (Note [fused reductions]). Bytes: x, w, b read and
+// the result written once; about 8 FLOPs per element.
+WorkloadSpec layernorm_by_hand(const std::string& name, int64_t rows, int64_t cols, bool compiled) {
+  return {name, false, [=] {
+            manual_seed(0);
+            const Tensor x = randn({rows, cols}), w = randn({cols}), b = randn({cols});
+            auto body = [](const Tensor& x_, const Tensor& w_, const Tensor& b_) {
+              const Tensor centered = x_ - ember::mean(x_, {-1}, true);
+              return centered * ember::rsqrt(ember::mean(centered * centered, {-1}, true) + 1e-5) * w_ + b_;
+            };
+            const std::function<Tensor()> call = eager_or_compiled(compile_if(compiled), body, x, w, b);
+            const double elements = as_double(rows * cols);
+            return Workload{.flops = 8.0 * elements,
+                            .bytes = kFloatBytes * (2.0 * elements + 2.0 * as_double(cols)),
+                            .run = [=] { call(); }};
+          }};
+}
+
 // `ops` tiny elementwise ops (alternately x * 1.0001 and x + 0.0001) on a 4-element tensor: the cost
 // of an op call, eager (dispatch) or replayed from a plan (the executor); time / ops per op. The
 // chain depends on the argument, so nothing folds away; `fuse` false keeps one kernel per op.
@@ -810,6 +830,10 @@ std::vector<WorkloadSpec> workloads(const std::string& mnist_dir) {
   for (const bool compiled : {false, true}) {
     w.push_back(
         masked_softmax(compiled ? "masked_softmax_f32_compiled" : "masked_softmax_f32", 4, 8, 512, 64, compiled));
+  }
+  for (const bool compiled : {false, true}) {
+    w.push_back(layernorm_by_hand(compiled ? "layernorm_prims_f32_8192x768_compiled" : "layernorm_prims_f32_8192x768",
+                                  8192, 768, compiled));
   }
   w.push_back(adam_step("adam_step_f32_10M", 10'000'000));
   for (const bool causal : {false, true}) {

@@ -10,8 +10,11 @@
 namespace ember::graph {
 namespace {
 
-// A softmax member's attributes over a strip of whole rows, shape (rows, row).
+// A softmax member's and a reduction member's attributes over a strip of whole rows, shape (rows, row).
 const Attrs kStripRowDim = DimAttrs{1};
+const Attrs kStripReduce = ReduceAttrs{Axes({1}), true};
+
+bool normalizes(OpKind op) { return op == OpKind::kSoftmax || op == OpKind::kLogSoftmax; }
 
 // 1 for a unary elementwise primitive, 2 for a binary one, else 0.
 int primitive_arity(OpKind op) {
@@ -32,7 +35,12 @@ int primitive_arity(OpKind op) {
 }  // namespace
 
 FusedGroup::FusedGroup(const Graph& g, const Node& fused) {
-  const Shape& s = fused.body.front().outputs[0].shape;
+  // S: a reduction member's input, else the members' result (Note [fused reductions]).
+  const Node* reducing = nullptr;
+  for (const Node& m : fused.body) {
+    if (fused_reduction(m)) reducing = &m;
+  }
+  const Shape& s = reducing != nullptr ? reducing->inputs[0].shape : fused.body.front().outputs[0].shape;
   shape_ = s.size() == 0 ? Shape({1}) : s;
   const int ndim = shape_.size();
   // The split dim: the outermost whose trailing dims fit a tile; a tile is a chunk of it.
@@ -56,26 +64,42 @@ FusedGroup::FusedGroup(const Graph& g, const Node& fused) {
   last[0] = shape_[split_] - (chunks_ - 1) * chunk_;
   tile_full_ = Shape(full);
   tile_last_ = Shape(last);
+  tile_full_reduced_ = reduced_shape(tile_full_);
+  tile_last_reduced_ = reduced_shape(tile_last_);
   const Strides scratch_strides = contiguous_strides(tile_full_);
+  // A reduced value's block: contiguous over the tile's rows, read along a row as one value.
+  Strides reduced_scratch_strides = contiguous_strides(tile_full_reduced_);
+  reduced_scratch_strides[reduced_scratch_strides.size() - 1] = 0;
+  // The buffers holding reduced values: the results of the members over reduced_shape(S).
+  std::vector<bool> reduced_buffer(g.buffers.size(), false);
+  if (reducing != nullptr) {
+    for (const Node& m : fused.body) {
+      if (m.outputs[0].shape != shape_) reduced_buffer[m.outputs[0].buffer] = true;
+    }
+  }
 
-  auto add = [&](const View& v) {
+  auto add = [&](const View& v, bool over_reduced) {
     Operand_ o;
     o.buffer = v.buffer;
     o.offset = v.offset;
     o.dtype = v.dtype;
     o.device = g.buffers[v.buffer].device;
     o.scratch = g.buffers[v.buffer].kind == BufferKind::kScratch;
-    // Views of a 0-d shape iterate as one element.
+    o.over_reduced = over_reduced;
+    o.reduced = reduced_buffer[v.buffer];
+    // Views of a 0-d shape iterate as one element. A view over the reduced shape steps along S's
+    // last dim as a broadcast.
     o.full_strides = v.shape.size() == 0 ? Strides({0}) : v.strides;
+    if (over_reduced && o.full_strides.size() == ndim) o.full_strides[ndim - 1] = 0;
     if (o.scratch) {
-      o.tile_strides = scratch_strides;
+      o.tile_strides = o.reduced ? reduced_scratch_strides : scratch_strides;
     } else {
       std::vector<int64_t> st(ndim - split_);
       for (int d = split_; d < ndim; ++d) st[d - split_] = o.full_strides[d];
       o.tile_strides = Strides(st);
     }
-    o.contiguous_full = is_contiguous_layout(tile_full_, o.tile_strides);
-    o.contiguous_last = is_contiguous_layout(tile_last_, o.tile_strides);
+    o.contiguous_full = is_contiguous_layout(over_reduced ? tile_full_reduced_ : tile_full_, o.tile_strides);
+    o.contiguous_last = is_contiguous_layout(over_reduced ? tile_last_reduced_ : tile_last_, o.tile_strides);
     operands_.push_back(std::move(o));
   };
   // Scratch: one tile-sized block per scratch buffer.
@@ -86,16 +110,22 @@ FusedGroup::FusedGroup(const Graph& g, const Node& fused) {
     member.attrs = &m.attrs;
     member.fn = dispatch::kernel_table().at(m.op, g.buffers[m.outputs[0].buffer].device.type).fn;
     EMBER_CHECK(member.fn != nullptr, "[compile] no kernel for ", op_name(m.op), " in a fused group");
-    if (m.op == OpKind::kSoftmax || m.op == OpKind::kLogSoftmax) {
-      const int64_t dim = std::get<DimAttrs>(m.attrs).dim;
+    member.reduces = fused_reduction(m);
+    member.over_reduced = !member.reduces && reducing != nullptr && m.outputs[0].shape != shape_;
+    if (normalizes(m.op) || member.reduces) {
+      const int64_t dim = member.reduces ? ndim - 1 : std::get<DimAttrs>(m.attrs).dim;
       const int64_t tile_dim = dim - split_;
       EMBER_CHECK(s.size() > 0 && (tile_dim > 0 || (tile_dim == 0 && chunk_ == shape_[split_])),
                   "[compile] internal error: a ", op_name(m.op), " row does not fit a tile");
-      tile_attrs_.push_back(DimAttrs{tile_dim});
+      if (member.reduces) {
+        tile_attrs_.push_back(ReduceAttrs{Axes({tile_dim}), true});
+      } else {
+        tile_attrs_.push_back(DimAttrs{tile_dim});
+      }
     }
     member.first = static_cast<int>(operands_.size());
-    for (const View& v : m.inputs) add(v);
-    for (const View& v : m.outputs) add(v);
+    for (const View& v : m.inputs) add(v, member.over_reduced);
+    for (const View& v : m.outputs) add(v, member.over_reduced || member.reduces);
     member.num_inputs = static_cast<int>(m.inputs.size());
     member.num_outputs = static_cast<int>(m.outputs.size());
     members_.push_back(member);
@@ -103,8 +133,7 @@ FusedGroup::FusedGroup(const Graph& g, const Node& fused) {
   // Point the row-wise members at their tile attributes (stable now that the vector is complete).
   size_t next_tile_attrs = 0;
   for (Member& member : members_) {
-    if (member.op == OpKind::kSoftmax || member.op == OpKind::kLogSoftmax)
-      member.attrs = &tile_attrs_[next_tile_attrs++];
+    if (normalizes(member.op) || member.reduces) member.attrs = &tile_attrs_[next_tile_attrs++];
   }
   std::vector<int> value_of(g.buffers.size(), -1);
   for (Operand_& o : operands_) {
@@ -119,7 +148,11 @@ FusedGroup::FusedGroup(const Graph& g, const Node& fused) {
   }
   // The cost: every member over S; memory traffic only at the group's boundary.
   const double elements = static_cast<double>(shape_.numel());
-  for (const Node& m : fused.body) cost_.flops += elements * op_info(m.op).flops_per_element;
+  const double reduced_elements = static_cast<double>(reduced_shape(shape_).numel());
+  for (size_t i = 0; i < members_.size(); ++i) {
+    const OpKind op = fused.body[i].op;
+    cost_.flops += (members_[i].over_reduced ? reduced_elements : elements) * op_info(op).flops_per_element;
+  }
   auto stored = [](const View& v) {
     double n = 1;
     for (int d = 0; d < v.shape.size(); ++d) n *= v.strides[d] == 0 ? 1.0 : static_cast<double>(v.shape[d]);
@@ -159,7 +192,11 @@ void FusedGroup::run_tiles(const std::vector<char*>& base, int64_t begin, int64_
       Operand& op = ops[k];
       op.dtype = o.dtype;
       op.device = o.device;
-      op.shape = is_last ? &tile_last_ : &tile_full_;
+      if (o.over_reduced) {
+        op.shape = is_last ? &tile_last_reduced_ : &tile_full_reduced_;
+      } else {
+        op.shape = is_last ? &tile_last_ : &tile_full_;
+      }
       op.strides = &o.tile_strides;
       op.contiguous = is_last ? o.contiguous_last : o.contiguous_full;
       if (o.scratch) {
@@ -181,22 +218,29 @@ void FusedGroup::run_tiles(const std::vector<char*>& base, int64_t begin, int64_
 
 bool FusedGroup::plan_strips() {
   if (shape_.numel() <= 1) return false;
-  // A softmax member normalizes S's last dim, or the group keeps tiles; a strip holds whole rows.
+  // A softmax or reduction member works along S's last dim, or the group keeps tiles; a strip holds
+  // whole rows.
   const int ndim = shape_.size();
   for (const Member& m : members_) {
-    if (m.op != OpKind::kSoftmax && m.op != OpKind::kLogSoftmax) continue;
+    if (!normalizes(m.op) && !m.reduces) continue;
     const int64_t row = shape_[ndim - 1];
     // (m.attrs hold the dim counted in a tile, whose first dim is S's split_.)
-    if (std::get<DimAttrs>(*m.attrs).dim != ndim - 1 - split_ || row < 2 || row > kRowStripElements) {
+    if ((!m.reduces && std::get<DimAttrs>(*m.attrs).dim != ndim - 1 - split_) || row < 2 || row > kRowStripElements) {
       return false;
     }
     row_ = row;
   }
   // S without its size-1 dims, and with each dim merged into the one before it where every operand
   // steps through the pair as through one dim (never S's last dim when strips hold whole rows).
-  // Scratch values are contiguous over S.
+  // Scratch values are contiguous over S, reduced ones over reduced_shape(S) (a broadcast along S's
+  // last dim).
   const Strides scratch = contiguous_strides(shape_);
-  auto stride = [&](size_t k, int d) { return operands_[k].scratch ? scratch[d] : operands_[k].full_strides[d]; };
+  Strides reduced_scratch = contiguous_strides(reduced_shape(shape_));
+  reduced_scratch[ndim - 1] = 0;
+  auto stride = [&](size_t k, int d) {
+    const Operand_& o = operands_[k];
+    return !o.scratch ? o.full_strides[d] : o.reduced ? reduced_scratch[d] : scratch[d];
+  };
   loop_strides_.assign(operands_.size(), {});
   loop_ndim_ = 0;
   for (int d = 0; d < ndim; ++d) {
@@ -217,7 +261,14 @@ bool FusedGroup::plan_strips() {
   // path gives the same bits (the binary ops with vector forms are IEEE-exact +, -, *, /, min and
   // max; a select and a conversion are exact).
   const int nd = loop_ndim_;
-  auto inner = [&](int k) { return loop_strides_[static_cast<size_t>(k)][nd - 1]; };
+  // Along a member's row: S's inner dim, or for a member over the reduced shape, from row to row
+  // (Note [fused reductions]: its strip is one row of values, one per row of S).
+  auto inner = [&](const Member& m, int k) {
+    const auto& steps = loop_strides_[static_cast<size_t>(k)];
+    if (!m.over_reduced) return steps[nd - 1];
+    if (nd < 2) return int64_t{1};  // one row
+    return operands_[static_cast<size_t>(k)].scratch ? int64_t{1} : steps[nd - 2];
+  };
   for (Member& m : members_) {
     const bool unary = primitive_arity(m.op) == 1, binary = primitive_arity(m.op) == 2;
     const DType in = operands_[m.first].dtype, out = operands_[m.first + m.num_inputs].dtype;
@@ -225,10 +276,14 @@ bool FusedGroup::plan_strips() {
     if (binary && in == out) m.binary_row = cpu::simd::binary_row_fn(m.op, in);
     const bool broadcast_ok = binary || m.op == OpKind::kWhere || m.op == OpKind::kCopy;
     for (int k = m.first; k < m.first + m.num_inputs; ++k) {
-      if (inner(k) != 1 && !(inner(k) == 0 && broadcast_ok)) return false;
+      if (inner(m, k) != 1 && !(inner(m, k) == 0 && broadcast_ok)) return false;
     }
+    // A reduction writes its values contiguously, one per row.
     for (int k = m.first + m.num_inputs; k < m.first + m.num_inputs + m.num_outputs; ++k) {
-      if (inner(k) != 1) return false;
+      const bool along_rows = m.reduces && nd >= 2 && !operands_[static_cast<size_t>(k)].scratch;
+      if ((m.reduces ? (along_rows ? loop_strides_[static_cast<size_t>(k)][nd - 2] : 1) : inner(m, k)) != 1) {
+        return false;
+      }
     }
   }
   // A strip's steps: along its row, and (strips of whole rows) from row to row.
@@ -237,26 +292,30 @@ bool FusedGroup::plan_strips() {
     if (row_ == 0) {
       strip_strides_.push_back(Strides({along}));
     } else if (operands_[k].scratch) {
-      strip_strides_.push_back(Strides({row_, 1}));
+      strip_strides_.push_back(operands_[k].reduced ? Strides({1, 0}) : Strides({row_, 1}));
     } else {
       strip_strides_.push_back(Strides({nd >= 2 ? loop_strides_[k][nd - 2] : 0, along}));
     }
   }
   for (Member& m : members_) {
-    if (m.op == OpKind::kSoftmax || m.op == OpKind::kLogSoftmax) m.attrs = &kStripRowDim;
+    if (normalizes(m.op)) m.attrs = &kStripRowDim;
+    if (m.reduces) m.attrs = &kStripReduce;
   }
   return true;
 }
 
 // One strip, `rows` rows of n elements: each member in turn (Note [strip fusion]).
-void FusedGroup::run_strip(Operand* ops, int64_t rows, int64_t n) const {
+void FusedGroup::run_strip(Operand* ops, int64_t strip_rows, int64_t strip_n) const {
   for (const Member& m : members_) {
     const Operand* io = ops + m.first;
+    // A member over the reduced shape takes the strip's (rows, 1) values as one row of `rows`.
+    const int64_t rows = m.over_reduced ? 1 : strip_rows, n = m.over_reduced ? strip_rows : strip_n;
+    const size_t along = m.over_reduced ? 0 : io->strides->size() - 1;
     // The vector row functions, row by row, where the op has them for this dtype.
     auto at = [rows](const Operand& o, int64_t r) {
       return rows == 1 ? o.data : static_cast<char*>(o.data) + r * (*o.strides)[0] * dtype_size(o.dtype);
     };
-    auto broadcast = [](const Operand& o) { return (*o.strides)[o.strides->size() - 1] == 0; };
+    auto broadcast = [along](const Operand& o) { return (*o.strides)[along] == 0; };
     if (m.unary_row != nullptr) {
       for (int64_t r = 0; r < rows; ++r) m.unary_row(at(io[1], r), at(io[0], r), n);
       continue;
@@ -349,11 +408,14 @@ void FusedGroup::run_rows(const std::vector<char*>& base, int64_t begin, int64_t
   }
   const int nd = loop_ndim_;
   const int64_t rows_per_block = nd >= 2 ? loop_sizes_[nd - 2] : 1;  // the consecutive rows
-  Shape shape;
+  Shape shape, reduced;
   for (int64_t row = begin; row < end;) {
     const int64_t first = row % rows_per_block;
     const int64_t rows = std::min({per_strip, rows_per_block - first, end - row});
-    if (shape.size() == 0 || shape[0] != rows) shape = Shape({rows, row_});
+    if (shape.size() == 0 || shape[0] != rows) {
+      shape = Shape({rows, row_});
+      reduced = Shape({rows, 1});
+    }
     int64_t index[kMaxDims] = {};
     int64_t rest = row / rows_per_block;
     for (int d = nd - 3; d >= 0; --d) {
@@ -362,8 +424,8 @@ void FusedGroup::run_rows(const std::vector<char*>& base, int64_t begin, int64_t
     }
     for (size_t k = 0; k < operands_.size(); ++k) {
       Operand& op = ops[k];
-      op.shape = &shape;
-      op.contiguous = is_contiguous_layout(shape, strip_strides_[k]);
+      op.shape = operands_[k].over_reduced ? &reduced : &shape;
+      op.contiguous = is_contiguous_layout(*op.shape, strip_strides_[k]);
       const Operand_& o = operands_[k];
       if (o.scratch) continue;
       int64_t elements = nd >= 2 ? first * loop_strides_[k][nd - 2] : 0;

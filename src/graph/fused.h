@@ -30,6 +30,25 @@
 // interpreter (a dispatched call per member per strip). Prefetching strips ahead in software made
 // it slower (11-12 ms at 2 to 64 strips ahead) and non-temporal stores of the outputs did not help
 // at 128 (8.2 against 7.3 ms).
+//
+// Note [fused reductions]: a group may hold row reductions (sum, amax, amin over S's last dim, kept:
+// fused_reduction in graph/passes.h) and, after one, elementwise members over reduced_shape(S), the
+// values of one per row (a mean's scaling, var + eps, rsqrt). Softmax, layer norm, RMS norm and
+// log-sum-exp written with primitives are such groups: every row is read from memory once, and its
+// reduced values and the members over S that read them (broadcast along the row) run while the row
+// is in L1. A reduction member is its kernel over (rows, row) operands, which reduces each row the
+// way the unfused call over all rows does (reduce_inner/reduce_small in kernels/cpu/reduce_walkers.h
+// choose by the row's length and stride alone, so a row gets the same bits); a member over the
+// reduced shape sees a strip's (rows, 1) values as one row of `rows`, through the same row functions
+// as every member. The strips hold whole rows (up to kRowStripElements, or the group keeps tiles,
+// which hold whole rows too), and a reduced value only the group uses lives in a block of one value
+// per row, which members over S read with stride 0 along the row.
+//
+// Strips of whole rows hold up to 16384 elements (64 KiB of float32 per value, so a group's values
+// sit in L2): against 4096, layer norm written with primitives on 8192 x 768 (compiled, 2 threads,
+// Zen 4, binaries alternated 3 times, `ember bench`) took 2.79-3.04 against 3.15-3.94 ms, the same
+// on 1024 rows (in cache) 212-238 against 225-287 us, and masked_softmax_f32_compiled 10.2-11.0
+// against 10.3-12.7 ms: fewer member calls per row outweigh the values leaving L1.
 #pragma once
 
 #include <array>
@@ -54,7 +73,7 @@ class FusedGroup {
 
   static constexpr int64_t kTileElements = kFusionTileElements;
   static constexpr int64_t kStripElements = 128;
-  static constexpr int64_t kRowStripElements = 4096;  // a strip of whole rows holds up to this many
+  static constexpr int64_t kRowStripElements = 16384;  // a strip of whole rows holds up to this many
   // Does the group run in strips (Note [strip fusion]) rather than tiles?
   bool strips() const { return strips_; }
 
@@ -70,12 +89,17 @@ class FusedGroup {
     Strides tile_strides;  // over a tile
     bool contiguous_full = false, contiguous_last = false;
     int value = -1;  // a scratch buffer's strip buffer (Note [strip fusion])
+    // Note [fused reductions]: this operand is over reduced_shape(S) (a reduction's result, or any
+    // operand of a member over the reduced shape); its buffer holds reduced values.
+    bool over_reduced = false, reduced = false;
   };
   struct Member {
     KernelFn fn;
     OpKind op;
     const Attrs* attrs;
     int first = 0, num_inputs = 0, num_outputs = 0;
+    bool reduces = false;       // a row reduction over S's last dim
+    bool over_reduced = false;  // an elementwise kernel over reduced_shape(S)
     // Strips: the unfused kernel's vector row function for this op and dtype, where it has one.
     cpu::simd::UnaryRowFn unary_row = nullptr;
     cpu::simd::BinaryRowFn binary_row = nullptr;
@@ -107,6 +131,7 @@ class FusedGroup {
   int split_ = 0;
   int64_t chunk_ = 1, chunks_ = 1, tiles_ = 1;
   Shape tile_full_, tile_last_;
+  Shape tile_full_reduced_, tile_last_reduced_;  // the tiles of reduced_shape(S)
   std::vector<Operand_> operands_;
   std::vector<Member> members_;
   std::vector<Attrs> tile_attrs_;  // row-wise members' attributes with their dim counted in a tile

@@ -151,6 +151,54 @@ void fold_constants(Graph& g, PassStats& stats) {
 
 // --- algebraic simplification ----------------------------------------------------------------------
 
+namespace {
+
+// An in-place kernel on a temporary is traced as its result and a copy back (mean's total.div_(n):
+// t = div(x, n), then x = copy(t)). Where t is a whole temporary that nothing touches after the copy,
+// the views of x from then on take t's place and the copy goes: each buffer is then written once,
+// which lets a fused group keep both in scratch (Note [fused reductions] in graph/fused.h).
+void drop_copies_back(Graph& g, PassStats& stats) {
+  std::vector<bool> drop(g.nodes.size(), false);
+  // Per buffer: how many kernels write it, and the last node that touches it (the copies dropped so
+  // far left out).
+  std::vector<int> writers, last;
+  auto count = [&] {
+    writers.assign(g.buffers.size(), 0);
+    last.assign(g.buffers.size(), -1);
+    for (size_t i = 0; i < g.nodes.size(); ++i) {
+      if (drop[i]) continue;
+      auto touch = [&](const View& v) { last[v.buffer] = static_cast<int>(i); };
+      for_each_read(g.nodes[i], touch);
+      for_each_write(g.nodes[i], [&](const View& v) {
+        touch(v);
+        ++writers[v.buffer];
+      });
+    }
+    for (const View& v : g.outputs) last[v.buffer] = static_cast<int>(g.nodes.size());
+    for (const GradSlot& slot : g.grad_slots) {
+      if (slot.buffer >= 0) last[slot.buffer] = static_cast<int>(g.nodes.size());
+    }
+  };
+  count();
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const Node& n = g.nodes[i];
+    if (!pure(n) || n.op != OpKind::kCopy) continue;
+    const View &from = n.inputs[0], &to = n.outputs[0];
+    if (from.buffer == to.buffer || from.dtype != to.dtype || from.shape != to.shape || !covers(g, from) ||
+        !covers(g, to) || g.buffers[from.buffer].kind != BufferKind::kTemp ||
+        g.buffers[to.buffer].kind != BufferKind::kTemp || writers[from.buffer] != 1 ||
+        last[from.buffer] != static_cast<int>(i))
+      continue;
+    rename(g, i + 1, to.buffer, from);
+    drop[i] = true;
+    ++stats.simplified;
+    count();
+  }
+  erase_marked(g, drop);
+}
+
+}  // namespace
+
 void simplify(Graph& g, PassStats& stats) {
   const std::vector<int> writers = count_writers(g);
   const std::vector<int> last_write = last_writes(g);
@@ -195,6 +243,7 @@ void simplify(Graph& g, PassStats& stats) {
     ++stats.simplified;
   }
   erase_marked(g, drop);
+  drop_copies_back(g, stats);
 }
 
 // --- common-subexpression elimination --------------------------------------------------------------
@@ -739,8 +788,25 @@ bool elementwise(const Node& n) {
          !has_trait(n.op, kUpdate) && n.outputs.size() == 1 && n.outputs[0].defined() && n.outputs[0].shape.numel() > 0;
 }
 
+bool fused_reduction(const Node& n) {
+  if (!is_kernel(n) || (n.op != OpKind::kSum && n.op != OpKind::kAmax && n.op != OpKind::kAmin)) return false;
+  const View &in = n.inputs[0], &out = n.outputs[0];
+  const int last = in.shape.size() - 1;
+  if (last < 0 || !is_floating(in.dtype) || out.dtype != in.dtype || in.shape.numel() == 0) return false;
+  const auto& attrs = std::get<ReduceAttrs>(n.attrs);
+  if (!attrs.keepdim || attrs.dims.size() != 1 || attrs.dims[0] != last) return false;
+  if (in.shape[last] < 2 || in.shape[last] > kFusionTileElements || in.strides[last] != 1) return false;
+  return out.shape == reduced_shape(in.shape);
+}
+
+Shape reduced_shape(const Shape& shape) {
+  Shape r = shape;
+  if (r.size() > 0) r[r.size() - 1] = 1;
+  return r;
+}
+
 bool fusible(const Node& n) {
-  if (elementwise(n)) return true;
+  if (elementwise(n) || fused_reduction(n)) return true;
   if (!is_kernel(n) || (n.op != OpKind::kSoftmax && n.op != OpKind::kLogSoftmax)) return false;
   const View& out = n.outputs[0];
   const int64_t dim = std::get<DimAttrs>(n.attrs).dim;
@@ -768,9 +834,13 @@ View expand_to(const View& v, const Shape& shape) {
   return e;
 }
 
+// The shape a group member iterates over: a fused reduction's input, else its result.
+const Shape& iteration_shape(const Node& n) { return fused_reduction(n) ? n.inputs[0].shape : n.outputs[0].shape; }
+
 struct OpenGroup {
   std::vector<size_t> members;
   Shape shape;
+  bool reduces = false;  // a member reduces rows: members over reduced_shape(shape) may join
   Device device;
   std::unordered_map<int, View> written;  // buffer -> the one view members write it through
   std::unordered_set<int> read;
@@ -782,17 +852,20 @@ struct OpenGroup {
     for_each_write(n, [&](const View& v) { hit = hit || written.count(v.buffer) != 0 || read.count(v.buffer) != 0; });
     return hit;
   }
-  // Can n join? Its result has the group's shape and every buffer the group writes is seen through
-  // one view (so a tile of one is the same elements in the other).
+  // Can n join? It iterates over the group's shape (or, once a member reduces rows, an elementwise
+  // kernel over the reduced shape) and every buffer the group writes is seen through one view (so a
+  // tile of one is the same elements in the other).
   bool accepts(const Graph& g, const Node& n) const {
-    if (n.outputs[0].shape != shape || g.buffers[n.outputs[0].buffer].device != device) return false;
+    if (g.buffers[n.outputs[0].buffer].device != device) return false;
+    const Shape& over = iteration_shape(n);
+    if (over != shape && !(reduces && !fused_reduction(n) && over == reduced_shape(shape))) return false;
     bool ok = true;
     auto check = [&](const View& v) {
       if (auto it = written.find(v.buffer); it != written.end()) ok = ok && it->second == v;
     };
     for (const View& v : n.inputs) {
       if (v.defined()) check(v);
-      if (v.defined() && broadcast_shapes(v.shape, shape, "fuse") != shape) ok = false;
+      if (v.defined() && broadcast_shapes(v.shape, over, "fuse") != over) ok = false;
     }
     check(n.outputs[0]);
     // A member writing a buffer others read through another view would change what they read.
@@ -801,6 +874,7 @@ struct OpenGroup {
   }
   void add(const Node& n, size_t index) {
     members.push_back(index);
+    reduces = reduces || fused_reduction(n);
     for (const View& v : n.inputs) {
       if (v.defined()) read.insert(v.buffer);
     }
@@ -840,9 +914,10 @@ void fuse_elementwise(Graph& g, PassStats& stats) {
         Node m = std::move(g.nodes[open.members[k]]);
         taken[open.members[k]] = true;
         label += (k ? ", " : "") + std::string(op_name(m.op));
+        const Shape over = iteration_shape(m);
         for (View& v : m.inputs) {
           if (!v.defined()) continue;
-          v = expand_to(v, open.shape);
+          v = expand_to(v, over);
           if (scratch.count(v.buffer) == 0 && seen_in.insert(v.buffer).second) f.inputs.push_back(v);
         }
         if (scratch.count(m.outputs[0].buffer) == 0 && seen_out.insert(m.outputs[0].buffer).second)
@@ -866,7 +941,7 @@ void fuse_elementwise(Graph& g, PassStats& stats) {
     }
     if (!open.empty() && (fusible(n) || open.interacts(n))) close();
     if (fusible(n)) {
-      open.shape = n.outputs[0].shape;
+      open.shape = iteration_shape(n);
       open.device = g.buffers[n.outputs[0].buffer].device;
       if (open.accepts(g, n)) open.add(n, i);
     }

@@ -15,7 +15,8 @@
 //                    with that epilogue (the packed GEMM applies it in registers; GELU and SiLU
 //                    stay a pass of their own, which measures faster);
 //   fuse_elementwise chains and DAGs of elementwise kernels over one shape, with the softmaxes
-//                    among and at their ends, become one kFused node run tile by tile; values only
+//                    and row reductions among them (and the elementwise kernels over the reduced
+//                    rows), become one kFused node run tile by tile or strip by strip; values only
 //                    the group uses become kScratch;
 //   reuse_in_place   an elementwise kernel writes over an input of its geometry whose last use it is;
 //   plan_memory      temporaries get offsets in one arena from their live intervals (best fit).
@@ -65,8 +66,15 @@ inline constexpr int64_t kFusionTileElements = 32768;
 
 // An elementwise kernel (a primitive with the kElementwise trait, no draw, no update).
 bool elementwise(const Node& node);
-// Can the node be part of a fused group: elementwise, or a softmax / log_softmax whose rows (the
-// normalized dim and the dims after it) fit one tile, so that tiles hold whole rows?
+// Can the node be part of a fused group: elementwise, a softmax / log_softmax whose rows (the
+// normalized dim and the dims after it) fit one tile, so that tiles hold whole rows, or a fused
+// reduction?
 bool fusible(const Node& node);
+// A row reduction a fused group takes (Note [fused reductions] in graph/fused.h): sum, amax or amin
+// of a floating tensor over its last dim, kept, which the input steps through with unit stride, in
+// rows of 2 to kFusionTileElements elements.
+bool fused_reduction(const Node& node);
+// `shape` with its last dim 1: what a fused reduction over it leaves.
+Shape reduced_shape(const Shape& shape);
 
 }  // namespace ember::graph
