@@ -249,6 +249,166 @@ TEST(Compile, NewShapesCompileAgainAndFixedSignaturesRefuse) {
   EXPECT_THAT(thrown([&] { g(ones({3}, kFloat64)); }), HasSubstr("argument 0 is float64[3]"));
 }
 
+// Training steps at batch sizes that change from call to call (Note [dynamic dims]): the first
+// three distinct sizes are traced (the first call's trace differs from the later ones), the two
+// warm traces make a template, and every other size, 1 and odd ones included, is built from it
+// without a trace. Losses and parameters follow eager step by step.
+template <class MakeModel>
+CompileStats dynamic_training(MakeModel make_model, bool image, bool dropout, CompileOptions options, double tol) {
+  const std::vector<int64_t> sizes = {16, 16, 9, 5, 12, 1, 7, 16, 3, 9, 12, 31};
+  manual_seed(7);
+  auto eager_model = make_model();
+  manual_seed(7);
+  auto compiled_model = make_model();
+  optim::Adam eager_opt(eager_model->parameters(), optim::AdamOptions{.lr = 1e-3});
+  optim::Adam compiled_opt(compiled_model->parameters(), optim::AdamOptions{.lr = 1e-3});
+  auto step_of = [](auto& model, optim::Optimizer& opt) {
+    return [&model, &opt](const Tensor& x, const Tensor& y) {
+      opt.zero_grad();
+      Tensor loss = cross_entropy(model->forward(x), y);
+      loss.backward();
+      opt.step();
+      return loss;
+    };
+  };
+  auto eager_step = step_of(eager_model, eager_opt);
+  options.dynamic = {{0, 0}, {1, 0}};
+  auto compiled_step = compile(step_of(compiled_model, compiled_opt), options);
+  for (size_t s = 0; s < sizes.size(); ++s) {
+    const int64_t b = sizes[s];
+    manual_seed(100 + static_cast<uint64_t>(s));
+    const Tensor x = image ? randn({b, 1, 28, 28}) : randn({b, 784}), y = randint(0, 10, {b});
+    // Both runs start each step from the same generator state, and leave it in the same one (the
+    // compiled step reserves as many blocks for its draws as eager draws).
+    if (dropout) manual_seed(1000 + static_cast<uint64_t>(s));
+    const double eager_loss = eager_step(x, y).template item<double>();
+    const Tensor eager_next = rand({4});
+    if (dropout) manual_seed(1000 + static_cast<uint64_t>(s));
+    const double compiled_loss = compiled_step(x, y).template item<double>();
+    if (dropout) {
+      EXPECT_TRUE(test_util::bitwise_equal(rand({4}), eager_next)) << "step " << s << ", batch " << b;
+    }
+    if (tol == 0) {
+      EXPECT_EQ(compiled_loss, eager_loss) << "step " << s << ", batch " << b;
+    } else {
+      EXPECT_NEAR(compiled_loss, eager_loss, tol * std::max(1.0, std::abs(eager_loss)))
+          << "step " << s << ", batch " << b;
+    }
+  }
+  expect_same_parameters(*eager_model, *compiled_model, tol);
+  EXPECT_THAT(compiled_step.explain(), HasSubstr("the traces at sizes 9 and 5 make a template"));
+  EXPECT_THAT(compiled_step.explain(), HasSubstr("(from the template, no trace: passes "));
+  if (std::getenv("EMBER_TEST_SHOW_EXPLAIN")) std::cout << compiled_step.explain();
+  return compiled_step.stats();
+}
+
+TEST(Compile, DynamicBatchSizesBuildPlansFromATemplate) {
+  CompileOptions unfused;
+  unfused.fuse = false;
+  for (const CompileOptions& options : {CompileOptions{}, unfused}) {
+    const CompileStats mlp =
+        dynamic_training([] { return models::mnist_mlp(); }, false, false, options, options.fuse ? 1e-5 : 0.0);
+    EXPECT_EQ(mlp.compiles, 3);  // 16 (the first call), 9 and 5
+    EXPECT_EQ(mlp.sized, 5);     // 12, 1, 7, 3 and 31
+    EXPECT_EQ(mlp.replays, 12 - 3);
+  }
+  // Convolutions, pooling and dropout's draws (whose blocks scale with the batch).
+  const CompileStats cnn = dynamic_training([] { return models::mnist_cnn(); }, true, true, {}, 1e-5);
+  EXPECT_EQ(cnn.compiles, 3);
+  EXPECT_EQ(cnn.sized, 5);
+}
+
+// Dropout's draws: a plan built from the template reserves as many generator blocks as eager
+// draws at its size, so masks and the generator's state afterwards match eager's.
+TEST(Compile, DynamicDimsScaleRandomDraws) {
+  auto body = [](const Tensor& x) { return dropout(x * 2.0, 0.5).sum({1}); };
+  auto f = compile(body, CompileOptions{.dynamic = {{0, 0}}});
+  for (const int64_t n : {6, 6, 10, 4, 7, 1, 33}) {
+    const Tensor x = randn({n, 8});  // an odd count of elements draws half a block more: see below
+    manual_seed(50 + static_cast<uint64_t>(n));
+    const Tensor want = body(x), want_next = rand({3});
+    manual_seed(50 + static_cast<uint64_t>(n));
+    EXPECT_TRUE(test_util::bitwise_equal(f(x), want)) << n;
+    EXPECT_TRUE(test_util::bitwise_equal(rand({3}), want_next)) << n;
+  }
+  EXPECT_EQ(f.stats().compiles, 2);  // 6 and 10 (a function without state: its first trace is like the others)
+  EXPECT_EQ(f.stats().sized, 4);
+  // Dropout draws (numel + 1) / 2 blocks: with 9 columns, only sizes that keep it a multiple of the
+  // size are built; the rest are traced.
+  auto g = compile(body, CompileOptions{.dynamic = {{0, 0}}});
+  for (const int64_t n : {6, 10, 4, 7, 8}) {
+    const Tensor x = randn({n, 9});
+    manual_seed(60);
+    const Tensor want = body(x);
+    manual_seed(60);
+    EXPECT_TRUE(test_util::bitwise_equal(g(x), want)) << n;
+  }
+  EXPECT_EQ(g.stats().sized, 2);  // 4 and 8
+  EXPECT_THAT(g.explain(), HasSubstr("would not be a whole number at size 7, so it is traced"));
+}
+
+// Plans built from a template are kept for the 16 sizes run last; a fixed signature admits new
+// sizes of the dynamic dims and nothing else.
+TEST(Compile, DynamicSizesKeepTheLastSixteenPlans) {
+  auto body = [](const Tensor& x) { return (x * 2.0 + 1.0).sum({1}); };
+  CompileOptions options;
+  options.dynamic = {{0, 0}};
+  options.fixed_signature = true;
+  auto f = compile(body, options);
+  auto run = [&](int64_t n) {
+    const Tensor x = randn({n, 3});
+    EXPECT_TRUE(test_util::bitwise_equal(f(x), body(x))) << n;
+  };
+  for (int64_t n = 2; n <= 30; ++n) run(n);  // 2 and 3 traced, 27 sizes built
+  EXPECT_EQ(f.stats().compiles, 2);
+  EXPECT_EQ(f.stats().sized, 27);
+  run(30);  // among the last 16: replayed
+  EXPECT_EQ(f.stats().sized, 27);
+  run(4);  // its plan made room for a later size: built again
+  EXPECT_EQ(f.stats().sized, 28);
+  run(2);  // traced, so kept
+  EXPECT_EQ(f.stats().sized, 28);
+  EXPECT_THAT(thrown([&] { f(randn({4, 5})); }), HasSubstr("besides the sizes of its dynamic dims"));
+}
+
+TEST(Compile, DynamicDimsThatEnterTheGraphOtherwiseTraceEachSize) {
+  CompileOptions options;
+  options.dynamic = {{0, 0}};
+  // A size squared: (n, n) is not a multiple of n.
+  auto gram = compile([](const Tensor& x) { return matmul(x, x.transpose(0, 1)).relu(); }, options);
+  // A size used as a value: 1 / n is an attribute of a fill.
+  auto mean_by_hand = compile([](const Tensor& x) { return x.sum({0}) / static_cast<double>(x.size(0)); }, options);
+  for (const int64_t n : {4, 6, 9, 3}) {
+    const Tensor x = randn({n, 5});
+    for (int call = 0; call < 2; ++call) {
+      EXPECT_TRUE(test_util::bitwise_equal(gram(x), matmul(x, x.transpose(0, 1)).relu()));
+      EXPECT_TRUE(test_util::bitwise_equal(mean_by_hand(x), x.sum({0}) / static_cast<double>(n)));
+    }
+  }
+  EXPECT_EQ(gram.stats().compiles, 4);
+  EXPECT_EQ(gram.stats().sized, 0);
+  EXPECT_THAT(gram.explain(), HasSubstr("which is not a multiple of them"));
+  EXPECT_EQ(mean_by_hand.stats().compiles, 4);
+  EXPECT_THAT(mean_by_hand.explain(), HasSubstr("differs in more than its sizes"));
+  // A size the template would halve into a fraction is traced; the others are built.
+  auto pooled = compile([](const Tensor& x) { return max_pool2d(x.unsqueeze(0), 2).squeeze(0) + 1.0; },
+                        CompileOptions{.dynamic = {{0, 2}}});
+  for (const int64_t w : {8, 16, 12, 7, 20}) {
+    const Tensor x = randn({3, 4, w});
+    (void)pooled(x);
+    EXPECT_TRUE(test_util::bitwise_equal(pooled(x), max_pool2d(x.unsqueeze(0), 2).squeeze(0) + 1.0)) << w;
+  }
+  EXPECT_EQ(pooled.stats().sized, 2);  // 12 and 20; 7 pools to 3 columns, not 3.5
+  EXPECT_EQ(pooled.stats().compiles, 3);
+  // Bad marks are errors that name them.
+  auto f = compile([](const Tensor& x, const Tensor& y) { return x + y; }, CompileOptions{.dynamic = {{0, 0}, {1, 0}}});
+  EXPECT_THAT(thrown([&] { f(ones({3, 2}), ones({4, 2})); }), HasSubstr("take one size per call"));
+  auto g = compile([](const Tensor& x) { return x + 1; }, CompileOptions{.dynamic = {{0, 2}}});
+  EXPECT_THAT(thrown([&] { g(ones({3, 2})); }), HasSubstr("marks dim 2 of argument 0, which has 2 dims"));
+  auto h = compile([](const Tensor& x, double s) { return x * s; }, CompileOptions{.dynamic = {{1, 0}}});
+  EXPECT_THAT(thrown([&] { h(ones({3}), 2.0); }), HasSubstr("which is not a tensor argument"));
+}
+
 TEST(Compile, ScalarArgumentsAreInTheSignature) {
   auto f = compile([](const Tensor& x, double s) { return x * s; });
   EXPECT_EQ(f(ones({2}), 2.0).to_vector<float>(), (std::vector<float>{2, 2}));

@@ -59,15 +59,22 @@ struct CompileOptions {
   bool optimize = true;          // constant folding, simplification, CSE, dead-code elimination
   bool fuse = true;              // GEMM epilogues and elementwise groups
   bool plan_memory = true;       // one arena for the temporaries (else each keeps its traced block)
-  bool fixed_signature = false;  // a call with a new signature throws instead of compiling again
+  bool fixed_signature = false;  // a call with a new signature (besides new sizes of `dynamic` dims) throws
   int warn_after = 8;            // compiles of one function after which a warning names the cause
   bool keep_pass_dumps = false;  // keep the graph's text after each pass (graph_stages())
+  // Dims whose size may change from call to call without a trace per size: {argument, dim} pairs,
+  // all of one size in a call (the batch dim of x and of y). Two traces at different sizes whose
+  // graphs differ only by multiples of the size make a template; every other size is built from it
+  // (passes and memory plan, no eager run). A function whose graph depends on the size otherwise
+  // (a size squared, rounded, or used as a value) keeps tracing each size; explain() says why.
+  std::vector<std::pair<int, int>> dynamic = {};
   double check_rtol = 1e-4;
   double check_atol = 1e-5;
 };
 
 struct CompileStats {
   int compiles = 0;  // traces (a new signature, or a stale graph)
+  int sized = 0;     // plans built for a new size of the dynamic dims from a template, without a trace
   int64_t calls = 0;
   int64_t replays = 0;
   int traced_kernels = 0;  // kernels recorded by the last trace

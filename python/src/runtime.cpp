@@ -5,6 +5,7 @@
 #include <nanobind/stl/map.h>
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/shared_ptr.h>
+#include <nanobind/stl/vector.h>
 
 #include "bindings.h"
 #include "ember/amp.h"
@@ -102,6 +103,7 @@ CompileOptions::Mode compile_mode(const std::string& mode) {
 nb::dict stats_dict(const CompileStats& s) {
   nb::dict d;
   d["compiles"] = s.compiles;
+  d["sized"] = s.sized;
   d["calls"] = s.calls;
   d["replays"] = s.replays;
   d["traced_kernels"] = s.traced_kernels;
@@ -208,8 +210,10 @@ void bind_runtime(nb::module_& m) {
       .def_prop_ro("stats", [](const PyCompiled& c) { return stats_dict(c.core().stats()); });
   m.def(
       "compile",
-      [](nb::callable fn, const std::string& mode, bool optimize, bool fuse, bool plan_memory, bool fixed_signature) {
+      [](nb::callable fn, const std::string& mode, bool optimize, bool fuse, bool plan_memory, bool fixed_signature,
+         std::vector<std::pair<int, int>> dynamic) {
         CompileOptions options;
+        options.dynamic = std::move(dynamic);
         options.mode = compile_mode(mode);
         options.optimize = optimize;
         options.fuse = fuse;
@@ -218,9 +222,11 @@ void bind_runtime(nb::module_& m) {
         return PyCompiled(fn, options);
       },
       "fn"_a, "mode"_a = "default", "optimize"_a = true, "fuse"_a = true, "plan_memory"_a = true,
-      "fixed_signature"_a = false,
+      "fixed_signature"_a = false, "dynamic"_a = std::vector<std::pair<int, int>>{},
       "Traces fn once per signature (shapes, dtypes, numbers) and replays the optimized, fused, memory-planned "
-      "graph. mode: \"default\" (EMBER_COMPILE decides), \"compiled\", \"eager\" or \"check\".");
+      "graph. mode: \"default\" (EMBER_COMPILE decides), \"compiled\", \"eager\" or \"check\". dynamic: "
+      "(argument, dim) pairs whose size may change between calls (all of one size in a call): after two traces "
+      "at different sizes, other sizes are built from a template without calling fn.");
 
   // --- data -------------------------------------------------------------------------------------
   nb::module_ d = m.def_submodule("data", "Datasets and the DataLoader (ember/data.h)");

@@ -76,6 +76,25 @@ def test_threads_run_ember_concurrently():
     assert not errors and len(results) == 80 and all(r == expected for r in results)
 
 
+def test_compile_with_a_dynamic_batch_dim():
+    calls = []
+
+    def f(x, w):
+        calls.append(x.shape[0])
+        return (x @ w).relu() + 1.0
+
+    w = ember.randn(6, 3)
+    compiled = ember.compile(f, mode="compiled", dynamic=[(0, 0)])
+    for n in (4, 9, 2, 7, 1, 9):
+        x = ember.randn(n, 6)
+        np.testing.assert_array_equal(compiled(x, w).numpy(), f(x, w).numpy())
+    # 4 and 9 are traced; 2, 7 and 1 are built from their template without calling f.
+    assert calls.count(4) == 2 and calls.count(9) == 3 and calls.count(2) == 1
+    assert compiled.stats["compiles"] == 2 and compiled.stats["sized"] == 3
+    with pytest.raises(ember.Error, match="not a tensor argument"):
+        ember.compile(f, dynamic=[(5, 0)])(ember.randn(2, 6), w)
+
+
 def test_compile_a_python_training_step():
     ember.manual_seed(4)
     model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 3))

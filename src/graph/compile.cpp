@@ -9,8 +9,10 @@
 #include <cstring>
 #include <iostream>
 #include <mutex>
+#include <optional>
 #include <sstream>
 
+#include "graph/dynamic.h"
 #include "graph/executor.h"
 #include "graph/passes.h"
 #include "graph/trace.h"
@@ -55,6 +57,20 @@ ArgKey key_of(std::span<const CompileArg> args, size_t i) {
   } else {
     k.value = std::get<Scalar>(args[i]);
   }
+  return k;
+}
+
+// The argument's key with the sizes of its dynamic dims left out (-1), and a contiguous tensor's
+// strides (which those sizes enter) with them: what the plans of one family of sizes share.
+ArgKey family_key_of(std::span<const CompileArg> args, size_t i, const std::vector<std::pair<int, int>>& dynamic) {
+  ArgKey k = key_of(args, i);
+  bool marked = false;
+  for (const auto& [arg, dim] : dynamic) {
+    if (static_cast<size_t>(arg) != i) continue;
+    k.shape[dim] = -1;
+    marked = true;
+  }
+  if (marked && is_contiguous_layout(std::get<Tensor>(args[i]).shape(), k.strides)) k.strides = Strides();
   return k;
 }
 
@@ -114,11 +130,24 @@ struct CompiledCore::Impl {
     std::vector<ArgKey> signature;
     std::unique_ptr<graph::Executable> executable;
     std::string reason;
+    int family = -1;        // built from that family's template (Note [dynamic dims])
+    int64_t last_call = 0;  // the call that last ran it
   };
+  // The signatures that differ only in the sizes of the dynamic dims (Note [dynamic dims]).
+  struct Family {
+    std::vector<ArgKey> key;
+    std::optional<graph::Graph> last;  // the last raw trace, its temporaries released
+    int64_t last_size = 0;
+    std::optional<graph::SizeTemplate> sizes;
+    std::string no_template;  // why the last two traces did not make one
+  };
+  // Plans built from one family's template that are kept; the least recently run one makes room.
+  static constexpr int kMaxSizedPlans = 16;
   CompileOptions options;
   CompileOptions::Mode mode;
   std::mutex mutex;  // one call at a time: a plan's operands and arena are not shared between calls
   std::vector<Entry> entries;
+  std::vector<Family> families;
   int last = -1;
   CompileStats stats;
   std::vector<std::pair<std::string, GraphText>> stages;
@@ -152,13 +181,88 @@ struct CompiledCore::Impl {
     return "new signature";
   }
 
-  // Traces a call and builds its plan; returns the eager results of the traced call.
-  std::vector<Tensor> compile(std::span<const CompileArg> args, BodyRef body, int slot, std::string reason) {
+  // The one size of the dynamic dims in this call (Note [dynamic dims]).
+  int64_t dynamic_size(std::span<const CompileArg> args) const {
+    int64_t size = -1;
+    for (const auto& [arg, dim] : options.dynamic) {
+      EMBER_CHECK(arg >= 0 && static_cast<size_t>(arg) < args.size() && std::holds_alternative<Tensor>(args[arg]),
+                  "[compile] CompileOptions::dynamic marks argument ", arg, ", which is not a tensor argument");
+      const Tensor& t = std::get<Tensor>(args[arg]);
+      EMBER_CHECK(dim >= 0 && dim < t.dim(), "[compile] CompileOptions::dynamic marks dim ", dim, " of argument ", arg,
+                  ", which has ", t.dim(), " dims");
+      EMBER_CHECK(size < 0 || t.size(dim) == size, "[compile] the dims CompileOptions::dynamic marks take one size ",
+                  "per call: argument ", arg, " dim ", dim, " is ", t.size(dim), ", an earlier one ", size);
+      size = t.size(dim);
+    }
+    return size;
+  }
+
+  Family& family_of(std::span<const CompileArg> args) {
+    std::vector<ArgKey> key;
+    for (size_t i = 0; i < args.size(); ++i) key.push_back(family_key_of(args, i, options.dynamic));
+    for (Family& f : families) {
+      if (f.key == key) return f;
+    }
+    families.emplace_back();
+    families.back().key = std::move(key);
+    return families.back();
+  }
+
+  // A trace of the family at `size` (raw, its temporaries released): with the one before it, at
+  // another size, it may make the family's template.
+  void remember(Family& f, graph::Graph raw, int64_t size) {
+    if (f.sizes) return;
+    if (f.last && f.last_size != size) {
+      auto made = graph::SizeTemplate::generalize(*f.last, f.last_size, raw, size);
+      if (auto* t = std::get_if<graph::SizeTemplate>(&made)) {
+        history.push_back("dynamic dims: the traces at sizes " + std::to_string(f.last_size) + " and " +
+                          std::to_string(size) + " make a template; other sizes are built from it");
+        f.sizes = std::move(*t);
+        f.last.reset();
+        f.no_template.clear();
+        return;
+      }
+      f.no_template = std::get<std::string>(made);
+      history.push_back("dynamic dims: no template from the traces at sizes " + std::to_string(f.last_size) + " and " +
+                        std::to_string(size) + ": " + f.no_template);
+      // The earlier trace may be a first call's (gradients and optimizer state created): keep the
+      // newer one to compare with the next.
+    }
+    f.last = std::move(raw);
+    f.last_size = size;
+  }
+
+  // Traces a call and builds its plan; returns the eager results of the traced call. With `raw`,
+  // also hands back the trace before any pass, its temporaries released (Note [dynamic dims]).
+  std::vector<Tensor> compile(std::span<const CompileArg> args, BodyRef body, int slot, std::string reason,
+                              graph::Graph* raw = nullptr) {
     using Clock = std::chrono::steady_clock;
     const Clock::time_point start = Clock::now();
     graph::Trace t = graph::trace(tensors_of(args), [&] { return body(); });
-    const Clock::time_point traced = Clock::now();
-    graph::Graph& g = t.graph;
+    if (raw != nullptr) {
+      *raw = t.graph;
+      graph::release_traced_temps(*raw);
+    }
+    const double trace_seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    build(args, std::move(t.graph), slot, std::move(reason), trace_seconds, -1);
+    ++stats.compiles;
+    if (stats.compiles > options.warn_after && !warned) {
+      warned = true;
+      std::cerr << "ember: warning: a compiled function has been traced " << stats.compiles
+                << " times; the last because " << history.back()
+                << ". Keep argument shapes fixed (pad the last batch), mark the changing dims dynamic "
+                   "(CompileOptions::dynamic), or pass fixed_signature to make it an error\n";
+    }
+    return std::move(t.results);
+  }
+
+  // Runs the passes on a graph (traced, or from a template when trace_seconds < 0), plans its memory
+  // and makes it the plan for these arguments: at `slot`, or a new entry.
+  void build(std::span<const CompileArg> args, graph::Graph graph, int slot, std::string reason, double trace_seconds,
+             int family) {
+    using Clock = std::chrono::steady_clock;
+    const Clock::time_point started = Clock::now();
+    graph::Graph& g = graph;
     stages.clear();
     auto stage = [&](const char* name) {
       if (options.keep_pass_dumps) stages.emplace_back(name, GraphText{g.dump(), g.dot()});
@@ -205,13 +309,19 @@ struct CompiledCore::Impl {
     for (size_t i = 0; i < args.size(); ++i) e.signature.push_back(key_of(args, i));
     e.executable = std::make_unique<graph::Executable>(std::move(g), plan);
     e.reason = reason;
+    e.family = family;
+    e.last_call = stats.calls;
     stats.steps = e.executable->num_steps();
-    ++stats.compiles;
-    stats.trace_seconds = std::chrono::duration<double>(traced - start).count();
-    stats.pass_seconds = std::chrono::duration<double>(Clock::now() - traced).count();
-    char timing[96];
-    std::snprintf(timing, sizeof(timing), " (traced in %.2f ms, passes %.2f ms, %d kernels -> %d steps)",
-                  stats.trace_seconds * 1e3, stats.pass_seconds * 1e3, stats.traced_kernels, stats.steps);
+    stats.trace_seconds = std::max(trace_seconds, 0.0);
+    stats.pass_seconds = std::chrono::duration<double>(Clock::now() - started).count();
+    char timing[112];
+    if (trace_seconds >= 0) {
+      std::snprintf(timing, sizeof(timing), " (traced in %.2f ms, passes %.2f ms, %d kernels -> %d steps)",
+                    stats.trace_seconds * 1e3, stats.pass_seconds * 1e3, stats.traced_kernels, stats.steps);
+    } else {
+      std::snprintf(timing, sizeof(timing), " (from the template, no trace: passes %.2f ms, %d kernels -> %d steps)",
+                    stats.pass_seconds * 1e3, stats.traced_kernels, stats.steps);
+    }
     history.push_back(reason + timing);
     if (slot >= 0) {
       entries[slot] = std::move(e);
@@ -220,13 +330,28 @@ struct CompiledCore::Impl {
       entries.push_back(std::move(e));
       last = static_cast<int>(entries.size()) - 1;
     }
-    if (stats.compiles > options.warn_after && !warned) {
-      warned = true;
-      std::cerr << "ember: warning: a compiled function has been traced " << stats.compiles
-                << " times; the last because " << reason
-                << ". Keep argument shapes fixed (pad the last batch), or pass fixed_signature to make it an error\n";
+  }
+
+  // The plan for a new size of a family with a template, built without a trace; false (and nothing
+  // built) when the template cannot give that size.
+  bool build_sized(std::span<const CompileArg> args, Family& f, int64_t size, const std::string& reason) {
+    auto made = f.sizes->at(size);
+    if (!std::holds_alternative<graph::Graph>(made)) {
+      history.push_back("dynamic dims: " + std::get<std::string>(made) + ", so it is traced");
+      return false;
     }
-    return std::move(t.results);
+    const int family = static_cast<int>(&f - families.data());
+    // The least recently run plan of this family makes room when it has kMaxSizedPlans.
+    int slot = -1, count = 0;
+    for (size_t e = 0; e < entries.size(); ++e) {
+      if (entries[e].family != family) continue;
+      ++count;
+      if (slot < 0 || entries[e].last_call < entries[static_cast<size_t>(slot)].last_call) slot = static_cast<int>(e);
+    }
+    if (count < kMaxSizedPlans) slot = -1;
+    build(args, std::move(std::get<graph::Graph>(made)), slot, reason, -1.0, family);
+    ++stats.sized;
+    return true;
   }
 
   std::vector<Tensor> check(std::span<const CompileArg> args, BodyRef body, graph::Executable& exe);
@@ -318,12 +443,42 @@ std::vector<Tensor> CompiledCore::call(std::span<const CompileArg> args, BodyRef
   }
   if (found < 0) {
     std::string reason = m.new_signature_reason(args);
-    EMBER_CHECK(!m.options.fixed_signature || m.entries.empty(), "[compile] the function was compiled with a fixed ",
-                "signature and is called with a new one: ", reason);
-    return m.compile(args, body, -1, std::move(reason));
+    if (m.options.dynamic.empty()) {
+      EMBER_CHECK(!m.options.fixed_signature || m.entries.empty(), "[compile] the function was compiled with a ",
+                  "fixed signature and is called with a new one: ", reason);
+      return m.compile(args, body, -1, std::move(reason));
+    }
+    // Note [dynamic dims]: a new size of a family with a template needs no trace. A fixed signature
+    // admits the sizes of the first family only.
+    const int64_t size = m.dynamic_size(args);
+    const size_t family = static_cast<size_t>(&m.family_of(args) - m.families.data());
+    EMBER_CHECK(!m.options.fixed_signature || family == 0, "[compile] the function was compiled with a fixed ",
+                "signature and is called with a new one (besides the sizes of its dynamic dims): ", reason);
+    if (m.families[family].sizes && m.build_sized(args, m.families[family], size, reason)) {
+      graph::Executable& sized = *m.entries[m.last].executable;
+      if (sized.stale().empty()) {
+        ++m.stats.replays;
+        if (m.mode == CompileOptions::Mode::kCheck) return m.check(args, body, sized);
+        return sized.run(Impl::tensors_of(args));
+      }
+      // The template's gradients were replaced since its traces: it goes, and this size is traced.
+      m.families[family].sizes.reset();
+      m.entries.pop_back();
+      m.last = -1;
+    }
+    graph::Graph raw;
+    std::vector<Tensor> results = m.compile(args, body, -1, std::move(reason), &raw);
+    m.remember(m.families[family], std::move(raw), size);
+    return results;
   }
   graph::Executable& exe = *m.entries[found].executable;
-  if (std::string why = exe.stale(); !why.empty()) return m.compile(args, body, found, std::move(why));
+  if (std::string why = exe.stale(); !why.empty()) {
+    // A stale plan from a template: the template is stale as well (Note [dynamic dims]).
+    if (m.entries[found].family >= 0) m.families[static_cast<size_t>(m.entries[found].family)].sizes.reset();
+    m.entries[found].family = -1;
+    return m.compile(args, body, found, std::move(why));
+  }
+  m.entries[found].last_call = m.stats.calls;
   m.last = found;
   ++m.stats.replays;
   if (m.mode == CompileOptions::Mode::kCheck) return m.check(args, body, exe);
@@ -334,8 +489,10 @@ std::string CompiledCore::explain() const {
   const Impl& m = *impl_;
   std::ostringstream out;
   const CompileStats& s = m.stats;
-  out << "compiled function: " << s.calls << " calls, " << s.compiles << " traces, " << s.replays << " replays\n";
-  for (size_t i = 0; i < m.history.size(); ++i) out << "  trace " << i + 1 << ": " << m.history[i] << "\n";
+  out << "compiled function: " << s.calls << " calls, " << s.compiles << " traces, " << s.replays << " replays";
+  if (!m.options.dynamic.empty()) out << ", " << s.sized << " plans built from a size template";
+  out << "\n";
+  for (size_t i = 0; i < m.history.size(); ++i) out << "  " << i + 1 << ". " << m.history[i] << "\n";
   if (m.last < 0) return out.str();
   const graph::Graph& g = m.entries[m.last].executable->graph();
   int hosts = 0, slots = 0;

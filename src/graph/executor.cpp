@@ -8,25 +8,6 @@
 #include "ops/factory.h"
 
 namespace ember::graph {
-namespace {
-
-// Sets the Philox key of a random op's attributes.
-void set_key(Attrs& attrs, uint64_t seed, uint64_t first_block) {
-  std::visit(
-      [&](auto& a) {
-        if constexpr (requires {
-                        a.seed;
-                        a.first_block;
-                      }) {
-          a.seed = seed;
-          a.first_block = first_block;
-        }
-      },
-      attrs);
-}
-
-}  // namespace
-
 Executable::Executable(Graph graph, const MemoryPlan& plan) : graph_(std::move(graph)), plan_(plan) {
   Graph& g = graph_;
   base_.assign(g.buffers.size(), nullptr);
@@ -251,7 +232,7 @@ void Executable::draw() {
   if (graph_.draws.empty()) return;
   for (size_t d = 0; d < graph_.draws.size(); ++d) {
     const ember::detail::RandomDraw key = ember::detail::reserve_random_blocks(graph_.draws[d].blocks);
-    for (int n : drawing_nodes_[d]) set_key(graph_.nodes[n].attrs, key.seed, key.first_block);
+    for (int n : drawing_nodes_[d]) set_random_key(graph_.nodes[n].attrs, key.seed, key.first_block);
   }
 }
 

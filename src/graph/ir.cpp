@@ -50,6 +50,20 @@ void for_each_write(const Node& node, const std::function<void(const View&)>& fn
   }
 }
 
+void set_random_key(Attrs& attrs, uint64_t seed, uint64_t first_block) {
+  std::visit(
+      [&](auto& a) {
+        if constexpr (requires {
+                        a.seed;
+                        a.first_block;
+                      }) {
+          a.seed = seed;
+          a.first_block = first_block;
+        }
+      },
+      attrs);
+}
+
 bool covers(const Graph& g, const View& view) {
   return view.defined() && view.offset == 0 && view.contiguous() &&
          view.shape.numel() * dtype_size(view.dtype) == g.buffers[view.buffer].nbytes;

@@ -134,6 +134,8 @@ struct Graph {
 // The buffers a node reads and writes (kUpdate outputs and partial writes count as reads too).
 void for_each_read(const Node& node, const std::function<void(const View&)>& fn);
 void for_each_write(const Node& node, const std::function<void(const View&)>& fn);
+// Sets the Philox key of a random op's attributes (a draw's seed and first block).
+void set_random_key(Attrs& attrs, uint64_t seed, uint64_t first_block);
 // Does `view` cover all of its buffer, contiguously from its start?
 bool covers(const Graph& g, const View& view);
 // The op's short name of a node ("mul", "fused(mul, sigmoid, add)", "host Adam").

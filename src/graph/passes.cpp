@@ -127,6 +127,8 @@ void fold_constants(Graph& g, PassStats& stats) {
     if (!pure(n) || !fresh_outputs(g, n, writers)) continue;
     bool all_constant = true;
     for (const View& v : n.inputs) all_constant = all_constant && (!v.defined() || constant[v.buffer]);
+    // A result without its traced storage (a size a template scaled, Note [dynamic dims]) is computed.
+    for (const View& v : n.outputs) all_constant = all_constant && (!v.defined() || g.buffers[v.buffer].storage);
     if (!all_constant) continue;
     // The traced storage already holds the result (it was computed while tracing and never written
     // again): keep it, and check the captured tensors it came from before each call.
