@@ -477,10 +477,12 @@ TEST(Compile, TheGraphIsPrintedAfterEveryPass) {
   const auto stages = f.graph_stages();
   std::vector<std::string> names;
   for (const auto& [name, text] : stages) names.push_back(name);
-  EXPECT_EQ(names, (std::vector<std::string>{"trace", "fold_constants", "simplify", "cse", "dce", "fuse_gelu",
-                                             "fuse_attention", "fuse_epilogues", "fuse_elementwise", "plan_memory"}));
+  EXPECT_EQ(names,
+            (std::vector<std::string>{"trace", "fold_constants", "simplify", "cse", "dce", "fuse_gelu", "fuse_silu",
+                                      "fuse_attention", "fuse_epilogues", "fuse_elementwise", "plan_memory"}));
   EXPECT_THAT(stages.front().second.dump(), HasSubstr("= mul("));
-  EXPECT_THAT(stages.back().second.dump(), HasSubstr("fused(sigmoid, mul, add)"));
+  // x * 1.0 simplified away, sigmoid(x) * x is silu(x).
+  EXPECT_THAT(stages.back().second.dump(), HasSubstr("fused(silu, add)"));
   EXPECT_THAT(stages.back().second.dot(), HasSubstr("digraph ember"));
   EXPECT_EQ(f.graph().dump(), stages.back().second.dump());
 }
@@ -587,10 +589,10 @@ TEST(Compile, TheProfilerSeesKernelsAndFusedGroupsOfAReplay) {
   prof.stop();
   bool fused = false, matmul_seen = false;
   for (const profiler::Event& e : prof.events()) {
-    if (e.name == "fused(sigmoid, mul, add)") {
+    if (e.name == "fused(silu, add)") {  // x * sigmoid(x) is silu(x)
       fused = true;
       EXPECT_TRUE(e.has_cost);
-      EXPECT_EQ(e.flops, 64.0 * 64 * (10 + 1 + 1));
+      EXPECT_EQ(e.flops, 64.0 * 64 * (11 + 1));
       EXPECT_EQ(e.bytes, 3.0 * 64 * 64 * 4);  // x and y read, the sum written: nothing between
     }
     if (e.name == "matmul") {

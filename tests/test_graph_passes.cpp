@@ -179,6 +179,39 @@ TEST(GraphPasses, GeluErfChainsStayWhenAPartIsUsedOrTheConstantsDiffer) {
   }
 }
 
+TEST(GraphPasses, SigmoidProductsBecomeSilu) {
+  auto rewritten = [](const Tensor& x, const std::function<Tensor()>& f) {
+    Trace t = trace_of({x}, f);
+    PassStats st;
+    fuse_silu(t.graph, st);
+    return std::pair{st.silus, nodes(t.graph)};
+  };
+  const Tensor x = randn({37, 20}), h = x.to(kBFloat16);
+  EXPECT_EQ(rewritten(x, [&] { return x * sigmoid(x); }).second, "%2 = silu(%0) float32[37, 20]\nreturn %2\n");
+  EXPECT_EQ(rewritten(x, [&] { return sigmoid(x) * x + 1.0; }).first, 1);
+  const Tensor d = x.to(kFloat64);
+  EXPECT_EQ(rewritten(d, [&] { return d * sigmoid(d); }).first, 1);
+  // A 16-bit sigmoid rounds before the product; silu rounds once.
+  EXPECT_EQ(rewritten(h, [&] { return h * sigmoid(h); }).first, 0);
+  // The sigmoid is read elsewhere too, or multiplies something other than its input.
+  EXPECT_EQ(rewritten(x,
+                      [&] {
+                        const Tensor s = sigmoid(x);
+                        return x * s + s.sum();
+                      })
+                .first,
+            0);
+  EXPECT_EQ(rewritten(x, [&] { return (x + 1.0) * sigmoid(x); }).first, 0);
+  // Compiled, the same bits as eager, tails included.
+  auto f = compile([](const Tensor& a, const Tensor& b) { return a * sigmoid(a) + b; });
+  for (const int64_t n : {1, 15, 16, 17, 1000}) {
+    const Tensor a = randn({n}) * 8.0, b = randn({n});
+    (void)f(a, b);
+    EXPECT_TRUE(test_util::bitwise_equal(f(a, b), a * sigmoid(a) + b)) << n;
+  }
+  EXPECT_EQ(f.stats().silus, 1);
+}
+
 TEST(GraphPasses, ElementwiseFusionGroupsChainsAndKeepsOnlyTheirResults) {
   const Tensor x = randn({64, 32}), y = randn({32});
   Trace t = trace_of({x, y}, [&] { return (x * x.sigmoid() + y).exp(); });

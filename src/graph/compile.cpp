@@ -103,6 +103,7 @@ constexpr Pass kPasses[] = {
     {"cse", graph::cse, false},
     {"dce", graph::dce, false},
     {"fuse_gelu", graph::fuse_gelu, true},
+    {"fuse_silu", graph::fuse_silu, true},
     {"fuse_attention", graph::fuse_attention, true},
     {"fuse_epilogues", graph::fuse_epilogues, true},
     {"fuse_elementwise", graph::fuse_elementwise, true},
@@ -294,6 +295,7 @@ struct CompiledCore::Impl {
     stats.epilogues = ps.epilogues;
     stats.attention = ps.attention;
     stats.gelus = ps.gelus;
+    stats.silus = ps.silus;
     stats.fused_groups = ps.fused_groups;
     stats.fused_kernels = ps.fused_nodes;
     stats.in_place = ps.in_place;
@@ -506,6 +508,7 @@ std::string CompiledCore::explain() const {
       << "  common subexpressions: " << s.cse << " kernels\n"
       << "  dead code: " << s.dead << " kernels\n"
       << "  GELU patterns: " << s.gelus << " -> gelu\n"
+      << "  SiLU patterns: " << s.silus << " -> silu\n"
       << "  attention patterns: " << s.attention << " -> scaled_dot_product_attention\n"
       << "  GEMM epilogues: " << s.epilogues << " kernels folded into matmuls and convolutions\n"
       << "  elementwise fusion: " << s.fused_kernels << " kernels in " << s.fused_groups << " groups\n"

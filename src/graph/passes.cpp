@@ -783,6 +783,48 @@ void fuse_gelu(Graph& g, PassStats& stats) {
   erase_marked(g, drop);
 }
 
+// --- SiLU ----------------------------------------------------------------------------------------
+
+void fuse_silu(Graph& g, PassStats& stats) {
+  const std::vector<int> writers = count_writers(g);
+  const auto readers = readers_of(g);
+  std::vector<int> writer_of(g.buffers.size(), -1);
+  for (size_t i = 0; i < g.nodes.size(); ++i)
+    for_each_write(g.nodes[i], [&](const View& v) { writer_of[v.buffer] = static_cast<int>(i); });
+  std::vector<bool> drop(g.nodes.size(), false);
+  for (size_t m = 0; m < g.nodes.size(); ++m) {
+    Node& product = g.nodes[m];
+    if (!is_kernel(product) || product.op != OpKind::kMul || product.inputs.size() != 2 ||
+        !fresh_outputs(g, product, writers, true))
+      continue;
+    const View& out = product.outputs[0];
+    if (out.dtype != kFloat32 && out.dtype != kFloat64) continue;
+    for (int k = 0; k < 2; ++k) {
+      const View &s = product.inputs[k], &x = product.inputs[1 - k];
+      const int p = writer_of[s.buffer];
+      if (p < 0 || drop[p] || !is_kernel(g.nodes[p]) || g.nodes[p].op != OpKind::kSigmoid ||
+          !fresh_outputs(g, g.nodes[p], writers) || s != g.nodes[p].outputs[0] || g.nodes[p].inputs[0] != x ||
+          only_reader(readers, s.buffer, g.nodes.size()) != static_cast<int>(m) || x.dtype != out.dtype ||
+          x.shape != out.shape || s.shape != out.shape)
+        continue;
+      // silu reads x where the product did, so nothing between the two may write it.
+      bool clear = true;
+      for (size_t n = static_cast<size_t>(p) + 1; n < m && clear; ++n) {
+        for_each_write(g.nodes[n], [&](const View& w) { clear = clear && w.buffer != x.buffer; });
+      }
+      if (!clear) continue;
+      const View input = x;
+      product.op = OpKind::kSilu;
+      product.attrs = NoAttrs{};
+      product.inputs = {input};
+      drop[p] = true;
+      ++stats.silus;
+      break;
+    }
+  }
+  erase_marked(g, drop);
+}
+
 // --- elementwise fusion ----------------------------------------------------------------------------
 
 bool elementwise(const Node& n) {

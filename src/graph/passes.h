@@ -9,6 +9,8 @@
 //   dce              kernels whose results nothing reads are dropped;
 //   fuse_gelu        x * 0.5 * (1 + erf(x / sqrt(2))), as exported models write GELU, becomes one
 //                    gelu kernel (the erf chain's five passes over x become one);
+//   fuse_silu        x * sigmoid(x) in float32 or float64 becomes one silu kernel (the same functors,
+//                    so the same bits; a 16-bit sigmoid rounds before the product, silu does not);
 //   fuse_attention   softmax(scale * q @ k^T [masked]) @ v becomes one scaled_dot_product_attention
 //                    (the flash kernel: no (L, S) matrix), the mask a causal flag when it is one;
 //   fuse_epilogues   matmul followed by a bias add, a ReLU and a residual add becomes one matmul
@@ -37,6 +39,7 @@ struct PassStats {
   int epilogues = 0;
   int attention = 0;
   int gelus = 0;
+  int silus = 0;
   int fused_groups = 0;
   int fused_nodes = 0;
   int in_place = 0;
@@ -47,6 +50,7 @@ void simplify(Graph& g, PassStats& stats);
 void cse(Graph& g, PassStats& stats);
 void dce(Graph& g, PassStats& stats);
 void fuse_gelu(Graph& g, PassStats& stats);
+void fuse_silu(Graph& g, PassStats& stats);
 void fuse_attention(Graph& g, PassStats& stats);
 void fuse_epilogues(Graph& g, PassStats& stats);
 void fuse_elementwise(Graph& g, PassStats& stats);
