@@ -142,6 +142,61 @@ TEST(Compile, GptTrainingStepsMatchEager) {
   expect_same_parameters(eager, compiled, 1e-4);
 }
 
+// The GPT step with its batch dim dynamic: attention, layer norms, clipping and AdamW from a
+// template at the sizes not traced. With the sequence length dynamic too, the causal mask (L x L)
+// does not scale with it: every length is traced, and still follows eager.
+TEST(Compile, GptStepsWithDynamicDimsMatchEager) {
+  models::GPTConfig c;
+  c.vocab_size = 32;
+  c.block_size = 16;
+  c.n_layer = 2;
+  c.n_head = 2;
+  c.n_embd = 32;
+  for (const bool dynamic_length : {false, true}) {
+    manual_seed(11);
+    models::GPT eager(c);
+    manual_seed(11);
+    models::GPT compiled(c);
+    optim::AdamW eager_opt(eager.parameters(), optim::AdamWOptions{.lr = 1e-3});
+    optim::AdamW compiled_opt(compiled.parameters(), optim::AdamWOptions{.lr = 1e-3});
+    CompileOptions options;
+    options.dynamic = {{0, 0}, {1, 0}};
+    if (dynamic_length) options.dynamic = {{0, 1}, {1, 1}};
+    auto step = compile(
+        [&](const Tensor& idx, const Tensor& targets) {
+          compiled_opt.zero_grad();
+          Tensor loss = compiled.loss(idx, targets);
+          loss.backward();
+          optim::clip_grad_norm_(compiled.parameters(), 1.0);
+          compiled_opt.step();
+          return loss;
+        },
+        options);
+    const std::vector<int64_t> sizes = {4, 4, 3, 2, 5, 1, 4, 3, 6, 2};
+    for (size_t s = 0; s < sizes.size(); ++s) {
+      const int64_t batch = dynamic_length ? 2 : sizes[s], length = dynamic_length ? 2 * sizes[s] : 16;
+      manual_seed(500 + static_cast<uint64_t>(s));
+      const Tensor idx = randint(0, 32, {batch, length}), targets = randint(0, 32, {batch, length});
+      eager_opt.zero_grad();
+      Tensor eager_loss = eager.loss(idx, targets);
+      eager_loss.backward();
+      optim::clip_grad_norm_(eager.parameters(), 1.0);
+      eager_opt.step();
+      const double compiled_loss = step(idx, targets).item<double>();
+      ASSERT_NEAR(compiled_loss, eager_loss.item<double>(), 1e-4) << "step " << s << (dynamic_length ? " length" : "");
+    }
+    expect_same_parameters(eager, compiled, 1e-4);
+    if (dynamic_length) {
+      EXPECT_EQ(step.stats().sized, 0);
+      EXPECT_THAT(step.explain(), HasSubstr("no template"));
+      if (std::getenv("EMBER_TEST_SHOW_EXPLAIN")) std::cout << step.explain();
+    } else {
+      EXPECT_EQ(step.stats().compiles, 3);  // 4 (first call), 3 and 2
+      EXPECT_EQ(step.stats().sized, 3);     // 5, 1 and 6
+    }
+  }
+}
+
 // A compiled step runs its optimizer's updates as one multi-tensor step (Note [multi-tensor updates]
 // in graph/executor.h): bit for bit the eager updates, for each optimizer with an update kernel,
 // with parameters of several pieces and of one, on 1 and 2 threads, and with a step the loss scaler
