@@ -370,6 +370,44 @@ TEST(GraphPasses, RowReductionsJoinTheirGroup) {
   EXPECT_EQ(f.stats().fused_groups, 1);
 }
 
+// Attention's probabilities, q @ k^T then scale, mask and softmax: the batched product runs head
+// by head with the group that reads it (Note [head interleaving] in graph/executor.h), bit for bit
+// the unfused kernels, with broadcast batch dims, 3-d and 4-d, 1 and 2 threads.
+TEST(GraphPasses, BatchedProductsRunHeadByHeadWithTheirSoftmax) {
+  test_util::ThreadCountGuard guard;
+  struct Case {
+    Shape q, k;
+    int64_t length;
+  };
+  const std::vector<Case> cases = {{{4, 8, 64, 16}, {4, 8, 64, 16}, 64},
+                                   {{2, 3, 37, 8}, {1, 3, 37, 8}, 37},
+                                   {{5, 33, 24}, {5, 33, 24}, 33},
+                                   {{1, 1, 9, 4}, {1, 1, 9, 4}, 9},
+                                   {{3, 2, 130, 64}, {3, 2, 130, 64}, 130}};
+  for (int threads : {1, 2}) {
+    set_num_threads(threads);
+    for (const Case& c : cases) {
+      const Tensor q = randn(c.q), k = randn(c.k);
+      const Tensor mask = ones({c.length, c.length}, kBool).triu(1);
+      auto body = [&](const Tensor& a, const Tensor& b) {
+        return softmax(matmul(a, b.transpose(-2, -1)).mul(0.125).masked_fill(mask, -INFINITY), -1);
+      };
+      auto f = compile(body);
+      (void)f(q, k);
+      EXPECT_TRUE(test_util::bitwise_equal(f(q, k), body(q, k))) << c.q << " " << threads;
+      EXPECT_EQ(f.stats().interleaved, 1) << c.q << "\n" << f.graph().dump();
+    }
+  }
+  // A product something else reads too is left whole.
+  const Tensor q = randn({2, 16, 8});
+  auto g = compile([](const Tensor& a) {
+    const Tensor scores = matmul(a, a.transpose(-2, -1));
+    return softmax(scores * 2.0, -1) + scores.sum();
+  });
+  (void)g(q);
+  EXPECT_EQ(g.stats().interleaved, 0);
+}
+
 TEST(GraphPasses, FusionStopsWhereAnotherKernelReadsAGroupValue) {
   const Tensor x = randn({16, 16});
   Trace t = trace_of({x}, [&] {

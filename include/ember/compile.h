@@ -79,6 +79,7 @@ struct CompileStats {
   int64_t replays = 0;
   int traced_kernels = 0;  // kernels recorded by the last trace
   int steps = 0;           // steps of the last plan (kernels, fused groups, host calls, .grad sets)
+  int interleaved = 0;     // batched products the last plan runs head by head with the group reading them
   int folded = 0, simplified = 0, cse = 0, dead = 0, gelus = 0, silus = 0, attention = 0, epilogues = 0,
       fused_groups = 0, fused_kernels = 0, in_place = 0;
   int64_t arena_bytes = 0;  // the last plan's arena

@@ -314,6 +314,7 @@ struct CompiledCore::Impl {
     e.family = family;
     e.last_call = stats.calls;
     stats.steps = e.executable->num_steps();
+    stats.interleaved = e.executable->interleaved();
     stats.trace_seconds = std::max(trace_seconds, 0.0);
     stats.pass_seconds = std::chrono::duration<double>(Clock::now() - started).count();
     char timing[112];
@@ -513,6 +514,7 @@ std::string CompiledCore::explain() const {
       << "  GEMM epilogues: " << s.epilogues << " kernels folded into matmuls and convolutions\n"
       << "  elementwise fusion: " << s.fused_kernels << " kernels in " << s.fused_groups << " groups\n"
       << "  in-place reuse: " << s.in_place << " results\n"
+      << "  batched products run head by head with the group reading them: " << s.interleaved << "\n"
       << "  host calls replayed (optimizer/scheduler steps): " << hosts << ", .grad assignments: " << slots << "\n"
       << "memory: arena " << kib(s.arena_bytes) << " for " << kib(s.temp_bytes) << " of temporaries (at most "
       << kib(s.live_bytes) << " alive at one step); state " << kib(s.state_bytes) << "\n";

@@ -111,6 +111,114 @@ Executable::Executable(Graph graph, const MemoryPlan& plan) : graph_(std::move(g
     steps_.push_back(step);
   }
   plan_multi_updates();
+  plan_interleaves();
+}
+
+void Executable::plan_interleaves() {
+  const Graph& g = graph_;
+  for (size_t i = 0; i + 1 < steps_.size(); ++i) {
+    Step &product_step = steps_[i], &group_step = steps_[i + 1];
+    if (product_step.kind != NodeKind::kKernel || group_step.kind != NodeKind::kFused || product_step.multi >= 0 ||
+        product_step.host_attrs)
+      continue;
+    const Node& n = g.nodes[product_step.node];
+    if (n.op != OpKind::kMatmul || n.inputs.size() < 2 || n.outputs.size() != 1) continue;
+    bool extra = false;
+    for (size_t k = 2; k < n.inputs.size(); ++k) extra = extra || n.inputs[k].defined();
+    const View &a = n.inputs[0], &b = n.inputs[1], &out = n.outputs[0];
+    const int nd = out.shape.size();
+    if (extra || nd < 3 || a.shape.size() != nd || b.shape.size() != nd || !covers(g, out) ||
+        g.buffers[out.buffer].kind != BufferKind::kTemp || g.buffers[out.buffer].device.type != DeviceType::kCPU)
+      continue;
+    const FusedGroup& group = *fused_[group_step.fused];
+    const int64_t rows = out.shape[nd - 2], cols = out.shape[nd - 1];
+    if (group.row() != cols || group.shape() != out.shape) continue;
+    // Only the group reads the product.
+    bool other_reader = false;
+    for (size_t j = 0; j < g.nodes.size() && !other_reader; ++j) {
+      if (j == static_cast<size_t>(group_step.node)) continue;
+      for_each_read(g.nodes[j], [&](const View& v) { other_reader = other_reader || v.buffer == out.buffer; });
+    }
+    for (const View& v : g.outputs) other_reader = other_reader || v.buffer == out.buffer;
+    for (const GradSlot& slot : g.grad_slots) other_reader = other_reader || slot.buffer == out.buffer;
+    if (other_reader) continue;
+    // The factors' leading dims are the product's or broadcast (size 1).
+    bool aligned = true;
+    for (int d = 0; d < nd - 2; ++d) {
+      for (const View* f : {&a, &b}) aligned = aligned && (f->shape[d] == out.shape[d] || f->shape[d] == 1);
+    }
+    if (!aligned) continue;
+    auto pair = std::make_unique<Interleave>();
+    pair->step = static_cast<int>(i);
+    pair->buffer = out.buffer;
+    pair->rows = rows;
+    pair->row_bytes = cols * dtype_size(out.dtype);
+    pair->heads = out.shape.numel() / std::max<int64_t>(rows * cols, 1);
+    for (int64_t h = 0; h < pair->heads; ++h) {
+      std::array<int64_t, 2> offset{};
+      int64_t rest = h;
+      for (int d = nd - 3; d >= 0; --d) {
+        const int64_t index = rest % out.shape[d];
+        rest /= out.shape[d];
+        if (a.shape[d] != 1) offset[0] += index * a.strides[d] * dtype_size(a.dtype);
+        if (b.shape[d] != 1) offset[1] += index * b.strides[d] * dtype_size(b.dtype);
+      }
+      pair->offsets.push_back(offset);
+    }
+    const View* views[3] = {&a, &b, &out};
+    for (int k = 0; k < 3; ++k) {
+      pair->shapes[k] = Shape({views[k]->shape[nd - 2], views[k]->shape[nd - 1]});
+      pair->strides[k] = Strides({views[k]->strides[nd - 2], views[k]->strides[nd - 1]});
+    }
+    pair->tasks = static_cast<int>(std::min<int64_t>({cpu::num_threads(), group.slots(), pair->heads}));
+    pair->num_operands = product_step.num_operands;
+    pair->operands.resize(static_cast<size_t>(pair->tasks * pair->num_operands));
+    for (int t = 0; t < pair->tasks; ++t) {
+      Operand* ops = pair->operands.data() + static_cast<size_t>(t * pair->num_operands);
+      for (int k = 0; k < pair->num_operands; ++k)
+        ops[k] = operands_[static_cast<size_t>(product_step.first_operand + k)];
+      const int out_index = static_cast<int>(n.inputs.size());
+      for (int k = 0; k < 3; ++k) {
+        Operand& o = ops[k < 2 ? k : out_index];
+        o.shape = &pair->shapes[k];
+        o.strides = &pair->strides[k];
+        o.contiguous = is_contiguous_layout(pair->shapes[k], pair->strides[k]);
+        o.storage = nullptr;
+      }
+      pair->calls.push_back(KernelCall{n.op, n.attrs, std::span<const Operand>(ops, n.inputs.size()),
+                                       std::span<const Operand>(ops + n.inputs.size(), 1)});
+      pair->products.push_back(allocate_storage(rows * pair->row_bytes, kCPU));
+    }
+    pair->bases.resize(static_cast<size_t>(pair->tasks));
+    product_step.interleave = static_cast<int>(interleaves_.size());
+    group_step.in_pair = true;
+    interleaves_.push_back(std::move(pair));
+    ++i;
+  }
+}
+
+void Executable::run_interleaved(Interleave& pair) {
+  const Step& product_step = steps_[static_cast<size_t>(pair.step)];
+  FusedGroup& group = *fused_[steps_[static_cast<size_t>(pair.step) + 1].fused];
+  const Operand* whole = operands_.data() + product_step.first_operand;
+  const int out_index = static_cast<int>(pair.calls[0].inputs.size());
+  cpu::parallel_tasks(pair.tasks, pair.tasks, [&](int64_t t) {
+    Operand* ops = pair.operands.data() + static_cast<size_t>(t * pair.num_operands);
+    std::vector<char*>& base = pair.bases[static_cast<size_t>(t)];
+    base = base_;
+    char* product = static_cast<char*>(pair.products[static_cast<size_t>(t)]->data());
+    ops[out_index].data = product;
+    const int64_t first = t * pair.heads / pair.tasks, last = (t + 1) * pair.heads / pair.tasks;
+    for (int64_t h = first; h < last; ++h) {
+      ops[0].data = static_cast<char*>(whole[0].data) + pair.offsets[static_cast<size_t>(h)][0];
+      ops[1].data = static_cast<char*>(whole[1].data) + pair.offsets[static_cast<size_t>(h)][1];
+      product_step.fn(pair.calls[static_cast<size_t>(t)]);  // inside a task: on this thread
+      // The group finds head h's rows (h * rows on) at the block: its base, moved back by as much.
+      base[static_cast<size_t>(pair.buffer)] = reinterpret_cast<char*>(
+          reinterpret_cast<uintptr_t>(product) - static_cast<uintptr_t>(h * pair.rows * pair.row_bytes));
+      group.run_rows_on(base, h * pair.rows, (h + 1) * pair.rows, static_cast<int>(t));
+    }
+  });
 }
 
 void Executable::plan_multi_updates() {
@@ -260,6 +368,11 @@ std::vector<Tensor> Executable::run(const std::vector<Tensor>& arguments) {
       if (!skip) n.attrs = n.host_attrs->attrs;  // the kernel call refers to n.attrs
       if (skip && (step.multi < 0 || observed)) continue;
     }
+    if (step.interleave >= 0 && !observed) {
+      run_interleaved(*interleaves_[static_cast<size_t>(step.interleave)]);
+      continue;
+    }
+    if (step.in_pair && !observed) continue;  // run with the product before it
     if (step.multi >= 0 && !observed) {
       // A multi-tensor update runs at its last member, when every member's attributes are set.
       const MultiUpdate& multi = multi_[step.multi];

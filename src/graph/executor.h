@@ -11,6 +11,7 @@
 // exactly as an eager one.
 #pragma once
 
+#include <array>
 #include <memory>
 #include <vector>
 
@@ -36,6 +37,8 @@ class Executable {
   const Graph& graph() const { return graph_; }
   // How many runs of optimizer updates execute as one multi-tensor step (Note [multi-tensor updates]).
   int multi_updates() const { return static_cast<int>(multi_.size()); }
+  // How many batched products run head by head with the group that reads them (Note [head interleaving]).
+  int interleaved() const { return static_cast<int>(interleaves_.size()); }
   const MemoryPlan& memory() const { return plan_; }
   int num_steps() const { return static_cast<int>(steps_.size()); }
 
@@ -50,6 +53,29 @@ class Executable {
     int fused = -1;           // kFused: fused_
     bool host_attrs = false;  // kKernel: its attributes come from the host each run
     int multi = -1;           // kKernel: the multi-tensor update (multi_) it belongs to
+    int interleave = -1;      // kKernel: the head-by-head pair (interleaves_) it starts
+    bool in_pair = false;     // kFused: run by the pair of the step before it
+  };
+  // Note [head interleaving]: a batched matmul whose product only the next fused group reads, that
+  // group running strips of the product's whole rows (attention scores, then scale, mask and
+  // softmax), runs head by head: each task takes a share of the leading (batch, head) indices and,
+  // for each, multiplies that head into a block of its own, then runs the group's rows of that head
+  // over the block while it is in cache. The scores never reach memory: written and read again
+  // they cost a stream of their size each way. The product of one head is the batched kernel's own
+  // call for that batch index (the k blocks depend on k alone, Note [GEMM blocking]), and the
+  // group's rows are its own: the same bits.
+  struct Interleave {
+    int step = 0;     // the matmul's; the group's is the next
+    int buffer = -1;  // the product's, which the group reads in place of it
+    int64_t heads = 0, rows = 0, row_bytes = 0;
+    std::vector<std::array<int64_t, 2>> offsets;  // per head: bytes into the two factors
+    Shape shapes[3];                              // one head of the factors and of the product
+    Strides strides[3];
+    int tasks = 0, num_operands = 0;
+    std::vector<Operand> operands;                       // tasks x num_operands
+    std::vector<KernelCall> calls;                       // per task
+    std::vector<std::vector<char*>> bases;               // per task: base_ with the product's block
+    std::vector<std::shared_ptr<StorageImpl>> products;  // per task: one head's product
   };
   // Note [multi-tensor updates]: consecutive optimizer updates (SGD, Adam, Adagrad, RMSprop steps
   // of every parameter, one kernel each) run as one step: their parameters are cut into pieces of
@@ -73,6 +99,8 @@ class Executable {
   static constexpr int64_t kUpdatePiece = 16384;
   void plan_multi_updates();
   void run_multi(const MultiUpdate& multi);
+  void plan_interleaves();
+  void run_interleaved(Interleave& pair);
   void bind(const std::vector<Tensor>& arguments);
   void draw();
   void run_observed(const Step& step);  // with observers (the profiler) attached
@@ -87,6 +115,7 @@ class Executable {
   std::vector<KernelCall> calls_;
   std::vector<std::unique_ptr<FusedGroup>> fused_;
   std::vector<MultiUpdate> multi_;
+  std::vector<std::unique_ptr<Interleave>> interleaves_;
   std::vector<Operand> piece_operands_;
   std::vector<KernelCall> piece_calls_;
   std::vector<std::vector<int>> drawing_nodes_;  // per draw: the nodes whose key it is

@@ -76,6 +76,16 @@ class FusedGroup {
   static constexpr int64_t kRowStripElements = 16384;  // a strip of whole rows holds up to this many
   // Does the group run in strips (Note [strip fusion]) rather than tiles?
   bool strips() const { return strips_; }
+  // Strips of whole rows: their length (S's last dim), else 0. The group's S.
+  int64_t row() const { return strips_ ? row_ : 0; }
+  const Shape& shape() const { return shape_; }
+  int slots() const { return slots_; }
+  // Rows [begin, end) of S (groups with row() > 0) on the calling thread, with slot `slot`'s
+  // operands: a caller that splits the rows among tasks itself (Note [head interleaving] in
+  // graph/executor.h).
+  void run_rows_on(const std::vector<char*>& base, int64_t begin, int64_t end, int slot) {
+    run_rows(base, begin, end, slot);
+  }
 
  private:
   struct Operand_ {
