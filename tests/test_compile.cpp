@@ -397,6 +397,37 @@ TEST(Compile, DynamicSizesKeepTheLastSixteenPlans) {
   EXPECT_THAT(thrown([&] { f(randn({4, 5})); }), HasSubstr("besides the sizes of its dynamic dims"));
 }
 
+// A function that accumulates into a .grad: replacing the .grad makes the template stale as well
+// as the plans; the next new size is traced, and the gradient sums what eager sums.
+TEST(Compile, AStaleTemplateIsDroppedAndTheSizeTraced) {
+  manual_seed(5);
+  const Tensor w = randn({3}).requires_grad_(), w_eager = w.detach().clone().requires_grad_();
+  auto body_of = [](const Tensor& weight) {
+    return [weight](const Tensor& x) {
+      Tensor loss = (x * weight).sum();
+      loss.backward();
+      return loss;
+    };
+  };
+  auto f = compile(body_of(w), CompileOptions{.dynamic = {{0, 0}}});
+  auto eager = body_of(w_eager);
+  auto both = [&](int64_t n) {
+    const Tensor x = randn({n, 3});
+    EXPECT_TRUE(test_util::bitwise_equal(f(x), eager(x))) << n;
+    EXPECT_TRUE(test_util::bitwise_equal(w.grad(), w_eager.grad())) << n;
+  };
+  for (const int64_t n : {4, 6, 5, 8}) both(n);  // 6 and 5 make the template, 8 is built
+  EXPECT_EQ(f.stats().sized, 1);
+  w.set_grad(zeros({3}));
+  w_eager.set_grad(zeros({3}));
+  both(9);  // built, found stale, traced
+  both(10);
+  EXPECT_EQ(f.stats().sized, 2);
+  EXPECT_EQ(f.stats().compiles, 5);  // 4, 6, 5, 9 and 10: the template went with the old .grad
+  both(8);                           // the plan built for 8 is stale too: traced again
+  EXPECT_EQ(f.stats().compiles, 6);
+}
+
 TEST(Compile, DynamicDimsThatEnterTheGraphOtherwiseTraceEachSize) {
   CompileOptions options;
   options.dynamic = {{0, 0}};

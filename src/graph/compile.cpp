@@ -457,6 +457,7 @@ std::vector<Tensor> CompiledCore::call(std::span<const CompileArg> args, BodyRef
     const size_t family = static_cast<size_t>(&m.family_of(args) - m.families.data());
     EMBER_CHECK(!m.options.fixed_signature || family == 0, "[compile] the function was compiled with a fixed ",
                 "signature and is called with a new one (besides the sizes of its dynamic dims): ", reason);
+    int slot = -1;
     if (m.families[family].sizes && m.build_sized(args, m.families[family], size, reason)) {
       graph::Executable& sized = *m.entries[m.last].executable;
       if (sized.stale().empty()) {
@@ -464,13 +465,14 @@ std::vector<Tensor> CompiledCore::call(std::span<const CompileArg> args, BodyRef
         if (m.mode == CompileOptions::Mode::kCheck) return m.check(args, body, sized);
         return sized.run(Impl::tensors_of(args));
       }
-      // The template's gradients were replaced since its traces: it goes, and this size is traced.
+      // The template's gradients were replaced since its traces: it goes, and this size is traced
+      // into the plan just built.
       m.families[family].sizes.reset();
-      m.entries.pop_back();
-      m.last = -1;
+      slot = m.last;
+      m.entries[static_cast<size_t>(slot)].family = -1;
     }
     graph::Graph raw;
-    std::vector<Tensor> results = m.compile(args, body, -1, std::move(reason), &raw);
+    std::vector<Tensor> results = m.compile(args, body, slot, std::move(reason), &raw);
     m.remember(m.families[family], std::move(raw), size);
     return results;
   }
