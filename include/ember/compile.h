@@ -65,8 +65,10 @@ struct CompileOptions {
   // Dims whose size may change from call to call without a trace per size: {argument, dim} pairs,
   // all of one size in a call (the batch dim of x and of y). Two traces at different sizes whose
   // graphs differ only by multiples of the size make a template; every other size is built from it
-  // (passes and memory plan, no eager run). A function whose graph depends on the size otherwise
-  // (a size squared, rounded, or used as a value) keeps tracing each size; explain() says why.
+  // (passes and memory plan, no eager run). Sizes offset from a multiple (a KV cache of L positions
+  // grown to L + 1) need a third trace to confirm the template. A function whose graph depends on
+  // the size otherwise (a size squared, rounded, or used as a value) keeps tracing each size;
+  // explain() says why.
   std::vector<std::pair<int, int>> dynamic = {};
   double check_rtol = 1e-4;
   double check_atol = 1e-5;

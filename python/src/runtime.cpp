@@ -226,7 +226,8 @@ void bind_runtime(nb::module_& m) {
       "Traces fn once per signature (shapes, dtypes, numbers) and replays the optimized, fused, memory-planned "
       "graph. mode: \"default\" (EMBER_COMPILE decides), \"compiled\", \"eager\" or \"check\". dynamic: "
       "(argument, dim) pairs whose size may change between calls (all of one size in a call): after two traces "
-      "at different sizes, other sizes are built from a template without calling fn.");
+      "at different sizes (three when a size is offset from a multiple of them, as a KV cache grown by one), other "
+      "sizes are built from a template without calling fn.");
 
   // --- data -------------------------------------------------------------------------------------
   nb::module_ d = m.def_submodule("data", "Datasets and the DataLoader (ember/data.h)");

@@ -212,12 +212,27 @@ struct CompiledCore::Impl {
   // A trace of the family at `size` (raw, its temporaries released): with the one before it, at
   // another size, it may make the family's template.
   void remember(Family& f, graph::Graph raw, int64_t size) {
-    if (f.sizes) return;
-    if (f.last && f.last_size != size) {
+    if (f.sizes && f.sizes->confirmed()) return;
+    if (f.sizes) {
+      const std::string pair =
+          "the template from sizes " + std::to_string(f.sizes->size_a()) + " and " + std::to_string(f.sizes->size_b());
+      f.no_template = f.sizes->confirm(raw, size);
+      if (f.no_template.empty()) {
+        history.push_back("dynamic dims: the trace at size " + std::to_string(size) + " follows " + pair +
+                          "; other sizes are built from it");
+        return;
+      }
+      history.push_back("dynamic dims: " + pair + " does not hold at size " + std::to_string(size) + ": " +
+                        f.no_template);
+      f.sizes.reset();  // this trace is compared with the next
+    } else if (f.last && f.last_size != size) {
       auto made = graph::SizeTemplate::generalize(*f.last, f.last_size, raw, size);
       if (auto* t = std::get_if<graph::SizeTemplate>(&made)) {
         history.push_back("dynamic dims: the traces at sizes " + std::to_string(f.last_size) + " and " +
-                          std::to_string(size) + " make a template; other sizes are built from it");
+                          std::to_string(size) +
+                          (t->confirmed() ? " make a template; other sizes are built from it"
+                                          : " make a template with sizes offset from a multiple of the dims; it is "
+                                            "used once a trace at a third size follows it"));
         f.sizes = std::move(*t);
         f.last.reset();
         f.no_template.clear();
@@ -458,7 +473,8 @@ std::vector<Tensor> CompiledCore::call(std::span<const CompileArg> args, BodyRef
     EMBER_CHECK(!m.options.fixed_signature || family == 0, "[compile] the function was compiled with a fixed ",
                 "signature and is called with a new one (besides the sizes of its dynamic dims): ", reason);
     int slot = -1;
-    if (m.families[family].sizes && m.build_sized(args, m.families[family], size, reason)) {
+    const std::optional<graph::SizeTemplate>& sizes = m.families[family].sizes;
+    if (sizes && sizes->confirmed() && m.build_sized(args, m.families[family], size, reason)) {
       graph::Executable& sized = *m.entries[m.last].executable;
       if (sized.stale().empty()) {
         ++m.stats.replays;

@@ -112,23 +112,29 @@ std::variant<SizeTemplate, std::string> SizeTemplate::generalize(const Graph& a,
   Graph a_copy = a, base = b;
   const std::vector<int64_t> va = sizes_of(a_copy), vb = sizes_of(base);
   SizeTemplate t;
-  t.scales_.resize(vb.size());
+  t.growth_.assign(vb.size(), Growth::kFixed);
+  t.slopes_.assign(vb.size(), 0);
   for (size_t i = 0; i < vb.size(); ++i) {
     if (va[i] == vb[i]) continue;
     // v_a / size_a == v_b / size_b, in integers (a product past 64 bits does not generalize).
     int64_t lhs = 0, rhs = 0;
-    if (__builtin_mul_overflow(va[i], size_b, &lhs) || __builtin_mul_overflow(vb[i], size_a, &rhs) || lhs != rhs) {
+    if (!__builtin_mul_overflow(va[i], size_b, &lhs) && !__builtin_mul_overflow(vb[i], size_a, &rhs) && lhs == rhs) {
+      t.growth_[i] = Growth::kMultiple;
+    } else if ((vb[i] - va[i]) % (size_b - size_a) == 0) {
+      t.growth_[i] = Growth::kAffine;  // a multiple plus a constant, to be confirmed
+      t.slopes_[i] = (vb[i] - va[i]) / (size_b - size_a);
+      t.confirmed_ = false;
+    } else {
       std::ostringstream why;
       why << "a size of the graph goes from " << va[i] << " to " << vb[i] << " as the dynamic dims go from " << size_a
-          << " to " << size_b << ", which is not a multiple of them";
+          << " to " << size_b << ", which is neither a multiple of them nor a whole number per unit of them";
       return why.str();
     }
-    t.scales_[i] = true;
   }
   // Buffers come first in for_each_size: two integers each, bytes first.
   for (size_t k = 0; k < base.buffers.size(); ++k) {
     Buffer& buffer = base.buffers[k];
-    if (!t.scales_[2 * k]) continue;
+    if (t.growth_[2 * k] == Growth::kFixed) continue;
     if (buffer.kind != BufferKind::kTemp && buffer.kind != BufferKind::kOutput &&
         buffer.kind != BufferKind::kArgument) {
       std::ostringstream why;
@@ -149,17 +155,47 @@ std::variant<Graph, std::string> SizeTemplate::at(int64_t size) const {
   if (size < 1) return "size " + std::to_string(size) + " is not positive";
   Graph g = base_;
   size_t i = 0;
-  bool whole = true;
+  bool whole = true, overflow = false, negative = false;
   for_each_size(g, [&](int64_t& v) {
-    if (scales_[i]) {
-      int64_t scaled = 0;
-      whole = whole && !__builtin_mul_overflow(values_[i], size, &scaled) && scaled % size_b_ == 0;
-      v = scaled / size_b_;
+    int64_t scaled = 0;
+    switch (growth_[i]) {
+      case Growth::kFixed:
+        break;
+      case Growth::kMultiple:
+        overflow = overflow || __builtin_mul_overflow(values_[i], size, &scaled);
+        whole = whole && scaled % size_b_ == 0;
+        v = scaled / size_b_;
+        break;
+      case Growth::kAffine:
+        overflow = overflow || __builtin_mul_overflow(slopes_[i], size - size_b_, &scaled) ||
+                   __builtin_add_overflow(values_[i], scaled, &v);
+        negative = negative || v < 0;
+        break;
     }
     ++i;
   });
+  if (overflow) return "a size of the graph would overflow 64 bits at size " + std::to_string(size);
   if (!whole) return "a size of the graph would not be a whole number at size " + std::to_string(size);
+  if (negative) return "a size of the graph would be negative at size " + std::to_string(size);
   return g;
+}
+
+std::string SizeTemplate::confirm(const Graph& c, int64_t size_c) {
+  if (std::string why = structure_difference(base_, c); !why.empty()) return why;
+  auto made = at(size_c);
+  if (auto* why = std::get_if<std::string>(&made)) return *why;
+  Graph traced = c;
+  const std::vector<int64_t> expected = sizes_of(std::get<Graph>(made)), seen = sizes_of(traced);
+  for (size_t i = 0; i < seen.size(); ++i) {
+    if (expected[i] == seen[i]) continue;
+    std::ostringstream why;
+    why << "a size of the graph is " << seen[i] << " at size " << size_c << " where the traces at sizes " << size_a_
+        << " and " << size_b_ << " give " << expected[i]
+        << ": it is not a multiple of the dynamic dims plus a constant";
+    return why.str();
+  }
+  confirmed_ = true;
+  return "";
 }
 
 void release_traced_temps(Graph& g) {

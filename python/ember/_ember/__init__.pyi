@@ -988,5 +988,5 @@ class Compiled:
 
 def compile(fn: Callable, mode: str = 'default', optimize: bool = True, fuse: bool = True, plan_memory: bool = True, fixed_signature: bool = False, dynamic: Sequence[tuple[int, int]] = []) -> Compiled:
     """
-    Traces fn once per signature (shapes, dtypes, numbers) and replays the optimized, fused, memory-planned graph. mode: "default" (EMBER_COMPILE decides), "compiled", "eager" or "check". dynamic: (argument, dim) pairs whose size may change between calls (all of one size in a call): after two traces at different sizes, other sizes are built from a template without calling fn.
+    Traces fn once per signature (shapes, dtypes, numbers) and replays the optimized, fused, memory-planned graph. mode: "default" (EMBER_COMPILE decides), "compiled", "eager" or "check". dynamic: (argument, dim) pairs whose size may change between calls (all of one size in a call): after two traces at different sizes (three when a size is offset from a multiple of them, as a KV cache grown by one), other sizes are built from a template without calling fn.
     """
