@@ -84,10 +84,12 @@ struct CompileStats {
   int interleaved = 0;     // batched products the last plan runs head by head with the group reading them
   int folded = 0, simplified = 0, cse = 0, dead = 0, gelus = 0, silus = 0, attention = 0, epilogues = 0,
       fused_groups = 0, fused_kernels = 0, in_place = 0;
-  int64_t arena_bytes = 0;  // the last plan's arena
-  int64_t temp_bytes = 0;   // what its temporaries take unplanned (the sum of their sizes)
-  int64_t live_bytes = 0;   // the most of them alive at one step: no arena can be smaller
-  int64_t state_bytes = 0;  // buffers that outlive a call (parameters, gradients, optimizer state, constants)
+  int pooled_thresholds = 0;  // ReLU backwards moved before a max-pool's (graph/passes.h: threshold_pooled)
+  int recomputed = 0;         // forward kernels run again for the backward (recompute_for_backward)
+  int64_t arena_bytes = 0;    // the last plan's arena
+  int64_t temp_bytes = 0;     // what its temporaries take unplanned (the sum of their sizes)
+  int64_t live_bytes = 0;     // the most of them alive at one step: no arena can be smaller
+  int64_t state_bytes = 0;    // buffers that outlive a call (parameters, gradients, optimizer state, constants)
   // The last compile's time: tracing the call (the eager run included), and the passes with the
   // memory plan and the executable's construction. explain() gives every compile's.
   double trace_seconds = 0;

@@ -106,6 +106,8 @@ constexpr Pass kPasses[] = {
     {"fuse_silu", graph::fuse_silu, true},
     {"fuse_attention", graph::fuse_attention, true},
     {"fuse_epilogues", graph::fuse_epilogues, true},
+    {"threshold_pooled", graph::threshold_pooled, false},
+    {"recompute_for_backward", graph::recompute_for_backward, false},
     {"fuse_elementwise", graph::fuse_elementwise, true},
 };
 
@@ -311,6 +313,8 @@ struct CompiledCore::Impl {
     stats.attention = ps.attention;
     stats.gelus = ps.gelus;
     stats.silus = ps.silus;
+    stats.pooled_thresholds = ps.pooled_thresholds;
+    stats.recomputed = ps.recomputed;
     stats.fused_groups = ps.fused_groups;
     stats.fused_kernels = ps.fused_nodes;
     stats.in_place = ps.in_place;
@@ -530,6 +534,9 @@ std::string CompiledCore::explain() const {
       << "  SiLU patterns: " << s.silus << " -> silu\n"
       << "  attention patterns: " << s.attention << " -> scaled_dot_product_attention\n"
       << "  GEMM epilogues: " << s.epilogues << " kernels folded into matmuls and convolutions\n"
+      << "  ReLU backwards moved before a max-pool's (Note [thresholds before unpooling]): " << s.pooled_thresholds
+      << "\n"
+      << "  forward kernels run again for the backward (Note [recomputed activations]): " << s.recomputed << "\n"
       << "  elementwise fusion: " << s.fused_kernels << " kernels in " << s.fused_groups << " groups\n"
       << "  in-place reuse: " << s.in_place << " results\n"
       << "  batched products run head by head with the group reading them: " << s.interleaved << "\n"

@@ -16,6 +16,15 @@
 //   fuse_epilogues   matmul followed by a bias add, a ReLU and a residual add becomes one matmul
 //                    with that epilogue (the packed GEMM applies it in registers; GELU and SiLU
 //                    stay a pass of their own, which measures faster);
+//   threshold_pooled threshold_backward(max_pool2d_grad(g, indices), x) (ReLU's backward after a
+//                    max-pool's, x the pool's input) runs before the unpooling instead, on the
+//                    pool's output: each window's maximum is the input value its gradient goes to,
+//                    so the bits are the same, and x (a ReLU's output, the size of the layer before
+//                    the pool) is no longer alive in the backward (Note [thresholds before unpooling]);
+//   recompute_for_backward  a cheap forward kernel (elementwise, a copy, a layer or RMS norm) whose
+//                    result the backward reads, and whose inputs are alive there anyway, runs again
+//                    just before its first backward reader, so its result is not kept from the
+//                    forward through the backward (Note [recomputed activations]);
 //   fuse_elementwise chains and DAGs of elementwise kernels over one shape, with the softmaxes
 //                    and row reductions among them (and the elementwise kernels over the reduced
 //                    rows), become one kFused node run tile by tile or strip by strip; values only
@@ -40,6 +49,8 @@ struct PassStats {
   int attention = 0;
   int gelus = 0;
   int silus = 0;
+  int pooled_thresholds = 0;
+  int recomputed = 0;
   int fused_groups = 0;
   int fused_nodes = 0;
   int in_place = 0;
@@ -53,6 +64,8 @@ void fuse_gelu(Graph& g, PassStats& stats);
 void fuse_silu(Graph& g, PassStats& stats);
 void fuse_attention(Graph& g, PassStats& stats);
 void fuse_epilogues(Graph& g, PassStats& stats);
+void threshold_pooled(Graph& g, PassStats& stats);
+void recompute_for_backward(Graph& g, PassStats& stats);
 void fuse_elementwise(Graph& g, PassStats& stats);
 void reuse_in_place(Graph& g, PassStats& stats);
 
