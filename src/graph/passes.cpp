@@ -427,7 +427,8 @@ void fuse_epilogues(Graph& g, PassStats& stats) {
         if (bias_like && !mm.inputs[2].defined() && matmul->activation == Activation::kNone) {
           mm.inputs[2] = other;
           fused = true;
-        } else if (other.shape == c.shape && other.dtype == c.dtype) {
+        } else if (other.shape == c.shape && other.dtype == c.dtype && (c.dtype == kFloat32 || c.dtype == kFloat64)) {
+          // A 16-bit product would round once with the residual in the epilogue, twice unfused.
           mm.inputs[3] = other;
           fused = true;
         }

@@ -1161,6 +1161,28 @@ const char* gemm_micro_kernel_name() { return gemm_detail::micro_kernel_name(); 
 
 namespace {
 
+// c += residual over c's shape, each at its strides.
+template <class T>
+void add_residual(const Operand& c, const Operand& residual) {
+  T* out = c.ptr<T>();
+  const T* r = residual.ptr<T>();
+  const int nd = c.dim();
+  const int64_t n = c.size(-1), rows = c.numel() / n, c_step = c.stride(-1), r_step = residual.stride(-1);
+  int64_t index[kMaxDims] = {};
+  int64_t c_offset = 0, r_offset = 0;
+  for (int64_t row = 0; row < rows; ++row) {
+    for (int64_t j = 0; j < n; ++j) out[c_offset + j * c_step] += r[r_offset + j * r_step];
+    for (int d = nd - 2; d >= 0; --d) {  // the next row, the last dim before the columns fastest
+      c_offset += c.stride(d);
+      r_offset += residual.stride(d);
+      if (++index[d] < c.size(d)) break;
+      c_offset -= c.stride(d) * c.size(d);
+      r_offset -= residual.stride(d) * c.size(d);
+      index[d] = 0;
+    }
+  }
+}
+
 // Matmul. inputs: a (batch..., m, k), b (batch..., k, n), bias (n), (1) or () or absent, residual
 // (batch..., m, n) or absent; outputs: c (batch..., m, n). a, b and the residual have c's batch dims,
 // stepping by 0 where they are broadcast; c must not overlap the inputs (the front-end sees to both).
@@ -1201,25 +1223,36 @@ void matmul_kernel(const KernelCall& call) {
 
   const int nb = c.dim() - 2;
   const int64_t* batch = c.shape->data();
-  bool b_shared = !residual.defined();
+  bool b_shared = true;
   for (int d = 0; d < nb; ++d) b_shared = b_shared && (b.stride(d) == 0 || batch[d] == 1);
   if (b_shared) {
-    // One matrix on the right: lay the rows of every batch end to end if both a and c allow it.
-    int64_t rows[kMaxDims], a_rows[kMaxDims], c_rows[kMaxDims];
+    // One matrix on the right: lay the rows of every batch end to end if a, c and the residual
+    // allow it. The tall GEMM is also the problem the unfused call (a linear, then the add) solves,
+    // so a residual in the epilogue keeps its summation order, and its bits.
+    int64_t rows[kMaxDims], a_rows[kMaxDims], c_rows[kMaxDims], r_rows[kMaxDims];
     for (int d = 0; d <= nb; ++d) {
       rows[d] = batch[d];
       a_rows[d] = a.stride(d);
       c_rows[d] = c.stride(d);
+      r_rows[d] = residual.defined() ? residual.stride(d) : 0;
     }
     const std::optional<int64_t> a_stride = merged_stride(rows, a_rows, nb + 1);
     const std::optional<int64_t> c_stride = merged_stride(rows, c_rows, nb + 1);
-    if (a_stride && c_stride) {
+    const std::optional<int64_t> r_stride = residual.defined() ? merged_stride(rows, r_rows, nb + 1) : 0;
+    // A residual that does not lay out so (one broadcast along the batch) is added after the tall
+    // GEMM, as the unfused add would.
+    const bool add_after = !r_stride && (c.dtype == kFloat32 || c.dtype == kFloat64);
+    if (a_stride && c_stride && (r_stride || add_after)) {
       int64_t m = 1;
       for (int d = 0; d <= nb; ++d) m *= rows[d];
       args.m = m;
       args.a_row_stride = *a_stride;
       args.c_row_stride = *c_stride;
+      if (r_stride) args.residual_row_stride = *r_stride;
+      if (add_after) args.residual = nullptr;
       gemm(args);
+      if (add_after && c.dtype == kFloat32) add_residual<float>(c, residual);
+      if (add_after && c.dtype == kFloat64) add_residual<double>(c, residual);
       return;
     }
   }
