@@ -957,6 +957,34 @@ TEST(Compile, ResidualEpiloguesOverBatchDimsMatchEagerBitForBit) {
   }
 }
 
+// A product scaled by a constant takes the scale as the GEMM's alpha where the GEMM sums k whole
+// (kGemmWholeSumDepth): attention's scores keep eager's bits, float32 and float64, batched, 1 and 2
+// threads; over a longer k, or by a scale that is not one constant value, the mul stays.
+TEST(Compile, ScaledProductsTakeTheScaleAsAlphaBitForBit) {
+  test_util::ThreadCountGuard guard;
+  manual_seed(81);
+  for (const DType dtype : {kFloat32, kFloat64}) {
+    for (const int64_t k : {64, 256, 257, 600}) {
+      const auto scores = [](const Tensor& q, const Tensor& key) { return matmul(q, key.transpose(-2, -1)) * 0.37; };
+      auto f = compile(scores);
+      autograd::NoGradGuard no_grad;
+      for (const int threads : {2, 1}) {
+        set_num_threads(threads);
+        const Tensor q = randn({2, 3, 45, k}, dtype), key = randn({2, 3, 70, k}, dtype);
+        (void)f(q, key);
+        EXPECT_TRUE(test_util::bitwise_equal(f(q, key), scores(q, key))) << dtype << " k " << k << ", " << threads;
+      }
+      EXPECT_EQ(f.stats().epilogues, k <= 256 ? 1 : 0) << dtype << " k " << k;
+    }
+  }
+  const Tensor per_column = randn({70});
+  auto g = compile([&](const Tensor& a, const Tensor& b) { return matmul(a, b) * per_column; });
+  const Tensor a = randn({45, 64}), b = randn({64, 70});
+  (void)g(a, b);
+  EXPECT_TRUE(test_util::bitwise_equal(g(a, b), matmul(a, b) * per_column));
+  EXPECT_EQ(g.stats().epilogues, 0);
+}
+
 TEST(Compile, ReturnedResultsOfFusedEpiloguesReplay) {
   const Tensor w = randn({16, 8}), b = randn({16});
   auto f = compile([&](const Tensor& x, const Tensor& r) {

@@ -8,6 +8,7 @@
 #include <unordered_set>
 
 #include "ember/ops.h"
+#include "kernels/cpu/gemm.h"
 #include "ops/collective.h"
 
 namespace ember::graph {
@@ -371,6 +372,30 @@ bool fuse_into_conv(Node& conv, const Node& next, const View& c, bool c_first) {
   return true;
 }
 
+double constant_value(const Graph& g, const View& v);
+
+// A product scaled by a constant (attention's scores, q @ k^T * d^-1/2) takes the scale as its
+// alpha: float32 or float64, no epilogue yet, and a k the GEMM sums whole before scaling
+// (kGemmWholeSumDepth), so alpha * sum rounds as the unfused sum * scale does.
+bool fuse_scale(Node& mm, const Graph& g, const View& scale) {
+  auto& attrs = std::get<MatmulAttrs>(mm.attrs);
+  const View& c = mm.outputs[0];
+  if (attrs.alpha != 1.0 || attrs.beta != 0.0 || attrs.activation != Activation::kNone || mm.inputs[2].defined() ||
+      mm.inputs[3].defined() || (c.dtype != kFloat32 && c.dtype != kFloat64) || scale.dtype != c.dtype ||
+      mm.inputs[0].shape[mm.inputs[0].shape.size() - 1] > cpu::kGemmWholeSumDepth)
+    return false;
+  View one = scale;  // a broadcast scalar: its one element
+  for (int d = 0; d < scale.shape.size(); ++d) {
+    if (scale.strides[d] != 0 && scale.shape[d] != 1) return false;
+  }
+  one.shape = Shape();
+  one.strides = Strides();
+  const double value = constant_value(g, one);
+  if (std::isnan(value)) return false;
+  attrs.alpha = value;
+  return true;
+}
+
 }  // namespace
 
 void fuse_epilogues(Graph& g, PassStats& stats) {
@@ -416,6 +441,8 @@ void fuse_epilogues(Graph& g, PassStats& stats) {
       // strip pass after the GEMM; gelu(linear) alone 196-203 against 198-201 ms in registers.
       if (conv) {
         fused = fuse_into_conv(mm, next, c, c_first);
+      } else if (next.op == OpKind::kMul && next.inputs.size() == 2 && (c_first || next.inputs[1] == c)) {
+        fused = fuse_scale(mm, g, c_first ? next.inputs[1] : next.inputs[0]);
       } else if (act == Activation::kRelu && matmul->activation == Activation::kNone && c_first) {
         matmul->activation = act;
         fused = true;

@@ -15,7 +15,9 @@
 //                    (the flash kernel: no (L, S) matrix), the mask a causal flag when it is one;
 //   fuse_epilogues   matmul followed by a bias add, a ReLU and a residual add becomes one matmul
 //                    with that epilogue (the packed GEMM applies it in registers; GELU and SiLU
-//                    stay a pass of their own, which measures faster);
+//                    stay a pass of their own, which measures faster), and a product scaled by a
+//                    constant (attention's scores) takes the scale as its alpha where the GEMM sums
+//                    k whole (the same bits);
 //   threshold_pooled threshold_backward(max_pool2d_grad(g, indices), x) (ReLU's backward after a
 //                    max-pool's, x the pool's input) runs before the unpooling instead, on the
 //                    pool's output: each window's maximum is the input value its gradient goes to,

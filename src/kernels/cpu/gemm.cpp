@@ -98,7 +98,7 @@ namespace ember::cpu::gemm_detail {
 
 // See Note [GEMM blocking]. The tile height (MR) is per target, further down.
 inline constexpr int64_t kNrVectors = 2;                  // width of the register tile, in vectors
-inline constexpr int64_t kKc = 256;                       // depth of one packed block
+inline constexpr int64_t kKc = kGemmWholeSumDepth;        // depth of one packed block
 inline constexpr int64_t kBlockABytes = 144 * 1024;       // an MC x KC block of A
 inline constexpr int64_t kPanelBBytes = 2 * 1024 * 1024;  // a KC x NC panel of B
 // The vectorized A packing stores whole 8-lane vectors and may write this many elements past

@@ -15,6 +15,11 @@ namespace ember::cpu {
 // The elementwise function of the epilogue is ember::Activation (ember/attrs.h): PyTorch's relu,
 // gelu(approximate="none"|"tanh"), silu.
 
+// float32 and float64 products of up to this many terms are summed whole before alpha scales them,
+// on every path (the packed one cuts a longer k into blocks, and scales each block's sums): there,
+// alpha * (A @ B) has the bits of (A @ B) * alpha (graph/passes.cpp folds such a scale).
+inline constexpr int64_t kGemmWholeSumDepth = 256;
+
 // One problem. Element (i, j) of a matrix lives at data[i * row_stride + j * col_stride]; strides
 // are in elements and may be 0 on the inputs (a broadcast row or column). C must not overlap A, B
 // or bias, and two of its elements must not share memory.
