@@ -129,6 +129,18 @@ models::GPTConfig tiny_gpt() {
   return c;
 }
 
+// One training step of `ember train gpt`: the loss, backward, clipping and the optimizer's step.
+auto gpt_step(models::GPT& model, optim::Optimizer& opt) {
+  return [&model, &opt](const Tensor& idx, const Tensor& targets) {
+    opt.zero_grad();
+    Tensor loss = model.loss(idx, targets);
+    loss.backward();
+    optim::clip_grad_norm_(model.parameters(), 1.0);
+    opt.step();
+    return loss;
+  };
+}
+
 // Runs `steps` GPT training steps (AdamW, gradient clipping) of two copies, eagerly and compiled,
 // on the batches make_batch(step) returns; the losses equal eager's bit for bit step by step, and so
 // do the final weights. Returns the compiled function's statistics and explain().
@@ -141,18 +153,8 @@ std::pair<CompileStats, std::string> gpt_both(MakeBatch make_batch, int steps, C
   models::GPT compiled(c);
   optim::AdamW eager_opt(eager.parameters(), optim::AdamWOptions{.lr = 1e-3});
   optim::AdamW compiled_opt(compiled.parameters(), optim::AdamWOptions{.lr = 1e-3});
-  auto step_of = [](models::GPT& model, optim::Optimizer& opt) {
-    return [&model, &opt](const Tensor& idx, const Tensor& targets) {
-      opt.zero_grad();
-      Tensor loss = model.loss(idx, targets);
-      loss.backward();
-      optim::clip_grad_norm_(model.parameters(), 1.0);
-      opt.step();
-      return loss;
-    };
-  };
-  auto eager_step = step_of(eager, eager_opt);
-  auto compiled_step = compile(step_of(compiled, compiled_opt), options);
+  auto eager_step = gpt_step(eager, eager_opt);
+  auto compiled_step = compile(gpt_step(compiled, compiled_opt), options);
   for (int s = 0; s < steps; ++s) {
     auto [idx, targets] = make_batch(s);
     const double eager_loss = eager_step(idx, targets).template item<double>();
@@ -798,14 +800,7 @@ TEST(Compile, CompiledTrainingStepsPeakBelowEager) {
   const int64_t before = memory_stats().bytes_in_use;
   models::GPT gpt(c);
   optim::AdamW opt(gpt.parameters(), optim::AdamWOptions{.lr = 1e-3});
-  auto step = [&](const Tensor& idx, const Tensor& targets) {
-    opt.zero_grad();
-    Tensor loss = gpt.loss(idx, targets);
-    loss.backward();
-    optim::clip_grad_norm_(gpt.parameters(), 1.0);
-    opt.step();
-    return loss;
-  };
+  auto step = gpt_step(gpt, opt);
   const Tensor idx = randint(0, 84, {16, 128}), targets = randint(0, 84, {16, 128});
   compare("gpt", step, idx, targets, 0.8, before);
 }

@@ -747,9 +747,7 @@ void fuse_gelu(Graph& g, PassStats& stats) {
     return nullptr;
   };
   // The node that wrote buffer b, when one kernel alone did.
-  std::vector<int> writer_of(g.buffers.size(), -1);
-  for (size_t i = 0; i < g.nodes.size(); ++i)
-    for_each_write(g.nodes[i], [&](const View& v) { writer_of[v.buffer] = static_cast<int>(i); });
+  const std::vector<int> writer_of = last_writes(g);
   auto reader = [&](const Node& n) { return only_reader(readers, n.outputs[0].buffer, g.nodes.size()); };
   for (size_t e = 0; e < g.nodes.size(); ++e) {
     const Node& erf_node = g.nodes[e];
@@ -816,9 +814,7 @@ void fuse_gelu(Graph& g, PassStats& stats) {
 void fuse_silu(Graph& g, PassStats& stats) {
   const std::vector<int> writers = count_writers(g);
   const auto readers = readers_of(g);
-  std::vector<int> writer_of(g.buffers.size(), -1);
-  for (size_t i = 0; i < g.nodes.size(); ++i)
-    for_each_write(g.nodes[i], [&](const View& v) { writer_of[v.buffer] = static_cast<int>(i); });
+  const std::vector<int> writer_of = last_writes(g);
   std::vector<bool> drop(g.nodes.size(), false);
   for (size_t m = 0; m < g.nodes.size(); ++m) {
     Node& product = g.nodes[m];
@@ -870,9 +866,7 @@ void fuse_silu(Graph& g, PassStats& stats) {
 void threshold_pooled(Graph& g, PassStats& stats) {
   const std::vector<int> writers = count_writers(g);
   const auto readers = readers_of(g);
-  std::vector<int> writer_of(g.buffers.size(), -1);
-  for (size_t i = 0; i < g.nodes.size(); ++i)
-    for_each_write(g.nodes[i], [&](const View& v) { writer_of[v.buffer] = static_cast<int>(i); });
+  const std::vector<int> writer_of = last_writes(g);
   auto kernel_at = [&](int i, OpKind op) { return i >= 0 && is_kernel(g.nodes[i]) && g.nodes[i].op == op; };
   for (size_t b = 0; b < g.nodes.size(); ++b) {
     if (!kernel_at(static_cast<int>(b), OpKind::kThresholdBackward) || !fresh_outputs(g, g.nodes[b], writers, true))
