@@ -477,11 +477,10 @@ void fuse_epilogues(Graph& g, PassStats& stats) {
 
 namespace {
 
-// The one value of a small constant, as a double (NaN when it is not one value).
-// The single value `v` holds now (NaN when it is not one element with storage).
+// The single value `v` holds now (NaN when it is not one element with storage in host memory).
 double stored_value(const Graph& g, const View& v) {
   const Buffer& b = g.buffers[v.buffer];
-  if (b.storage == nullptr || v.shape.numel() != 1) return NAN;
+  if (b.storage == nullptr || !b.device.is_cpu() || v.shape.numel() != 1) return NAN;  // device memory: not read here
   const char* p = static_cast<const char*>(b.storage->data()) + v.offset;
   double value = NAN;
   dispatch_dtype(v.dtype, [&](auto tag) {
