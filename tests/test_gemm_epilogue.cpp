@@ -7,6 +7,8 @@
 // tests/ops_linalg.cpp).
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <optional>
@@ -17,6 +19,7 @@
 #include "ember/nn/functional.h"
 #include "ember/ops.h"
 #include "golden.h"
+#include "kernels/cpu/cpu_isa.h"
 #include "kernels/cpu/gemm.h"
 #include "test_util.h"
 
@@ -333,6 +336,89 @@ TEST(GemmEpilogue, IntegerResidualAndActivationError) {
   EXPECT_EQ(c, (std::vector<int32_t>{19 + 100, 22 + 300, 43 + 200, 50 + 400}));
   args.activation = Activation::kRelu;
   test_util::expect_error([&] { ember::cpu::gemm(args); }, {"[gemm]", "floating-point", "int32"});
+}
+
+// GemmPath's promise: a block of rows and columns of a product, solved alone on the whole call's
+// path (GemmArgs::path), gives the whole call's bits (graph/executor.cpp relies on it to leave a
+// mask's blocks out, Note [masked products]). Every path, k below and above one packed block,
+// blocks across tile edges, with alpha.
+TEST(GemmKernel, BlocksOnTheWholeCallsPathGetItsBits) {
+  using ember::cpu::GemmPath;
+  struct Case {
+    int64_t m, n, k;
+    Layout a, b;
+  };
+  const std::vector<Case> cases = {
+      {512, 300, 64, Layout::kRowMajor, Layout::kTransposed}, {200, 180, 40, Layout::kRowMajor, Layout::kRowMajor},
+      {77, 131, 300, Layout::kRowMajor, Layout::kTransposed}, {90, 12, 33, Layout::kRowMajor, Layout::kTransposed},
+      {90, 3, 33, Layout::kTransposed, Layout::kStrided},     {40, 48, 70, Layout::kRowMajor, Layout::kRowMajor}};
+  std::vector<GemmPath> seen;
+  for (bool wide : {false, true}) {
+    const WideTile tile(wide);
+    for (const Case& c : cases) {
+      std::mt19937 rng(11);
+      const Matrix<float> a(c.m, c.k, c.a, rng), b(c.k, c.n, c.b, rng);
+      std::vector<float> whole(static_cast<size_t>(c.m * c.n));
+      GemmArgs args = product_args(a, b, whole.data(), c.n, 1);
+      args.alpha = 0.125;
+      const GemmPath path = ember::cpu::gemm_path(args);
+      ASSERT_NE(path, GemmPath::kOther);
+      seen.push_back(path);
+      ember::cpu::gemm(args);
+      int same = 0;
+      std::uniform_int_distribution<int64_t> row(0, c.m - 1), col(0, c.n - 1);
+      for (int trial = 0; trial < 24; ++trial) {
+        int64_t r0 = row(rng), r1 = row(rng), c0 = col(rng), c1 = col(rng);
+        if (r0 > r1) std::swap(r0, r1);
+        if (c0 > c1) std::swap(c0, c1);
+        if (trial == 0) r0 = c0 = 0;  // the whole call's rows over fewer columns, and so on
+        if (trial == 1) r1 = c.m - 1, c1 = c.n - 1;
+        GemmArgs block = args;
+        block.m = r1 - r0 + 1;
+        block.n = c1 - c0 + 1;
+        block.a = a.storage.data() + r0 * a.row_stride;
+        block.b = b.storage.data() + c0 * b.col_stride;
+        std::vector<float> out(static_cast<size_t>(block.m * block.n), NAN);
+        block.c = out.data();
+        block.c_row_stride = block.n;
+        same += ember::cpu::gemm_path(block) == path ? 1 : 0;
+        block.path = path;  // the whole call's, whatever the block's own would be
+        ember::cpu::gemm(block);
+        for (int64_t i = 0; i < block.m; ++i) {
+          for (int64_t j = 0; j < block.n; ++j) {
+            ASSERT_EQ(std::bit_cast<uint32_t>(out[static_cast<size_t>(i * block.n + j)]),
+                      std::bit_cast<uint32_t>(whole[static_cast<size_t>((r0 + i) * c.n + c0 + j)]))
+                << c.m << "x" << c.n << "x" << c.k << " rows " << r0 << ".." << r1 << " columns " << c0 << ".." << c1
+                << " at (" << i << ", " << j << "), wide tile " << wide;
+          }
+        }
+      }
+      EXPECT_GE(same, 2) << c.m << "x" << c.n << "x" << c.k;  // some blocks take it of their own accord
+    }
+  }
+  for (GemmPath path :
+       {GemmPath::kPacked, GemmPath::kUnpackedRows, GemmPath::kUnpackedDots, GemmPath::kUnpackedTransposedRows}) {
+    // One-lane vectors are never too narrow for n: the scalar target has no transposed form.
+    if (path == GemmPath::kUnpackedTransposedRows && ember::cpu::cpu_isa() == ember::cpu::Isa::kScalar) continue;
+    EXPECT_NE(std::find(seen.begin(), seen.end(), path), seen.end()) << static_cast<int>(path);
+  }
+  // A path the strides cannot take is an error, not a wrong product.
+  std::mt19937 rng(5);
+  const Matrix<float> a(20, 30, Layout::kRowMajor, rng), b(30, 40, Layout::kTransposed, rng);
+  std::vector<float> c(20 * 40);
+  GemmArgs args = product_args(a, b, c.data(), 40, 1);
+  args.path = GemmPath::kUnpackedRows;  // B's rows are not contiguous
+  test_util::expect_error([&] { ember::cpu::gemm(args); }, {"[gemm]", "cannot take path"});
+  args.path = GemmPath::kPacked;
+  ember::cpu::gemm(args);
+  EXPECT_NEAR(
+      c[0],
+      [&] {
+        double sum = 0;
+        for (int64_t k = 0; k < 30; ++k) sum += a.at(0, k) * b.at(k, 0);
+        return sum;
+      }(),
+      1e-5);
 }
 
 TEST(GemmKernel, MicroKernelIsNamed) {

@@ -396,6 +396,7 @@ TEST(GraphPasses, BatchedProductsRunHeadByHeadWithTheirSoftmax) {
       (void)f(q, k);
       EXPECT_TRUE(test_util::bitwise_equal(f(q, k), body(q, k))) << c.q << " " << threads;
       EXPECT_EQ(f.stats().interleaved, 1) << c.q << "\n" << f.graph().dump();
+      EXPECT_EQ(f.stats().masked_products, 1) << c.q;  // the causal mask's blocks are left out
     }
   }
   // A product something else reads too is left whole.
@@ -406,6 +407,89 @@ TEST(GraphPasses, BatchedProductsRunHeadByHeadWithTheirSoftmax) {
   });
   (void)g(q);
   EXPECT_EQ(g.stats().interleaved, 0);
+}
+
+// Note [masked products] in graph/executor.h: where a bool mask (an argument, read again on every
+// call) discards the product's values, the blocks it covers are not multiplied, and the results
+// keep eager's bits. Causal, random, padding (broadcast over heads and rows) and wholly masked rows
+// (NaN after the softmax); the mask set or clear where it discards; a scale the GEMM cannot take as
+// its alpha (k > 256: a member between the product and the select); float64; sizes across tile
+// edges; the mask changed in place between calls; 1 and 2 threads.
+TEST(GraphPasses, MaskedBlocksOfAProductAreLeftOutBitForBit) {
+  test_util::ThreadCountGuard guard;
+  const auto computed_share = [](const std::string& explained) {
+    const size_t at = explained.find("the last call computed ");
+    return at == std::string::npos ? -1 : std::stoi(explained.substr(at + 23));
+  };
+  struct Case {
+    Shape q, k, mask;
+    DType dtype;
+  };
+  const std::vector<Case> cases = {{{2, 3, 77, 40}, {2, 3, 131, 40}, {77, 131}, kFloat32},
+                                   {{1, 2, 150, 300}, {1, 2, 150, 300}, {150, 150}, kFloat32},
+                                   {{2, 2, 64, 16}, {2, 2, 96, 16}, {2, 1, 1, 96}, kFloat64}};
+  const auto fill_where_set = [](const Tensor& q, const Tensor& k, const Tensor& m) {
+    return softmax((matmul(q, k.transpose(-2, -1)) * 0.125).masked_fill(m, -INFINITY), -1);
+  };
+  const auto keep_where_set = [](const Tensor& q, const Tensor& k, const Tensor& m) {
+    return softmax(where(m, matmul(q, k.transpose(-2, -1)) * 0.125, -INFINITY), -1);
+  };
+  for (int threads : {1, 2}) {
+    set_num_threads(threads);
+    for (const Case& c : cases) {
+      const int64_t rows = c.q[c.q.size() - 2], cols = c.k[c.k.size() - 2];
+      const Tensor q = randn(c.q, c.dtype), k = randn(c.k, c.dtype);
+      // Masks of c.mask's shape, as the values where the product is discarded.
+      std::vector<Tensor> discards = {rand(c.mask) < 0.5, zeros(c.mask, kBool)};
+      if (c.mask.size() == 2) {
+        discards.push_back(ones({rows, cols}, kBool).triu(1));
+        Tensor late_rows = ones({rows, cols}, kBool).triu(1);
+        late_rows.slice(0, 0, 5).fill_(true);  // the first rows wholly masked
+        discards.push_back(late_rows);
+      } else {
+        Tensor padding = zeros(c.mask, kBool);
+        padding.slice(0, 0, 1).slice(3, cols - 30, cols).fill_(true);  // the first sequence is shorter
+        discards.push_back(padding);
+      }
+      for (bool keep : {false, true}) {
+        const auto& body = keep ? keep_where_set : fill_where_set;
+        auto f = compile(body);
+        Tensor mask = keep ? !discards[0] : discards[0].clone();
+        (void)f(q, k, mask);
+        for (size_t i = 0; i < discards.size(); ++i) {
+          mask.copy_(keep ? !discards[i] : discards[i]);  // the same storage, new values
+          const Tensor got = f(q, k, mask);
+          EXPECT_TRUE(test_util::bitwise_equal(got, body(q, k, mask)))
+              << c.q << " " << c.dtype << " keep " << keep << " threads " << threads << "\n"
+              << discards[i];
+          // The share of the product computed: all of it where nothing is discarded; for a causal
+          // or padding mask, at least what the mask keeps, and not much more (blocks of rows
+          // share their columns).
+          const int share = computed_share(f.explain());
+          const double kept = 100 * (1 - discards[i].to(kFloat64).mean().item<double>());
+          if (i == 1) {
+            EXPECT_EQ(share, 100) << c.q;
+          } else if (i == 2) {
+            EXPECT_LT(share, 100) << c.q;
+            EXPECT_GE(share, std::floor(kept)) << c.q;
+            EXPECT_LE(share, kept + 30) << c.q << "\n" << f.explain();
+          }
+        }
+        EXPECT_EQ(f.stats().masked_products, 1) << c.q << " keep " << keep << "\n" << f.graph().dump();
+      }
+    }
+  }
+  // A select whose both sides come from the product discards nothing: the product stays whole.
+  const Tensor q = randn({2, 40, 16}), m = rand({40, 40}) < 0.5;
+  auto both = compile([](const Tensor& a, const Tensor& mask) {
+    const Tensor scores = matmul(a, a.transpose(-2, -1));
+    return softmax(where(mask, scores * 2.0, scores), -1);
+  });
+  (void)both(q, m);
+  EXPECT_TRUE(test_util::bitwise_equal(
+      both(q, m), softmax(where(m, matmul(q, q.transpose(-2, -1)) * 2.0, matmul(q, q.transpose(-2, -1))), -1)));
+  EXPECT_EQ(both.stats().interleaved, 1);
+  EXPECT_EQ(both.stats().masked_products, 0);
 }
 
 TEST(GraphPasses, FusionStopsWhereAnotherKernelReadsAGroupValue) {

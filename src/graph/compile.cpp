@@ -334,6 +334,7 @@ struct CompiledCore::Impl {
     e.last_call = stats.calls;
     stats.steps = e.executable->num_steps();
     stats.interleaved = e.executable->interleaved();
+    stats.masked_products = e.executable->masked_products();
     stats.trace_seconds = std::max(trace_seconds, 0.0);
     stats.pass_seconds = std::chrono::duration<double>(Clock::now() - started).count();
     char timing[112];
@@ -539,7 +540,13 @@ std::string CompiledCore::explain() const {
       << "  forward kernels run again for the backward (Note [recomputed activations]): " << s.recomputed << "\n"
       << "  elementwise fusion: " << s.fused_kernels << " kernels in " << s.fused_groups << " groups\n"
       << "  in-place reuse: " << s.in_place << " results\n"
-      << "  batched products run head by head with the group reading them: " << s.interleaved << "\n"
+      << "  batched products run head by head with the group reading them: " << s.interleaved
+      << ", skipping the blocks a mask discards (Note [masked products]): " << s.masked_products;
+  if (s.masked_products > 0) {
+    out << " (the last call computed " << std::lround(100 * m.entries[m.last].executable->masked_share())
+        << "% of their elements)";
+  }
+  out << "\n"
       << "  host calls replayed (optimizer/scheduler steps): " << hosts << ", .grad assignments: " << slots << "\n"
       << "memory: arena " << kib(s.arena_bytes) << " for " << kib(s.temp_bytes) << " of temporaries (at most "
       << kib(s.live_bytes) << " alive at one step); state " << kib(s.state_bytes) << "\n";

@@ -1,6 +1,8 @@
 // The executor (Note [executor] in graph/executor.h).
 #include "graph/executor.h"
 
+#include <cstring>
+
 #include "core/allocator.h"
 #include "core/tensor_impl.h"
 #include "kernels/cpu/parallel.h"
@@ -190,11 +192,175 @@ void Executable::plan_interleaves() {
       pair->products.push_back(allocate_storage(rows * pair->row_bytes, kCPU));
     }
     pair->bases.resize(static_cast<size_t>(pair->tasks));
+    plan_masked_product(*pair, g.nodes[group_step.node]);
     product_step.interleave = static_cast<int>(interleaves_.size());
     group_step.in_pair = true;
     interleaves_.push_back(std::move(pair));
     ++i;
   }
+}
+
+int Executable::masked_products() const {
+  int count = 0;
+  for (const auto& pair : interleaves_) count += pair->masked != nullptr ? 1 : 0;
+  return count;
+}
+
+double Executable::masked_share() const {
+  double computed = 0, all = 0;
+  for (const auto& pair : interleaves_) {
+    if (!pair->masked) continue;
+    for (int64_t n : pair->masked->elements) computed += static_cast<double>(n);
+    all += static_cast<double>(pair->heads * pair->rows * pair->masked->args.n);
+  }
+  return all > 0 ? computed / all : 1.0;
+}
+
+void Executable::plan_masked_product(Interleave& pair, const Node& group) {
+  const Graph& g = graph_;
+  const Node& product = g.nodes[steps_[static_cast<size_t>(pair.step)].node];
+  const MatmulAttrs& attrs = std::get<MatmulAttrs>(product.attrs);
+  const View& out = product.outputs[0];
+  const Shape& s = out.shape;
+  const int nd = s.size();
+  if ((out.dtype != kFloat32 && out.dtype != kFloat64) || attrs.beta != 0 || attrs.activation != Activation::kNone)
+    return;
+  // The values derived from the product by elementwise members, up to the select that ends them.
+  std::vector<char> derived(g.buffers.size(), 0), written(g.buffers.size(), 0);
+  derived[static_cast<size_t>(pair.buffer)] = 1;
+  const Node* select = nullptr;
+  bool skip_when = true;
+  for (const Node& m : group.body) {
+    bool reads = false, same_view = true;
+    for_each_read(m, [&](const View& v) {
+      reads = reads || derived[static_cast<size_t>(v.buffer)] != 0;
+      same_view = same_view && (v.buffer != pair.buffer || v == out);  // the product's positions are the mask's
+    });
+    if (!same_view) return;
+    for_each_write(m, [&](const View& v) { written[static_cast<size_t>(v.buffer)] = 1; });
+    if (!reads) continue;
+    if (m.op == OpKind::kWhere && select == nullptr && derived[static_cast<size_t>(m.inputs[0].buffer)] == 0 &&
+        derived[static_cast<size_t>(m.inputs[1].buffer)] != derived[static_cast<size_t>(m.inputs[2].buffer)] &&
+        derived[static_cast<size_t>(m.outputs[0].buffer)] == 0) {
+      select = &m;
+      skip_when = derived[static_cast<size_t>(m.inputs[1].buffer)] == 0;  // a set mask picks the first
+      continue;
+    }
+    if (!elementwise(m) || m.outputs[0].shape != s) return;  // a reduction or softmax reads them
+    for (const View& v : m.outputs) derived[static_cast<size_t>(v.buffer)] = 1;
+  }
+  if (select == nullptr) return;
+  for (size_t b = 0; b < derived.size(); ++b) {
+    if (derived[b] != 0 && static_cast<int>(b) != pair.buffer && g.buffers[b].kind != BufferKind::kScratch) return;
+  }
+  const View& mask = select->inputs[0];
+  if (mask.dtype != kBool || mask.shape != s || mask.strides[nd - 1] != 1 ||
+      g.buffers[mask.buffer].kind == BufferKind::kScratch || written[static_cast<size_t>(mask.buffer)] != 0)
+    return;
+  auto masked = std::make_unique<MaskedProduct>();
+  masked->buffer = mask.buffer;
+  masked->offset = mask.offset;
+  masked->skip_when = skip_when;
+  for (int64_t h = 0; h < pair.heads; ++h) {
+    int64_t offset = 0, rest = h;
+    for (int d = nd - 3; d >= 0; --d) {
+      offset += rest % s[d] * mask.strides[d];
+      rest /= s[d];
+    }
+    masked->head_offsets.push_back(offset);
+  }
+  masked->row_stride = mask.strides[nd - 2];
+  // Blocks of whole register tiles, about 64 rows: fewer rows skip more of a causal mask's terms,
+  // and pay a GEMM call (packing its B block) per block.
+  const int64_t tile = cpu::gemm_tile_rows();
+  masked->block_rows = std::min(pair.rows, (64 + tile - 1) / tile * tile);
+  cpu::GemmArgs& args = masked->args;
+  args.dtype = out.dtype;
+  args.m = pair.rows;
+  args.n = s[nd - 1];
+  args.k = product.inputs[0].shape[nd - 1];
+  args.a_row_stride = pair.strides[0][0];
+  args.a_col_stride = pair.strides[0][1];
+  args.b_row_stride = pair.strides[1][0];
+  args.b_col_stride = pair.strides[1][1];
+  args.c_row_stride = pair.strides[2][0];
+  args.c_col_stride = pair.strides[2][1];
+  args.alpha = attrs.alpha;
+  args.path = cpu::gemm_path(args);  // every block takes it: the whole head's bits
+  if (args.path == cpu::GemmPath::kEmpty || args.path == cpu::GemmPath::kNoTerms || args.path == cpu::GemmPath::kOther)
+    return;
+  masked->read.assign(static_cast<size_t>(pair.tasks), nullptr);
+  masked->elements.assign(static_cast<size_t>(pair.tasks), 0);
+  masked->columns.resize(static_cast<size_t>(pair.tasks));
+  pair.masked = std::move(masked);
+}
+
+namespace {
+
+// Does the word of 8 mask bytes hold one the product is needed for (one that is not `skip_when`)?
+inline bool needs_any(uint64_t word, bool skip_when) {
+  if (!skip_when) return word != 0;
+  return ((word - 0x0101010101010101ULL) & ~word & 0x8080808080808080ULL) != 0;  // a zero byte
+}
+
+// The columns [first, last + 1) of a mask row of n bytes between the first and the last the product
+// is needed for; {n, 0} when there is none.
+std::array<int64_t, 2> needed_columns(const uint8_t* row, int64_t n, bool skip_when) {
+  const auto needed = [&](int64_t j) { return (row[j] != 0) != skip_when; };
+  int64_t first = 0;
+  for (uint64_t word = 0; first + 8 <= n; first += 8) {
+    std::memcpy(&word, row + first, 8);
+    if (needs_any(word, skip_when)) break;
+  }
+  while (first < n && !needed(first)) ++first;
+  if (first == n) return {n, 0};
+  int64_t end = n;
+  for (uint64_t word = 0; end - 8 > first; end -= 8) {
+    std::memcpy(&word, row + end - 8, 8);
+    if (needs_any(word, skip_when)) break;
+  }
+  while (!needed(end - 1)) --end;
+  return {first, end};
+}
+
+}  // namespace
+
+void Executable::multiply_unmasked(Interleave& pair, int task, int64_t head, const char* a, const char* b,
+                                   char* product) {
+  MaskedProduct& masked = *pair.masked;
+  cpu::GemmArgs args = masked.args;
+  const int64_t rows = args.m, cols = args.n, block = masked.block_rows;
+  const char* mask =
+      base_[static_cast<size_t>(masked.buffer)] + masked.offset + masked.head_offsets[static_cast<size_t>(head)];
+  std::vector<std::array<int64_t, 2>>& columns = masked.columns[static_cast<size_t>(task)];
+  if (masked.read[static_cast<size_t>(task)] != mask) {  // heads sharing a mask read it once a call
+    masked.read[static_cast<size_t>(task)] = mask;
+    columns.clear();
+    for (int64_t r0 = 0; r0 < rows; r0 += block) {
+      std::array<int64_t, 2> used{cols, 0};
+      for (int64_t r = r0; r < std::min(rows, r0 + block) && !(used[0] == 0 && used[1] == cols); ++r) {
+        const auto row =
+            needed_columns(reinterpret_cast<const uint8_t*>(mask + r * masked.row_stride), cols, masked.skip_when);
+        used = {std::min(used[0], row[0]), std::max(used[1], row[1])};
+      }
+      columns.push_back(used);
+    }
+  }
+  const int64_t size = static_cast<int64_t>(dtype_size(args.dtype));
+  int64_t elements = 0;
+  for (size_t i = 0; i < columns.size(); ++i) {
+    const int64_t r0 = static_cast<int64_t>(i) * block;
+    const auto [begin, end] = columns[i];
+    if (end <= begin) continue;
+    args.m = std::min(rows, r0 + block) - r0;
+    args.n = end - begin;
+    args.a = a + r0 * args.a_row_stride * size;
+    args.b = b + begin * args.b_col_stride * size;
+    args.c = product + (r0 * args.c_row_stride + begin * args.c_col_stride) * size;
+    cpu::gemm(args);  // inside a task: on this thread
+    elements += args.m * args.n;
+  }
+  masked.elements[static_cast<size_t>(task)] += elements;
 }
 
 void Executable::run_interleaved(Interleave& pair) {
@@ -209,10 +375,19 @@ void Executable::run_interleaved(Interleave& pair) {
     char* product = static_cast<char*>(pair.products[static_cast<size_t>(t)]->data());
     ops[out_index].data = product;
     const int64_t first = t * pair.heads / pair.tasks, last = (t + 1) * pair.heads / pair.tasks;
+    if (pair.masked) {  // this call's mask is unread
+      pair.masked->read[static_cast<size_t>(t)] = nullptr;
+      pair.masked->elements[static_cast<size_t>(t)] = 0;
+    }
     for (int64_t h = first; h < last; ++h) {
       ops[0].data = static_cast<char*>(whole[0].data) + pair.offsets[static_cast<size_t>(h)][0];
       ops[1].data = static_cast<char*>(whole[1].data) + pair.offsets[static_cast<size_t>(h)][1];
-      product_step.fn(pair.calls[static_cast<size_t>(t)]);  // inside a task: on this thread
+      if (pair.masked) {
+        multiply_unmasked(pair, static_cast<int>(t), h, static_cast<const char*>(ops[0].data),
+                          static_cast<const char*>(ops[1].data), product);
+      } else {
+        product_step.fn(pair.calls[static_cast<size_t>(t)]);  // inside a task: on this thread
+      }
       // The group finds head h's rows (h * rows on) at the block: its base, moved back by as much.
       base[static_cast<size_t>(pair.buffer)] = reinterpret_cast<char*>(
           reinterpret_cast<uintptr_t>(product) - static_cast<uintptr_t>(h * pair.rows * pair.row_bytes));

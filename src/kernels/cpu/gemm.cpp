@@ -172,6 +172,7 @@ struct Problem {
   T* c;
   int64_t c_row_stride, c_col_stride;
   Epilogue<T> epilogue;
+  GemmPath path = GemmPath::kAuto;  // GemmArgs::path
 };
 
 // The activation on one value: the scalar reference (scalar_math.h), computed in T.
@@ -961,51 +962,74 @@ Problem<T> transposed(const Problem<T>& p) {
   return t;
 }
 
-// float32 / float64: picks the unpacked or the packed path from the shape and strides alone (never
-// from the thread count, so the summation order, and the result, do not depend on it).
+// float32 / float64: the path the shape and strides alone choose (never the thread count, so the
+// summation order, and the result, do not depend on it), with p's size-1 dims' strides set to 1.
 template <class T>
-void solve(Problem<T> p, int threads) {
-  if (p.m == 0 || p.n == 0) return;
-  if (p.k == 0) {  // no products: C = act(beta * C + bias) + residual
-    for (int64_t i = 0; i < p.m; ++i) {
-      for (int64_t j = 0; j < p.n; ++j) {
-        T* c = p.c + i * p.c_row_stride + j * p.c_col_stride;
-        *c = finish(T(0), c, true, true, p.epilogue, i, j);
-      }
-    }
-    return;
-  }
+GemmPath choose_path(Problem<T>& p) {
+  if (p.m == 0 || p.n == 0) return GemmPath::kEmpty;
+  if (p.k == 0) return GemmPath::kNoTerms;
   // A size-1 dim's stride is never used to step: call it 1 so more problems find a fast form.
   if (p.m == 1) p.a_row_stride = p.c_row_stride = p.epilogue.residual_row_stride = 1;
   if (p.n == 1) p.b_col_stride = p.c_col_stride = p.epilogue.residual_col_stride = 1;
   if (p.k == 1) p.a_col_stride = p.b_row_stride = 1;
   const double work = static_cast<double>(p.m) * static_cast<double>(p.n) * static_cast<double>(p.k);
-  const int used = work >= kParallelWork ? threads : 1;
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(hn::ScalableTag<T>()));
   const bool rows_ok = p.b_col_stride == 1;
   const bool dots_ok = p.a_col_stride == 1 && p.b_row_stride == 1;
   const bool transposed_rows_ok = p.epilogue.bias == nullptr && p.a_row_stride == 1;
-  if (p.n < lanes) {  // too narrow for vectors across n: go along k, or along m
-    if (dots_ok) return unpacked_gemm(Unpacked::kDots, p, used);
-    if (transposed_rows_ok) return unpacked_gemm(Unpacked::kRows, transposed(p), used);
+  if (p.path != GemmPath::kAuto) return p.path;  // the path of the problem this is a block of (path_fits)
+  if (p.n < lanes) {                             // too narrow for vectors across n: go along k, or along m
+    if (dots_ok) return GemmPath::kUnpackedDots;
+    if (transposed_rows_ok) return GemmPath::kUnpackedTransposedRows;
   }
   if (p.m == 1 || work < kTinyWork || (work < kUnpackedWork && p.k >= kUnpackedMinK)) {
-    if (rows_ok) return unpacked_gemm(Unpacked::kRows, p, used);
-    if (dots_ok) return unpacked_gemm(Unpacked::kDots, p, used);
+    if (rows_ok) return GemmPath::kUnpackedRows;
+    if (dots_ok) return GemmPath::kUnpackedDots;
   }
   const bool forced = force_wide_tile.load(std::memory_order_relaxed);
   constexpr int kWide = wide_unpacked_vectors(hn::ScalableTag<T>());
   if (kWide > 0 && !forced && rows_ok && p.m >= 4 && p.k >= kUnpackedMinK && p.n >= kWide * lanes &&
       work <= kWideUnpackedWork) {
-    return unpacked_gemm(Unpacked::kRows, p, used);  // Note [wide unpacked tile]
+    return GemmPath::kUnpackedRows;  // Note [wide unpacked tile]
   }
-  if (kMr != kWideMr && forced) return packed_gemm<kWideMr>(p, used);
-  packed_gemm<kMr>(p, used);
+  return kMr != kWideMr && forced ? GemmPath::kPackedWide : GemmPath::kPacked;
+}
+
+template <class T>
+void solve(Problem<T> p, int threads) {
+  const GemmPath path = choose_path(p);
+  const double work = static_cast<double>(p.m) * static_cast<double>(p.n) * static_cast<double>(p.k);
+  const int used = work >= kParallelWork ? threads : 1;
+  switch (path) {
+    case GemmPath::kNoTerms:  // no products: C = act(beta * C + bias) + residual
+      for (int64_t i = 0; i < p.m; ++i) {
+        for (int64_t j = 0; j < p.n; ++j) {
+          T* c = p.c + i * p.c_row_stride + j * p.c_col_stride;
+          *c = finish(T(0), c, true, true, p.epilogue, i, j);
+        }
+      }
+      return;
+    case GemmPath::kUnpackedRows:
+      return unpacked_gemm(Unpacked::kRows, p, used);
+    case GemmPath::kUnpackedTransposedRows:
+      return unpacked_gemm(Unpacked::kRows, transposed(p), used);
+    case GemmPath::kUnpackedDots:
+      return unpacked_gemm(Unpacked::kDots, p, used);
+    case GemmPath::kPackedWide:
+      return packed_gemm<kWideMr>(p, used);
+    case GemmPath::kPacked:
+      return packed_gemm<kMr>(p, used);
+    default:
+      return;
+  }
 }
 
 // The per-target entry points.
 void SolveFloat(const Problem<float>& p, int threads) { solve(p, threads); }
 void SolveDouble(const Problem<double>& p, int threads) { solve(p, threads); }
+GemmPath PathFloat(Problem<float> p) { return choose_path(p); }
+GemmPath PathDouble(Problem<double> p) { return choose_path(p); }
+int64_t TileRows() { return force_wide_tile.load(std::memory_order_relaxed) ? kWideMr : kMr; }
 const char* MicroKernelName() { return kMicroKernelName; }
 
 }  // namespace HWY_NAMESPACE
@@ -1019,6 +1043,9 @@ namespace gemm_detail {
 HWY_EXPORT(SolveFloat);
 HWY_EXPORT(SolveDouble);
 HWY_EXPORT(MicroKernelName);
+HWY_EXPORT(PathFloat);
+HWY_EXPORT(PathDouble);
+HWY_EXPORT(TileRows);
 
 void solve_simd(const Problem<float>& p, int threads) { HWY_DYNAMIC_DISPATCH(SolveFloat)(p, threads); }
 void solve_simd(const Problem<double>& p, int threads) { HWY_DYNAMIC_DISPATCH(SolveDouble)(p, threads); }
@@ -1102,13 +1129,35 @@ void solve_one(const GemmArgs& g, int64_t a_offset, int64_t b_offset, int64_t c_
     const Epilogue<T> epilogue{static_cast<T>(g.alpha), static_cast<T>(g.beta), bias, g.activation, residual,
                                g.residual_row_stride,   g.residual_col_stride};
     solve_simd(Problem<T>{g.m, g.n, g.k, a, g.a_row_stride, g.a_col_stride, b, g.b_row_stride, g.b_col_stride, c,
-                          g.c_row_stride, g.c_col_stride, epilogue},
+                          g.c_row_stride, g.c_col_stride, epilogue, g.path},
                threads);
   } else if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) {
     solve_half(g, a, b, c, residual, threads);
   } else {
     const double work = static_cast<double>(g.m) * static_cast<double>(g.n) * static_cast<double>(g.k);
     integer_gemm(g, a, b, c, residual, work >= kParallelWork ? threads : 1);
+  }
+}
+
+// Can a problem with these strides take the path it asks for (GemmArgs::path)? As choose_path
+// sees them: a size-1 dim's stride counts as 1.
+bool path_fits(const GemmArgs& g) {
+  const int64_t a_row = g.m == 1 ? 1 : g.a_row_stride, a_col = g.k == 1 ? 1 : g.a_col_stride;
+  const int64_t b_row = g.k == 1 ? 1 : g.b_row_stride, b_col = g.n == 1 ? 1 : g.b_col_stride;
+  switch (g.path) {
+    case GemmPath::kAuto:
+      return true;
+    case GemmPath::kPacked:
+    case GemmPath::kPackedWide:
+      return g.dtype == kFloat32 || g.dtype == kFloat64;
+    case GemmPath::kUnpackedRows:
+      return (g.dtype == kFloat32 || g.dtype == kFloat64) && b_col == 1;
+    case GemmPath::kUnpackedDots:
+      return (g.dtype == kFloat32 || g.dtype == kFloat64) && a_col == 1 && b_row == 1;
+    case GemmPath::kUnpackedTransposedRows:
+      return (g.dtype == kFloat32 || g.dtype == kFloat64) && g.bias == nullptr && a_row == 1;
+    default:
+      return false;
   }
 }
 
@@ -1120,6 +1169,8 @@ void gemm_batched(const GemmArgs& g, int64_t batch, const int64_t* a_offsets, co
                   const int64_t* c_offsets, const int64_t* residual_offsets) {
   using namespace gemm_detail;  // NOLINT(google-build-using-namespace)
   if (batch <= 0 || g.m <= 0 || g.n <= 0) return;
+  EMBER_CHECK(path_fits(g), "[gemm] a ", g.dtype, " problem with these strides cannot take path ",
+              static_cast<int>(g.path));
   dispatch_dtype(g.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     if constexpr (std::is_same_v<T, bool>) {
@@ -1156,6 +1207,24 @@ void gemm_batched(const GemmArgs& g, int64_t batch, const int64_t* a_offsets, co
 void gemm_force_wide_tile_for_testing(bool on) { gemm_detail::force_wide_tile.store(on); }
 
 const char* gemm_micro_kernel_name() { return gemm_detail::micro_kernel_name(); }
+
+GemmPath gemm_path(const GemmArgs& g) {
+  using namespace gemm_detail;  // NOLINT(google-build-using-namespace)
+  const auto path = [&](auto tag, auto fn) {
+    using T = typename decltype(tag)::type;
+    const Epilogue<T> epilogue{
+        static_cast<T>(g.alpha),           static_cast<T>(g.beta), static_cast<const T*>(g.bias), g.activation,
+        static_cast<const T*>(g.residual), g.residual_row_stride,  g.residual_col_stride};
+    return fn(Problem<T>{g.m, g.n, g.k, static_cast<const T*>(g.a), g.a_row_stride, g.a_col_stride,
+                         static_cast<const T*>(g.b), g.b_row_stride, g.b_col_stride, static_cast<T*>(g.c),
+                         g.c_row_stride, g.c_col_stride, epilogue});
+  };
+  if (g.dtype == kFloat32) return path(TypeTag<float>{}, HWY_DYNAMIC_DISPATCH(PathFloat));
+  if (g.dtype == kFloat64) return path(TypeTag<double>{}, HWY_DYNAMIC_DISPATCH(PathDouble));
+  return GemmPath::kOther;
+}
+
+int64_t gemm_tile_rows() { return HWY_DYNAMIC_DISPATCH(gemm_detail::TileRows)(); }
 
 // --- registry entry --------------------------------------------------------------------------------
 

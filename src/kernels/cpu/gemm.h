@@ -20,6 +20,27 @@ namespace ember::cpu {
 // alpha * (A @ B) has the bits of (A @ B) * alpha (graph/passes.cpp folds such a scale).
 inline constexpr int64_t kGemmWholeSumDepth = 256;
 
+// The ways a float32/float64 problem is solved; the shape and strides alone choose (never the
+// thread count). Within one path an element of C sums its terms in one order whatever m and n are
+// and wherever in C it falls: its own chain over k (k blocks that depend on k alone on the packed
+// paths, vector lanes along k on the dots path), then alpha, beta and the bias. So a caller that
+// cuts a product without an activation into blocks of rows and columns and solves each on the
+// whole call's path (GemmArgs::path) gets the whole call's bits (graph/executor.cpp does, Note
+// [masked products]).
+// An activation is not covered: a tile at C's edge applies its scalar form, which may differ from
+// the vector form of a whole tile in the last bit.
+enum class GemmPath : uint8_t {
+  kAuto,                    // (GemmArgs::path) whichever the shape and strides choose
+  kEmpty,                   // m or n is 0
+  kNoTerms,                 // k is 0
+  kUnpackedRows,            // B's rows read in place, tiles of rows x vectors
+  kUnpackedTransposedRows,  // the same on the transposed problem
+  kUnpackedDots,            // dot products along k
+  kPacked,                  // the packed blocks and this CPU's register tile
+  kPackedWide,              // the same with the AVX-512 tile on another CPU (testing)
+  kOther,                   // not float32/float64: paths this does not describe
+};
+
 // One problem. Element (i, j) of a matrix lives at data[i * row_stride + j * col_stride]; strides
 // are in elements and may be 0 on the inputs (a broadcast row or column). C must not overlap A, B
 // or bias, and two of its elements must not share memory.
@@ -53,7 +74,13 @@ struct GemmArgs {
   const void* residual = nullptr;
   int64_t residual_row_stride = 0;
   int64_t residual_col_stride = 0;
+  // float32/float64: the path to take, as gemm_path gave it for the problem this one is a block of
+  // (with the same strides and epilogue); kAuto: the shape's own. A path these strides cannot take
+  // is an error.
+  GemmPath path = GemmPath::kAuto;
 };
+
+// The path a float32/float64 problem takes (kOther for other dtypes).
 
 // Solves one problem, using up to ember's thread count when it is big enough to pay for them.
 // float32 and float64 run the packed SIMD kernel; float16 and bfloat16 are computed in float32
@@ -70,6 +97,11 @@ void gemm(const GemmArgs& args);
 // same either way.
 void gemm_batched(const GemmArgs& args, int64_t batch, const int64_t* a_offsets, const int64_t* b_offsets,
                   const int64_t* c_offsets, const int64_t* residual_offsets = nullptr);
+
+GemmPath gemm_path(const GemmArgs& args);
+
+// The rows of C one register tile of the packed path holds on this CPU (14 or 6).
+int64_t gemm_tile_rows();
 
 // The register tile of the packed path is chosen per instruction set: 6 x 2 vectors (6 x 16
 // floats) on AVX2 and SSE4, 14 x 2 vectors (14 x 32 floats) on AVX-512. For tests: run the
