@@ -118,6 +118,34 @@ TEST(SpeedPaths, SoftmaxSpecialRows) {
   }
 }
 
+// Note [masked rows] in softmax.cpp: a row ending in a run of -inf (a causal or padding mask) sums
+// and writes only up to the run, in whole steps of the main loop. The result must be the bits of
+// the same row ending in -1e30 instead (a finite value whose exp is 0 too, which takes no shortcut):
+// tails of every length around the vector width, rows of every length, each float dtype, softmax
+// and log_softmax (where the prefix before the tail must match).
+TEST(SpeedPaths, SoftmaxRowsEndingInMinusInfinityKeepTheirBits) {
+  for (ember::DType dtype : {ember::kFloat32, ember::kFloat64, ember::kFloat16, ember::kBFloat16}) {
+    for (int64_t n : {17, 40, 64, 100, 512}) {
+      const int64_t rows = n;  // row r ends in n - 1 - r masked values: every tail length, none to all but one
+      const Tensor x = random_matrix(rows, n, ember::kFloat32, static_cast<uint64_t>(n));
+      const Tensor tail = ember::ones({rows, n}, ember::kBool).triu(1);
+      const Tensor masked = x.masked_fill(tail, -kInf).to(dtype), huge = x.masked_fill(tail, -1e30).to(dtype);
+      EXPECT_TRUE(test_util::bitwise_equal(ember::softmax(masked, 1), ember::softmax(huge, 1))) << dtype << " n=" << n;
+      const std::vector<double> got = values(ember::log_softmax(masked, 1)), want = values(ember::log_softmax(huge, 1));
+      for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t j = 0; j < n; ++j) {
+          const size_t at = static_cast<size_t>(r * n + j);
+          if (j <= r) {
+            ASSERT_EQ(got[at], want[at]) << dtype << " n=" << n << " row " << r << " column " << j;
+          } else {
+            ASSERT_EQ(got[at], -kInf) << dtype << " n=" << n << " row " << r << " column " << j;
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(SpeedPaths, SoftmaxOfNonContiguousInput) {
   const Tensor base = random_matrix(20, 9, ember::kFloat32, 7);
   const Tensor x = base.t();  // (9, 20), strided

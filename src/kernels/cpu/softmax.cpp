@@ -124,6 +124,31 @@ compute_t<T> sum_exp(const T* x, int64_t n, compute_t<T> m, T* y) {
   return s;
 }
 
+// Note [masked rows]: a row of attention scores under a causal or padding mask ends in a run of
+// -inf, whose exps are exactly 0. The sum stops before that run, at a whole number of its main
+// loop's steps (two vectors), so every element before it meets the same accumulator as over the
+// whole row, and the skipped ones would only have added +0: the same sum, bit for bit. Softmax
+// writes +0 there (0 * factor) without computing the exps, log_softmax -inf as before. Softmax of
+// causal rows of 512 (masked_softmax_f32_compiled, 2 threads, Zen 4, binaries alternated 3 times):
+// 7.15-7.16 -> 6.65-6.79 ms; rows without such a run (softmax_f32_8192x1024) 2.10-2.12 -> 2.10-2.11.
+//
+// The end of the row once the run of -inf at its end is cut off, rounded up to a whole number of
+// `step`s (n when the row does not end in -inf).
+template <class T>
+int64_t live_length(const T* x, int64_t n, int64_t step) {
+  using C = compute_t<T>;
+  constexpr C kNegInf = -std::numeric_limits<C>::infinity();
+  int64_t end = n;
+  if constexpr (kVectorLoad<T>) {
+    const hn::ScalableTag<C> d;
+    const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+    const auto ninf = hn::Set(d, kNegInf);
+    while (end >= lanes && hn::AllTrue(d, hn::Eq(load_vector(d, x + end - lanes), ninf))) end -= lanes;
+  }
+  while (end > 0 && static_cast<C>(x[end - 1]) == kNegInf) --end;
+  return std::min(n, (end + step - 1) / step * step);
+}
+
 // One row: max, then the sum of exp(x - max) (softmax stores the exps: the row is in L1), then the
 // output: softmax exp(x - max) / sum, log_softmax (x - max) - log(sum), as PyTorch's vector kernel.
 // 16-bit softmax recomputes the exps from x rather than reading back rounded ones.
@@ -134,8 +159,14 @@ void softmax_row(T* y, const T* x, int64_t n) {
   bool has_nan = false;
   const C m = row_max(x, n, &has_nan);
   if (has_nan || !(std::abs(m) < std::numeric_limits<C>::infinity())) return fill_nan(y, n);
-  const C s = sum_exp<kStoreExp>(x, n, m, y);
+  int64_t live = n;  // Note [masked rows]
+  if constexpr (kVectorLoad<T>) live = live_length(x, n, 2 * static_cast<int64_t>(hn::Lanes(hn::ScalableTag<C>())));
+  const C s = sum_exp<kStoreExp>(x, live, m, y);
   const C factor = kLog ? std::log(s) : C(1) / s;
+  if constexpr (!kLog) {
+    std::fill(y + live, y + n, T(0));
+    n = live;
+  }
   int64_t i = 0;
   if constexpr (kVectorLoad<T>) {
     const hn::ScalableTag<C> d;
