@@ -531,6 +531,29 @@ void pack_b(D d, const T* b, int64_t row_stride, int64_t col_stride, int64_t kc,
   }
 }
 
+// MR contiguous values from src to dst, as whole vectors: for MR below the vector width, one
+// masked load (AVX2 and AVX-512 masked loads never touch the lanes left out) and one whole store,
+// which writes up to MaxLanes - MR values past dst + MR; otherwise whole vectors, the last one
+// ending at the last value (overlapping the one before). The copy of one column of a transposed A
+// into a micro-panel: std::copy_n called memmove for each 56 bytes (4% of a GPT training step's
+// samples).
+template <int64_t MR, class T>
+HWY_INLINE void copy_column(const T* HWY_RESTRICT src, T* HWY_RESTRICT dst) {
+  const hn::ScalableTag<T> d;
+  constexpr int64_t kLanes = static_cast<int64_t>(hn::MaxLanes(d));
+  if constexpr (MR >= kLanes) {
+    int64_t r = 0;
+    for (; r + kLanes <= MR; r += kLanes) hn::StoreU(hn::LoadU(d, src + r), d, dst + r);
+    if (r < MR) hn::StoreU(hn::LoadU(d, src + MR - kLanes), d, dst + MR - kLanes);
+  } else {
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
+    hn::StoreU(hn::MaskedLoad(hn::FirstN(d, MR), d, src), d, dst);
+#else
+    std::copy_n(src, MR, dst);
+#endif
+  }
+}
+
 // Packs the mc x kc block of A at `a` into MR-high micro-panels: for each p, the MR values
 // A[r0 : r0 + MR, p] side by side, zeros past row mc. May write up to kPackSlack elements past
 // the block (see below).
@@ -577,7 +600,9 @@ void pack_a(const T* a, int64_t row_stride, int64_t col_stride, int64_t mc, int6
     }
 #endif
     if (row_stride == 1) {  // columns contiguous (a transposed A): MR values in a row
-      for (; p < kc; ++p) std::copy_n(src + p * col_stride, MR, dst + p * MR);
+      // A store past the MR values lands in the next column's slots, the next micro-panel's or
+      // the slack, each written afterwards.
+      for (; p < kc; ++p) copy_column<MR>(src + p * col_stride, dst + p * MR);
     } else {
       for (; p < kc; ++p) {
         for (int64_t r = 0; r < MR; ++r) dst[p * MR + r] = src[r * row_stride + p * col_stride];
