@@ -1242,7 +1242,7 @@ GemmPath gemm_path(const GemmArgs& g) {
         static_cast<const T*>(g.residual), g.residual_row_stride,  g.residual_col_stride};
     return fn(Problem<T>{g.m, g.n, g.k, static_cast<const T*>(g.a), g.a_row_stride, g.a_col_stride,
                          static_cast<const T*>(g.b), g.b_row_stride, g.b_col_stride, static_cast<T*>(g.c),
-                         g.c_row_stride, g.c_col_stride, epilogue});
+                         g.c_row_stride, g.c_col_stride, epilogue, g.path});
   };
   if (g.dtype == kFloat32) return path(TypeTag<float>{}, HWY_DYNAMIC_DISPATCH(PathFloat));
   if (g.dtype == kFloat64) return path(TypeTag<double>{}, HWY_DYNAMIC_DISPATCH(PathDouble));

@@ -80,7 +80,7 @@ struct GemmArgs {
   GemmPath path = GemmPath::kAuto;
 };
 
-// The path a float32/float64 problem takes (kOther for other dtypes).
+// The path a float32/float64 problem takes (its own `path` when set; kOther for other dtypes).
 
 // Solves one problem, using up to ember's thread count when it is big enough to pay for them.
 // float32 and float64 run the packed SIMD kernel; float16 and bfloat16 are computed in float32
