@@ -12,6 +12,7 @@
 #include "ember/ember.h"
 #include "ember/models/mnist.h"
 #include "ember/optim/sgd.h"
+#include "ember/profiler.h"
 #include "graph/executor.h"
 #include "graph/fused.h"
 #include "graph/passes.h"
@@ -397,6 +398,16 @@ TEST(GraphPasses, BatchedProductsRunHeadByHeadWithTheirSoftmax) {
       EXPECT_TRUE(test_util::bitwise_equal(f(q, k), body(q, k))) << c.q << " " << threads;
       EXPECT_EQ(f.stats().interleaved, 1) << c.q << "\n" << f.graph().dump();
       EXPECT_EQ(f.stats().masked_products, 1) << c.q;  // the causal mask's blocks are left out
+      EXPECT_EQ(f.stats().arena_bytes, 0) << c.q;      // the scores take no memory of the plan's
+      if (threads == 2 && c.q == cases[0].q) {         // observers see the product whole, and the same bits
+        profiler::Profiler prof;
+        const Tensor observed = f(q, k);
+        prof.stop();
+        EXPECT_TRUE(test_util::bitwise_equal(observed, body(q, k)));
+        int products = 0;
+        for (const profiler::Event& e : prof.events()) products += e.name == "matmul" ? 1 : 0;
+        EXPECT_EQ(products, 1);
+      }
     }
   }
   // A product something else reads too is left whole.

@@ -318,9 +318,6 @@ struct CompiledCore::Impl {
     stats.fused_groups = ps.fused_groups;
     stats.fused_kernels = ps.fused_nodes;
     stats.in_place = ps.in_place;
-    stats.arena_bytes = plan.arena_bytes;
-    stats.temp_bytes = plan.temp_bytes;
-    stats.live_bytes = plan.live_bytes;
     stats.state_bytes = 0;
     for (const graph::Buffer& b : g.buffers) {
       if (b.kind == graph::BufferKind::kState || b.kind == graph::BufferKind::kConstant) stats.state_bytes += b.nbytes;
@@ -334,6 +331,10 @@ struct CompiledCore::Impl {
     e.last_call = stats.calls;
     stats.steps = e.executable->num_steps();
     stats.interleaved = e.executable->interleaved();
+    // The executable's plan (products it runs head by head take no arena).
+    stats.arena_bytes = e.executable->memory().arena_bytes;
+    stats.temp_bytes = e.executable->memory().temp_bytes;
+    stats.live_bytes = e.executable->memory().live_bytes;
     stats.masked_products = e.executable->masked_products();
     stats.trace_seconds = std::max(trace_seconds, 0.0);
     stats.pass_seconds = std::chrono::duration<double>(Clock::now() - started).count();

@@ -17,7 +17,6 @@ Executable::Executable(Graph graph, const MemoryPlan& plan) : graph_(std::move(g
   for (const Buffer& b : g.buffers) {
     if (b.kind == BufferKind::kTemp && b.arena_offset >= 0) arena_device = b.device;
   }
-  if (plan_.arena_bytes > 0) arena_ = allocate_storage(plan_.arena_bytes, arena_device);
   for (size_t b = 0; b < g.buffers.size(); ++b) {
     Buffer& buf = g.buffers[b];
     switch (buf.kind) {
@@ -26,9 +25,6 @@ Executable::Executable(Graph graph, const MemoryPlan& plan) : graph_(std::move(g
         base_[b] = static_cast<char*>(buf.storage->data());
         break;
       case BufferKind::kTemp:
-        // (Empty temporaries take no arena; there may be none.)
-        if (buf.arena_offset >= 0 && arena_ != nullptr)
-          base_[b] = static_cast<char*>(arena_->data()) + buf.arena_offset;
         buf.storage.reset();  // the traced block goes back to the caching allocator
         break;
       case BufferKind::kOutput:
@@ -114,6 +110,19 @@ Executable::Executable(Graph graph, const MemoryPlan& plan) : graph_(std::move(g
   }
   plan_multi_updates();
   plan_interleaves();
+  // A product run head by head never fills its buffer (a block per task does): it takes no arena,
+  // only a block of its own on a call with observers, which run it whole (bind).
+  if (!interleaves_.empty()) {
+    for (const auto& pair : interleaves_) g.buffers[static_cast<size_t>(pair->buffer)].kind = BufferKind::kScratch;
+    plan_ = plan_memory(g);
+  }
+  if (plan_.arena_bytes > 0) arena_ = allocate_storage(plan_.arena_bytes, arena_device);
+  for (size_t b = 0; b < g.buffers.size(); ++b) {
+    // (Empty temporaries take no arena; there may be none.)
+    const Buffer& buf = g.buffers[b];
+    if (buf.kind == BufferKind::kTemp && buf.arena_offset >= 0 && arena_ != nullptr)
+      base_[b] = static_cast<char*>(arena_->data()) + buf.arena_offset;
+  }
 }
 
 void Executable::plan_interleaves() {
@@ -493,12 +502,19 @@ std::string Executable::stale() const {
   return "";
 }
 
-void Executable::bind(const std::vector<Tensor>& arguments) {
+void Executable::bind(const std::vector<Tensor>& arguments, bool observed) {
   for (size_t b = 0; b < graph_.buffers.size(); ++b) {
     const Buffer& buf = graph_.buffers[b];
     if (buf.kind == BufferKind::kArgument) {
       base_[b] = static_cast<char*>(arguments[buf.argument].data_ptr()) - buf.argument_offset;
     }
+  }
+  for (size_t i = 0; i < interleaves_.size(); ++i) {  // observers see the product whole, in a block of its own
+    const Buffer& buf = graph_.buffers[static_cast<size_t>(interleaves_[i]->buffer)];
+    observed_products_.resize(interleaves_.size());
+    observed_products_[i] = observed ? allocate_storage(buf.nbytes, buf.device) : nullptr;
+    base_[static_cast<size_t>(interleaves_[i]->buffer)] =
+        observed ? static_cast<char*>(observed_products_[i]->data()) : nullptr;
   }
   for (int b : output_buffers_) {
     const Buffer& buf = graph_.buffers[b];
@@ -533,9 +549,9 @@ void Executable::run_observed(const Step& step) {
 }
 
 std::vector<Tensor> Executable::run(const std::vector<Tensor>& arguments) {
-  bind(arguments);
-  draw();
   const bool observed = dispatch::observed();
+  bind(arguments, observed);
+  draw();
   for (const Step& step : steps_) {
     if (step.host_attrs) [[unlikely]] {  // Note [host attributes]: as the host computed them for this run
       Node& n = graph_.nodes[step.node];
@@ -600,6 +616,7 @@ std::vector<Tensor> Executable::run(const std::vector<Tensor>& arguments) {
     results.emplace_back(std::move(impl));
   }
   for (int b : output_buffers_) output_storage_[b].reset();
+  for (auto& storage : observed_products_) storage.reset();
   return results;
 }
 

@@ -68,7 +68,9 @@ class Executable {
   // over the block while it is in cache. The scores never reach memory: written and read again
   // they cost a stream of their size each way. The product of one head is the batched kernel's own
   // call for that batch index (the k blocks depend on k alone, Note [GEMM blocking]), and the
-  // group's rows are its own: the same bits.
+  // group's rows are its own: the same bits. The product's buffer takes no arena (4 x 8 heads of
+  // 512 x 512 scores: 32 MiB); a call with observers (the profiler) runs the two steps apart, the
+  // product into a block of its own for that call.
   //
   // Note [masked products]: when the group reads the product only through a select that takes a
   // value of its own wherever a bool mask is set (or clear), `where(mask, -inf, scores)` before a
@@ -140,7 +142,7 @@ class Executable {
   // Head h's product, a block of rows at a time over the columns the mask leaves (Note [masked
   // products]).
   void multiply_unmasked(Interleave& pair, int task, int64_t head, const char* a, const char* b, char* product);
-  void bind(const std::vector<Tensor>& arguments);
+  void bind(const std::vector<Tensor>& arguments, bool observed);
   void draw();
   void run_observed(const Step& step);  // with observers (the profiler) attached
 
@@ -159,6 +161,7 @@ class Executable {
   std::vector<KernelCall> piece_calls_;
   std::vector<std::vector<int>> drawing_nodes_;  // per draw: the nodes whose key it is
   std::vector<int> output_buffers_;
+  std::vector<std::shared_ptr<StorageImpl>> observed_products_;  // per interleave, on a call with observers
   std::vector<std::shared_ptr<StorageImpl>> output_storage_;
 };
 
