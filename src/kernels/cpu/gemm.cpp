@@ -1075,6 +1075,7 @@ HWY_EXPORT(TileRows);
 void solve_simd(const Problem<float>& p, int threads) { HWY_DYNAMIC_DISPATCH(SolveFloat)(p, threads); }
 void solve_simd(const Problem<double>& p, int threads) { HWY_DYNAMIC_DISPATCH(SolveDouble)(p, threads); }
 const char* micro_kernel_name() { return HWY_DYNAMIC_DISPATCH(MicroKernelName)(); }
+int64_t tile_rows() { return HWY_DYNAMIC_DISPATCH(TileRows)(); }
 
 // out (rows x cols, contiguous) = the float32 values of src at the given strides, walked along
 // whichever dim is contiguous in memory.
@@ -1249,7 +1250,7 @@ GemmPath gemm_path(const GemmArgs& g) {
   return GemmPath::kOther;
 }
 
-int64_t gemm_tile_rows() { return HWY_DYNAMIC_DISPATCH(gemm_detail::TileRows)(); }
+int64_t gemm_tile_rows() { return gemm_detail::tile_rows(); }
 
 // --- registry entry --------------------------------------------------------------------------------
 

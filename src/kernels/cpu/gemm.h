@@ -80,8 +80,6 @@ struct GemmArgs {
   GemmPath path = GemmPath::kAuto;
 };
 
-// The path a float32/float64 problem takes (its own `path` when set; kOther for other dtypes).
-
 // Solves one problem, using up to ember's thread count when it is big enough to pay for them.
 // float32 and float64 run the packed SIMD kernel; float16 and bfloat16 are computed in float32
 // and rounded once; integer dtypes use a plain loop with wraparound; bool throws.
@@ -98,6 +96,7 @@ void gemm(const GemmArgs& args);
 void gemm_batched(const GemmArgs& args, int64_t batch, const int64_t* a_offsets, const int64_t* b_offsets,
                   const int64_t* c_offsets, const int64_t* residual_offsets = nullptr);
 
+// The path a float32/float64 problem takes (its own `path` when set; kOther for other dtypes).
 GemmPath gemm_path(const GemmArgs& args);
 
 // The rows of C one register tile of the packed path holds on this CPU (14 or 6).
