@@ -628,6 +628,61 @@ TEST(GraphPasses, RandomDagsCompileToTheirEagerResults) {
   }
 }
 
+// Note [register chains] in graph/fused.h: random runs of the ops that chain, each member reading the
+// one before it with a row, a broadcast row, a scalar, or the value itself as its other operand, on
+// either side. Compiled (in element strips, and in strips of whole rows after a row sum) they give
+// eager's bits, with special values in the inputs, in float32 and float64, across vector tails. A NaN
+// may carry another payload or sign: where an add or a multiply meets two NaNs, IEEE 754 leaves open
+// which one the result keeps, and x86 keeps the first operand, whose order the C++ compiler chooses.
+TEST(GraphPasses, RegisterChainsKeepTheirBits) {
+  std::mt19937 rng(2026);
+  using Unary = Tensor (*)(const Tensor&);
+  using Binary = Tensor (*)(const Tensor&, const Tensor&);
+  const std::vector<Unary> unary{&neg, &abs, &sqrt, &rsqrt, &square, &relu};
+  const std::vector<Binary> binary{&add, &sub, &mul, &div, &minimum, &maximum};
+  const int64_t widths[] = {1, 3, 15, 16, 17, 63, 65, 129, 300, 1000};
+  int chained = 0;
+  for (int trial = 0; trial < 48; ++trial) {
+    const DType dtype = trial % 2 == 0 ? kFloat32 : kFloat64;
+    const int64_t rows = 1 + static_cast<int64_t>(rng() % 9), cols = widths[rng() % std::size(widths)];
+    const bool row_sum = trial % 3 == 0;  // a row reduction first: strips of whole rows
+    const int steps = 2 + static_cast<int>(rng() % 6);
+    std::vector<uint32_t> program(static_cast<size_t>(steps) * 3);
+    for (uint32_t& p : program) p = rng();
+    auto f = [&](const Tensor& x, const Tensor& y, const Tensor& bias) {
+      Tensor v = row_sum ? x - x.sum({1}, true) : x + y;
+      const Tensor scale = row_sum ? x.sum({1}, true) : full({}, 0.75, TensorOptions{}.with_dtype(dtype));
+      for (int k = 0; k < steps; ++k) {
+        const uint32_t* p = &program[static_cast<size_t>(3 * k)];
+        if (p[0] % 3 == 0) {
+          v = unary[p[1] % unary.size()](v);
+          continue;
+        }
+        const Tensor& other = p[1] % 4 == 0 ? y : p[1] % 4 == 1 ? bias : p[1] % 4 == 2 ? scale : v;
+        const Binary op = binary[p[2] % binary.size()];
+        v = (p[2] / 8) % 2 == 0 ? op(v, other) : op(other, v);
+      }
+      return v;
+    };
+    auto compiled = compile(f);
+    for (int call = 0; call < 3; ++call) {
+      const TensorOptions options = TensorOptions{}.with_dtype(dtype);
+      Tensor x = randn({rows, cols}, options), y = randn({rows, cols}, options), bias = randn({cols}, options);
+      // NaN, infinities, zeros and negatives where sqrt, rsqrt, division, minimum and maximum differ.
+      const double specials[] = {std::nan(""), INFINITY, -INFINITY, 0.0, -0.0, -2.0};
+      for (int s = 0; s < 6 && s < x.numel(); ++s) {
+        x.view({-1}).narrow(0, (s * 7) % x.numel(), 1).fill_(specials[s]);
+        y.view({-1}).narrow(0, (s * 5) % y.numel(), 1).fill_(specials[5 - s]);
+      }
+      const Tensor want = f(x, y, bias), got = compiled(x, y, bias);
+      ASSERT_TRUE(test_util::bitwise_equal_but_nan_payloads(got, want)) << "trial " << trial << " call " << call << "\n"
+                                                                        << compiled.graph().dump();
+    }
+    chained += compiled.stats().chains > 0 ? 1 : 0;
+  }
+  EXPECT_GE(chained, 40) << chained;  // nearly every program holds one (a group in tiles does not)
+}
+
 // A training step's parameter updates, one kernel per parameter in the graph, become one multi-tensor
 // step in the plan (Note [multi-tensor updates] in graph/executor.h).
 TEST(GraphPasses, ATrainingStepsUpdatesRunAsOneMultiTensorStep) {

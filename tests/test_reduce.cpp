@@ -8,6 +8,8 @@
 #include <limits>
 
 #include "golden.h"
+#include "kernels/cpu/reduce_simd.h"
+#include "test_util.h"
 
 using ember::Tensor;
 
@@ -265,4 +267,41 @@ TEST(Reduce, LogSumExpOfAnEmptyDimIsDifferentiable) {
   (out * 0.0).sum().backward();
   ASSERT_TRUE(x.grad().defined());
   EXPECT_EQ(x.grad().shape(), (ember::Shape{3, 0}));
+}
+
+// reduce_row_fn (kernels/cpu/reduce_simd.h) gives each row the bits the kernel gives it over a whole
+// tensor of such rows: every length up to past one vector block, kSmallReduce's edge, and rows longer
+// than a chunk (kChunk = 32768), for each op and float type the vector path takes.
+TEST(Reduce, RowFunctionsGiveTheKernelsBits) {
+  using ember::OpKind;
+  const std::pair<OpKind, Tensor (*)(const Tensor&)> ops[] = {
+      {OpKind::kSum, [](const Tensor& x) { return ember::sum(x, {1}, true); }},
+      {OpKind::kProd, [](const Tensor& x) { return ember::prod(x, {1}, true); }},
+      {OpKind::kAmax, [](const Tensor& x) { return ember::amax(x, {1}, true); }},
+      {OpKind::kAmin, [](const Tensor& x) { return ember::amin(x, {1}, true); }}};
+  std::vector<int64_t> lengths;
+  for (int64_t n = 1; n <= 150; ++n) lengths.push_back(n);
+  for (int64_t n : {511, 512, 513, 768, 1000, 4099, 16384, 40000}) lengths.push_back(n);
+  int found = 0;
+  for (const ember::DType dtype : {ember::kFloat32, ember::kFloat64, ember::kBFloat16, ember::kFloat16}) {
+    for (const auto& [op, reduce] : ops) {
+      const ember::cpu::simd::ReduceRowFn row = ember::cpu::simd::reduce_row_fn(op, dtype, dtype);
+      if (row == nullptr) continue;
+      ++found;
+      for (const int64_t n : lengths) {
+        // Prod over long rows of N(0, 1) underflows to zero: values near 1 keep it finite.
+        Tensor x = op == OpKind::kProd ? (ember::randn({3, n}) * 0.01 + 1.0).to(dtype) : ember::randn({3, n}, dtype);
+        if (n > 5) x.view({-1}).narrow(0, n + 3, 1).fill_(std::nan(""));  // the second row holds a NaN
+        const Tensor want = reduce(x).contiguous();
+        Tensor got = ember::empty({3, 1}, dtype);
+        const int64_t bytes = ember::dtype_size(dtype);
+        for (int64_t r = 0; r < 3; ++r) {
+          row(static_cast<char*>(got.data_ptr()) + r * bytes, static_cast<const char*>(x.data_ptr()) + r * n * bytes,
+              n);
+        }
+        ASSERT_TRUE(test_util::bitwise_equal(got, want)) << ember::op_name(op) << " " << dtype << " n " << n;
+      }
+    }
+  }
+  EXPECT_GE(found, 8);  // sum, prod, amax and amin of float32 and float64 at least
 }

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cmath>
 #include <csignal>
 #include <cstring>
 #include <filesystem>
@@ -81,6 +82,19 @@ inline bool bitwise_equal(const ember::Tensor& a, const ember::Tensor& b) {
   const ember::Tensor x = a.contiguous(), y = b.contiguous();
   return x.shape() == y.shape() && x.dtype() == y.dtype() &&
          std::memcmp(x.data_ptr(), y.data_ptr(), static_cast<size_t>(ember::storage_bytes(x.dtype(), x.numel()))) == 0;
+}
+
+// As bitwise_equal for float32 and float64, except that a NaN equals any NaN (its sign and payload
+// aside).
+inline bool bitwise_equal_but_nan_payloads(const ember::Tensor& a, const ember::Tensor& b) {
+  if (a.shape() != b.shape() || a.dtype() != b.dtype()) return false;
+  const ember::Tensor x = a.contiguous().to(ember::kFloat64), y = b.contiguous().to(ember::kFloat64);
+  const double* p = x.data_ptr<double>();
+  const double* q = y.data_ptr<double>();
+  for (int64_t i = 0; i < x.numel(); ++i) {
+    if (std::isnan(p[i]) ? !std::isnan(q[i]) : std::memcmp(p + i, q + i, sizeof(double)) != 0) return false;
+  }
+  return true;
 }
 
 // Restores the thread count a test changes.

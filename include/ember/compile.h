@@ -79,10 +79,11 @@ struct CompileStats {
   int sized = 0;     // plans built for a new size of the dynamic dims from a template, without a trace
   int64_t calls = 0;
   int64_t replays = 0;
-  int traced_kernels = 0;   // kernels recorded by the last trace
-  int steps = 0;            // steps of the last plan (kernels, fused groups, host calls, .grad sets)
-  int interleaved = 0;      // batched products the last plan runs head by head with the group reading them
-  int masked_products = 0;  // of those, the ones whose masked blocks each call leaves uncomputed
+  int traced_kernels = 0;               // kernels recorded by the last trace
+  int steps = 0;                        // steps of the last plan (kernels, fused groups, host calls, .grad sets)
+  int interleaved = 0;                  // batched products the last plan runs head by head with the group reading them
+  int masked_products = 0;              // of those, the ones whose masked blocks each call leaves uncomputed
+  int chains = 0, chained_kernels = 0;  // fused members run as one pass in registers (Note [register chains])
   int folded = 0, simplified = 0, cse = 0, dead = 0, gelus = 0, silus = 0, attention = 0, epilogues = 0,
       fused_groups = 0, fused_kernels = 0, in_place = 0;
   int pooled_thresholds = 0;  // ReLU backwards moved before a max-pool's (graph/passes.h: threshold_pooled)

@@ -110,6 +110,8 @@ nb::dict stats_dict(const CompileStats& s) {
   d["steps"] = s.steps;
   d["fused_groups"] = s.fused_groups;
   d["fused_kernels"] = s.fused_kernels;
+  d["chains"] = s.chains;
+  d["chained_kernels"] = s.chained_kernels;
   d["epilogues"] = s.epilogues;
   d["arena_bytes"] = s.arena_bytes;
   d["temp_bytes"] = s.temp_bytes;

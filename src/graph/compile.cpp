@@ -11,6 +11,7 @@
 #include <mutex>
 #include <optional>
 #include <sstream>
+#include <tuple>
 
 #include "graph/dynamic.h"
 #include "graph/executor.h"
@@ -336,6 +337,7 @@ struct CompiledCore::Impl {
     stats.temp_bytes = e.executable->memory().temp_bytes;
     stats.live_bytes = e.executable->memory().live_bytes;
     stats.masked_products = e.executable->masked_products();
+    std::tie(stats.chains, stats.chained_kernels) = e.executable->register_chains();
     stats.trace_seconds = std::max(trace_seconds, 0.0);
     stats.pass_seconds = std::chrono::duration<double>(Clock::now() - started).count();
     char timing[112];
@@ -539,7 +541,8 @@ std::string CompiledCore::explain() const {
       << "  ReLU backwards moved before a max-pool's (Note [thresholds before unpooling]): " << s.pooled_thresholds
       << "\n"
       << "  forward kernels run again for the backward (Note [recomputed activations]): " << s.recomputed << "\n"
-      << "  elementwise fusion: " << s.fused_kernels << " kernels in " << s.fused_groups << " groups\n"
+      << "  elementwise fusion: " << s.fused_kernels << " kernels in " << s.fused_groups << " groups, of which "
+      << s.chained_kernels << " in " << s.chains << " register chains (Note [register chains])\n"
       << "  in-place reuse: " << s.in_place << " results\n"
       << "  batched products run head by head with the group reading them: " << s.interleaved
       << ", skipping the blocks a mask discards (Note [masked products]): " << s.masked_products;

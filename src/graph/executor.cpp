@@ -215,6 +215,15 @@ int Executable::masked_products() const {
   return count;
 }
 
+std::pair<int, int> Executable::register_chains() const {
+  std::pair<int, int> count{0, 0};
+  for (const auto& group : fused_) {
+    count.first += group->chains();
+    count.second += group->chained_members();
+  }
+  return count;
+}
+
 double Executable::masked_share() const {
   double computed = 0, all = 0;
   for (const auto& pair : interleaves_) {

@@ -13,6 +13,7 @@
 
 #include <array>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "base/kernel.h"
@@ -42,6 +43,8 @@ class Executable {
   int interleaved() const { return static_cast<int>(interleaves_.size()); }
   // How many of those leave the blocks a mask discards uncomputed (Note [masked products]).
   int masked_products() const;
+  // Note [register chains] in graph/fused.h: chains in the fused groups, and the kernels they hold.
+  std::pair<int, int> register_chains() const;
   // The share of those products' elements the last run computed (1 when there are none).
   double masked_share() const;
   const MemoryPlan& memory() const { return plan_; }

@@ -14,6 +14,11 @@ namespace {
 const Attrs kStripRowDim = DimAttrs{1};
 const Attrs kStripReduce = ReduceAttrs{Axes({1}), true};
 
+// Row r of a strip operand of `rows` rows (its first stride steps from row to row).
+void* row_of(const Operand& o, int64_t rows, int64_t r) {
+  return rows == 1 ? o.data : static_cast<char*>(o.data) + r * (*o.strides)[0] * dtype_size(o.dtype);
+}
+
 bool normalizes(OpKind op) { return op == OpKind::kSoftmax || op == OpKind::kLogSoftmax; }
 
 // 1 for a unary elementwise primitive, 2 for a binary one, else 0.
@@ -299,25 +304,138 @@ bool FusedGroup::plan_strips() {
   }
   for (Member& m : members_) {
     if (normalizes(m.op)) m.attrs = &kStripRowDim;
-    if (m.reduces) m.attrs = &kStripReduce;
+    if (m.reduces) {
+      m.attrs = &kStripReduce;
+      m.reduce_row = cpu::simd::reduce_row_fn(m.op, operands_[m.first].dtype, operands_[m.first + 1].dtype);
+    }
   }
+  plan_chains();
   return true;
+}
+
+// Note [register chains]: runs of consecutive members over S in which each member after the first
+// reads the result of the one before it. That value stays in registers, and is stored as well where
+// the group keeps it (a result of the group, or a value another member reads).
+void FusedGroup::plan_chains() {
+  // The operand's step along a strip's row: 0 for a broadcast value.
+  auto broadcast = [&](int k) { return strip_strides_[static_cast<size_t>(k)].back() == 0; };
+  auto same = [&](int a, int b) {
+    const Operand_ &x = operands_[static_cast<size_t>(a)], &y = operands_[static_cast<size_t>(b)];
+    return x.buffer == y.buffer && x.offset == y.offset &&
+           strip_strides_[static_cast<size_t>(a)] == strip_strides_[static_cast<size_t>(b)];
+  };
+  std::vector<int> reads;  // per buffer: member inputs reading it
+  for (const Member& m : members_) {
+    for (int k = m.first; k < m.first + m.num_inputs; ++k) {
+      const size_t buffer = static_cast<size_t>(operands_[static_cast<size_t>(k)].buffer);
+      if (reads.size() <= buffer) reads.resize(buffer + 1, 0);
+      ++reads[buffer];
+    }
+  }
+  auto chainable = [&](const Member& m) {
+    if (m.reduces || m.over_reduced || !cpu::simd::chains(m.op) ||
+        (m.unary_row == nullptr && m.binary_row == nullptr)) {
+      return false;
+    }
+    if (cpu::simd::chain_row_fn(operands_[static_cast<size_t>(m.first)].dtype) == nullptr) return false;
+    return m.unary_row != nullptr || !(broadcast(m.first) && broadcast(m.first + 1));
+  };
+  // How many of member m's inputs read operand `value`'s view.
+  auto reading = [&](const Member& m, int value) {
+    int count = 0;
+    for (int k = m.first; k < m.first + m.num_inputs; ++k) count += same(k, value) ? 1 : 0;
+    return count;
+  };
+  // The link of member `m`, which reads value operand `value`.
+  auto link = [&](const Member& m, int value) {
+    if (m.unary_row != nullptr) return ChainLink{m.op};
+    if (reading(m, value) == 2) return ChainLink{m.op, -1, true};
+    const bool first = same(m.first, value);
+    return ChainLink{m.op, first ? m.first + 1 : m.first, first};
+  };
+  const int count = static_cast<int>(members_.size());
+  for (int i = 0; i < count; ++i) {
+    const Member& head = members_[static_cast<size_t>(i)];
+    if (!chainable(head)) continue;
+    Chain chain;
+    chain.first = i;
+    chain.fn = cpu::simd::chain_row_fn(operands_[static_cast<size_t>(head.first)].dtype);
+    if (head.unary_row != nullptr) {
+      chain.in = head.first;
+      chain.links.push_back(ChainLink{head.op});
+    } else if (same(head.first, head.first + 1)) {
+      chain.in = head.first;
+      chain.links.push_back(ChainLink{head.op, -1, true});
+    } else {
+      const bool swap = broadcast(head.first);  // the value comes from the row operand
+      chain.in = swap ? head.first + 1 : head.first;
+      chain.links.push_back(ChainLink{head.op, swap ? head.first : head.first + 1, !swap});
+    }
+    int last = i;
+    while (last + 1 < count && static_cast<int>(chain.links.size()) < kMaxChain) {
+      const Member &prev = members_[static_cast<size_t>(last)], &next = members_[static_cast<size_t>(last + 1)];
+      if (!chainable(next) ||
+          operands_[static_cast<size_t>(next.first)].dtype != operands_[static_cast<size_t>(head.first)].dtype)
+        break;
+      const int value = prev.first + prev.num_inputs;
+      const Operand_& v = operands_[static_cast<size_t>(value)];
+      const int read = reading(next, value);
+      if (read == 0 || v.reduced) break;
+      // The value is stored as well where any other member may read it.
+      if (!v.scratch || reads[static_cast<size_t>(v.buffer)] != read) chain.links.back().stored = value;
+      chain.links.push_back(link(next, value));
+      ++last;
+    }
+    if (last == i) continue;
+    chain.last = last;
+    const Member& tail = members_[static_cast<size_t>(last)];
+    chain.out = tail.first + tail.num_inputs;
+    members_[static_cast<size_t>(i)].chain = static_cast<int>(chains_.size());
+    chains_.push_back(std::move(chain));
+    i = last;
+  }
+}
+
+void FusedGroup::run_chain(const Chain& chain, const Operand* ops, int64_t rows, int64_t n) const {
+  cpu::simd::ChainStep steps[kMaxChain];
+  const int count = static_cast<int>(chain.links.size());
+  auto at = [rows](const Operand& o, int64_t r) { return row_of(o, rows, r); };
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int k = 0; k < count; ++k) {
+      const ChainLink& l = chain.links[static_cast<size_t>(k)];
+      steps[k].op = l.op;
+      steps[k].value_first = l.value_first;
+      steps[k].other = l.other < 0 ? nullptr : at(ops[l.other], r);
+      steps[k].other_scalar = l.other >= 0 && ops[l.other].strides->back() == 0;
+      steps[k].store = l.stored < 0 ? nullptr : at(ops[l.stored], r);
+    }
+    chain.fn(at(ops[chain.out], r), at(ops[chain.in], r), steps, count, n);
+  }
 }
 
 // One strip, `rows` rows of n elements: each member in turn (Note [strip fusion]).
 void FusedGroup::run_strip(Operand* ops, int64_t strip_rows, int64_t strip_n) const {
-  for (const Member& m : members_) {
+  for (size_t i = 0; i < members_.size(); ++i) {
+    const Member& m = members_[i];
+    if (m.chain >= 0) {
+      const Chain& chain = chains_[static_cast<size_t>(m.chain)];
+      run_chain(chain, ops, strip_rows, strip_n);
+      i = static_cast<size_t>(chain.last);
+      continue;
+    }
     const Operand* io = ops + m.first;
     // A member over the reduced shape takes the strip's (rows, 1) values as one row of `rows`.
     const int64_t rows = m.over_reduced ? 1 : strip_rows, n = m.over_reduced ? strip_rows : strip_n;
     const size_t along = m.over_reduced ? 0 : io->strides->size() - 1;
     // The vector row functions, row by row, where the op has them for this dtype.
-    auto at = [rows](const Operand& o, int64_t r) {
-      return rows == 1 ? o.data : static_cast<char*>(o.data) + r * (*o.strides)[0] * dtype_size(o.dtype);
-    };
+    auto at = [rows](const Operand& o, int64_t r) { return row_of(o, rows, r); };
     auto broadcast = [along](const Operand& o) { return (*o.strides)[along] == 0; };
     if (m.unary_row != nullptr) {
       for (int64_t r = 0; r < rows; ++r) m.unary_row(at(io[1], r), at(io[0], r), n);
+      continue;
+    }
+    if (m.reduce_row != nullptr) {  // each row's value as the kernel over all the strip's rows gives it
+      for (int64_t r = 0; r < rows; ++r) m.reduce_row(at(io[1], r), at(io[0], r), n);
       continue;
     }
     if (m.binary_row != nullptr && !(broadcast(io[0]) && broadcast(io[1]))) {

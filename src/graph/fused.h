@@ -49,6 +49,27 @@
 // Zen 4, binaries alternated 3 times, `ember bench`) took 2.79-3.04 against 3.15-3.94 ms, the same
 // on 1024 rows (in cache) 212-238 against 225-287 us, and masked_softmax_f32_compiled 10.2-11.0
 // against 10.3-12.7 ms: fewer member calls per row outweigh the values leaving L1.
+//
+// Note [register chains]: in strips, a run of consecutive members over S of a few instructions each
+// (+, -, *, /, minimum, maximum, neg, abs, sqrt, rsqrt, square, relu: simd::chains), in float32 or
+// float64, where each member after the first reads the result of the one before it, runs as one pass
+// (simd::chain_row_fn): each vector of the first member's input is loaded once, every member's op is
+// applied in registers, each other operand is loaded as it is needed (a row, a broadcast value, or
+// the value itself, as in c * c), and a member's result is stored only where the group keeps it: the
+// last member's, a result of the group, or a value another member reads (layer norm's x - mean,
+// which both the variance and the output read). The steps are the row functions' vector forms in the
+// same order, and a float32 or float64 value stored and loaded again is the same value, so every
+// element keeps its bits (a NaN's payload aside: where an add or a multiply meets two NaNs, which
+// one it keeps is the operand order the C++ compiler picked, in each build of each loop); the tail
+// takes the padded copies the row functions take. The 16-bit floats round each member's result, so
+// they keep one pass per member. A step is dispatched once per block of four vectors, which stay in
+// registers only while every case of the dispatch is a few instructions: with every unary op as a
+// case (exp, tanh, GELU...), the compiler kept the block on the stack around the dispatch, and layer
+// norm written with primitives in cache (256 x 768, compiled) took 72 us against 54 us unchained.
+// With the ops above it takes 40-41 us, and 2.3-2.5 against 2.8-2.9 ms on 8192 x 768 (Zen 4, 2
+// threads, `ember bench`, three alternated rounds). A row reduction in a strip calls its row
+// function (simd::reduce_row_fn) row by row instead of the kernel over the strip: the same bits,
+// without the kernel's layout and task set-up per strip (38.6-39.3 against 39.8-40.4 us).
 #pragma once
 
 #include <array>
@@ -58,6 +79,7 @@
 #include "graph/ir.h"
 #include "graph/passes.h"
 #include "kernels/cpu/elementwise_simd.h"
+#include "kernels/cpu/reduce_simd.h"
 
 namespace ember::graph {
 
@@ -80,6 +102,13 @@ class FusedGroup {
   int64_t row() const { return strips_ ? row_ : 0; }
   const Shape& shape() const { return shape_; }
   int slots() const { return slots_; }
+  // Note [register chains]: the group's chains, and the members they hold.
+  int chains() const { return static_cast<int>(chains_.size()); }
+  int chained_members() const {
+    int count = 0;
+    for (const Chain& c : chains_) count += c.last - c.first + 1;
+    return count;
+  }
   // Rows [begin, end) of S (groups with row() > 0) on the calling thread, with slot `slot`'s
   // operands: a caller that splits the rows among tasks itself (Note [head interleaving] in
   // graph/executor.h).
@@ -113,7 +142,25 @@ class FusedGroup {
     // Strips: the unfused kernel's vector row function for this op and dtype, where it has one.
     cpu::simd::UnaryRowFn unary_row = nullptr;
     cpu::simd::BinaryRowFn binary_row = nullptr;
+    cpu::simd::ReduceRowFn reduce_row = nullptr;  // a row reduction's, where the vector path takes it
+    int chain = -1;                               // Note [register chains]: the chain this member begins, or -1
   };
+  // Note [register chains]: members [first, last] as one pass, the value in registers. Each link
+  // is a member's op with its other operand (-1: none, or the value itself), and the operand its
+  // result is stored to where another member reads it (-1: kept in registers only).
+  struct ChainLink {
+    OpKind op;
+    int other = -1;
+    bool value_first = true;
+    int stored = -1;
+  };
+  struct Chain {
+    int first = 0, last = 0;
+    int in = -1, out = -1;  // operands: the first member's value input, the last member's result
+    std::vector<ChainLink> links;
+    cpu::simd::ChainRowFn fn = nullptr;
+  };
+  static constexpr int kMaxChain = 16;
   void run_tiles(const std::vector<char*>& base, int64_t begin, int64_t end, int slot);
   // Per-slot arrays of T (one per operand) lie this many elements apart: at least two cache lines
   // between the parts that two tasks write, so that they never share a line.
@@ -127,12 +174,15 @@ class FusedGroup {
   void run_strips(const std::vector<char*>& base, int64_t begin, int64_t end, int slot);
   void run_rows(const std::vector<char*>& base, int64_t begin, int64_t end, int slot);
   void run_strip(Operand* ops, int64_t rows, int64_t n) const;
+  void plan_chains();
+  void run_chain(const Chain& chain, const Operand* ops, int64_t rows, int64_t n) const;
 
   bool strips_ = false;
   int64_t row_ = 0;    // whole rows of this many elements per strip (a softmax's last dim), or 0
   int loop_ndim_ = 0;  // S collapsed for the strip walk
   int64_t loop_sizes_[kMaxDims] = {};
   std::vector<std::array<int64_t, kMaxDims>> loop_strides_;  // per operand, in elements
+  std::vector<Chain> chains_;                                // Note [register chains]
   std::vector<Strides> strip_strides_;                       // per operand: its steps within a strip
   int strip_values_ = 0;                                     // strip buffers: one per scratch buffer
   std::vector<char*> strip_rows_;                            // slots_ x operands_.size()

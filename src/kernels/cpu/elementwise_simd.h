@@ -27,6 +27,30 @@ using UnaryRowFn = int64_t (*)(void* out, const void* in, int64_t n);
 using BinaryRowFn = int64_t (*)(void* out, const void* a, bool a_scalar, const void* b, bool b_scalar, int64_t n);
 UnaryRowFn unary_row_fn(OpKind op, DType dtype);
 BinaryRowFn binary_row_fn(OpKind op, DType dtype);
+// Note [register chains] (graph/fused.h): a run of elementwise ops applied to one value that stays
+// in registers. Each step applies `op` to the value: a unary op alone; a binary op with `other`,
+// a contiguous row (or one broadcast value when other_scalar, or the value itself when other is
+// nullptr), the value being the op's first operand when value_first. Where `store` is set, the
+// step's result is also written to that contiguous row, before any later step reads its `other`.
+struct ChainStep {
+  OpKind op = OpKind::kAdd;
+  const void* other = nullptr;
+  bool other_scalar = false;
+  bool value_first = true;
+  void* store = nullptr;
+};
+// out[i] = steps[count - 1](... steps[0](in[i])) for contiguous out and in, float32 or float64, in
+// registers: each element gets the bits the steps' row functions give it one after another (the
+// same vector forms, the tail through padded copies). Elements are read and written position by
+// position, as the row functions read and write them. Returns n.
+using ChainRowFn = int64_t (*)(void* out, const void* in, const ChainStep* steps, int count, int64_t n);
+// The chain's row function for dtype on this machine's target: nullptr unless dtype is float32 or
+// float64. Every step's op must be one that chains(op).
+ChainRowFn chain_row_fn(DType dtype);
+// Can `op` be a step of a chain? The arithmetic of a few instructions: +, -, *, /, minimum,
+// maximum, neg, abs, sqrt, rsqrt, square and relu.
+bool chains(OpKind op);
+
 // out[i] = cond[i] ? a[i] : b[i] for contiguous out and cond over elements of `element_bytes` (2 or
 // 4; the bits are moved, not computed); a (or b) is one broadcast value when a_scalar (b_scalar).
 // Returns how many leading elements it wrote (whole vectors; 0 for other sizes).

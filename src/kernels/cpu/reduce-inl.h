@@ -156,3 +156,33 @@ bool run_vector(OpKind op, DType in_dtype, DType out_dtype, void* out, const voi
     });
   }
 }
+
+// reduce_simd.h's row function for R from T into Out.
+template <class R, class T, class Out>
+void reduce_row_vectors(void* out, const void* in, int64_t n) {
+  *static_cast<Out*>(out) = reduction::reduce_contiguous<R, T, Out, VectorRows>(static_cast<const T*>(in), n);
+}
+
+// R's row function from in_dtype into out_dtype on this target, or nullptr where run_vector would
+// not take the reduction (no vector form, or a type this target does not load).
+template <class R>
+simd::ReduceRowFn reduce_row_fn_for(DType in_dtype, DType out_dtype) {
+  if constexpr (!R::kVectorForm) {
+    return nullptr;
+  } else {
+    return dispatch_dtype(in_dtype, [&](auto tag) -> simd::ReduceRowFn {
+      using T = typename decltype(tag)::type;
+      if constexpr (!kVectorLoad<T>) {
+        return nullptr;
+      } else {
+        using Out = typename R::template Out<T>;
+        using AltOut = typename R::template AltOut<T>;
+        if (out_dtype == dtype_of<Out>()) return &reduce_row_vectors<R, T, Out>;
+        if constexpr (!std::is_void_v<AltOut>) {
+          if (out_dtype == dtype_of<AltOut>()) return &reduce_row_vectors<R, T, AltOut>;
+        }
+        return nullptr;
+      }
+    });
+  }
+}

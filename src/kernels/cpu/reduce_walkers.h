@@ -413,6 +413,30 @@ void reduce_inner(const ReduceLayout& layout, Out* out, const T* in) {
   }
 }
 
+// One output over the n unit-stride elements at p, as reduce_typed computes an output whose
+// reduced elements are one such row (reduce_small's loop up to kSmallReduce, else reduce_inner's
+// chunks of kChunk): a caller that reduces rows one at a time gets each row's bits from reduce().
+template <class R, class T, class Out, template <class, class> class Rows>
+Out reduce_contiguous(const T* p, int64_t n) {
+  using A = AccOf<R, T>;
+  if (n == 0) return R::template finish<Out>(R::template identity<T>());
+  if (n <= kSmallReduce) {
+    A acc = R::template identity<T>();
+    for (int64_t i = 0; i < n; ++i) acc = R::combine(acc, R::template load<T>(p[i], i));
+    return R::template finish<Out>(acc);
+  }
+  // A chunk as reduce_inner's reduce_range: one row, through its cascade.
+  auto chunk = [&](int64_t begin) {
+    Cascade<R, A> cascade;
+    cascade.push(reduce_row<R, T, Rows>(p + begin, 1, std::min(n, begin + kChunk) - begin, begin));
+    return cascade.result(R::template identity<T>());
+  };
+  if (n <= kChunk) return R::template finish<Out>(chunk(0));
+  Cascade<R, A> chunks;
+  for (int64_t begin = 0; begin < n; begin += kChunk) chunks.push(chunk(begin));
+  return R::template finish<Out>(chunks.result(R::template identity<T>()));
+}
+
 // --- path (b): vertical accumulation of whole rows -------------------------------------------------
 
 template <class R, class T, class Out, template <class, class> class Rows>
