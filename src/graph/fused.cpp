@@ -386,10 +386,21 @@ void FusedGroup::plan_chains() {
       chain.links.push_back(link(next, value));
       ++last;
     }
-    if (last == i) continue;
-    chain.last = last;
     const Member& tail = members_[static_cast<size_t>(last)];
     chain.out = tail.first + tail.num_inputs;
+    // A row sum of the last result ends the chain: summed in registers, in the order of its row function.
+    if (last + 1 < count) {
+      const Member& next = members_[static_cast<size_t>(last + 1)];
+      const Operand_& v = operands_[static_cast<size_t>(chain.out)];
+      if (next.reduces && next.op == OpKind::kSum && next.reduce_row != nullptr && same(next.first, chain.out) &&
+          operands_[static_cast<size_t>(next.first + 1)].dtype == v.dtype) {
+        if (v.scratch && reads[static_cast<size_t>(v.buffer)] == 1) chain.out = -1;
+        chain.sum = next.first + 1;
+        ++last;
+      }
+    }
+    if (last == i) continue;
+    chain.last = last;
     members_[static_cast<size_t>(i)].chain = static_cast<int>(chains_.size());
     chains_.push_back(std::move(chain));
     i = last;
@@ -409,7 +420,8 @@ void FusedGroup::run_chain(const Chain& chain, const Operand* ops, int64_t rows,
       steps[k].other_scalar = l.other >= 0 && ops[l.other].strides->back() == 0;
       steps[k].store = l.stored < 0 ? nullptr : at(ops[l.stored], r);
     }
-    chain.fn(at(ops[chain.out], r), at(ops[chain.in], r), steps, count, n);
+    chain.fn(chain.out < 0 ? nullptr : at(ops[chain.out], r), at(ops[chain.in], r), steps, count, n,
+             chain.sum < 0 ? nullptr : at(ops[chain.sum], r));
   }
 }
 

@@ -42,8 +42,10 @@ struct ChainStep {
 // out[i] = steps[count - 1](... steps[0](in[i])) for contiguous out and in, float32 or float64, in
 // registers: each element gets the bits the steps' row functions give it one after another (the
 // same vector forms, the tail through padded copies). Elements are read and written position by
-// position, as the row functions read and write them. Returns n.
-using ChainRowFn = int64_t (*)(void* out, const void* in, const ChainStep* steps, int count, int64_t n);
+// position, as the row functions read and write them. Where `sum` is set, it receives the sum of the
+// n results, bit for bit as reduce_row_fn(kSum) gives it over them, and out may be nullptr (the
+// results only summed). Returns n.
+using ChainRowFn = int64_t (*)(void* out, const void* in, const ChainStep* steps, int count, int64_t n, void* sum);
 // The chain's row function for dtype on this machine's target: nullptr unless dtype is float32 or
 // float64. Every step's op must be one that chains(op).
 ChainRowFn chain_row_fn(DType dtype);

@@ -58,6 +58,44 @@ struct VectorForm<reduction::Extreme<kMax>> {
   }
 };
 
+// R over n elements in the order of VectorRows::contiguous: four vector accumulators over steps of
+// four vectors, each block of kBlockSteps steps joining a cascade through its lanes, then one over
+// the whole vectors left, then the last elements one by one. The elements come from `four(i, v)`
+// (v[0..3] = the vectors at i, i + lanes, i + 2 lanes and i + 3 lanes), `one(i)` (the vector at i)
+// and `element(i)`, each called in increasing i: a row loaded from memory, or computed in registers
+// (Note [register chains] in graph/fused.h).
+template <class R, class D, class Four, class One, class Element>
+HWY_INLINE hn::TFromD<D> accumulate_vectors(D d, int64_t n, const Four& four, const One& one, const Element& element) {
+  using C = hn::TFromD<D>;
+  using V = hn::Vec<D>;
+  using F = VectorForm<R>;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+  const int64_t step = 4 * lanes;
+  reduction::Cascade<R, C> cascade;
+  int64_t i = 0;
+  while (i + step <= n) {
+    const int64_t end = i + std::min(reduction::kBlockSteps * step, (n - i) / step * step);
+    V a0 = F::videntity(d), a1 = a0, a2 = a0, a3 = a0;
+    for (; i < end; i += step) {
+      V v[4];
+      four(i, v);
+      a0 = F::vcombine(d, a0, v[0]);
+      a1 = F::vcombine(d, a1, v[1]);
+      a2 = F::vcombine(d, a2, v[2]);
+      a3 = F::vcombine(d, a3, v[3]);
+    }
+    cascade.push(F::vreduce(d, F::vcombine(d, F::vcombine(d, a0, a1), F::vcombine(d, a2, a3))));
+  }
+  if (i < n) {
+    V a0 = F::videntity(d);
+    for (; i + lanes <= n; i += lanes) a0 = F::vcombine(d, a0, one(i));
+    C tail = F::vreduce(d, a0);
+    for (; i < n; ++i) tail = R::combine(tail, element(i));
+    cascade.push(tail);
+  }
+  return cascade.result(static_cast<C>(R::template identity<C>()));
+}
+
 // The vector row loops (see reduction::ScalarRows) for a float type T this target loads.
 template <class R, class T>
 struct VectorRows {
@@ -66,33 +104,19 @@ struct VectorRows {
   static_assert(std::is_same_v<reduction::AccOf<R, T>, C>, "vector reductions accumulate in compute_t<T>");
   static constexpr bool kContiguous = true;
 
-  // Four vector accumulators; each block of kBlockSteps steps joins a cascade through its lanes.
+  // Four vector accumulators; each block of kBlockSteps steps joins a cascade through its lanes
+  // (accumulate_vectors below).
   static C contiguous(const T* p, int64_t n) {
     const hn::ScalableTag<C> d;
     using V = hn::Vec<decltype(d)>;
     const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
-    const int64_t step = 4 * lanes;
-    reduction::Cascade<R, C> cascade;
-    int64_t i = 0;
-    while (i + step <= n) {
-      const int64_t end = i + std::min(reduction::kBlockSteps * step, (n - i) / step * step);
-      V a0 = F::videntity(d), a1 = a0, a2 = a0, a3 = a0;
-      for (; i < end; i += step) {
-        a0 = F::vcombine(d, a0, load_vector(d, p + i));
-        a1 = F::vcombine(d, a1, load_vector(d, p + i + lanes));
-        a2 = F::vcombine(d, a2, load_vector(d, p + i + 2 * lanes));
-        a3 = F::vcombine(d, a3, load_vector(d, p + i + 3 * lanes));
-      }
-      cascade.push(F::vreduce(d, F::vcombine(d, F::vcombine(d, a0, a1), F::vcombine(d, a2, a3))));
-    }
-    if (i < n) {
-      V a0 = F::videntity(d);
-      for (; i + lanes <= n; i += lanes) a0 = F::vcombine(d, a0, load_vector(d, p + i));
-      C tail = F::vreduce(d, a0);
-      for (; i < n; ++i) tail = R::combine(tail, R::template load<T>(p[i], i));
-      cascade.push(tail);
-    }
-    return cascade.result(R::template identity<T>());
+    return accumulate_vectors<R>(
+        d, n,
+        [&](int64_t i, V* v) HWY_ATTR {
+          for (int j = 0; j < 4; ++j) v[j] = load_vector(d, p + i + j * lanes);
+        },
+        [&](int64_t i) HWY_ATTR { return load_vector(d, p + i); },
+        [&](int64_t i) { return R::template load<T>(p[i], i); });
   }
 
   // Columns in registers: a strip of up to four vectors of acc stays in registers while all
