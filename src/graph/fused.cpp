@@ -429,7 +429,7 @@ void FusedGroup::run_chain(const Chain& chain, const Operand* ops, int64_t rows,
 void FusedGroup::run_strip(Operand* ops, int64_t strip_rows, int64_t strip_n) const {
   for (size_t i = 0; i < members_.size(); ++i) {
     const Member& m = members_[i];
-    if (m.chain >= 0) {
+    if (m.chain >= 0) [[unlikely]] {
       const Chain& chain = chains_[static_cast<size_t>(m.chain)];
       run_chain(chain, ops, strip_rows, strip_n);
       i = static_cast<size_t>(chain.last);
@@ -446,14 +446,14 @@ void FusedGroup::run_strip(Operand* ops, int64_t strip_rows, int64_t strip_n) co
       for (int64_t r = 0; r < rows; ++r) m.unary_row(at(io[1], r), at(io[0], r), n);
       continue;
     }
-    if (m.reduce_row != nullptr) {  // each row's value as the kernel over all the strip's rows gives it
-      for (int64_t r = 0; r < rows; ++r) m.reduce_row(at(io[1], r), at(io[0], r), n);
-      continue;
-    }
     if (m.binary_row != nullptr && !(broadcast(io[0]) && broadcast(io[1]))) {
       for (int64_t r = 0; r < rows; ++r) {
         m.binary_row(at(io[2], r), at(io[0], r), broadcast(io[0]), at(io[1], r), broadcast(io[1]), n);
       }
+      continue;
+    }
+    if (m.reduce_row != nullptr) {  // each row's value as the kernel over all the strip's rows gives it
+      for (int64_t r = 0; r < rows; ++r) m.reduce_row(at(io[1], r), at(io[0], r), n);
       continue;
     }
     // Else the member's kernel over the strip.
