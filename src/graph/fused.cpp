@@ -408,20 +408,35 @@ void FusedGroup::plan_chains() {
 }
 
 void FusedGroup::run_chain(const Chain& chain, const Operand* ops, int64_t rows, int64_t n) const {
+  // The steps of row 0, and each pointer's step from row to row (as row_of takes it).
   cpu::simd::ChainStep steps[kMaxChain];
+  int64_t other_step[kMaxChain], store_step[kMaxChain];
+  auto step = [rows](const Operand& o) { return rows == 1 ? 0 : (*o.strides)[0] * dtype_size(o.dtype); };
   const int count = static_cast<int>(chain.links.size());
-  auto at = [rows](const Operand& o, int64_t r) { return row_of(o, rows, r); };
+  for (int k = 0; k < count; ++k) {
+    const ChainLink& l = chain.links[static_cast<size_t>(k)];
+    steps[k] = cpu::simd::ChainStep{.op = l.op,
+                                    .other = l.other < 0 ? nullptr : ops[l.other].data,
+                                    .other_scalar = l.other >= 0 && ops[l.other].strides->back() == 0,
+                                    .value_first = l.value_first,
+                                    .store = l.stored < 0 ? nullptr : ops[l.stored].data};
+    other_step[k] = l.other < 0 ? 0 : step(ops[l.other]);
+    store_step[k] = l.stored < 0 ? 0 : step(ops[l.stored]);
+  }
+  char* out = chain.out < 0 ? nullptr : static_cast<char*>(ops[chain.out].data);
+  const char* in = static_cast<const char*>(ops[chain.in].data);
+  char* sum = chain.sum < 0 ? nullptr : static_cast<char*>(ops[chain.sum].data);
+  const int64_t out_step = chain.out < 0 ? 0 : step(ops[chain.out]), in_step = step(ops[chain.in]),
+                sum_step = chain.sum < 0 ? 0 : step(ops[chain.sum]);
   for (int64_t r = 0; r < rows; ++r) {
+    chain.fn(out, in, steps, count, n, sum);
     for (int k = 0; k < count; ++k) {
-      const ChainLink& l = chain.links[static_cast<size_t>(k)];
-      steps[k].op = l.op;
-      steps[k].value_first = l.value_first;
-      steps[k].other = l.other < 0 ? nullptr : at(ops[l.other], r);
-      steps[k].other_scalar = l.other >= 0 && ops[l.other].strides->back() == 0;
-      steps[k].store = l.stored < 0 ? nullptr : at(ops[l.stored], r);
+      if (steps[k].other != nullptr) steps[k].other = static_cast<const char*>(steps[k].other) + other_step[k];
+      if (steps[k].store != nullptr) steps[k].store = static_cast<char*>(steps[k].store) + store_step[k];
     }
-    chain.fn(chain.out < 0 ? nullptr : at(ops[chain.out], r), at(ops[chain.in], r), steps, count, n,
-             chain.sum < 0 ? nullptr : at(ops[chain.sum], r));
+    if (out != nullptr) out += out_step;
+    in += in_step;
+    if (sum != nullptr) sum += sum_step;
   }
 }
 
