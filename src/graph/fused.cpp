@@ -324,12 +324,12 @@ void FusedGroup::plan_chains() {
     return x.buffer == y.buffer && x.offset == y.offset &&
            strip_strides_[static_cast<size_t>(a)] == strip_strides_[static_cast<size_t>(b)];
   };
-  std::vector<int> reads;  // per buffer: member inputs reading it
+  int buffers = 0;
+  for (const Operand_& o : operands_) buffers = std::max(buffers, o.buffer + 1);
+  std::vector<int> reads(static_cast<size_t>(buffers), 0);  // per buffer: member inputs reading it
   for (const Member& m : members_) {
     for (int k = m.first; k < m.first + m.num_inputs; ++k) {
-      const size_t buffer = static_cast<size_t>(operands_[static_cast<size_t>(k)].buffer);
-      if (reads.size() <= buffer) reads.resize(buffer + 1, 0);
-      ++reads[buffer];
+      ++reads[static_cast<size_t>(operands_[static_cast<size_t>(k)].buffer)];
     }
   }
   auto chainable = [&](const Member& m) {
