@@ -169,7 +169,7 @@ class FusedGroup {
     std::vector<ChainLink> links;
     cpu::simd::ChainRowFn fn = nullptr;
   };
-  static constexpr int kMaxChain = 16;
+  static constexpr int kMaxChain = 64;
   void run_tiles(const std::vector<char*>& base, int64_t begin, int64_t end, int slot);
   // Per-slot arrays of T (one per operand) lie this many elements apart: at least two cache lines
   // between the parts that two tasks write, so that they never share a line.
