@@ -93,6 +93,11 @@ int main(int argc, char** argv) {
          Tensor a = gpu_randn({kS, kS}, kFloat32);
          return std::function<void()>([a] { (void)ember::softmax(a, -1); });
        }},
+      {"layernorm_f32_8192x8192", 2.0 * 4 * kS * kS, 0,
+       [] {
+         Tensor a = gpu_randn({kS, kS}, kFloat32), w = gpu_randn({kS}, kFloat32), b = gpu_randn({kS}, kFloat32);
+         return std::function<void()>([a, w, b] { (void)ember::layer_norm(a, {kS}, w, b); });
+       }},
       {"matmul_f32_4096", 3.0 * 4 * kK * kK, 2.0 * kK * kK * kK,
        [] {
          Tensor a = gpu_randn({kK, kK}, kFloat32), b = gpu_randn({kK, kK}, kFloat32);
@@ -120,6 +125,31 @@ int main(int argc, char** argv) {
          }
          auto optimizer = std::make_shared<ember::optim::Adam>(params, ember::optim::AdamOptions{.lr = 1e-3});
          return std::function<void()>([optimizer] { optimizer->step(); });
+       }},
+      // ResNet's 3 x 3 convolutions of 64 channels at 56 x 56, batch 32 (7.4 GFLOP each way).
+      {"conv2d_f32_resnet_b32", 2.0 * 4 * 32 * 64 * 56 * 56, 2.0 * 32 * 64 * 56 * 56 * 64 * 9,
+       [] {
+         Tensor x = gpu_randn({32, 64, 56, 56}, kFloat32), w = gpu_randn({64, 64, 3, 3}, kFloat32);
+         return std::function<void()>([x, w] { (void)ember::conv2d(x, w, std::nullopt, 1, 1); });
+       }},
+      {"conv2d_bf16_resnet_b32", 2.0 * 2 * 32 * 64 * 56 * 56, 2.0 * 32 * 64 * 56 * 56 * 64 * 9,
+       [] {
+         Tensor x = gpu_randn({32, 64, 56, 56}, kBFloat16), w = gpu_randn({64, 64, 3, 3}, kBFloat16);
+         return std::function<void()>([x, w] { (void)ember::conv2d(x, w, std::nullopt, 1, 1); });
+       }},
+      // The forward and both gradients.
+      {"conv2d_train_f32_resnet_b32", 5.0 * 4 * 32 * 64 * 56 * 56, 3 * 2.0 * 32 * 64 * 56 * 56 * 64 * 9,
+       [] {
+         Tensor x = gpu_randn({32, 64, 56, 56}, kFloat32).requires_grad_();
+         Tensor w = gpu_randn({64, 64, 3, 3}, kFloat32).requires_grad_();
+         Tensor grad = gpu_randn({32, 64, 56, 56}, kFloat32);
+         return std::function<void()>([x, w, grad] { ember::conv2d(x, w, std::nullopt, 1, 1).backward(grad); });
+       }},
+      // ResNet's stem pooling: 3 x 3, stride 2, padding 1, 112 -> 56, with the indices for the backward.
+      {"maxpool2d_f32_resnet_b32", (4.0 + 4 + 8 / 4.0) * 32 * 64 * 56 * 56, 0,
+       [] {
+         Tensor x = gpu_randn({32, 64, 112, 112}, kFloat32).requires_grad_();
+         return std::function<void()>([x] { (void)ember::max_pool2d(x, 3, ember::Pair{2}, 1); });
        }},
   };
 

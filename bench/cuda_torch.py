@@ -25,6 +25,9 @@ N = 64 * M  # the elementwise and reduction rows
 S = 8192  # the square rows
 K = 4096  # the float32 matmuls
 
+RESNET = (32, 64, 56, 56)
+CONV_FLOPS = 2 * 32 * 64 * 56 * 56 * 64 * 9
+
 # name, op, shape, dtype, TF32 allowed, bytes, flops
 ROWS = [
     ("d2d_copy_f32_256M", "copy", 256 * M, "float32", False, 2 * 4 * 256 * M, 0),
@@ -34,6 +37,7 @@ ROWS = [
     ("gelu_f32_64M", "gelu", N, "float32", False, 2 * 4 * N, 0),
     ("sum_f32_64M", "sum", N, "float32", False, 4 * N, 0),
     ("softmax_f32_8192x8192", "softmax", (S, S), "float32", False, 2 * 4 * S * S, 0),
+    ("layernorm_f32_8192x8192", "layernorm", (S, S), "float32", False, 2 * 4 * S * S, 0),
     ("matmul_f32_4096", "matmul", (K, K), "float32", False, 3 * 4 * K * K, 2 * K**3),
     ("matmul_tf32_4096", "matmul", (K, K), "float32", True, 3 * 4 * K * K, 2 * K**3),
     ("matmul_bf16_8192", "matmul", (S, S), "bfloat16", False, 3 * 2 * S * S, 2 * S**3),
@@ -41,6 +45,14 @@ ROWS = [
     ("cross_entropy_f32_4096x32000", "cross_entropy", (4096, 32000), "float32", False, 4 * 4096 * 32000, 0),
     # 100 tensors of 100K: parameters, gradients, both moments read, three written
     ("adam_step_f32_10M", "adam", (100, 100_000), "float32", False, 7 * 4 * 10_000_000, 0),
+    # ResNet's 3 x 3 convolutions of 64 channels at 56 x 56, batch 32; float32 without TF32, as ember
+    ("conv2d_f32_resnet_b32", "conv", RESNET, "float32", False, 2 * 4 * 32 * 64 * 56 * 56, CONV_FLOPS),
+    ("conv2d_bf16_resnet_b32", "conv", RESNET, "bfloat16", False, 2 * 2 * 32 * 64 * 56 * 56, CONV_FLOPS),
+    ("conv2d_train_f32_resnet_b32", "conv_train", RESNET, "float32", False, 5 * 4 * 32 * 64 * 56 * 56,
+     3 * CONV_FLOPS),
+    # the stem's pooling, 3 x 3 stride 2 padding 1, with the indices the backward needs
+    ("maxpool2d_f32_resnet_b32", "maxpool", (32, 64, 112, 112), "float32", False,
+     (4 + 4 + 8 / 4) * 32 * 64 * 56 * 56, 0),
 ]
 
 
@@ -69,6 +81,20 @@ def setup(torch, op, shape, dtype):
         scores = torch.randn(shape, device="cuda", dtype=dtype)
         target = torch.randint(0, shape[1], (shape[0],), device="cuda")
         return lambda: torch.nn.functional.cross_entropy(scores, target, reduction="none")
+    if op in ("conv", "conv_train"):
+        x = torch.randn(shape, device="cuda", dtype=dtype, requires_grad=op == "conv_train")
+        w = torch.randn(shape[1], shape[1], 3, 3, device="cuda", dtype=dtype, requires_grad=op == "conv_train")
+        if op == "conv":
+            return lambda: torch.nn.functional.conv2d(x, w, padding=1)
+        grad = torch.randn(shape, device="cuda", dtype=dtype)
+        return lambda: torch.nn.functional.conv2d(x, w, padding=1).backward(grad)
+    if op == "layernorm":
+        x = torch.randn(shape, device="cuda", dtype=dtype)
+        w, b = torch.randn(shape[-1], device="cuda", dtype=dtype), torch.randn(shape[-1], device="cuda", dtype=dtype)
+        return lambda: torch.nn.functional.layer_norm(x, (shape[-1],), w, b)
+    if op == "maxpool":
+        x = torch.randn(shape, device="cuda", dtype=dtype, requires_grad=True)
+        return lambda: torch.nn.functional.max_pool2d(x, 3, 2, 1)
     a, b = torch.randn(shape, device="cuda", dtype=dtype), None
     if op == "add_row":
         b = torch.randn(shape[-1], device="cuda", dtype=dtype)  # broadcast over the rows
@@ -89,8 +115,10 @@ def setup(torch, op, shape, dtype):
 def allow_tf32(torch, allowed):
     if hasattr(torch.backends.cuda.matmul, "fp32_precision"):  # PyTorch 2.9 on
         torch.backends.cuda.matmul.fp32_precision = "tf32" if allowed else "ieee"
+        torch.backends.cudnn.conv.fp32_precision = "tf32" if allowed else "ieee"
     else:
         torch.backends.cuda.matmul.allow_tf32 = allowed
+        torch.backends.cudnn.allow_tf32 = allowed
 
 
 def measure(torch, call, warmups=3, repeats=25):

@@ -31,8 +31,8 @@ ops=$("$1" info --ops)
 for op in add conv2d conv2d_weight_grad matmul adam_step view cross_entropy; do
   grep -qE "^$op " <<<"$ops" || { echo "info --ops lacks $op"; exit 1; }
 done
-# bfloat16 too on a CPU with AVX512_BF16.
-grep -qE "^conv2d +primitive +float32,float64(,bfloat16)? +(not implemented|not built) +yes +yes" <<<"$ops" ||
+# bfloat16 too on a CPU with AVX512_BF16; the CUDA column through cuDNN in a build with its header.
+grep -qE "^conv2d +primitive +float32,float64(,bfloat16)? +(not implemented|not built|float32,float64,bfloat16) +yes +yes" <<<"$ops" ||
   { echo "conv2d's row is wrong:"; grep "^conv2d " <<<"$ops"; exit 1; }
 grep -qE "^mean +composite" <<<"$ops" || { echo "mean should be a composite"; exit 1; }
 "$1" info --ops --json | python3 -c '

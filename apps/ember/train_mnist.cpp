@@ -17,6 +17,7 @@ struct TrainMnistOptions {
   train::MnistOptions task;
   train::LoopOptions loop;
   std::string amp = "none";
+  std::string device = "cpu";
   bool ddp = false;
   bool json = false;
   int threads = 0;
@@ -57,6 +58,7 @@ class EpochPrinter {
 int run_train_mnist(TrainMnistOptions& o) {
   use_threads(o.threads);
   o.task.amp = amp_option(o.amp);
+  o.task.device = device_option(o.device);
   if (o.ddp) o.task.group = o.loop.group = dist::init_process_group();
   train::MnistTask task(o.task);
   train::Trainer trainer(task, o.loop);
@@ -65,11 +67,11 @@ int run_train_mnist(TrainMnistOptions& o) {
     const train::MnistOptions& t = task.options();
     std::printf(
         "ember train mnist: %s, %s (lr %g, %s), batch %lld, shifts of up to %lld px, %lld train / %lld test "
-        "images, %d threads%s%s\n",
+        "images, %d threads%s%s%s\n",
         t.model.c_str(), t.optimizer.c_str(), task.lr(), t.schedule.c_str(), static_cast<long long>(t.batch_size),
         static_cast<long long>(t.shift), static_cast<long long>(task.train_set().size()),
         static_cast<long long>(task.test_set().size()), get_num_threads(), t.compile ? ", compiled step" : "",
-        t.amp ? (", autocast " + o.amp).c_str() : "");
+        t.amp ? (", autocast " + o.amp).c_str() : "", t.device.is_cpu() ? "" : (", on " + o.device).c_str());
     if (t.group) {
       std::printf("data-parallel: %d ranks (%s), %lld images per rank per step, %zu gradient buckets%s\n",
                   trainer.world_size(), dist::backend_name(t.group->backend()),
@@ -146,6 +148,8 @@ void add_train_mnist_command(CLI::App& train, Commands& commands) {
   add_detect_anomaly(cmd, commands);
   cmd->add_option("--amp", o->amp, "Mixed precision: bf16 or f16 autocast (f16 scales the loss), or none")
       ->check(CLI::IsMember({"none", "bf16", "f16"}))
+      ->capture_default_str();
+  cmd->add_option("--device", o->device, "Where to train: cpu, cuda or cuda:N (eager float32 in one process on a GPU)")
       ->capture_default_str();
   cmd->add_flag("--compile", t.compile,
                 "Run each training step (zero_grad, forward, loss, backward, optimizer and schedule steps) through "

@@ -108,6 +108,16 @@ struct BinaryFn {
     if constexpr (op == Binary::kLogicalAnd) return (a != C(0)) && (b != C(0));
     if constexpr (op == Binary::kLogicalOr) return (a != C(0)) || (b != C(0));
     if constexpr (op == Binary::kThresholdBackward) return b > C(0) ? a : C(0);
+    // GELU's slope at b (the CPU's gelu_slope, kernels/cpu/threshold.cpp) times the gradient a.
+    if constexpr (op == Binary::kGeluGradErf) {
+      return a * (C(0.5) * (C(1) + erf(b * C(0.70710678118654752440))) +
+                  b * C(0.39894228040143267794) * exp(C(-0.5) * b * b));
+    }
+    if constexpr (op == Binary::kGeluGradTanh) {
+      const C b2 = b * b, k = C(0.79788456080286535588), c = C(0.044715);
+      const C t = tanh(k * b * (C(1) + c * b2));
+      return a * (C(0.5) * (C(1) + t) + C(0.5) * b * (C(1) - t * t) * k * (C(1) + C(3) * c * b2));
+    }
   }
 };
 
@@ -309,7 +319,8 @@ bool binary_op(Type type, void* out, const void* a, const void* b, const Layout&
   bool ran = false;
   with_type(type, [&](auto tag) {
     using T = decltype(tag);
-    constexpr bool float_only = op == Binary::kDiv || op == Binary::kPow;
+    constexpr bool float_only =
+        op == Binary::kDiv || op == Binary::kPow || op == Binary::kGeluGradErf || op == Binary::kGeluGradTanh;
     constexpr bool no_bool = op == Binary::kSub || op == Binary::kThresholdBackward;
     if constexpr ((kIsFloat<T> || !float_only) && !(no_bool && std::is_same_v<T, bool>)) {
       using Out = std::conditional_t<kComparison<op>, bool, T>;
@@ -406,6 +417,8 @@ bool binary(Binary op, Type type, void* out, const void* a, const void* b, const
     EMBER_CASE(kLogicalAnd)
     EMBER_CASE(kLogicalOr)
     EMBER_CASE(kThresholdBackward)
+    EMBER_CASE(kGeluGradErf)
+    EMBER_CASE(kGeluGradTanh)
 #undef EMBER_CASE
     // clang-format on
   }

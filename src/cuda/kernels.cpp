@@ -47,10 +47,6 @@ void check_launch(const KernelCall& call, bool ran, DType dtype) {
   EMBER_CHECK(error[0] == '\0', "[", call.name(), "] the CUDA kernel failed: ", error);
 }
 
-namespace {
-
-// The operands' common shape (the first operand's; the others broadcast to it, as on the CPU), with
-// their strides, size-1 dims dropped and neighbouring dims merged where every operand allows it.
 launch::Layout layout_of(std::initializer_list<const Operand*> operands) {
   launch::Layout l;
   const Shape& shape = *(*operands.begin())->shape;
@@ -70,6 +66,8 @@ launch::Layout layout_of(std::initializer_list<const Operand*> operands) {
   }
   return l;
 }
+
+namespace {
 
 launch::Unary unary_op(OpKind kind) {
   switch (kind) {
@@ -443,6 +441,103 @@ void gather_scatter_kernel(const KernelCall& c) {
   bad.check(c, index, d, indexed.size(d));
 }
 
+// inputs: grad, x (contiguous, one shape); outputs: grad * GELU'(x). ActivationAttrs: the form.
+void gelu_grad_kernel(const KernelCall& c) {
+  const Operand &g = c.inputs[0], &x = c.inputs[1], &out = c.outputs[0];
+  if (out.numel() == 0) return;
+  const launch::Binary op = c.get<ActivationAttrs>().activation == Activation::kGeluTanh ? launch::Binary::kGeluGradTanh
+                                                                                         : launch::Binary::kGeluGradErf;
+  const bool ran =
+      launch::binary(op, launch_type(x.dtype, c.name()), out.data, g.data, x.data, layout_of({&out, &g, &x}), nullptr);
+  check_launch(c, ran, x.dtype);
+}
+
+// Layer norm and RMS norm over rows of prod(normalized_shape) contiguous elements (the CPU kernels'
+// operands, kernels/cpu/norm.cpp). Forward: inputs x, weight, bias (layer norm); outputs y, mean
+// (layer norm), rstd.
+void row_norm_kernel(const KernelCall& c) {
+  const Operand& x = c.inputs[0];
+  if (x.numel() == 0) return;
+  const bool center = c.kind == OpKind::kLayerNorm;
+  const LayerNormAttrs& a = c.get<LayerNormAttrs>();
+  const int64_t cols = a.normalized_shape.numel();
+  const bool ran = launch::row_norm_forward(
+      launch_type(x.dtype, c.name()), center, x.numel() / cols, cols, a.eps, x.data, data_or_null(c.inputs[1]),
+      center ? data_or_null(c.inputs[2]) : nullptr, c.outputs[0].data, center ? c.outputs[1].data : nullptr,
+      c.outputs[center ? 2 : 1].data, nullptr);
+  check_launch(c, ran, x.dtype);
+}
+
+// Backward: inputs x, grad_out, mean (layer norm), rstd, weight; outputs grad_in, grad_weight,
+// grad_bias (layer norm), each of them possibly undefined.
+void row_norm_backward_kernel(const KernelCall& c) {
+  const bool center = c.kind == OpKind::kLayerNormGrad;
+  const Operand &x = c.inputs[0], &grad_out = c.inputs[1];
+  const Operand &rstd = c.inputs[center ? 3 : 2], &weight = c.inputs[center ? 4 : 3];
+  const int64_t cols = c.get<LayerNormAttrs>().normalized_shape.numel();
+  const int64_t rows = cols == 0 ? 0 : x.numel() / cols;
+  const launch::Type type = launch_type(x.dtype, c.name());
+  void* grad_weight = c.outputs.size() > 1 ? data_or_null(c.outputs[1]) : nullptr;
+  void* grad_bias = center && c.outputs.size() > 2 ? data_or_null(c.outputs[2]) : nullptr;
+  std::shared_ptr<StorageImpl> workspace;
+  if (grad_weight != nullptr || grad_bias != nullptr) {
+    workspace =
+        allocate_storage(std::max<int64_t>(launch::row_norm_workspace_bytes(type, rows, cols), 1), x.device, c.name());
+  }
+  const bool ran =
+      launch::row_norm_backward(type, center, rows, cols, x.data, grad_out.data, center ? c.inputs[2].data : nullptr,
+                                rstd.data, data_or_null(weight), data_or_null(c.outputs[0]), grad_weight, grad_bias,
+                                workspace ? workspace->data() : nullptr, nullptr);
+  check_launch(c, ran, x.dtype);
+}
+
+// 2-D pooling over contiguous (..., H, W) operands, every leading dim a plane (kernels/cpu/pool.cpp
+// reads them alike): `in` is the input's shape, `out` the output's.
+launch::Pool2d pool_of(const KernelCall& c, const Operand& in, const Operand& out) {
+  const Pool2dAttrs& a = c.get<Pool2dAttrs>();
+  EMBER_CHECK(in.is_contiguous() && out.is_contiguous(), "[", c.name(), "] the CUDA kernel takes contiguous tensors");
+  launch::Pool2d p;
+  p.kind = c.kind == OpKind::kMaxPool2d || c.kind == OpKind::kMaxPool2dGrad   ? launch::Pool::kMax
+           : c.kind == OpKind::kAvgPool2d || c.kind == OpKind::kAvgPool2dGrad ? launch::Pool::kAvg
+                                                                              : launch::Pool::kAdaptiveAvg;
+  p.in_height = in.size(-2);
+  p.in_width = in.size(-1);
+  p.planes = p.in_height * p.in_width == 0 ? 0 : in.numel() / (p.in_height * p.in_width);
+  p.out_height = out.size(-2);
+  p.out_width = out.size(-1);
+  p.kernel_h = a.kernel_size.h;
+  p.kernel_w = a.kernel_size.w;
+  p.stride_h = a.stride.h;
+  p.stride_w = a.stride.w;
+  p.pad_h = a.padding.h;
+  p.pad_w = a.padding.w;
+  p.dilation_h = a.dilation.h;
+  p.dilation_w = a.dilation.w;
+  p.count_include_pad = a.count_include_pad;
+  return p;
+}
+
+// inputs: x; outputs: y and, for max pooling under autograd, the indices (int64, y's shape).
+void pool_kernel(const KernelCall& c) {
+  const Operand &x = c.inputs[0], &y = c.outputs[0];
+  if (y.numel() == 0) return;
+  const bool with_indices = c.outputs.size() > 1 && c.outputs[1].defined();
+  const bool ran = launch::pool2d_forward(launch_type(x.dtype, c.name()), pool_of(c, x, y), y.data, x.data,
+                                          with_indices ? c.outputs[1].ptr<int64_t>() : nullptr, nullptr);
+  check_launch(c, ran, x.dtype);
+}
+
+// inputs: grad_out and, for max pooling, the indices; outputs: grad_in.
+void pool_backward_kernel(const KernelCall& c) {
+  const Operand &grad_out = c.inputs[0], &grad_in = c.outputs[0];
+  if (grad_in.numel() == 0) return;
+  const launch::Pool2d p = pool_of(c, grad_in, grad_out);
+  const bool ran =
+      launch::pool2d_backward(launch_type(grad_in.dtype, c.name()), p, grad_in.data, grad_out.data,
+                              p.kind == launch::Pool::kMax ? c.inputs[1].ptr<const int64_t>() : nullptr, nullptr);
+  check_launch(c, ran, grad_in.dtype);
+}
+
 }  // namespace
 
 // The dtypes the CUDA kernels take.
@@ -480,7 +575,19 @@ void register_kernels(KernelTable& table) {
   table.add(OpKind::kScatterAdd, kCuda, gather_scatter_kernel, kTypes.without(kBool));
   table.add(OpKind::kSgdStep, kCuda, sgd_kernel, kFloat32Or64);
   table.add(OpKind::kAdamStep, kCuda, adam_kernel, kFloat32Or64);
+  for (OpKind kind : {OpKind::kMaxPool2d, OpKind::kAvgPool2d, OpKind::kAdaptiveAvgPool2d}) {
+    table.add(kind, kCuda, pool_kernel, kFloat32Or64);
+  }
+  for (OpKind kind : {OpKind::kMaxPool2dGrad, OpKind::kAvgPool2dGrad, OpKind::kAdaptiveAvgPool2dGrad}) {
+    table.add(kind, kCuda, pool_backward_kernel, kFloat32Or64);
+  }
+  table.add(OpKind::kGeluGrad, kCuda, gelu_grad_kernel, kFloatTypes);
+  for (OpKind kind : {OpKind::kLayerNorm, OpKind::kRmsNorm}) table.add(kind, kCuda, row_norm_kernel, kFloat32Or64);
+  for (OpKind kind : {OpKind::kLayerNormGrad, OpKind::kRmsNormGrad}) {
+    table.add(kind, kCuda, row_norm_backward_kernel, kFloat32Or64);
+  }
   register_matmul_kernel(table);
+  register_conv_kernels(table);
 }
 
 #else  // built without CUDA: the column stays empty, and every op on cuda says it is not implemented

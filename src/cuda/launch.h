@@ -57,6 +57,8 @@ enum class Binary : uint8_t {
   kLogicalAnd,
   kLogicalOr,
   kThresholdBackward,  // a * (b > 0): ReLU's gradient from its output
+  kGeluGradErf,        // a * GELU'(b): GELU's gradient at its input b, the erf form
+  kGeluGradTanh,       // the same for the tanh form
 };
 enum class Reduce : uint8_t { kSum, kProd, kAmax, kAmin, kArgmax, kArgmin, kAll, kAny };
 
@@ -115,6 +117,21 @@ bool softmax_backward(bool log, Type type, void* dx, const void* dy, const void*
 bool matmul_epilogue(Type type, void* c, int64_t rows, int64_t cols, int64_t ldc, const void* bias, int64_t bias_stride,
                      int activation, const void* residual, int64_t r_row, int64_t r_col, void* stream);
 
+// Layer norm (center) and RMS norm over the rows of contiguous (rows, cols) float32/float64
+// buffers, as the CPU's kernels (kernels/cpu/norm.cpp): y = (x - mean) * rstd * weight + bias with
+// rstd = 1 / sqrt(mean((x - mean)^2) + eps) (RMS norm: mean 0, no bias). weight and bias may be null;
+// mean (layer norm) and rstd (rows each) are written for the backward.
+bool row_norm_forward(Type type, bool center, int64_t rows, int64_t cols, double eps, const void* x, const void* weight,
+                      const void* bias, void* y, void* mean, void* rstd, void* stream);
+// The gradients: grad_in (or null) = rstd * (gw - mean(gw) - xhat * mean(gw * xhat)) per row, with
+// gw = grad_out * weight and xhat = (x - mean) * rstd (RMS norm: without the mean(gw) term);
+// grad_weight = the column sums of grad_out * xhat, grad_bias = those of grad_out (either may be
+// null). `workspace` holds row_norm_workspace_bytes bytes of partial column sums.
+int64_t row_norm_workspace_bytes(Type type, int64_t rows, int64_t cols);
+bool row_norm_backward(Type type, bool center, int64_t rows, int64_t cols, const void* x, const void* grad_out,
+                       const void* mean, const void* rstd, const void* weight, void* grad_in, void* grad_weight,
+                       void* grad_bias, void* workspace, void* stream);
+
 // Cross-entropy over class scores laid out (outer, classes, inner), contiguous, float32/float64:
 // per position p = (o, i), loss[p] and lse[p] (the log-sum-exp of its scores), with label
 // smoothing and ignore_index as on the CPU. `bad_target` (one device int64, set to INT64_MAX
@@ -172,6 +189,24 @@ bool index_select(void* out, const void* src, int64_t outer, int64_t size, int64
 // d of the operand indexed (data for gather, out for scatter_add) and `bound` its size.
 bool gather_scatter(bool scatter, Type type, void* out, const void* data, const void* index, bool index_int64,
                     const Layout& layout, int64_t dim_stride, int64_t bound, int64_t* bad, void* stream);
+
+// 2-D pooling over contiguous (planes, in_height, in_width) float32/float64 buffers, with the CPU
+// kernels' windows, ties, NaNs and divisors (kernels/cpu/pool.h): window (oh, ow) of max and average
+// pooling covers rows oh * stride_h - pad_h + i * dilation_h for i in [0, kernel_h) inside the
+// input (columns alike); adaptive pooling covers rows [floor(oh * H / OH), ceil((oh + 1) * H / OH)).
+// Max pooling writes where each maximum is (h * in_width + w within the plane) when `indices` is
+// not null; its backward routes each output's gradient there.
+enum class Pool : uint8_t { kMax, kAvg, kAdaptiveAvg };
+struct Pool2d {
+  Pool kind = Pool::kMax;
+  int64_t planes = 0, in_height = 1, in_width = 1, out_height = 1, out_width = 1;
+  int64_t kernel_h = 1, kernel_w = 1, stride_h = 1, stride_w = 1, pad_h = 0, pad_w = 0, dilation_h = 1, dilation_w = 1;
+  bool count_include_pad = true;
+};
+bool pool2d_forward(Type type, const Pool2d& p, void* out, const void* in, int64_t* indices, void* stream);
+// grad_in is overwritten: max pooling reads `indices`, the averages spread each gradient evenly.
+bool pool2d_backward(Type type, const Pool2d& p, void* grad_in, const void* grad_out, const int64_t* indices,
+                     void* stream);
 
 // The last launch's error, as "name: description", or empty when there was none.
 const char* last_error();

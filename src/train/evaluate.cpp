@@ -32,11 +32,14 @@ double classification_accuracy(nn::Module& model, const Tensor& images, const Te
   const bool was_training = model.is_training();
   model.eval();
   int64_t correct = 0;
+  // The images go, a chunk at a time, to where the model's parameters are.
+  const std::vector<Tensor> parameters = model.parameters();
+  const Device device = parameters.empty() ? images.device() : parameters.front().device();
   constexpr int64_t kChunk = 1000;
   for (int64_t start = 0; start < images.size(0); start += kChunk) {
     const int64_t n = std::min(kChunk, images.size(0) - start);
-    const Tensor predicted = model(images.narrow(0, start, n)).argmax(1);
-    correct += predicted.eq(labels.narrow(0, start, n)).sum().item<int64_t>();
+    const Tensor predicted = model(images.narrow(0, start, n).to(device)).argmax(1);
+    correct += predicted.eq(labels.narrow(0, start, n).to(device)).sum().item<int64_t>();
   }
   model.train(was_training);
   return images.size(0) > 0 ? static_cast<double>(correct) / static_cast<double>(images.size(0)) : 0.0;

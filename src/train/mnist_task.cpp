@@ -32,6 +32,10 @@ MnistTask::MnistTask(MnistOptions options)
   EMBER_CHECK(options_.schedule == "cosine" || options_.schedule == "constant",
               "[train] --schedule must be cosine or constant, got \"", options_.schedule, "\"");
   (void)optimizer_factory(options_.optimizer, lr_);  // an unknown optimizer fails here
+  if (!options_.device.is_cpu()) {
+    EMBER_CHECK(!options_.compile && !options_.amp && !options_.group, "[train mnist] on ", options_.device,
+                " training runs eagerly in float32 in one process: --compile, --amp and --ddp are CPU-only for now");
+  }
   if (options_.group) {
     rank_ = options_.group->rank();
     world_size_ = options_.group->world_size();
@@ -57,7 +61,10 @@ std::map<std::string, std::string> MnistTask::settings() const {
 }
 
 std::shared_ptr<nn::Module> MnistTask::model() {
-  if (!model_) model_ = models::mnist_model(options_.model);
+  if (!model_) {
+    model_ = models::mnist_model(options_.model);
+    model_->to(options_.device);
+  }
   return model_;
 }
 
@@ -108,14 +115,16 @@ std::vector<Tensor> MnistTask::batch(int64_t step) {
   EMBER_CHECK(next_ && !(*next_ == std::default_sentinel), "[train] the data loader ended before batch ", index,
               " of epoch ", epoch + 1);
   const data::Batch& batch = **next_;
-  if (options_.shift == 0) return {batch.inputs, batch.targets};
+  const Device device = options_.device;
+  if (options_.shift == 0) return {batch.inputs.to(device), batch.targets.to(device)};
   // Shifts depend on (seed, epoch, batch) only, so a resumed run replays them; each rank draws its own.
   // The value of a blank pixel after normalization fills the pixels a shift uncovers.
   const double background = (0.0 - data::MNIST::kMean) / data::MNIST::kStd;
   const uint64_t stream =
       (static_cast<uint64_t>(rank_) << 56) + (static_cast<uint64_t>(epoch) << 32) + static_cast<uint64_t>(index);
-  return {data::random_shift(batch.inputs, options_.shift, background, options_.seed + kShiftSeedOffset, stream),
-          batch.targets};
+  return {
+      data::random_shift(batch.inputs, options_.shift, background, options_.seed + kShiftSeedOffset, stream).to(device),
+      batch.targets.to(device)};
 }
 
 StepMetrics MnistTask::metrics(const std::vector<Tensor>& batch, const std::vector<Tensor>& outputs) {

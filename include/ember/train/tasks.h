@@ -59,6 +59,9 @@ struct MnistOptions {
   bool zero = false;           // data-parallel: the optimizer state sharded over the ranks (ZeRO-1)
   double bucket_cap_mb = 25;
   std::shared_ptr<dist::ProcessGroup> group{};  // data-parallel: this process's group (LoopOptions too)
+  /// Where the model trains: initialized on the CPU (the same values on every device for a seed)
+  /// and moved there; batches and the test images are copied there; checkpoints hold host copies.
+  Device device = kCPU;
 };
 
 class MnistTask : public Task {
