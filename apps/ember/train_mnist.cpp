@@ -149,7 +149,7 @@ void add_train_mnist_command(CLI::App& train, Commands& commands) {
   cmd->add_option("--amp", o->amp, "Mixed precision: bf16 or f16 autocast (f16 scales the loss), or none")
       ->check(CLI::IsMember({"none", "bf16", "f16"}))
       ->capture_default_str();
-  cmd->add_option("--device", o->device, "Where to train: cpu, cuda or cuda:N (eager float32 in one process on a GPU)")
+  cmd->add_option("--device", o->device, "Where to train: cpu, cuda or cuda:N (eager, in one process, on a GPU)")
       ->capture_default_str();
   cmd->add_flag("--compile", t.compile,
                 "Run each training step (zero_grad, forward, loss, backward, optimizer and schedule steps) through "

@@ -178,7 +178,7 @@ void add_options(CLI::App* cmd, TrainTextOptions& o, Commands& commands) {
       ->check(CLI::IsMember({"none", "bf16", "f16"}))
       ->capture_default_str();
   cmd->add_option("--device", o.device,
-                  "Where to train: cpu, cuda or cuda:N (the GPT; eager float32 in one process on a GPU)")
+                  "Where to train: cpu, cuda or cuda:N (the GPT; eager, in one process, on a GPU)")
       ->capture_default_str();
   cmd->add_flag("--compile", t.compile,
                 "Run each training step (loss, zero_grad, backward, clipping, AdamW step) through ember::compile: "

@@ -95,8 +95,13 @@ class GradScaler {
  private:
   void update_host();
 
-  Tensor scale_;      // 0-dim float64
-  Tensor found_inf_;  // 0-dim bool
+  // Moves the scale and the flag to `device` (that of the loss and gradients) when they are elsewhere.
+  void follow(Device device) const;
+
+  // Made on the CPU; they move to the device of the first loss scaled (follow), so that the scaling,
+  // the checks and the decisions read them where the gradients are.
+  mutable Tensor scale_;      // 0-dim float64
+  mutable Tensor found_inf_;  // 0-dim bool
   double growth_factor_;
   double backoff_factor_;
   int64_t growth_interval_;

@@ -37,8 +37,15 @@ double GradScaler::get_scale() const { return enabled_ ? scale_.item<double>() :
 
 bool GradScaler::found_inf() const { return found_inf_.item<bool>(); }
 
+void GradScaler::follow(Device device) const {
+  if (scale_.device() == device) return;
+  scale_ = scale_.to(device);
+  found_inf_ = found_inf_.to(device);
+}
+
 Tensor GradScaler::scale(const Tensor& loss) const {
   if (!enabled_) return loss;
+  follow(loss.device());
   // The scale rounded to the loss's dtype, as multiplying by the number itself rounds it.
   return loss * scale_.to(loss.dtype());
 }
@@ -47,8 +54,16 @@ void GradScaler::unscale_(optim::Optimizer& optimizer) {
   if (!enabled_) return;
   EMBER_CHECK(!unscaled_, "[GradScaler] unscale_() has already been called on this optimizer since the last update()");
   const autograd::NoGradGuard no_grad;
+  for (optim::ParamGroup& group : optimizer.param_groups()) {
+    for (Tensor& p : group.params) {
+      if (p.grad().defined()) {
+        follow(p.grad().device());
+        break;
+      }
+    }
+  }
   const Tensor inverse = div(Scalar(1.0), scale_);  // float64, rounded to each gradient's dtype below
-  Tensor found = zeros({}, kBool);
+  Tensor found = zeros({}, TensorOptions(scale_.device()).with_dtype(kBool));
   for (optim::ParamGroup& group : optimizer.param_groups()) {
     for (Tensor& p : group.params) {
       Tensor g = p.grad();

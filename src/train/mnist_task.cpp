@@ -33,8 +33,8 @@ MnistTask::MnistTask(MnistOptions options)
               "[train] --schedule must be cosine or constant, got \"", options_.schedule, "\"");
   (void)optimizer_factory(options_.optimizer, lr_);  // an unknown optimizer fails here
   if (!options_.device.is_cpu()) {
-    EMBER_CHECK(!options_.compile && !options_.amp && !options_.group, "[train mnist] on ", options_.device,
-                " training runs eagerly in float32 in one process: --compile, --amp and --ddp are CPU-only for now");
+    EMBER_CHECK(!options_.compile && !options_.group, "[train mnist] on ", options_.device,
+                " training runs eagerly in one process: --compile and --ddp are CPU-only for now");
   }
   if (options_.group) {
     rank_ = options_.group->rank();

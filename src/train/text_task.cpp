@@ -38,8 +38,8 @@ const TextOptions& checked(const TextOptions& o) {
                 " is not divisible by the ", o.group->world_size(), " ranks");
   }
   if (!o.device.is_cpu()) {
-    EMBER_CHECK(!o.compile && !o.amp && !o.group, "[", op, "] on ", o.device,
-                " training runs eagerly in float32 in one process: --compile, --amp and --ddp are CPU-only for now");
+    EMBER_CHECK(!o.compile && !o.group, "[", op, "] on ", o.device,
+                " training runs eagerly in one process: --compile and --ddp are CPU-only for now");
     EMBER_CHECK(o.model == "gpt", "[", op, "] on ", o.device, ": only the GPT trains on a GPU for now (the ", o.model,
                 " model's selective scan has no CUDA kernel yet)");
   }

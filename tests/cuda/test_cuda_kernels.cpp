@@ -11,6 +11,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "ember/amp.h"
 #include "ember/autograd.h"
 #include "ember/cuda.h"
 #include "ember/error.h"
@@ -518,7 +519,8 @@ TEST_F(CudaKernels, GptTrainingFollowsTheCpu) {
 
 // The training library on the GPU: `ember train gpt --device cuda`'s task and loop, with
 // clipping, the cosine schedule, evaluation, a checkpoint written from the GPU and a sample. The
-// run follows the CPU's within 1e-4, and its checkpoint resumes on the CPU.
+// run follows the CPU's within 1e-4, and its checkpoint resumes on the CPU; under bfloat16
+// autocast, within 3e-2.
 TEST_F(CudaKernels, TextTaskTrainsOnTheGpuAsOnTheCpu) {
   const std::filesystem::path dir =
       std::filesystem::temp_directory_path() / ("ember_cuda_text_" + std::to_string(seed_));
@@ -561,6 +563,16 @@ TEST_F(CudaKernels, TextTaskTrainsOnTheGpuAsOnTheCpu) {
     ++compared;
   }
   EXPECT_GT(compared, 0);
+  // Under bfloat16 autocast (`--amp bf16`): the same run within the lower precision's rounding.
+  auto lower = [&](Device device) {
+    train::TextOptions o = options(device);
+    o.amp = kBFloat16;
+    return o;
+  };
+  train::TextTask cpu_amp(lower(kCPU)), gpu_amp(lower(kGpu));
+  const train::RunSummary cpu_lower = train::Trainer(cpu_amp, {}).run();
+  const train::RunSummary gpu_lower = train::Trainer(gpu_amp, {}).run();
+  EXPECT_NEAR(gpu_lower.final_loss, cpu_lower.final_loss, 3e-2 * std::abs(cpu_lower.final_loss));
   std::filesystem::remove_all(dir);
 }
 
@@ -791,8 +803,47 @@ TEST_F(CudaKernels, CnnTrainingFollowsTheCpu) {
   for (const auto& [name, value] : cpu_state) EXPECT_TRUE(close(gpu_state.at(name), value, 1e-4, seed_)) << name;
 }
 
+// Autocast on the GPU: the MNIST CNN's 20 Adam steps under bfloat16 autocast, and under float16
+// autocast with a GradScaler (whose scale and flag follow the loss to the GPU), against the same
+// steps on the CPU: the losses within 3e-2 (the devices round their lower-precision products
+// differently), the same scale at the end (no step skipped on either).
+TEST_F(CudaKernels, AutocastTrainsOnTheGpuAsOnTheCpu) {
+  for (DType lower : {kBFloat16, kFloat16}) {
+    manual_seed(seed_);
+    auto cpu_model = models::mnist_cnn(), gpu_model = models::mnist_cnn();
+    gpu_model->load_state_dict(cpu_model->state_dict());
+    gpu_model->to(kGpu);
+    optim::Adam cpu_opt(cpu_model->parameters(), optim::AdamOptions{.lr = 1e-3});
+    optim::Adam gpu_opt(gpu_model->parameters(), optim::AdamOptions{.lr = 1e-3});
+    const bool scaled = lower == kFloat16;
+    amp::GradScaler cpu_scaler({.enabled = scaled}), gpu_scaler({.enabled = scaled});
+    for (int step = 0; step < 20; ++step) {
+      const Tensor x = randn({16, 1, 28, 28}), y = randint(0, 10, {16});
+      auto train = [&](nn::Module& model, optim::Optimizer& opt, amp::GradScaler& scaler, const Tensor& in,
+                       const Tensor& target) {
+        opt.zero_grad();
+        Tensor loss;
+        {
+          const amp::Autocast autocast(lower);
+          loss = cross_entropy(model.forward(in), target);
+        }
+        scaler.scale(loss).backward();
+        scaler.step(opt);
+        scaler.update();
+        return loss;
+      };
+      const Tensor lc = train(*cpu_model, cpu_opt, cpu_scaler, x, y);
+      const Tensor lg = train(*gpu_model, gpu_opt, gpu_scaler, x.cuda(), y.cuda());
+      ASSERT_EQ(lg.device(), kGpu);
+      ASSERT_TRUE(close(lg, lc, 3e-2, seed_)) << lower << " step " << step;
+    }
+    EXPECT_EQ(gpu_scaler.get_scale(), cpu_scaler.get_scale()) << lower;
+  }
+}
+
 // `ember train mnist --device cuda`: the CNN's 10 epochs on the offline MNIST images (data/mnist,
-// from scripts/setup; EMBER_MNIST_DIR elsewhere) reach the CPU run's test accuracy, at least 97%.
+// from scripts/setup; EMBER_MNIST_DIR elsewhere) reach the CPU run's test accuracy, at least 97%,
+// in float32 and under float16 autocast.
 TEST_F(CudaKernels, MnistCnnReachesTheCpuAccuracy) {
   const char* env = std::getenv("EMBER_MNIST_DIR");
   const std::string dir = env != nullptr ? env : "data/mnist";
@@ -805,8 +856,14 @@ TEST_F(CudaKernels, MnistCnnReachesTheCpuAccuracy) {
   const double gpu = run(kGpu);
   const double gpu_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const double cpu = run(kCPU);
-  std::printf("MNIST CNN, 10 epochs: test accuracy %.2f%% on the GPU (%.1f s), %.2f%% on the CPU\n", 100 * gpu,
-              gpu_seconds, 100 * cpu);
+  // float16 autocast with loss scaling (the training step's GradScaler) on the GPU.
+  train::MnistTask f16_task({.data_dir = dir, .amp = kFloat16, .device = kGpu});
+  const double f16 = train::Trainer(f16_task, {}).run().evaluation.at("test_accuracy");
+  std::printf(
+      "MNIST CNN, 10 epochs: test accuracy %.2f%% on the GPU (%.1f s), %.2f%% on the CPU, %.2f%% on the GPU "
+      "under float16 autocast\n",
+      100 * gpu, gpu_seconds, 100 * cpu, 100 * f16);
+  EXPECT_GE(f16, 0.97);
   RecordProperty("gpu_accuracy", std::to_string(gpu));
   RecordProperty("cpu_accuracy", std::to_string(cpu));
   EXPECT_GE(gpu, 0.97);
