@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "ember/cuda.h"
+#include "ember/models/mnist.h"
 #include "ember/ops.h"
 #include "ember/optim.h"
 
@@ -150,6 +151,20 @@ int main(int argc, char** argv) {
        [] {
          Tensor x = gpu_randn({32, 64, 112, 112}, kFloat32).requires_grad_();
          return std::function<void()>([x] { (void)ember::max_pool2d(x, 3, ember::Pair{2}, 1); });
+       }},
+      // One training step of the MNIST CNN (ember train mnist's model), batch 64, Adam: about 60
+      // kernels, so the launches and the host's work between them, not the bytes, set the time.
+      {"train_step_mnist_cnn_b64", 0, 0,
+       [] {
+         auto model = ember::models::mnist_cnn();
+         model->to(ember::Device(ember::DeviceType::kCUDA, 0));
+         auto optimizer = std::make_shared<ember::optim::Adam>(model->parameters(), ember::optim::AdamOptions{});
+         Tensor x = gpu_randn({64, 1, 28, 28}, kFloat32), y = ember::randint(0, 10, {64}).cuda();
+         return std::function<void()>([model, optimizer, x, y] {
+           optimizer->zero_grad();
+           ember::cross_entropy(model->forward(x), y).backward();
+           optimizer->step();
+         });
        }},
   };
 

@@ -53,6 +53,8 @@ ROWS = [
     # the stem's pooling, 3 x 3 stride 2 padding 1, with the indices the backward needs
     ("maxpool2d_f32_resnet_b32", "maxpool", (32, 64, 112, 112), "float32", False,
      (4 + 4 + 8 / 4) * 32 * 64 * 56 * 56, 0),
+    # one Adam step of `ember train mnist`'s CNN, batch 64: launch-bound on both sides
+    ("train_step_mnist_cnn_b64", "mnist_step", (64, 1, 28, 28), "float32", False, 0, 0),
 ]
 
 
@@ -88,6 +90,19 @@ def setup(torch, op, shape, dtype):
             return lambda: torch.nn.functional.conv2d(x, w, padding=1)
         grad = torch.randn(shape, device="cuda", dtype=dtype)
         return lambda: torch.nn.functional.conv2d(x, w, padding=1).backward(grad)
+    if op == "mnist_step":
+        nn = torch.nn
+        model = nn.Sequential(nn.Conv2d(1, 16, 5), nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(16, 32, 5), nn.ReLU(),
+                              nn.MaxPool2d(2), nn.Flatten(), nn.Linear(512, 10)).to(device="cuda", dtype=dtype)
+        optimizer = torch.optim.Adam(model.parameters())
+        x = torch.randn(shape, device="cuda", dtype=dtype)
+        y = torch.randint(0, 10, (shape[0],), device="cuda")
+
+        def step():
+            optimizer.zero_grad()
+            torch.nn.functional.cross_entropy(model(x), y).backward()
+            optimizer.step()
+        return step
     if op == "layernorm":
         x = torch.randn(shape, device="cuda", dtype=dtype)
         w, b = torch.randn(shape[-1], device="cuda", dtype=dtype), torch.randn(shape[-1], device="cuda", dtype=dtype)
@@ -160,7 +175,7 @@ def time_torch(path):
             continue
         row = {"name": name, "median_ms": median, "spread": spread, "bytes": nbytes, "flops": flops}
         result["rows"].append(row)
-        rate = f"{tflops(row):8.1f} TFLOP/s" if flops else f"{gbps(row):8.1f} GB/s"
+        rate = f"{tflops(row):8.1f} TFLOP/s" if flops else f"{gbps(row):8.1f} GB/s" if nbytes else ""
         print(f"{name:<26} {median:9.3f} ms  spread {spread:6.1%}  {rate}")
         torch.cuda.empty_cache()
     with open(path, "w") as f:

@@ -39,9 +39,9 @@ TEST(Dispatch, AnOpWithoutAKernelForTheDeviceIsAClearError) {
                {"[cumsum] not implemented on cuda:0"});
   expect_error(
       [&] {
-        dispatch::run(OpKind::kConv2d, Conv2dAttrs{}, {&a, &b, nullptr}, {&c});
+        dispatch::run(OpKind::kBatchNormStats, NoAttrs{}, {&a}, {&b, &c});
       },
-      {"[conv2d] not implemented on cuda:0"});
+      {"[batch_norm_stats] not implemented on cuda:0"});
 }
 
 TEST(Dispatch, OperandsOnDifferentDevicesAreAClearError) {

@@ -19,6 +19,7 @@ namespace {
 struct TrainDiffusionOptions {
   train::DiffusionOptions task;
   train::LoopOptions loop;
+  std::string device = "cpu";
   bool json = false;
   int threads = 0;
 };
@@ -26,6 +27,7 @@ struct TrainDiffusionOptions {
 int run_train_diffusion(TrainDiffusionOptions& o) {
   use_threads(o.threads);
   const std::string op = "train diffusion";
+  o.task.device = device_option(o.device);
   train::DiffusionTask task(o.task);
   train::Trainer trainer(task, o.loop);
   const train::DiffusionOptions& t = task.options();
@@ -187,6 +189,8 @@ void add_train_diffusion(CLI::App& train, Commands& commands) {
       ->capture_default_str();
   cmd->add_option("--seed", t.seed, "Seed for initialization, batches and noise")->capture_default_str();
   add_threads(cmd, o->threads);
+  cmd->add_option("--device", o->device, "Where to train: cpu, cuda or cuda:N (eager, on a GPU)")
+      ->capture_default_str();
   cmd->add_option("--data", t.data_dir, "MNIST IDX files, else the offline subset")->capture_default_str();
   cmd->add_option("--save", o->loop.save_path, "Write a checkpoint (safetensors) every --save-every steps");
   cmd->add_option("--save-every", t.save_every, "Steps between checkpoints")

@@ -22,9 +22,12 @@ struct GenerateOptions {
   models::SamplingOptions sampling{.temperature = 0.8};
   int threads = 0;
   bool no_cache = false;
+  std::string device = "cpu";
 };
 
 int run_llm_generate(const GenerateOptions& o) {
+  EMBER_CHECK(device_option(o.device).is_cpu(), "[generate] --device ", o.device,
+              ": Llama-family GGUF models run on the CPU for now (their quantized products have no CUDA kernels)");
   const models::LlamaFile llm = models::load_llama(o.model);
   const std::vector<int64_t> prompt = llm.tokenizer->encode(o.prompt);
   EMBER_CHECK(!prompt.empty(), "[generate] --prompt must not be empty");
@@ -60,6 +63,12 @@ int run_generate(const GenerateOptions& o) {
   const train::LoadedModel loaded = train::load_model(
       o.checkpoint, "generate", {.kinds = {"gpt", "ssm"}, .expected = "a language model from `ember train gpt|ssm`"});
   const bool gpt = loaded.kind == "gpt";
+  const Device device = device_option(o.device);
+  if (!device.is_cpu()) {
+    EMBER_CHECK(gpt, "[generate] --device ", o.device, ": ", o.checkpoint,
+                " holds a Mamba model, whose selective scan has no CUDA kernel yet; GPT checkpoints run there");
+    loaded.model->to(device);
+  }
   EMBER_CHECK(gpt || !o.no_cache, "[generate] --no-cache applies to GPT checkpoints; ", o.checkpoint,
               " holds a Mamba model, which carries a fixed-size state instead of a cache");
   const data::CharTokenizer& tokenizer = *loaded.tokenizer;
@@ -105,6 +114,8 @@ void add_generate_command(CLI::App& app, Commands& commands) {
   add_sampling_options(cmd, o->sampling);
   add_threads(cmd, o->threads);
   cmd->add_flag("--no-cache", o->no_cache, "Recompute the whole window for every token");
+  cmd->add_option("--device", o->device, "Where the model runs: cpu, cuda or cuda:N (GPT checkpoints)")
+      ->capture_default_str();
   commands.add(cmd, [o] { return run_generate(*o); });
 }
 

@@ -10,7 +10,9 @@
 //
 // Note [choosing convolution algorithms]: the algorithm of each shape is the first of cuDNN's
 // heuristics (as PyTorch without cudnn.benchmark) that ember takes, found at the shape's first call
-// and kept, so a shape always runs the same algorithm and gives the same bits. float32 takes only
+// and kept. Only deterministic algorithms are taken (no atomics adding in a varying order), so a
+// shape gives the same bits on every run: under compute-sanitizer, whose scheduling differs, the
+// MNIST CNN's weights drifted 2.5% from the CPU's over 30 Adam steps with them (run 16). float32 takes only
 // the algorithms that sum the products themselves, on FMA units: no TF32, and no FFT or Winograd,
 // whose transforms round on their own (on an H200 one of them put the MNIST CNN's loss 1.6e-4 off
 // the CPU's after three Adam steps; docs/cuda.md, run 11). Timing every algorithm at the first call
@@ -85,8 +87,8 @@ Cudnn& cudnn() {
     d->library = dlopen(soname.c_str(), RTLD_NOW | RTLD_LOCAL);
     if (d->library == nullptr) {
       const char* why = dlerror();
-      d->error = "cannot load " + soname + " (" + (why != nullptr ? why : "unknown error") +
-                 "): install cuDNN " + std::to_string(CUDNN_MAJOR) +
+      d->error = "cannot load " + soname + " (" + (why != nullptr ? why : "unknown error") + "): install cuDNN " +
+                 std::to_string(CUDNN_MAJOR) +
                  " (e.g. the nvidia-cudnn-cu13 wheel) or add the folder holding it to LD_LIBRARY_PATH";
       return d;
     }
@@ -97,7 +99,8 @@ Cudnn& cudnn() {
 #undef EMBER_CUDNN_LOAD
     if (d->error.empty()) {
       const cudnnStatus_t status = d->cudnnCreate(&d->handle);
-      if (status != CUDNN_STATUS_SUCCESS) d->error = std::string("cudnnCreate failed: ") + d->cudnnGetErrorString(status);
+      if (status != CUDNN_STATUS_SUCCESS)
+        d->error = std::string("cudnnCreate failed: ") + d->cudnnGetErrorString(status);
     }
     if (d->error.empty()) d->cudnnSetStream(d->handle, nullptr);  // the default stream, as every ember kernel
     return d;
@@ -106,8 +109,8 @@ Cudnn& cudnn() {
 }
 
 void check(const Cudnn& d, cudnnStatus_t status, const KernelCall& c, const char* what) {
-  EMBER_CHECK(status == CUDNN_STATUS_SUCCESS, "[", c.name(), "] cuDNN's ", what, " failed: ",
-              d.cudnnGetErrorString(status));
+  EMBER_CHECK(status == CUDNN_STATUS_SUCCESS, "[", c.name(), "] cuDNN's ", what,
+              " failed: ", d.cudnnGetErrorString(status));
 }
 
 cudnnDataType_t data_type(DType dtype) {
@@ -157,8 +160,15 @@ class Problem {
     set_math(wanted_math());
     // The key of the algorithm cache: the direction, dtype, the three operands' sizes and strides
     // and the attributes.
-    key_ = {static_cast<int64_t>(c.kind), static_cast<int64_t>(dtype_), a.padding.h, a.padding.w, a.stride.h,
-            a.stride.w, a.dilation.h, a.dilation.w, a.groups};
+    key_ = {static_cast<int64_t>(c.kind),
+            static_cast<int64_t>(dtype_),
+            a.padding.h,
+            a.padding.w,
+            a.stride.h,
+            a.stride.w,
+            a.dilation.h,
+            a.dilation.w,
+            a.groups};
     for (const Operand* o : {&x, &w, &y}) {
       for (int k = 0; k < 4; ++k) {
         key_.push_back(o->size(k));
@@ -184,14 +194,16 @@ class Problem {
     check(d_, d_.cudnnSetConvolutionMathType(conv_, math), call_, "cudnnSetConvolutionMathType");
   }
 
-  // The first of the heuristics' `perf` results (already ranked) that succeeds; in float32 the first
-  // that sums products on FMA units (Note [choosing convolution algorithms]) where there is one.
+  // The first of the heuristics' `perf` results (already ranked) that succeeds and is deterministic;
+  // in float32 the first that sums products on FMA units too (Note [choosing convolution
+  // algorithms]). Where none is, the first that succeeds.
   template <class Perf>
   Cudnn::Choice choose(const Perf* perf, int count) {
-    for (bool exact_only : {dtype_ == kFloat32, false}) {
+    for (bool strict : {true, false}) {
       for (int i = 0; i < count; ++i) {
         if (perf[i].status != CUDNN_STATUS_SUCCESS) continue;
-        if (exact_only && (perf[i].mathType != CUDNN_FMA_MATH || transforms(perf[i].algo))) continue;
+        const bool exact = dtype_ != kFloat32 || (perf[i].mathType == CUDNN_FMA_MATH && !transforms(perf[i].algo));
+        if (strict && (!exact || perf[i].determinism != CUDNN_DETERMINISTIC)) continue;
         return {static_cast<int>(perf[i].algo), perf[i].mathType};
       }
     }
@@ -320,13 +332,14 @@ void conv2d_kernel(const KernelCall& c) {
     // The bias along dim 1, broadcast over the others.
     const Strides strides{0, bias.stride(0), 0, 0};
     const Operand along{bias.data, bias.dtype, bias.device, y.shape, &strides};
-    check_launch(c, launch::binary(launch::Binary::kAdd, type, y.data, y.data, bias.data, layout_of({&y, &y, &along}),
-                                   nullptr),
-                 y.dtype);
+    check_launch(
+        c, launch::binary(launch::Binary::kAdd, type, y.data, y.data, bias.data, layout_of({&y, &y, &along}), nullptr),
+        y.dtype);
   }
   if (residual != nullptr) {
-    check_launch(c, launch::binary(launch::Binary::kAdd, type, y.data, y.data, residual->data,
-                                   layout_of({&y, &y, residual}), nullptr),
+    check_launch(c,
+                 launch::binary(launch::Binary::kAdd, type, y.data, y.data, residual->data,
+                                layout_of({&y, &y, residual}), nullptr),
                  y.dtype);
   }
   if (attrs.activation == Activation::kRelu) {
@@ -351,9 +364,8 @@ void conv2d_input_grad_kernel(const KernelCall& c) {
   p.set_math(choice->math);
   const auto algorithm = static_cast<cudnnConvolutionBwdDataAlgo_t>(choice->algorithm);
   size_t bytes = 0;
-  check(d,
-        d.cudnnGetConvolutionBackwardDataWorkspaceSize(d.handle, p.w(), p.y(), p.conv(), p.x(), algorithm, &bytes), c,
-        "cudnnGetConvolutionBackwardDataWorkspaceSize");
+  check(d, d.cudnnGetConvolutionBackwardDataWorkspaceSize(d.handle, p.w(), p.y(), p.conv(), p.x(), algorithm, &bytes),
+        c, "cudnnGetConvolutionBackwardDataWorkspaceSize");
   const auto space = workspace(bytes, dx.device, c);
   const Scales s(p.dtype());
   check(d,
@@ -379,8 +391,7 @@ void conv2d_weight_grad_kernel(const KernelCall& c) {
   p.set_math(choice->math);
   const auto algorithm = static_cast<cudnnConvolutionBwdFilterAlgo_t>(choice->algorithm);
   size_t bytes = 0;
-  check(d,
-        d.cudnnGetConvolutionBackwardFilterWorkspaceSize(d.handle, p.x(), p.y(), p.conv(), p.w(), algorithm, &bytes),
+  check(d, d.cudnnGetConvolutionBackwardFilterWorkspaceSize(d.handle, p.x(), p.y(), p.conv(), p.w(), algorithm, &bytes),
         c, "cudnnGetConvolutionBackwardFilterWorkspaceSize");
   const auto space = workspace(bytes, dw.device, c);
   const Scales s(p.dtype());

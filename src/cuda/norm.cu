@@ -26,8 +26,8 @@ __device__ A block_sum(A x) {
 }
 
 template <class T>
-__global__ void norm_forward_kernel(bool center, int64_t cols, T eps, const T* x, const T* weight, const T* bias,
-                                    T* y, T* mean, T* rstd) {
+__global__ void norm_forward_kernel(bool center, int64_t cols, T eps, const T* x, const T* weight, const T* bias, T* y,
+                                    T* mean, T* rstd) {
   const int64_t row = blockIdx.x;
   const T* in = x + row * cols;
   T* out = y + row * cols;
@@ -134,8 +134,8 @@ bool with_float(Type type, Fn&& fn) {
 
 }  // namespace
 
-bool row_norm_forward(Type type, bool center, int64_t rows, int64_t cols, double eps, const void* x,
-                      const void* weight, const void* bias, void* y, void* mean, void* rstd, void* stream) {
+bool row_norm_forward(Type type, bool center, int64_t rows, int64_t cols, double eps, const void* x, const void* weight,
+                      const void* bias, void* y, void* mean, void* rstd, void* stream) {
   return with_float(type, [&](auto tag) {
     using T = decltype(tag);
     if (rows == 0) return;
@@ -169,8 +169,8 @@ bool row_norm_backward(Type type, bool center, int64_t rows, int64_t cols, const
     T* pb = pw + chunks * cols;
     if (chunks > 0) {
       const dim3 grid(static_cast<unsigned>((cols + 31) / 32), static_cast<unsigned>(chunks));
-      norm_column_partials_kernel<T><<<grid, dim3(32, kColumnRows), 0, s>>>(center, rows, cols, chunk_rows, in, dy, m,
-                                                                            rs, pw, pb);
+      norm_column_partials_kernel<T>
+          <<<grid, dim3(32, kColumnRows), 0, s>>>(center, rows, cols, chunk_rows, in, dy, m, rs, pw, pb);
     }
     norm_column_finish_kernel<T><<<static_cast<unsigned>((cols + 255) / 256), 256, 0, s>>>(
         chunks, cols, pw, pb, static_cast<T*>(grad_weight), static_cast<T*>(grad_bias));

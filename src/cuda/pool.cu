@@ -150,8 +150,8 @@ __global__ void avg_backward_kernel(Pool2d p, const T* grad_out, T* grad_in) {
       for (int64_t ow = ow0; ow < ow1; ++ow) {
         Taps<int64_t> r, c;
         windows_of<int64_t>(p, oh, ow, &r, &c);
-        const bool inside = h >= r.start + r.first && h < r.start + r.last && w >= c.start + c.first &&
-                            w < c.start + c.last;
+        const bool inside =
+            h >= r.start + r.first && h < r.start + r.last && w >= c.start + c.first && w < c.start + c.last;
         const int64_t count = divisor(p, r, c);
         if (inside && count > 0) total_value += dy[oh * p.out_width + ow] / static_cast<T>(count);
       }

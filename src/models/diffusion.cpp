@@ -56,7 +56,7 @@ Tensor per_example(const std::vector<double>& alpha_bars, double (*f)(double), c
   for (size_t i = 0; i < values.size(); ++i) values[i] = std::sqrt(f(alpha_bars[i]));
   Shape shape(static_cast<int>(dim), 1);
   shape[0] = t.size(0);
-  return index_select(from_vector(values), 0, t).to(dtype).view(shape);
+  return index_select(from_vector(values).to(t.device()), 0, t).to(dtype).view(shape);
 }
 
 void check_steps(const Tensor& t, int64_t batch, int64_t timesteps, const char* what) {
@@ -100,7 +100,8 @@ Tensor timestep_embedding(const Tensor& t, int64_t dim) {
   EMBER_CHECK(dim >= 2 && dim % 2 == 0, "[timestep_embedding] dim must be even and at least 2, got ", dim);
   EMBER_CHECK(t.dim() == 1, "[timestep_embedding] expected time steps of shape (B), got ", t.shape());
   const int64_t half = dim / 2;
-  const Tensor freqs = exp(arange(half).to(kFloat32) * (-std::log(10000.0) / static_cast<double>(half)));
+  const Tensor freqs = exp(arange(0, half, 1, TensorOptions(t.device())).to(kFloat32) *
+                           (-std::log(10000.0) / static_cast<double>(half)));
   const Tensor args = t.to(kFloat32).unsqueeze(1) * freqs.unsqueeze(0);
   return cat({sin(args), cos(args)}, 1);
 }
@@ -268,10 +269,12 @@ Tensor diffusion_loss(UNet& model, const DiffusionSchedule& schedule, const Tens
               drop_class);
   EMBER_CHECK(x0.dim() == 4, "[diffusion] expected images (B, C, H, W), got ", x0.shape());
   const int64_t batch = x0.size(0);
-  const Tensor t = randint(0, schedule.timesteps(), {batch});
+  // Drawn where the images are: the CUDA draws are the CPU's numbers for the same key.
+  const TensorOptions on(x0.device());
+  const Tensor t = randint(0, schedule.timesteps(), {batch}, on);
   const Tensor noise = randn_like(x0);
-  const Tensor dropped = rand({batch}) < Scalar(drop_class);
-  const Tensor none = full({batch}, Scalar(model.config.num_classes), kInt64);
+  const Tensor dropped = rand({batch}, on) < Scalar(drop_class);
+  const Tensor none = full({batch}, Scalar(model.config.num_classes), on.with_dtype(kInt64));
   return diffusion_loss(model, schedule, x0, t, noise, where(dropped, none, labels));
 }
 

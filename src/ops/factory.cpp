@@ -121,8 +121,13 @@ Tensor ones_like(const Tensor& t, std::optional<DType> dtype) {
 Tensor full_like(const Tensor& t, const Scalar& value, std::optional<DType> dtype) {
   return full(t.shape(), value, TensorOptions(t.device()).with_dtype(dtype.value_or(t.dtype())));
 }
-Tensor rand_like(const Tensor& t, std::optional<DType> dtype) { return rand(t.shape(), dtype.value_or(t.dtype())); }
-Tensor randn_like(const Tensor& t, std::optional<DType> dtype) { return randn(t.shape(), dtype.value_or(t.dtype())); }
+// On t's device, as the other *_like factories.
+Tensor rand_like(const Tensor& t, std::optional<DType> dtype) {
+  return rand(t.shape(), TensorOptions(t.device()).with_dtype(dtype.value_or(t.dtype())));
+}
+Tensor randn_like(const Tensor& t, std::optional<DType> dtype) {
+  return randn(t.shape(), TensorOptions(t.device()).with_dtype(dtype.value_or(t.dtype())));
+}
 
 namespace {
 void release_nothing(void*, int64_t, void*) {}

@@ -32,11 +32,7 @@ struct Resample {
 };
 
 // A host tensor as `dtype` on `device`.
-Tensor placed(const Tensor& host, DType dtype, Device device) {
-  Tensor t = detail::make_empty(host.shape(), dtype, device);
-  detail::copy_into(t, host);
-  return t;
-}
+Tensor placed(const Tensor& host, DType dtype, Device device) { return host.to(dtype).to(device); }
 
 // PyTorch's compute_scales_value and area_pixel_compute_scale: S is the CPU kernel's type for the
 // positions (float for every input but float64).

@@ -248,8 +248,9 @@ Tensor group_norm(const Tensor& input_arg, int64_t num_groups, const std::option
                        Axes reduced{0};  // every dim but the channels
                        for (int d = 2; d < x.dim(); ++d) reduced.push_back(d);
                        if (x.numel() == 0) {
-                         const Tensor zero = zeros({per_channel[1]}, grad.dtype());
-                         return {needs[0] ? zeros(x.shape(), grad.dtype()) : Tensor(), needs[1] ? zero : Tensor(),
+                         const TensorOptions like = TensorOptions(grad.device()).with_dtype(grad.dtype());
+                         const Tensor zero = zeros({per_channel[1]}, like);
+                         return {needs[0] ? zeros(x.shape(), like) : Tensor(), needs[1] ? zero : Tensor(),
                                  needs[2] ? zero : Tensor()};
                        }
                        const Tensor rows = x.reshape(grouped);

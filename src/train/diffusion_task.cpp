@@ -83,6 +83,7 @@ std::shared_ptr<nn::Module> DiffusionTask::model() {
   if (!model_) {
     model_ = std::make_shared<models::UNet>(models::UNetConfig{
         .channels = options_.channels, .multipliers = kMultipliers, .groups = kGroups, .num_classes = kClasses});
+    model_->to(options_.device);
     parameters_ = model_->parameters();
     for (const Tensor& p : parameters_) average_.push_back(p.detach().clone());
   }
@@ -111,7 +112,8 @@ std::vector<Tensor> DiffusionTask::batch(int64_t step) {
   }
   const Tensor index =
       from_vector(std::vector<int64_t>(order_.begin() + offset, order_.begin() + offset + options_.batch_size));
-  std::vector<Tensor> batch = {index_select(images_, 0, index), index_select(labels_, 0, index)};
+  std::vector<Tensor> batch = {index_select(images_, 0, index).to(options_.device),
+                               index_select(labels_, 0, index).to(options_.device)};
   // The step's time steps, noise and dropped classes (drawn by the loss) depend on the seed and the
   // step alone.
   manual_seed(step_seed(options_.seed, step));

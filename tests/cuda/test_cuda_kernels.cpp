@@ -16,6 +16,7 @@
 #include "ember/cuda.h"
 #include "ember/error.h"
 #include "ember/memory.h"
+#include "ember/models/diffusion.h"
 #include "ember/models/gpt.h"
 #include "ember/models/mnist.h"
 #include "ember/nn.h"
@@ -418,6 +419,8 @@ TEST_F(CudaKernels, RandomDrawsAreTheCpusNumbers) {
     const TensorOptions on_gpu = TensorOptions(kGpu).with_dtype(dtype);
     const Tensor ug = rand({1001}, on_gpu), ng = randn({7, 33}, on_gpu);
     const Tensor ig = randint(-5, 17, {999}, TensorOptions(kGpu));
+    EXPECT_EQ(randn_like(ug).device(), kGpu);  // the *_like draws follow their tensor
+    EXPECT_EQ(rand_like(ug).device(), kGpu);
     EXPECT_TRUE(equal(ug.cpu(), uc)) << dtype;
     EXPECT_TRUE(close(ng, nc, dtype == kFloat64 ? 1e-14 : 1e-6, seed_)) << dtype;
     EXPECT_TRUE(equal(ig.cpu(), ic));
@@ -519,8 +522,8 @@ TEST_F(CudaKernels, GptTrainingFollowsTheCpu) {
 
 // The training library on the GPU: `ember train gpt --device cuda`'s task and loop, with
 // clipping, the cosine schedule, evaluation, a checkpoint written from the GPU and a sample. The
-// run follows the CPU's within 1e-4, and its checkpoint resumes on the CPU; under bfloat16
-// autocast, within 3e-2.
+// run follows the CPU's within 1e-4, its checkpoint resumes on the CPU and generates on the GPU as
+// on the CPU; under bfloat16 autocast, the run follows within 3e-2.
 TEST_F(CudaKernels, TextTaskTrainsOnTheGpuAsOnTheCpu) {
   const std::filesystem::path dir =
       std::filesystem::temp_directory_path() / ("ember_cuda_text_" + std::to_string(seed_));
@@ -563,6 +566,16 @@ TEST_F(CudaKernels, TextTaskTrainsOnTheGpuAsOnTheCpu) {
     ++compared;
   }
   EXPECT_GT(compared, 0);
+  // `ember generate --device cuda`: the checkpoint's GPT, loaded and moved to the GPU, continues a
+  // prompt greedily with the CPU's characters.
+  const std::string path = (dir / "gpu.safetensors").string();
+  const train::LoadedModel on_cpu = train::load_model(path, "generate", {.kinds = {"gpt"}});
+  const train::LoadedModel on_gpu = train::load_model(path, "generate", {.kinds = {"gpt"}});
+  on_gpu.model->to(kGpu);
+  const std::vector<int64_t> prompt = on_cpu.tokenizer->encode("To be");
+  const models::SamplingOptions greedy{.temperature = 0};
+  EXPECT_EQ(train::generate_text(on_gpu.as<models::LanguageModel>(), prompt, 40, greedy),
+            train::generate_text(on_cpu.as<models::LanguageModel>(), prompt, 40, greedy));
   // Under bfloat16 autocast (`--amp bf16`): the same run within the lower precision's rounding.
   auto lower = [&](Device device) {
     train::TextOptions o = options(device);
@@ -839,6 +852,34 @@ TEST_F(CudaKernels, AutocastTrainsOnTheGpuAsOnTheCpu) {
     }
     EXPECT_EQ(gpu_scaler.get_scale(), cpu_scaler.get_scale()) << lower;
   }
+}
+
+// `ember train diffusion --device cuda`: the U-Net's 8 steps (convolutions, group norm, nearest
+// upsampling, the step's draws made on the GPU) follow the CPU's run within 1e-3.
+TEST_F(CudaKernels, DiffusionTaskTrainsOnTheGpuAsOnTheCpu) {
+  const char* env = std::getenv("EMBER_MNIST_DIR");
+  const std::string dir = env != nullptr ? env : "data/mnist";
+  if (!std::filesystem::exists(dir)) GTEST_SKIP() << "no MNIST images in " << dir << " (scripts/setup fetches them)";
+  auto options = [&](Device device) {
+    return train::DiffusionOptions{
+        .channels = 8, .timesteps = 100, .steps = 8, .batch_size = 16, .warmup = 2, .data_dir = dir, .device = device};
+  };
+  {  // One step by hand first, so that a failure names its phase.
+    train::DiffusionTask probe(options(kGpu));
+    (void)probe.model();
+    const std::vector<Tensor> batch = probe.batch(0);
+    ASSERT_EQ(batch[0].device(), kGpu);
+    Tensor loss;
+    ASSERT_NO_THROW(loss = probe.loss()(batch)[0]) << "the forward";
+    ASSERT_NO_THROW(loss.backward()) << "the backward";
+  }
+  train::DiffusionTask cpu_task(options(kCPU)), gpu_task(options(kGpu));
+  const train::RunSummary cpu = train::Trainer(cpu_task, {}).run();
+  train::RunSummary gpu;
+  ASSERT_NO_THROW(gpu = train::Trainer(gpu_task, {}).run()) << "the GPU's run";
+  EXPECT_EQ(gpu.last_step, 8);
+  EXPECT_NEAR(gpu.final_loss, cpu.final_loss, 1e-3 * std::abs(cpu.final_loss));
+  EXPECT_EQ(dynamic_cast<models::UNet&>(*gpu_task.model()).conv_in->weight.device(), kGpu);
 }
 
 // `ember train mnist --device cuda`: the CNN's 10 epochs on the offline MNIST images (data/mnist,

@@ -197,6 +197,9 @@ struct DiffusionOptions {
   uint64_t seed = 0;
   std::string data_dir = "data/mnist";
   int64_t save_every = 500;
+  /// Where the U-Net trains: initialized on the CPU and moved there, with its moving average;
+  /// batches are copied there and the step's draws made there (the CPU's numbers for a seed).
+  Device device = kCPU;
 };
 
 class DiffusionTask : public Task {
