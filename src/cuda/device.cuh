@@ -71,6 +71,29 @@ void with_type(Type type, Fn&& fn) {
   }
 }
 
+// Calls fn(T{}) for float32 (float) and float64 (double) and returns true; false, calling nothing,
+// for any other type (the kernels that take those two alone).
+template <class Fn>
+bool with_float32_or_64(Type type, Fn&& fn) {
+  if (type == Type::kF32) return fn(float{}), true;
+  if (type == Type::kF64) return fn(double{}), true;
+  return false;
+}
+
+// The sum of x over a block of kBlockThreads threads (a multiple of 32); every thread gets it. All
+// of the block's threads must call it.
+template <int kBlockThreads, class A>
+__device__ A block_sum(A x) {
+  __shared__ A shared[kBlockThreads / 32];
+  for (int o = 16; o > 0; o /= 2) x += __shfl_xor_sync(0xffffffffu, x, o);
+  if (threadIdx.x % 32 == 0) shared[threadIdx.x / 32] = x;
+  __syncthreads();
+  x = shared[0];
+  for (int w = 1; w < kBlockThreads / 32; ++w) x += shared[w];
+  __syncthreads();  // the next call reuses `shared`
+  return x;
+}
+
 // Threads per block of the elementwise kernels, and a grid that covers `work` items with at most
 // a few waves of blocks (each thread then strides over the rest).
 inline constexpr int kThreads = 256;

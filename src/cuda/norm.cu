@@ -12,19 +12,6 @@ namespace {
 
 inline constexpr int kNormThreads = 256;
 
-// The sum of x over the block's threads (every thread gets it).
-template <class A>
-__device__ A block_sum(A x) {
-  __shared__ A shared[kNormThreads / 32];
-  for (int o = 16; o > 0; o /= 2) x += __shfl_xor_sync(0xffffffffu, x, o);
-  if (threadIdx.x % 32 == 0) shared[threadIdx.x / 32] = x;
-  __syncthreads();
-  A total = 0;
-  for (int w = 0; w < kNormThreads / 32; ++w) total += shared[w];
-  __syncthreads();  // the next call reuses `shared`
-  return total;
-}
-
 template <class T>
 __global__ void norm_forward_kernel(bool center, int64_t cols, T eps, const T* x, const T* weight, const T* bias, T* y,
                                     T* mean, T* rstd) {
@@ -35,11 +22,11 @@ __global__ void norm_forward_kernel(bool center, int64_t cols, T eps, const T* x
   if (center) {
     T total = 0;
     for (int64_t j = threadIdx.x; j < cols; j += kNormThreads) total += in[j];
-    m = block_sum(total) / static_cast<T>(cols);
+    m = block_sum<kNormThreads>(total) / static_cast<T>(cols);
   }
   T squares = 0;
   for (int64_t j = threadIdx.x; j < cols; j += kNormThreads) squares += (in[j] - m) * (in[j] - m);
-  const T rs = T(1) / sqrt(block_sum(squares) / static_cast<T>(cols) + eps);
+  const T rs = T(1) / sqrt(block_sum<kNormThreads>(squares) / static_cast<T>(cols) + eps);
   if (threadIdx.x == 0) {
     if (center) mean[row] = m;
     rstd[row] = rs;
@@ -66,8 +53,8 @@ __global__ void norm_backward_rows_kernel(bool center, int64_t cols, const T* x,
     sum_gw_xhat += gw * (in[j] - m) * rs;
   }
   const T n = static_cast<T>(cols);
-  const T mean_gw = center ? block_sum(sum_gw) / n : T(0);
-  const T mean_gw_xhat = block_sum(sum_gw_xhat) / n;
+  const T mean_gw = center ? block_sum<kNormThreads>(sum_gw) / n : T(0);
+  const T mean_gw_xhat = block_sum<kNormThreads>(sum_gw_xhat) / n;
   T* out = dx + row * cols;
   for (int64_t j = threadIdx.x; j < cols; j += kNormThreads) {
     const T gw = weight != nullptr ? g[j] * weight[j] : g[j];
@@ -125,18 +112,11 @@ int64_t chunk_rows_for(int64_t rows) {
   return by_count > 64 ? by_count : 64;
 }
 
-template <class Fn>
-bool with_float(Type type, Fn&& fn) {
-  if (type == Type::kF32) return fn(float{}), true;
-  if (type == Type::kF64) return fn(double{}), true;
-  return false;
-}
-
 }  // namespace
 
 bool row_norm_forward(Type type, bool center, int64_t rows, int64_t cols, double eps, const void* x, const void* weight,
                       const void* bias, void* y, void* mean, void* rstd, void* stream) {
-  return with_float(type, [&](auto tag) {
+  return with_float32_or_64(type, [&](auto tag) {
     using T = decltype(tag);
     if (rows == 0) return;
     norm_forward_kernel<T><<<static_cast<unsigned>(rows), kNormThreads, 0, static_cast<cudaStream_t>(stream)>>>(
@@ -155,7 +135,7 @@ bool row_norm_backward(Type type, bool center, int64_t rows, int64_t cols, const
                        const void* mean, const void* rstd, const void* weight, void* grad_in, void* grad_weight,
                        void* grad_bias, void* workspace, void* stream) {
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
-  return with_float(type, [&](auto tag) {
+  return with_float32_or_64(type, [&](auto tag) {
     using T = decltype(tag);
     const T *in = static_cast<const T*>(x), *dy = static_cast<const T*>(grad_out);
     const T *m = static_cast<const T*>(mean), *rs = static_cast<const T*>(rstd);

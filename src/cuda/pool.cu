@@ -164,10 +164,10 @@ __global__ void avg_backward_kernel(Pool2d p, const T* grad_out, T* grad_in) {
 
 bool pool2d_forward(Type type, const Pool2d& p, void* out, const void* in, int64_t* indices, void* stream) {
   const int64_t n = p.planes * p.out_height * p.out_width;
-  auto run = [&](auto tag) {
+  const cudaStream_t s = static_cast<cudaStream_t>(stream);
+  return with_float32_or_64(type, [&](auto tag) {
     using T = decltype(tag);
-    if (n == 0) return true;
-    const cudaStream_t s = static_cast<cudaStream_t>(stream);
+    if (n == 0) return;
     if (fits_32_bits(p)) {
       pool_forward_kernel<T, int32_t>
           <<<grid_for(n), kThreads, 0, s>>>(p, static_cast<const T*>(in), static_cast<T*>(out), indices);
@@ -175,26 +175,22 @@ bool pool2d_forward(Type type, const Pool2d& p, void* out, const void* in, int64
       pool_forward_kernel<T, int64_t>
           <<<grid_for(n), kThreads, 0, s>>>(p, static_cast<const T*>(in), static_cast<T*>(out), indices);
     }
-    return true;
-  };
-  if (type == Type::kF32) return run(float{});
-  if (type == Type::kF64) return run(double{});
-  return false;
+  });
 }
 
 bool pool2d_backward(Type type, const Pool2d& p, void* grad_in, const void* grad_out, const int64_t* indices,
                      void* stream) {
   const int64_t n_in = p.planes * p.in_height * p.in_width, n_out = p.planes * p.out_height * p.out_width;
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
-  auto run = [&](auto tag) {
+  return with_float32_or_64(type, [&](auto tag) {
     using T = decltype(tag);
-    if (n_in == 0) return true;
+    if (n_in == 0) return;
     T* dx = static_cast<T*>(grad_in);
     const T* dy = static_cast<const T*>(grad_out);
     const bool narrow = fits_32_bits(p);
     if (p.kind == Pool::kMax) {
       zero_kernel<T><<<grid_for(n_in), kThreads, 0, s>>>(dx, n_in);
-      if (n_out == 0) return true;
+      if (n_out == 0) return;
       if (narrow) {
         max_backward_kernel<T, int32_t><<<grid_for(n_out), kThreads, 0, s>>>(p, dy, indices, dx);
       } else {
@@ -205,11 +201,7 @@ bool pool2d_backward(Type type, const Pool2d& p, void* grad_in, const void* grad
     } else {
       avg_backward_kernel<T, int64_t><<<grid_for(n_in), kThreads, 0, s>>>(p, dy, dx);
     }
-    return true;
-  };
-  if (type == Type::kF32) return run(float{});
-  if (type == Type::kF64) return run(double{});
-  return false;
+  });
 }
 
 }  // namespace ember::cuda::launch

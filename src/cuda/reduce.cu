@@ -265,18 +265,6 @@ __device__ A block_max(A x) {
   return x;
 }
 
-template <class A>
-__device__ A block_sum(A x) {
-  __shared__ A shared[kReduceThreads / 32];
-  for (int o = 16; o > 0; o /= 2) x += __shfl_xor_sync(0xffffffffu, x, o);
-  if (threadIdx.x % 32 == 0) shared[threadIdx.x / 32] = x;
-  __syncthreads();
-  x = shared[0];
-  for (int w = 1; w < kReduceThreads / 32; ++w) x += shared[w];
-  __syncthreads();
-  return x;
-}
-
 // One block per row of a last-dim softmax. A row holding NaN or +inf, or only -inf, gives NaN.
 template <bool log, class T>
 __global__ void softmax_rows(T* out, const T* in, int64_t n) {
@@ -294,7 +282,7 @@ __global__ void softmax_rows(T* out, const T* in, int64_t n) {
   const bool any_bad = __syncthreads_or(bad) || m == -INFINITY;
   A sum = 0;
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x) sum += exp(static_cast<A>(x[i]) - m);
-  sum = block_sum(sum);
+  sum = block_sum<kReduceThreads>(sum);
   const A nan = NAN;
   if constexpr (log) {
     const A lse = m + ::log(sum);
@@ -329,7 +317,7 @@ __global__ void softmax_rows_cached(T* out, const T* in, int64_t n) {
   const bool any_bad = __syncthreads_or(bad) || m == -INFINITY;
   A sum = 0;
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x) sum += exp(cache[i] - m);
-  sum = block_sum(sum);
+  sum = block_sum<kReduceThreads>(sum);
   const A nan = NAN;
   if constexpr (log) {
     const A lse = m + ::log(sum);
@@ -374,7 +362,7 @@ __global__ void softmax_backward_rows(T* dx, const T* dy, const T* y, int64_t n)
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
     dot += log ? static_cast<A>(g[i]) : static_cast<A>(g[i]) * static_cast<A>(out[i]);
   }
-  dot = block_sum(dot);
+  dot = block_sum<kReduceThreads>(dot);
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
     const A gi = static_cast<A>(g[i]), yi = static_cast<A>(out[i]);
     dx[row * n + i] = convert<T>(log ? gi - exp(yi) * dot : yi * (gi - dot));

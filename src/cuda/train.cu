@@ -133,13 +133,6 @@ __global__ void adam_kernel(AdamStep s, T* param, const T* grad, T* exp_avg, T* 
 
 cudaStream_t as_stream(void* stream) { return static_cast<cudaStream_t>(stream); }
 
-template <class Fn>
-bool with_float32_or_64(Type type, Fn&& fn) {
-  if (type == Type::kF32) return fn(float{}), true;
-  if (type == Type::kF64) return fn(double{}), true;
-  return false;
-}
-
 }  // namespace
 
 bool cross_entropy_forward(Type type, const ClassLoss& a, const void* scores, void* loss, void* lse,
