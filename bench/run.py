@@ -106,8 +106,23 @@ def check(current: dict, baseline: dict, tolerance: float = CHECK_TOLERANCE) -> 
             change = now[key] / before[key] - 1
             if change < -tolerance:
                 problems.append(f"{result['name']}: {key} ratio fell {-change:.1%} "
-                                f"({before[key]:.3g} -> {now[key]:.3g})")
+                                f"({before[key]:.3g} -> {now[key]:.3g}): {moved(result, base, key)}")
     return problems
+
+
+def moved(result: dict, base: dict, key: str) -> str:
+    """Which side of a ratio moved between `base` and `result`: ember's own time, and the peer's (or
+    the machine's peak for the 'peak' ratio), so a fall that is only a faster peer reads as such."""
+
+    def change(now: float, before: float) -> str:
+        return f"{now / before - 1:+.0%}"
+
+    parts = [f"ember's time {change(result['ember_s'], base['ember_s'])}"]
+    if key.startswith("vs "):
+        peer = key[3:]
+        parts.append(f"{peer}'s {change(result['peers'][peer], base['peers'][peer])}")
+    verdict = "ember slower" if result["ember_s"] > base["ember_s"] * (1 + CHECK_TOLERANCE / 2) else "ember not slower"
+    return ", ".join(parts) + f" ({verdict})"
 
 
 def self_test() -> int:
@@ -136,6 +151,10 @@ def self_test() -> int:
     def expect(label: str, current: dict, flagged: list[str]):
         problems = check(current, baseline)
         got = sorted({p.split(":")[0] + ":" + p.split(":")[1].split(" ratio")[0] for p in problems})
+        if "15% slower" in label and problems and not all("(ember slower)" in p for p in problems):
+            failures.append(f"{label}: expected every line to say ember is slower ({problems})")
+        if "peer 15% faster" in label and problems and not all("(ember not slower)" in p for p in problems):
+            failures.append(f"{label}: expected every line to say ember is not slower ({problems})")
         want = sorted(flagged)
         if got != want:
             failures.append(f"{label}: expected {want}, got {got} ({problems})")
