@@ -84,6 +84,7 @@ struct SampleDiffusionOptions {
   std::string classifier;               // an `ember train mnist --save` checkpoint that classifies the samples
   bool raw_weights = false;             // sample with the trained weights instead of their moving average
   std::string data_dir = "data/mnist";  // the classifier's accuracy on real test digits, for reference
+  std::string device = "cpu";           // where the U-Net samples; the images come back to the CPU
   bool json = false;
   int threads = 0;
 };
@@ -104,11 +105,13 @@ int run_sample_diffusion(const SampleDiffusionOptions& o) {
   const train::DiffusionSampleOptions& s = o.sample;
   EMBER_CHECK(s.per_class >= 1 && s.batch_size >= 1, "[", op, "] --per-class and --batch-size must be at least 1");
   use_threads(o.threads);
+  const Device device = device_option(o.device);
   train::Checkpoint checkpoint = train::read_checkpoint(o.checkpoint, op);
   EMBER_CHECK(checkpoint.kind == "diffusion", "[", op, "] ", o.checkpoint, " holds ", checkpoint.describe(),
               ", not a checkpoint of `ember train diffusion`");
   const train::LoadedModel model = train::load_model(
       std::move(checkpoint), op, {.weights = o.raw_weights ? train::kModelPrefix : train::kAveragePrefix});
+  if (!device.is_cpu()) model.model->to(device);
   std::optional<train::LoadedModel> classifier;
   double real_accuracy = NAN;
   if (!o.classifier.empty()) {
@@ -240,6 +243,7 @@ void add_diffusion_commands(CLI::App& train, CLI::App& sample, Commands& command
   cmd->add_option("--batch-size", s.batch_size, "Samples drawn at once")->check(kPositiveCount)->capture_default_str();
   cmd->add_option("--seed", s.seed, "Seed of the noise")->capture_default_str();
   add_threads(cmd, o->threads);
+  cmd->add_option("--device", o->device, "Where the U-Net samples: cpu, cuda or cuda:N")->capture_default_str();
   cmd->add_option("--data", o->data_dir, "MNIST, for the classifier's accuracy on real digits")->capture_default_str();
   cmd->add_flag("--json", o->json, "End with one JSON line of results");
   commands.add(cmd, [o] { return run_sample_diffusion(*o); });

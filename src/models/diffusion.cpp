@@ -292,9 +292,10 @@ std::string_view diffusion_sampler_name(DiffusionSampler sampler) {
 
 Tensor guided_noise(UNet& model, const Tensor& x_t, int64_t t, const Tensor& labels, double guidance) {
   const int64_t batch = x_t.size(0);
-  if (guidance == 1.0) return model.forward(x_t, full({batch}, Scalar(t), kInt64), labels);
-  const Tensor none = full({batch}, Scalar(model.config.num_classes), kInt64);
-  const Tensor eps = model.forward(cat({x_t, x_t}, 0), full({2 * batch}, Scalar(t), kInt64), cat({labels, none}, 0));
+  const TensorOptions on = TensorOptions(x_t.device()).with_dtype(kInt64);  // the time steps and labels beside x_t
+  if (guidance == 1.0) return model.forward(x_t, full({batch}, Scalar(t), on), labels);
+  const Tensor none = full({batch}, Scalar(model.config.num_classes), on);
+  const Tensor eps = model.forward(cat({x_t, x_t}, 0), full({2 * batch}, Scalar(t), on), cat({labels, none}, 0));
   const Tensor conditional = eps.narrow(0, 0, batch), unconditional = eps.narrow(0, batch, batch);
   return unconditional + (conditional - unconditional) * guidance;
 }
@@ -349,20 +350,26 @@ Tensor sample(UNet& model, const DiffusionSchedule& schedule, const Tensor& labe
   EMBER_CHECK(options.eta >= 0 && options.eta <= 1, "[diffusion] eta must be in [0, 1], got ", options.eta);
   const std::vector<int64_t> steps = schedule.sampling_steps(options.steps);
   EMBER_CHECK(height > 0 && width > 0, "[diffusion] the image size must be positive, got ", height, "x", width);
-  if (labels.size(0) == 0) return zeros({0, model.config.image_channels, height, width});
+  // Sampling runs where the model's weights are; the images come back on the labels' device.
+  const std::vector<Tensor> parameters = model.parameters();
+  const Device device = parameters.empty() ? labels.device() : parameters.front().device();
+  if (labels.size(0) == 0) {
+    return zeros({0, model.config.image_channels, height, width}, TensorOptions(labels.device()));
+  }
   const bool was_training = model.is_training();
   model.eval();
   autograd::NoGradGuard no_grad;
-  Tensor x = randn({labels.size(0), model.config.image_channels, height, width});
+  const Tensor classes = labels.to(device);
+  Tensor x = randn({labels.size(0), model.config.image_channels, height, width}, TensorOptions(device));
   for (size_t i = 0; i < steps.size(); ++i) {
     const int64_t t = steps[i], t_prev = i + 1 < steps.size() ? steps[i + 1] : -1;
-    const Tensor eps = guided_noise(model, x, t, labels, options.guidance);
+    const Tensor eps = guided_noise(model, x, t, classes, options.guidance);
     const bool noisy = t_prev >= 0 && (options.sampler == DiffusionSampler::kDdpm || options.eta > 0);
     x = denoise_step(schedule, x, eps, t, t_prev, options, noisy ? randn_like(x) : Tensor());
     if (on_step) on_step(static_cast<int64_t>(i) + 1, static_cast<int64_t>(steps.size()));
   }
   model.train(was_training);
-  return x;
+  return x.to(labels.device());
 }
 
 }  // namespace ember::models

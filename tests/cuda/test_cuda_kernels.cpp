@@ -882,6 +882,33 @@ TEST_F(CudaKernels, DiffusionTaskTrainsOnTheGpuAsOnTheCpu) {
   EXPECT_EQ(dynamic_cast<models::UNet&>(*gpu_task.model()).conv_in->weight.device(), kGpu);
 }
 
+// `ember sample diffusion --device cuda`: DDIM (eta 0) and DDPM with classifier-free guidance on
+// the GPU draw the CPU's digits from the same seed (the noise is Philox's, the same on both), within
+// 1e-3; the images come back on the labels' device.
+TEST_F(CudaKernels, DiffusionSamplingOnTheGpuDrawsTheCpuDigits) {
+  manual_seed(seed_);
+  models::UNet cpu_model({.channels = 8, .multipliers = {1, 2}, .groups = 2, .num_classes = 3});
+  {
+    autograd::NoGradGuard no_grad;
+    for (Tensor& p : cpu_model.parameters()) p.copy_(randn(p.shape()) * 0.1);  // the zero-started layers too
+  }
+  models::UNet gpu_model(cpu_model.config);
+  gpu_model.load_state_dict(cpu_model.state_dict());
+  gpu_model.to(kGpu);
+  const models::DiffusionSchedule schedule(50, models::NoiseSchedule::kCosine);
+  const Tensor labels = from_vector(std::vector<int64_t>{0, 1, 2, 1});
+  for (auto sampler : {models::DiffusionSampler::kDdim, models::DiffusionSampler::kDdpm}) {
+    const models::SampleOptions options{.sampler = sampler, .steps = 10, .guidance = 2.0, .eta = 0.0};
+    manual_seed(seed_ + 1);
+    const Tensor cpu = models::sample(cpu_model, schedule, labels, 8, 8, options);
+    manual_seed(seed_ + 1);
+    Tensor gpu;
+    ASSERT_NO_THROW(gpu = models::sample(gpu_model, schedule, labels, 8, 8, options)) << "the GPU's sampling";
+    ASSERT_EQ(gpu.device(), kCPU);
+    EXPECT_TRUE(close(gpu.to(kGpu), cpu, 1e-3, seed_)) << models::diffusion_sampler_name(sampler);
+  }
+}
+
 // `ember train mnist --device cuda`: the CNN's 10 epochs on the offline MNIST images (data/mnist,
 // from scripts/setup; EMBER_MNIST_DIR elsewhere) reach the CPU run's test accuracy, at least 97%,
 // in float32 and under float16 autocast.
