@@ -8,12 +8,14 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <cmath>
 #include <cstdint>
 #include <optional>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "ember/nn/functional.h"
@@ -419,6 +421,95 @@ TEST(GemmKernel, BlocksOnTheWholeCallsPathGetItsBits) {
         return sum;
       }(),
       1e-5);
+}
+
+// Note [B packed once]: a B packed ahead (gemm_pack_b) gives the bits of packing it per call, on
+// both branches of the packed path (A in one block, m <= 140 on AVX-512; and A in several),
+// across uneven k blocks (601 = 201 + 201 + 199), partial micro-panels, every layout of B, both
+// tiles, 1 and 2 threads, with an epilogue. Problems off the packed path have nothing to pack.
+template <class T>
+void packed_b_keeps_the_bits() {
+  int packed_problems = 0;
+  for (bool wide : {false, true}) {
+    const WideTile tile(wide);
+    for (const auto& [m, n, k] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{
+             {128, 384, 384}, {64, 150, 601}, {300, 277, 601}, {500, 1100, 300}, {140, 97, 257}}) {
+      for (Layout layout : {Layout::kRowMajor, Layout::kTransposed, Layout::kStrided}) {
+        std::mt19937 rng(static_cast<uint32_t>(m + n + k));
+        const Matrix<T> a(m, k, Layout::kRowMajor, rng), b(k, n, layout, rng);
+        std::vector<T> bias(static_cast<size_t>(n), T(0.25));
+        std::vector<T> expected(static_cast<size_t>(m * n)), got(expected.size());
+        GemmArgs args = product_args(a, b, expected.data(), n, 1);
+        args.bias = bias.data();
+        args.activation = Activation::kRelu;
+        const int64_t size = ember::cpu::gemm_packed_b_size(args);
+        ASSERT_EQ(size > 0, ember::cpu::gemm_path(args) == ember::cpu::GemmPath::kPacked ||
+                                ember::cpu::gemm_path(args) == ember::cpu::GemmPath::kPackedWide);
+        if (size == 0) continue;
+        ++packed_problems;
+        ember::cpu::gemm(args);
+        std::vector<T> packed(static_cast<size_t>(size) + 64 / sizeof(T));
+        T* aligned = packed.data();
+        while (reinterpret_cast<uintptr_t>(aligned) % 64 != 0) ++aligned;
+        ember::cpu::gemm_pack_b(args, aligned);
+        for (int threads : {1, 2}) {
+          test_util::ThreadCountGuard guard;
+          ember::set_num_threads(threads);
+          std::fill(got.begin(), got.end(), T(-7));
+          GemmArgs packed_args = args;
+          packed_args.c = got.data();
+          packed_args.b_packed = aligned;
+          ember::cpu::gemm(packed_args);
+          ASSERT_TRUE(std::equal(got.begin(), got.end(), expected.begin(),
+                                 [](T x, T y) {
+                                   return std::bit_cast<std::array<char, sizeof(T)>>(x) ==
+                                          std::bit_cast<std::array<char, sizeof(T)>>(y);
+                                 }))
+              << m << "x" << k << " @ " << k << "x" << n << ", B " << name_of(layout) << ", wide tile " << wide << ", "
+              << threads << " threads";
+        }
+      }
+    }
+  }
+  EXPECT_GE(packed_problems, 20);  // of 30
+  std::mt19937 rng(1);
+  const Matrix<T> a(1, 64, Layout::kRowMajor, rng), b(64, 64, Layout::kRowMajor, rng);
+  std::vector<T> c(64);
+  const GemmArgs vector_times_matrix = product_args(a, b, c.data(), 64, 1);
+  EXPECT_EQ(ember::cpu::gemm_packed_b_size(vector_times_matrix), 0);
+  test_util::expect_error([&] { ember::cpu::gemm_pack_b(vector_times_matrix, c.data()); },
+                          {"does not take the packed path"});
+}
+
+TEST(GemmKernel, PackedBKeepsTheBitsFloat) { packed_b_keeps_the_bits<float>(); }
+TEST(GemmKernel, PackedBKeepsTheBitsDouble) { packed_b_keeps_the_bits<double>(); }
+
+// A weight multiplied again at the same version is packed once and kept on its storage (Note [B
+// packed once]): the third product reads the kept panels and gives the first one's bits; a write
+// to the weight (in place, through a view) retires them, so the products follow the new values.
+TEST(GemmKernel, KeptPackingOfAWeightFollowsItsWrites) {
+  ember::manual_seed(4);
+  const Tensor x = ember::randn({96, 200});
+  Tensor w = ember::randn({150, 200});  // a linear's (out, in) weight: B is its transpose
+  const Tensor bias = ember::randn({150});
+  const auto reference = [&](const Tensor& weight) {
+    return ember::nn::functional::linear(x, weight.clone(), bias);  // a fresh storage: packed per call
+  };
+  const Tensor first = ember::nn::functional::linear(x, w, bias);
+  EXPECT_TRUE(golden::all_close(first, reference(w), {0, 0}));
+  for (int call = 0; call < 3; ++call) {
+    EXPECT_TRUE(golden::all_close(ember::nn::functional::linear(x, w, bias), first, {0, 0})) << "call " << call;
+  }
+  w.narrow(0, 10, 5).mul_(-3.0);  // a write through a view of the same storage
+  const Tensor changed = reference(w);
+  EXPECT_FALSE(golden::all_close(changed, first, {0, 0}));
+  for (int call = 0; call < 3; ++call) {
+    EXPECT_TRUE(golden::all_close(ember::nn::functional::linear(x, w, bias), changed, {0, 0})) << "call " << call;
+  }
+  // The same storage as B in another layout (w @ w.T reads w both ways) keeps a form of its own.
+  const Tensor square = ember::matmul(w, w.t());
+  EXPECT_TRUE(golden::all_close(ember::matmul(w, w.t()), square, {0, 0}));
+  EXPECT_TRUE(golden::all_close(ember::matmul(w, w.t()), ember::matmul(w.clone(), w.clone().t()), {0, 0}));
 }
 
 TEST(GemmKernel, MicroKernelIsNamed) {

@@ -74,6 +74,23 @@ std::shared_ptr<const void> derived_form(const Operand& o, const DerivedKey& key
   return form;
 }
 
+std::shared_ptr<const void> derived_form_on_reuse(const Operand& o, const DerivedKey& key,
+                                                  const std::function<std::shared_ptr<const void>()>& make) {
+  if (o.storage == nullptr) return nullptr;
+  if (std::shared_ptr<const void> form = o.storage->derived(key)) return form;
+  const uint32_t version = o.storage->version();  // read first: a write while make() runs retires the form
+  DerivedKey seen = key;
+  seen[0] = ~seen[0];
+  if (o.storage->derived(seen) == nullptr) {
+    static const std::shared_ptr<const void> kSeen = std::make_shared<int>(0);
+    o.storage->keep_derived(seen, version, kSeen);
+    return nullptr;
+  }
+  std::shared_ptr<const void> form = make();
+  o.storage->keep_derived(key, version, form);
+  return form;
+}
+
 namespace detail {
 
 Tensor make_view(const Tensor& base, const Shape& shape, const Strides& strides, int64_t offset) {

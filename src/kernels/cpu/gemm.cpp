@@ -78,6 +78,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <optional>
 #include <tuple>
 #include <type_traits>
@@ -173,6 +174,7 @@ struct Problem {
   int64_t c_row_stride, c_col_stride;
   Epilogue<T> epilogue;
   GemmPath path = GemmPath::kAuto;  // GemmArgs::path
+  const T* b_packed = nullptr;      // GemmArgs::b_packed
 };
 
 // The activation on one value: the scalar reference (scalar_math.h), computed in T.
@@ -686,18 +688,24 @@ void packed_gemm(const Problem<T>& p, int threads) {
         packed_for = call;
       }
       const int64_t q0 = group * per_group, count = std::min(per_group, panels - q0), j0 = q0 * nr;
-      T* b_own = static_cast<T*>(scratch(Scratch::kOwnB, count * nr * kc_block * kBytes));
+      T* b_own = p.b_packed ? nullptr : static_cast<T*>(scratch(Scratch::kOwnB, count * nr * kc_block * kBytes));
       for (int64_t block = 0; block < k_blocks; ++block) {
         const int64_t pc = block * kc_block, kc = block_kc(block);
-        pack_b(d, p.b + pc * p.b_row_stride + j0 * p.b_col_stride, p.b_row_stride, p.b_col_stride, kc,
-               std::min(p.n - j0, count * nr), 0, count, b_own);
-        block_times_panels<MR>(d, p, 0, p.m, j0, count, pc, kc, a_all + block * a_stride, b_own);
+        const T* b_panels = b_own;
+        if (p.b_packed != nullptr) {
+          b_panels = p.b_packed + pc * panels * nr + q0 * nr * kc;
+        } else {
+          pack_b(d, p.b + pc * p.b_row_stride + j0 * p.b_col_stride, p.b_row_stride, p.b_col_stride, kc,
+                 std::min(p.n - j0, count * nr), 0, count, b_own);
+        }
+        block_times_panels<MR>(d, p, 0, p.m, j0, count, pc, kc, a_all + block * a_stride, b_panels);
       }
     });
     return;
   }
 
-  T* b_packed = static_cast<T*>(scratch(Scratch::kPackedB, kc_block * nc_block * kBytes));
+  T* b_packed = p.b_packed ? nullptr : static_cast<T*>(scratch(Scratch::kPackedB, kc_block * nc_block * kBytes));
+  const int64_t all_panels = ceil_div(p.n, nr);
   // Row blocks as even as whole tiles allow (a short last block would leave one thread idle).
   const int64_t row_tiles = ceil_div(p.m, MR);
   const int64_t row_blocks = ceil_div(row_tiles, mc_max / MR);
@@ -713,16 +721,21 @@ void packed_gemm(const Problem<T>& p, int threads) {
     const int64_t pack_per_task = ceil_div(panels, std::min(panels, tasks_wanted));
     for (int64_t block = 0; block < k_blocks; ++block) {
       const int64_t pc = block * kc_block, kc = block_kc(block);
-      parallel_tasks(ceil_div(panels, pack_per_task), threads, [&](int64_t t) HWY_ATTR {
-        pack_b(d, p.b + pc * p.b_row_stride + jc * p.b_col_stride, p.b_row_stride, p.b_col_stride, kc, nc,
-               t * pack_per_task, std::min(panels, (t + 1) * pack_per_task), b_packed);
-      });
+      const T* b_panels = b_packed;
+      if (p.b_packed != nullptr) {
+        b_panels = p.b_packed + pc * all_panels * nr + jc * kc;
+      } else {
+        parallel_tasks(ceil_div(panels, pack_per_task), threads, [&](int64_t t) HWY_ATTR {
+          pack_b(d, p.b + pc * p.b_row_stride + jc * p.b_col_stride, p.b_row_stride, p.b_col_stride, kc, nc,
+                 t * pack_per_task, std::min(panels, (t + 1) * pack_per_task), b_packed);
+        });
+      }
       parallel_tasks(row_blocks * col_groups, threads, [&](int64_t t) HWY_ATTR {
         const auto [ic, mc] = block_rows(t / col_groups);
         const int64_t q0 = (t % col_groups) * per_group, count = std::min(per_group, panels - q0);
         T* a_packed = static_cast<T*>(scratch(Scratch::kPackedA, (mc_max * kc_block + kPackSlack) * kBytes));
         pack_a<MR>(p.a + ic * p.a_row_stride + pc * p.a_col_stride, p.a_row_stride, p.a_col_stride, mc, kc, a_packed);
-        block_times_panels<MR>(d, p, ic, mc, jc + q0 * nr, count, pc, kc, a_packed, b_packed + q0 * nr * kc);
+        block_times_panels<MR>(d, p, ic, mc, jc + q0 * nr, count, pc, kc, a_packed, b_panels + q0 * nr * kc);
       });
     }
   }
@@ -1049,7 +1062,36 @@ void solve(Problem<T> p, int threads) {
   }
 }
 
+// Note [B packed once]: the packed path's B micro-panels for every k block, laid out as
+// packed_gemm reads them: block b (rows [b KC, b KC + kc) of B, KC = the k blocking) holds every
+// micro-panel of the n columns, panel q at (b KC) * panels * NR + q * NR * kc. Elements; 0 when the
+// problem does not take the packed path.
+template <class T>
+int64_t packed_b_size(Problem<T> p, int64_t* panel_width) {
+  const int64_t nr = kNrVectors * static_cast<int64_t>(hn::Lanes(hn::ScalableTag<T>()));
+  *panel_width = nr;
+  const GemmPath path = choose_path(p);
+  if (path != GemmPath::kPacked && path != GemmPath::kPackedWide) return 0;
+  return p.k * round_up(p.n, nr);
+}
+
+template <class T>
+void pack_all_of_b(Problem<T> p, T* HWY_RESTRICT packed) {
+  (void)choose_path(p);  // the strides of size-1 dims, as solve sees them
+  const hn::ScalableTag<T> d;
+  const int64_t nr = kNrVectors * static_cast<int64_t>(hn::Lanes(d)), panels = ceil_div(p.n, nr);
+  const int64_t kc_block = ceil_div(p.k, ceil_div(p.k, kKc));
+  for (int64_t pc = 0; pc < p.k; pc += kc_block) {
+    pack_b(d, p.b + pc * p.b_row_stride, p.b_row_stride, p.b_col_stride, std::min(kc_block, p.k - pc), p.n, 0, panels,
+           packed + pc * panels * nr);
+  }
+}
+
 // The per-target entry points.
+int64_t PackedBSizeFloat(const Problem<float>& p, int64_t* panel_width) { return packed_b_size(p, panel_width); }
+int64_t PackedBSizeDouble(const Problem<double>& p, int64_t* panel_width) { return packed_b_size(p, panel_width); }
+void PackBFloat(const Problem<float>& p, float* packed) { pack_all_of_b(p, packed); }
+void PackBDouble(const Problem<double>& p, double* packed) { pack_all_of_b(p, packed); }
 void SolveFloat(const Problem<float>& p, int threads) { solve(p, threads); }
 void SolveDouble(const Problem<double>& p, int threads) { solve(p, threads); }
 GemmPath PathFloat(Problem<float> p) { return choose_path(p); }
@@ -1067,6 +1109,10 @@ namespace gemm_detail {
 
 HWY_EXPORT(SolveFloat);
 HWY_EXPORT(SolveDouble);
+HWY_EXPORT(PackedBSizeFloat);
+HWY_EXPORT(PackedBSizeDouble);
+HWY_EXPORT(PackBFloat);
+HWY_EXPORT(PackBDouble);
 HWY_EXPORT(MicroKernelName);
 HWY_EXPORT(PathFloat);
 HWY_EXPORT(PathDouble);
@@ -1155,7 +1201,7 @@ void solve_one(const GemmArgs& g, int64_t a_offset, int64_t b_offset, int64_t c_
     const Epilogue<T> epilogue{static_cast<T>(g.alpha), static_cast<T>(g.beta), bias, g.activation, residual,
                                g.residual_row_stride,   g.residual_col_stride};
     solve_simd(Problem<T>{g.m, g.n, g.k, a, g.a_row_stride, g.a_col_stride, b, g.b_row_stride, g.b_col_stride, c,
-                          g.c_row_stride, g.c_col_stride, epilogue, g.path},
+                          g.c_row_stride, g.c_col_stride, epilogue, g.path, static_cast<const T*>(g.b_packed)},
                threads);
   } else if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) {
     solve_half(g, a, b, c, residual, threads);
@@ -1197,6 +1243,8 @@ void gemm_batched(const GemmArgs& g, int64_t batch, const int64_t* a_offsets, co
   if (batch <= 0 || g.m <= 0 || g.n <= 0) return;
   EMBER_CHECK(path_fits(g), "[gemm] a ", g.dtype, " problem with these strides cannot take path ",
               static_cast<int>(g.path));
+  EMBER_CHECK(g.b_packed == nullptr || b_offsets == nullptr || batch == 1,
+              "[gemm] a packed B serves one matrix, not a batch of ", batch);
   dispatch_dtype(g.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     if constexpr (std::is_same_v<T, bool>) {
@@ -1252,6 +1300,52 @@ GemmPath gemm_path(const GemmArgs& g) {
 
 int64_t gemm_tile_rows() { return gemm_detail::tile_rows(); }
 
+namespace {
+
+template <class T>
+gemm_detail::Problem<T> problem_of(const GemmArgs& g) {
+  const gemm_detail::Epilogue<T> epilogue{
+      static_cast<T>(g.alpha),           static_cast<T>(g.beta), static_cast<const T*>(g.bias), g.activation,
+      static_cast<const T*>(g.residual), g.residual_row_stride,  g.residual_col_stride};
+  return {g.m,
+          g.n,
+          g.k,
+          static_cast<const T*>(g.a),
+          g.a_row_stride,
+          g.a_col_stride,
+          static_cast<const T*>(g.b),
+          g.b_row_stride,
+          g.b_col_stride,
+          static_cast<T*>(g.c),
+          g.c_row_stride,
+          g.c_col_stride,
+          epilogue,
+          g.path};
+}
+
+}  // namespace
+
+int64_t gemm_packed_b_size(const GemmArgs& g, int64_t* panel_width) {
+  using namespace gemm_detail;  // NOLINT(google-build-using-namespace)
+  int64_t width = 0;
+  int64_t size = 0;
+  if (g.m > 0 && g.n > 0 && g.k > 0 && g.dtype == kFloat32) {
+    size = HWY_DYNAMIC_DISPATCH(PackedBSizeFloat)(problem_of<float>(g), &width);
+  }
+  if (g.m > 0 && g.n > 0 && g.k > 0 && g.dtype == kFloat64) {
+    size = HWY_DYNAMIC_DISPATCH(PackedBSizeDouble)(problem_of<double>(g), &width);
+  }
+  if (panel_width != nullptr) *panel_width = width;
+  return size;
+}
+
+void gemm_pack_b(const GemmArgs& g, void* packed) {
+  using namespace gemm_detail;  // NOLINT(google-build-using-namespace)
+  EMBER_CHECK(gemm_packed_b_size(g) > 0, "[gemm] this problem does not take the packed path: nothing to pack");
+  if (g.dtype == kFloat32) HWY_DYNAMIC_DISPATCH(PackBFloat)(problem_of<float>(g), static_cast<float*>(packed));
+  if (g.dtype == kFloat64) HWY_DYNAMIC_DISPATCH(PackBDouble)(problem_of<double>(g), static_cast<double*>(packed));
+}
+
 // --- registry entry --------------------------------------------------------------------------------
 
 namespace {
@@ -1276,6 +1370,35 @@ void add_residual(const Operand& c, const Operand& residual) {
       index[d] = 0;
     }
   }
+}
+
+// Note [B packed once]: a B that is multiplied again at the same version (a weight in inference:
+// every token batch, every image) keeps the packed path's panels on its storage (Note [derived
+// forms] in ember/tensor.h), so later products skip packing it: onnx_minilm_b1_s128 spent 11% of
+// its time in pack_b. The panels are made at the second product of a version, not the first: a
+// training step multiplies each weight once forward (W^T) and once backward (W) per version, and
+// deriving there would only add an allocation of the weight's size per product. The first product
+// leaves a marker (no allocation) under the key's "seen" variant. A compiled plan's temporaries
+// have no storage and keep nothing.
+constexpr int64_t kDerivedPackedB = 101;
+
+std::shared_ptr<const void> kept_packing_of_b(const GemmArgs& args, const Operand& b) {
+  if (b.storage == nullptr || (args.dtype != kFloat32 && args.dtype != kFloat64)) return nullptr;
+  int64_t panel_width = 0;  // the packing's layout: another instruction set packs differently
+  const int64_t size = gemm_packed_b_size(args, &panel_width);
+  if (size == 0) return nullptr;
+  const auto first = static_cast<int64_t>(reinterpret_cast<intptr_t>(b.data));  // views of one storage differ here
+  const DerivedKey key{
+      kDerivedPackedB, first, args.k, args.n, args.b_row_stride, args.b_col_stride, static_cast<int64_t>(args.dtype),
+      panel_width};
+  return derived_form_on_reuse(b, key, [&] {
+    const size_t bytes = static_cast<size_t>(size) * dtype_size(args.dtype);
+    std::shared_ptr<void> form(hwy::AllocateAlignedBytes(bytes, nullptr, nullptr),
+                               [](void* p) { hwy::FreeAlignedBytes(p, nullptr, nullptr); });
+    EMBER_CHECK(form != nullptr, "[matmul] out of memory allocating ", bytes, " bytes for a packed weight");
+    gemm_pack_b(args, form.get());
+    return std::shared_ptr<const void>(std::move(form));
+  });
 }
 
 // Matmul. inputs: a (batch..., m, k), b (batch..., k, n), bias (n), (1) or () or absent, residual
@@ -1345,6 +1468,8 @@ void matmul_kernel(const KernelCall& call) {
       args.c_row_stride = *c_stride;
       if (r_stride) args.residual_row_stride = *r_stride;
       if (add_after) args.residual = nullptr;
+      const std::shared_ptr<const void> packed = kept_packing_of_b(args, b);
+      args.b_packed = packed.get();
       gemm(args);
       if (add_after && c.dtype == kFloat32) add_residual<float>(c, residual);
       if (add_after && c.dtype == kFloat64) add_residual<double>(c, residual);

@@ -78,6 +78,9 @@ struct GemmArgs {
   // (with the same strides and epilogue); kAuto: the shape's own. A path these strides cannot take
   // is an error.
   GemmPath path = GemmPath::kAuto;
+  // float32/float64: B already packed by gemm_pack_b for this problem (the same k, n, strides and
+  // path), or null to pack it per call. One matrix: not with per-problem B offsets.
+  const void* b_packed = nullptr;
 };
 
 // Solves one problem, using up to ember's thread count when it is big enough to pay for them.
@@ -98,6 +101,14 @@ void gemm_batched(const GemmArgs& args, int64_t batch, const int64_t* a_offsets,
 
 // The path a float32/float64 problem takes (its own `path` when set; kOther for other dtypes).
 GemmPath gemm_path(const GemmArgs& args);
+
+// B's packed form for a problem (Note [B packed once] in gemm.cpp): its size in elements, 0 when
+// the problem does not take the packed path (then there is nothing to pack), and the packing into
+// `packed` (that many elements, aligned to 64 bytes). The form belongs to the instruction set
+// that made it: `panel_width` (if given) receives its micro-panels' width, which tells the
+// layouts of different instruction sets apart.
+int64_t gemm_packed_b_size(const GemmArgs& args, int64_t* panel_width = nullptr);
+void gemm_pack_b(const GemmArgs& args, void* packed);
 
 // The rows of C one register tile of the packed path holds on this CPU (14 or 6).
 int64_t gemm_tile_rows();
