@@ -879,6 +879,27 @@ TEST(Compile, ResultsMayBeArgumentsOrTheirViews) {
   EXPECT_EQ(r[2].data_ptr(), y.slice(1, 1, 3).data_ptr());
 }
 
+// A weight the plan writes (an optimizer step inside a compiled function) moves its version, so
+// what eager products kept from it (Note [B packed once], a packed weight) is not read again:
+// eager linears after the compiled write give the new weight's bits.
+TEST(Compile, PlanWritesRetireFormsKeptOutside) {
+  manual_seed(12);
+  const Tensor x = randn({200, 300});
+  Tensor w = randn({64, 300});
+  auto step = compile([](const Tensor& weight) {
+    Tensor t = weight;
+    t.mul_(-0.5);
+    return weight.sum();
+  });
+  for (int round = 0; round < 3; ++round) {
+    for (int call = 0; call < 3; ++call) (void)nn::functional::linear(x, w);  // packed from the second
+    step(w);
+    const Tensor fresh = nn::functional::linear(x, w.clone());
+    EXPECT_TRUE(test_util::bitwise_equal(nn::functional::linear(x, w), fresh)) << "round " << round;
+    EXPECT_TRUE(test_util::bitwise_equal(nn::functional::linear(x, w), fresh)) << "round " << round;
+  }
+}
+
 TEST(Compile, InPlaceWritesToArgumentsReplay) {
   auto f = compile([](const Tensor& a) {
     Tensor t = a;

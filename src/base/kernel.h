@@ -76,8 +76,9 @@ using DerivedKey = std::array<int64_t, 8>;
 std::shared_ptr<const void> derived_form(const Operand& o, const DerivedKey& key,
                                          const std::function<std::shared_ptr<const void>()>& make);
 // As derived_form, for forms that pay only when they are used again: make() runs at the second
-// request of a version. The first returns null and leaves a marker (no allocation) under `key`
-// with its first element complemented. Without a storage: null, make() never runs.
+// request of a version. The first returns null, leaves a marker (no allocation) under `key`
+// with its first element complemented, and frees the form of an older version. Without a
+// storage: null, make() never runs.
 std::shared_ptr<const void> derived_form_on_reuse(const Operand& o, const DerivedKey& key,
                                                   const std::function<std::shared_ptr<const void>()>& make);
 

@@ -84,6 +84,9 @@ std::shared_ptr<const void> derived_form_on_reuse(const Operand& o, const Derive
   if (o.storage->derived(seen) == nullptr) {
     static const std::shared_ptr<const void> kSeen = std::make_shared<int>(0);
     o.storage->keep_derived(seen, version, kSeen);
+    // A form of an older version (a weight packed for an evaluation, then trained on) is freed
+    // now rather than held until the next one replaces it.
+    o.storage->keep_derived(key, version, nullptr);
     return nullptr;
   }
   std::shared_ptr<const void> form = make();

@@ -62,6 +62,12 @@ Executable::Executable(Graph graph, const MemoryPlan& plan) : graph_(std::move(g
     for (const Node& member : n.body) self(member, self);
   };
   for (const Node& n : g.nodes) mark_written(n, mark_written);
+  for (size_t b = 0; b < g.buffers.size(); ++b) {
+    const Buffer& buf = g.buffers[b];
+    const bool outside = buf.kind == BufferKind::kArgument ||
+                         ((buf.kind == BufferKind::kState || buf.kind == BufferKind::kConstant) && buf.storage);
+    if (written[b] && outside && !buf.guard_version) written_outside_.push_back(static_cast<int>(b));
+  }
   operands_.reserve(num_operands);
   sources_.reserve(num_operands);
   calls_.reserve(num_calls);
@@ -598,6 +604,14 @@ std::vector<Tensor> Executable::run(const std::vector<Tensor>& arguments) {
         slot.leaf->grad = slot.grad;
         break;
       }
+    }
+  }
+  for (int b : written_outside_) {
+    const Buffer& buf = graph_.buffers[static_cast<size_t>(b)];
+    if (buf.kind == BufferKind::kArgument) {
+      arguments[static_cast<size_t>(buf.argument)].bump_version();
+    } else {
+      buf.storage->bump_version();
     }
   }
   std::vector<Tensor> results;

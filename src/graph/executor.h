@@ -164,6 +164,9 @@ class Executable {
   std::vector<KernelCall> piece_calls_;
   std::vector<std::vector<int>> drawing_nodes_;  // per draw: the nodes whose key it is
   std::vector<int> output_buffers_;
+  // Arguments and state the plan writes: their versions move after each run, as an eager write's
+  // would, so forms derived from them outside the plan (Note [derived forms]) retire.
+  std::vector<int> written_outside_;
   std::vector<std::shared_ptr<StorageImpl>> observed_products_;  // per interleave, on a call with observers
   std::vector<std::shared_ptr<StorageImpl>> output_storage_;
 };

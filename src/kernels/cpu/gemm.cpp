@@ -1062,7 +1062,7 @@ void solve(Problem<T> p, int threads) {
   }
 }
 
-// Note [B packed once]: the packed path's B micro-panels for every k block, laid out as
+// B packed ahead (Note [B packed once], at the registry entry): the micro-panels of every k block, as
 // packed_gemm reads them: block b (rows [b KC, b KC + kc) of B, KC = the k blocking) holds every
 // micro-panel of the n columns, panel q at (b KC) * panels * NR + q * NR * kc. Elements; 0 when the
 // problem does not take the packed path.
@@ -1379,7 +1379,9 @@ void add_residual(const Operand& c, const Operand& residual) {
 // training step multiplies each weight once forward (W^T) and once backward (W) per version, and
 // deriving there would only add an allocation of the weight's size per product. The first product
 // leaves a marker (no allocation) under the key's "seen" variant. A compiled plan's temporaries
-// have no storage and keep nothing.
+// have no storage and keep nothing. The panels take B's memory again (columns rounded up to a
+// panel): a float32 model in inference holds its weights twice, as the convolutions' packed
+// weights do.
 constexpr int64_t kDerivedPackedB = 101;
 
 std::shared_ptr<const void> kept_packing_of_b(const GemmArgs& args, const Operand& b) {
