@@ -112,7 +112,10 @@ inline constexpr double kUnpackedWork = 64.0 * 64.0 * 64.0;
 inline constexpr int64_t kUnpackedMinK = 16;
 inline constexpr double kTinyWork = 16.0 * 16.0 * 16.0;
 // Problems with fewer multiply-adds than this run on one thread: about 20 us of work on one core,
-// against a few us to hand tasks to the pool's threads and join them.
+// against a few us to hand tasks to the pool's threads and join them. 64^3 on both threads
+// measured 3.6-3.9 against 5.5-5.7 us quiet (Zen 4), but beside a one-core load its mean went
+// from 5.8-7.1 to 8.6-10.9 us: a task claimed by a thread that then loses its core holds the
+// call for a time slice, a cost that 1.8 us tasks cannot amortize.
 inline constexpr double kParallelWork = 128.0 * 128.0 * 64.0;
 
 // A number no other GEMM call shares (the packed path's threads recognize their call by it).
