@@ -298,6 +298,20 @@ def ember_json(ember: Path, args: list[str], threads: int) -> list[dict]:
     return [json.loads(line) for line in out.splitlines() if line.strip()]
 
 
+def host_clock() -> tuple[float, float]:
+    """(CPU seconds this process has used, all its threads: PyTorch's, onnxruntime's; seconds the
+    hypervisor has stolen from this machine's CPUs, from /proc/stat where there is one)."""
+    t = os.times()
+    stolen = 0.0
+    try:
+        with open("/proc/stat") as f:
+            fields = f.readline().split()
+        stolen = int(fields[8]) / os.sysconf("SC_CLK_TCK")  # cpu user nice system idle iowait irq softirq steal
+    except (OSError, IndexError, ValueError):
+        pass
+    return t.user + t.system, stolen
+
+
 def measure_machine(ember: Path, threads: int) -> dict:
     """The best of two measurements of each peak (a disturbed run only lowers a peak)."""
     runs = [ember_json(ember, ["--machine"], threads)[0] for _ in range(2)]
@@ -491,6 +505,7 @@ def run(args) -> int:
                 print(f"  {name}: {peer} failed, left out: {type(e).__name__}: {str(e).splitlines()[0][:200]}",
                       flush=True)
         rounds = {"ember": []} | {p: [] for p in callables} | ({"cpp": []} if py_row else {})
+        busy: list[tuple[float, float]] = []  # per ember process: (cores this process used, cores stolen)
         ember_record = None
         try:
             for r in range(args.rounds):
@@ -500,8 +515,13 @@ def run(args) -> int:
                     if side == "ember" and py_row:
                         rounds["ember"].append(peers.measure(ember_py, policy).median_s)
                     elif side in ("ember", "cpp"):
+                        # What else ran meanwhile: this process's own threads (a peer's that did not go
+                        # to sleep) and the host (stolen time), in cores, over ember's whole process.
+                        (cpu0, stolen0), start = host_clock(), time.perf_counter()
                         ember_record = ember_json(ember, ["--filter", f"^{re.escape(cpp_name)}$", *ember_args],
                                                   args.threads)[0]
+                        (cpu1, stolen1), wall = host_clock(), time.perf_counter() - start
+                        busy.append(((cpu1 - cpu0) / wall, (stolen1 - stolen0) / wall))
                         rounds[side].append(ember_record["seconds"])
                     else:
                         fn, warmup = callables[side]
@@ -519,7 +539,11 @@ def run(args) -> int:
                   "flops": float(ember_record["flops"]), "bytes": float(ember_record["bytes"])}
         results.append(result)
         detail[name] = {"rounds": rounds, "ember_noise": spread(rounds["ember"]),
-                        "peer_noise": {p: spread(v) for p, v in rounds.items() if p != "ember"}}
+                        "peer_noise": {p: spread(v) for p, v in rounds.items() if p != "ember"},
+                        "beside_ember": busy}
+        if busy and max(max(b) for b in busy) > 0.1:
+            print(f"  {name}: while ember ran, this process kept up to {max(b[0] for b in busy):.2f} cores busy "
+                  f"and the host stole up to {max(b[1] for b in busy):.2f}: ember's time may be disturbed", flush=True)
         partial = {"machine": machine, "results": [result]}
         header, rows = table_rows(partial, detail)
         print("  ".join(f"{h}={c}" for h, c in zip(header, rows[0])), flush=True)
