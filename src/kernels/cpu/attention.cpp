@@ -293,6 +293,11 @@ struct Attention {
 // it within 5 ulp (Attention.ExpOfNonPositiveScores). It saves Highway's Exp its second scaling
 // step (for inputs of any size) and clamping: sdpa_f32_b4h8l1024d64 33.7 -> 31.25 ms, with the
 // backward 110.9 -> 107.8 ms (3 interleaved rounds, 2 threads). double: Highway's Exp.
+// Tried on a later Zen 4 and not kept, each alternated 3 times against this code (sdpa_f32 46.0-47.2
+// ms, with the backward 158.7-159.9 ms): n from one add of 1.5 * 2^23 instead of Round and
+// ConvertTo (five instructions fewer per vector, the same bits on every float in [-88, 0]) 46.6-46.8
+// and 157.7-158.0 ms; the polynomial by Estrin's scheme (a chain of 16 cycles instead of 24) 46.5-46.7
+// and 157.3-157.8 ms. Products are 82% of this forward's time (`perf`), at 95% of the FMA peak.
 template <class D, class V = hn::Vec<D>>
 HWY_INLINE V exp_nonpositive(D d, V x) {
   if constexpr (std::is_same_v<hn::TFromD<D>, float>) {
