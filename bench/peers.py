@@ -282,12 +282,13 @@ def cross_entropy(rows: int, classes: int) -> dict[str, Setup]:
     return {"torch": torch_setup, "torch_compile": compile_setup, "numpy": numpy_setup}
 
 
-def conv2d(batch, in_channels, size, out_channels, kernel, padding, bias, dtype=torch.float32) -> dict[str, Setup]:
+def conv2d(batch, in_channels, size, out_channels, kernel, padding, bias, dtype=torch.float32,
+           groups=1) -> dict[str, Setup]:
     def torch_setup():
         x = torch.randn(batch, in_channels, size, size).to(dtype)
-        w = torch.randn(out_channels, in_channels, kernel, kernel).to(dtype)
+        w = torch.randn(out_channels, in_channels // groups, kernel, kernel).to(dtype)
         b = torch.randn(out_channels).to(dtype) if bias else None
-        return lambda: F.conv2d(x, w, b, 1, padding)
+        return lambda: F.conv2d(x, w, b, 1, padding, 1, groups)
 
     return {"torch": torch_setup}
 
@@ -971,6 +972,7 @@ def workloads(data_dir: str = "data/mnist") -> dict[str, dict[str, Setup]]:
     w["conv2d_f32_resnet"] = conv2d(32, 64, 56, 64, 3, 1, False)
     w["conv2d_bf16_resnet"] = conv2d(32, 64, 56, 64, 3, 1, False, torch.bfloat16)
     w["conv2d_f32_cnn2"] = conv2d(64, 16, 12, 32, 5, 0, True)
+    w["conv2d_f32_depthwise"] = conv2d(32, 144, 56, 144, 3, 1, True, groups=144)
     w["resnet_block_f32"] = resnet_block()
     w["maxpool2d_f32"] = maxpool2d()
     w["linear_gelu_f32"] = linear_gelu(8192, 768, 3072)

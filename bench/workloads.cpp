@@ -150,23 +150,24 @@ struct ConvCase {
   int64_t batch, in_channels, height, width, out_channels, kernel, padding;
   bool bias;
   DType dtype = kFloat32;
+  int64_t groups = 1;
 };
 
 WorkloadSpec conv2d(const std::string& name, ConvCase c, bool slow = false) {
   return {name, slow, [=] {
             const Tensor x = randn({c.batch, c.in_channels, c.height, c.width}).to(c.dtype);
-            const Tensor weight = randn({c.out_channels, c.in_channels, c.kernel, c.kernel}).to(c.dtype);
+            const Tensor weight = randn({c.out_channels, c.in_channels / c.groups, c.kernel, c.kernel}).to(c.dtype);
             const std::optional<Tensor> bias =
                 c.bias ? std::optional<Tensor>(randn({c.out_channels}).to(c.dtype)) : std::nullopt;
             const double element_bytes = static_cast<double>(dtype_size(c.dtype));
             const int64_t out_h = c.height + 2 * c.padding - c.kernel + 1;
             const int64_t out_w = c.width + 2 * c.padding - c.kernel + 1;
             const double outputs = as_double(c.batch * c.out_channels * out_h * out_w);
-            const double reduction = as_double(c.in_channels * c.kernel * c.kernel);
+            const double reduction = as_double(c.in_channels / c.groups * c.kernel * c.kernel);
             return Workload{.flops = 2 * outputs * reduction + (c.bias ? outputs : 0),
                             .bytes = element_bytes *
                                      (as_double(x.numel() + weight.numel() + (c.bias ? c.out_channels : 0)) + outputs),
-                            .run = [=] { nn::functional::conv2d(x, weight, bias, 1, c.padding); }};
+                            .run = [=] { nn::functional::conv2d(x, weight, bias, 1, c.padding, 1, c.groups); }};
           }};
 }
 
@@ -817,6 +818,8 @@ std::vector<WorkloadSpec> workloads(const std::string& mnist_dir) {
   w.push_back(conv2d("conv2d_f32_resnet", {32, 64, 56, 56, 64, 3, 1, false}));
   w.push_back(conv2d("conv2d_bf16_resnet", {32, 64, 56, 56, 64, 3, 1, false, kBFloat16}));
   w.push_back(conv2d("conv2d_f32_cnn2", {64, 16, 12, 12, 32, 5, 0, true}));
+  // MobileNetV2's expanded 3 x 3 depthwise layer at 56 x 56 (Note [depthwise convolution]).
+  w.push_back(conv2d("conv2d_f32_depthwise", {32, 144, 56, 56, 144, 3, 1, true, kFloat32, 144}));
   w.push_back(resnet_block("resnet_block_f32"));
   w.push_back(maxpool2d("maxpool2d_f32"));
   w.push_back(linear_gelu("linear_gelu_f32", 8192, 768, 3072));

@@ -256,6 +256,94 @@ TEST(Conv2dBlocked, GradientsMatchTheFloat64Path) {
                                 {2e-4, 2e-4}));
 }
 
+// Depthwise convolutions (Note [depthwise convolution]): rows of a partial vector, one vector,
+// several rows of one to three vectors, more than four; 3 x 3 to 7 x 7, 1 x 4 (a causal conv1d), 3 x 1;
+// strides 1 and 2 (and 3, which the im2col path keeps), padding 0 to 3, dilation 2, one and two output
+// channels per input channel. The forward against the float64 reference in float32 and float64;
+// the gradients by gradcheck in float64 and float32's against float64's; 1 and 2 threads agree bit
+// for bit.
+TEST(Conv2dDepthwise, MatchesTheReferenceAndGradcheck) {
+  ember::manual_seed(67);
+  struct Case {
+    int64_t batch, channels, mult, h, w, kh, kw, stride, pad, dilation;
+  };
+  const std::vector<Case> cases = {
+      {2, 8, 1, 9, 5, 3, 3, 1, 1, 1},    {1, 6, 1, 7, 7, 7, 7, 1, 3, 1},   {3, 5, 2, 14, 14, 3, 3, 2, 1, 1},
+      {1, 4, 1, 20, 33, 5, 5, 1, 2, 1},  {2, 3, 1, 11, 70, 3, 3, 1, 1, 1}, {1, 7, 1, 1, 40, 1, 4, 1, 0, 1},
+      {2, 4, 2, 13, 29, 3, 1, 2, 0, 1},  {1, 3, 1, 12, 23, 3, 3, 1, 2, 2}, {2, 4, 1, 15, 31, 3, 3, 3, 1, 1},
+      {1, 16, 1, 56, 56, 3, 3, 2, 1, 1}, {1, 2, 3, 6, 17, 2, 5, 1, 1, 2}};
+  const int threads = ember::get_num_threads();
+  for (const Case& c : cases) {
+    SCOPED_TRACE(::testing::Message() << "batch " << c.batch << " channels " << c.channels << " x" << c.mult << " "
+                                      << c.h << "x" << c.w << " k " << c.kh << "x" << c.kw << " stride " << c.stride
+                                      << " pad " << c.pad << " dilation " << c.dilation);
+    const std::vector<int64_t> x_shape{c.batch, c.channels, c.h, c.w}, w_shape{c.channels * c.mult, 1, c.kh, c.kw};
+    for (const ember::DType dtype : {ember::kFloat32, ember::kFloat64}) {
+      const Tensor x = ember::randn(x_shape, dtype), w = ember::randn(w_shape, dtype);
+      const Tensor b = ember::randn({c.channels * c.mult}, dtype);
+      const Tensor expected = reference_conv(x, w, b, c.stride, c.pad, c.dilation, c.channels);
+      const double tol = dtype == ember::kFloat32 ? 1e-5 : 1e-12;
+      std::vector<Tensor> outs;
+      for (const int t : {1, 2}) {
+        ember::set_num_threads(t);
+        outs.push_back(F::conv2d(x, w, b, c.stride, c.pad, c.dilation, c.channels));
+        EXPECT_TRUE(golden::all_close(outs.back().to(ember::kFloat64), expected, {tol, tol})) << t << " threads";
+      }
+      ember::set_num_threads(threads);
+      EXPECT_TRUE(golden::all_close(outs[0], outs[1], {0, 0}));
+    }
+    // float32's gradients against float64's, on 1 and 2 threads.
+    const Tensor x = ember::randn(x_shape), w = ember::randn(w_shape);
+    const auto grads = [&](ember::DType dtype) {
+      const Tensor xl = x.to(dtype).requires_grad_(), wl = w.to(dtype).requires_grad_();
+      const Tensor out = F::conv2d(xl, wl, std::nullopt, c.stride, c.pad, c.dilation, c.channels);
+      ember::manual_seed(7);
+      const Tensor cot = ember::randn(out.shape(), ember::kFloat64).to(dtype);
+      return ember::autograd::grad({(out * cot).sum()}, {xl, wl});
+    };
+    const std::vector<Tensor> want = grads(ember::kFloat64);
+    ember::set_num_threads(1);
+    const std::vector<Tensor> one = grads(ember::kFloat32);
+    ember::set_num_threads(threads);
+    const std::vector<Tensor> got = grads(ember::kFloat32);
+    const double scale = std::sqrt(static_cast<double>(c.batch * c.h * c.w));  // terms in a weight's sum
+    for (size_t i = 0; i < 2; ++i) {
+      const double tol = i == 0 ? 1e-5 : 2e-6 * scale;
+      EXPECT_TRUE(golden::all_close(got[i].to(ember::kFloat64), want[i], {tol, tol})) << (i == 0 ? "input" : "weight");
+      EXPECT_TRUE(golden::all_close(one[i], got[i], {0, 0}));
+    }
+    if (c.h * c.w <= 300) {
+      const Tensor xd = ember::randn(x_shape, ember::kFloat64).requires_grad_();
+      const Tensor wd = ember::randn(w_shape, ember::kFloat64).requires_grad_();
+      const Tensor bd = ember::randn({c.channels * c.mult}, ember::kFloat64).requires_grad_();
+      EXPECT_TRUE(ember::autograd::gradcheck(
+          [&](const std::vector<Tensor>& in) {
+            return F::conv2d(in[0], in[1], in[2], c.stride, c.pad, c.dilation, c.channels);
+          },
+          {xd, wd, bd}));
+    }
+  }
+}
+
+// Inputs that no output reads (the last column under stride 2, a 3 x 3 kernel and an even width)
+// reach neither the output nor the weight gradient: an infinity there leaves both finite.
+TEST(Conv2dDepthwise, AnInfinityNoOutputReadsStaysOut) {
+  const auto finite = [](const Tensor& t) {
+    const std::vector<double> v = t.to(ember::kFloat64).contiguous().to_vector<double>();
+    return std::all_of(v.begin(), v.end(), [](double e) { return std::isfinite(e); });
+  };
+  for (const ember::DType dtype : {ember::kFloat32, ember::kFloat64}) {
+    Tensor x = ember::randn({1, 3, 6, 40}, dtype);
+    x.narrow(3, 39, 1).fill_(std::numeric_limits<double>::infinity());
+    const Tensor xl = x.requires_grad_(), w = ember::randn({3, 1, 3, 3}, dtype).requires_grad_();
+    const Tensor out = F::conv2d(xl, w, std::nullopt, 2, 0, 1, 3);
+    EXPECT_EQ(out.size(3), 19);
+    EXPECT_TRUE(finite(out));
+    const std::vector<Tensor> g = ember::autograd::grad({out.sum()}, {xl, w});
+    EXPECT_TRUE(finite(g[1]));
+  }
+}
+
 // bfloat16 convolutions multiply bfloat16 pairs where the CPU has AVX512_BF16 (Note [bfloat16
 // convolution] in kernels/cpu/conv.cpp): every result is the float64 one on the same bfloat16 values,
 // rounded once (so within half a bfloat16 ulp, plus float32 summation), on each path: rows wide

@@ -1,5 +1,6 @@
 // 2-D convolution by im2col + GEMM, and the registry's entries, which send float32 convolutions the
-// blocked kernels take (conv_nchwc.cpp, Note [blocked convolution]) there first.
+// blocked kernels take (conv_nchwc.cpp, Note [blocked convolution]) there first, and depthwise ones
+// to their own kernels (conv_depthwise.cpp, Note [depthwise convolution]).
 //
 // For one image and one group, with K = in_channels / groups * kernel_h * kernel_w and P =
 // out_height * out_width:
@@ -34,6 +35,7 @@
 
 #include "ember/error.h"
 #include "ember/half.h"
+#include "kernels/cpu/conv_depthwise.h"
 #include "kernels/cpu/conv_direct.h"
 #include "kernels/cpu/conv_nchwc.h"
 #include "kernels/cpu/conv_nchwc_bf16.h"
@@ -356,6 +358,7 @@ void finish(T* o, int64_t count, const T* residual, bool relu) {
 template <class T>
 void forward(const Conv2dGeometry& g, const T* input, const T* weight, const T* bias, T* out, const T* residual,
              bool relu) {
+  if (depthwise_takes(g)) return depthwise_forward(g, input, weight, bias, out, residual, relu);
   if (direct_forward_wins(g)) {
     return direct_forward(input, g.batch, g.in_channels, g.in_height, g.in_width, g.pad_h, g.pad_w, weight, bias,
                           g.out_channels, g.kernel_h, g.kernel_w, out, residual, relu);
@@ -417,6 +420,7 @@ void flip_weight(const Conv2dGeometry& g, const T* weight, T* flipped) {
 
 template <class T>
 void backward_input(const Conv2dGeometry& g, const T* grad_out, const T* weight, T* grad_input) {
+  if (depthwise_input_grad_takes(g)) return depthwise_backward_input(g, grad_out, weight, grad_input);
   if (direct_shape(g) && g.out_channels * g.kernel_h * g.kernel_w <= kDirectSmallPatch && g.in_width >= kDirectVector &&
       g.pad_h < g.kernel_h && g.pad_w < g.kernel_w) {
     // The direct forward of grad_out padded by kernel - 1 - pad, with the weight transposed to
@@ -531,6 +535,7 @@ const T* gather_images(const Conv2dGeometry& g, const Sizes& s, const T* input, 
 
 template <class T>
 void backward_weight(const Conv2dGeometry& g, const T* grad_out, const T* input, T* grad_weight) {
+  if (depthwise_takes(g)) return depthwise_backward_weight(g, grad_out, input, grad_weight);
   if (direct_forward_wins(g)) {
     return direct_backward_weight(g, grad_out, input, grad_weight);
   }
