@@ -258,10 +258,10 @@ TEST(Conv2dBlocked, GradientsMatchTheFloat64Path) {
 
 // Depthwise convolutions (Note [depthwise convolution]): rows of a partial vector, one vector,
 // several rows of one to three vectors, more than four; 3 x 3 to 7 x 7, 1 x 4 (a causal conv1d), 3 x 1;
-// strides 1 and 2 (and 3, which the im2col path keeps), padding 0 to 3, dilation 2, one and two output
-// channels per input channel. The forward against the float64 reference in float32 and float64;
-// the gradients by gradcheck in float64 and float32's against float64's; 1 and 2 threads agree bit
-// for bit.
+// strides 1 and 2 (and 3, which the im2col path keeps), padding 0 to 4 (wider than the kernel's
+// reach too), dilation 2, odd widths under stride 2, one to three output channels per input channel. The forward
+// against the float64 reference in float32 and float64; the gradients by gradcheck in float64 and float32's against
+// float64's; 1 and 2 threads agree bit for bit.
 TEST(Conv2dDepthwise, MatchesTheReferenceAndGradcheck) {
   ember::manual_seed(67);
   struct Case {
@@ -271,7 +271,8 @@ TEST(Conv2dDepthwise, MatchesTheReferenceAndGradcheck) {
       {2, 8, 1, 9, 5, 3, 3, 1, 1, 1},    {1, 6, 1, 7, 7, 7, 7, 1, 3, 1},   {3, 5, 2, 14, 14, 3, 3, 2, 1, 1},
       {1, 4, 1, 20, 33, 5, 5, 1, 2, 1},  {2, 3, 1, 11, 70, 3, 3, 1, 1, 1}, {1, 7, 1, 1, 40, 1, 4, 1, 0, 1},
       {2, 4, 2, 13, 29, 3, 1, 2, 0, 1},  {1, 3, 1, 12, 23, 3, 3, 1, 2, 2}, {2, 4, 1, 15, 31, 3, 3, 3, 1, 1},
-      {1, 16, 1, 56, 56, 3, 3, 2, 1, 1}, {1, 2, 3, 6, 17, 2, 5, 1, 1, 2}};
+      {1, 16, 1, 56, 56, 3, 3, 2, 1, 1}, {1, 2, 3, 6, 17, 2, 5, 1, 1, 2},  {1, 3, 1, 9, 15, 5, 5, 2, 2, 2},
+      {2, 2, 1, 8, 9, 3, 3, 2, 0, 1},    {1, 4, 2, 1, 37, 1, 4, 2, 3, 1},  {1, 3, 1, 10, 41, 3, 3, 2, 4, 1}};
   const int threads = ember::get_num_threads();
   for (const Case& c : cases) {
     SCOPED_TRACE(::testing::Message() << "batch " << c.batch << " channels " << c.channels << " x" << c.mult << " "

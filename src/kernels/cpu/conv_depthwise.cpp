@@ -15,10 +15,12 @@
 //
 // The input gradient (stride 1) is the same kernel over the output gradient padded by the kernel's
 // reach less the padding, with each channel's taps reversed, summed over the output channels of an
-// input channel. The weight gradient runs one output channel's taps (eight at a time) over every
-// output position of an image, the output gradient loaded once per vector for all eight; each
-// image's sums are added in double, in image order. Every output is computed by one task in a
-// fixed order, so results do not depend on the thread count.
+// input channel. Under a stride of 2 along the width, a tap reaches either the even or the odd input
+// columns, each at a fixed offset into the output gradient's row: two sums per vector, interleaved
+// as they are stored (transposed_strip). The weight gradient runs one output channel's taps (eight at a time) over
+// every output position of an image, the output gradient loaded once per vector for all eight; each image's sums are
+// added in double, in image order. Every output is computed by one task in a fixed order, so results do not depend on
+// the thread count.
 // clang-format off
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/cpu/conv_depthwise.cpp"
@@ -57,6 +59,22 @@ struct Plane {
   T* out = nullptr;
 };
 
+// One plane of the input gradient of a convolution with stride 2 along the width: the sum over
+// `sources` output-gradient planes (grad_h rows of pw, each row's values from column `left` on,
+// zeros around them) with the forward's taps.
+template <class T>
+struct Transposed {
+  const T* src = nullptr;
+  int64_t src_stride = 0;
+  int64_t sources = 1;
+  const T* weight = nullptr;  // sources x kernel_h x kernel_w
+  int64_t pw = 0, left = 0;
+  int64_t kernel_h = 1, kernel_w = 1, dilation_h = 1, dilation_w = 1, stride_h = 1, pad_h = 0, pad_w = 0;
+  int64_t grad_h = 0;
+  int64_t out_h = 0, out_w = 0;
+  T* out = nullptr;
+};
+
 // One image's share of one output channel's weight gradient, tap by tap.
 template <class T>
 struct WeightPlane {
@@ -76,6 +94,7 @@ namespace ember::cpu {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 using depthwise_detail::Plane;
+using depthwise_detail::Transposed;
 using depthwise_detail::WeightPlane;
 
 #include "kernels/cpu/partial_vector-inl.h"  // load_part, store_part
@@ -232,6 +251,62 @@ void weight_plane(const WeightPlane<T>& a) {
   }
 }
 
+// Input columns 2j and 2j + 1 for j in [j0, j0 + NV vectors) of row iy: a tap (ky, kx) reaches
+// column 2j + q from output-gradient column j + (q + pad_w - kx dilation_w) / 2 when that numerator
+// is even, so each tap adds to the even or the odd columns, at a fixed offset; the two sums are
+// interleaved as they are stored.
+template <int NV, class T>
+HWY_INLINE void transposed_strip(const Transposed<T>& a, int64_t iy, int64_t j0, int64_t half) {
+  const hn::ScalableTag<T> d;
+  using V = hn::Vec<decltype(d)>;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d)), taps = a.kernel_h * a.kernel_w;
+  V even[NV], odd[NV];
+  EMBER_UNROLL
+  for (int v = 0; v < NV; ++v) even[v] = odd[v] = hn::Zero(d);
+  for (int64_t s = 0; s < a.sources; ++s) {
+    for (int64_t ky = 0; ky < a.kernel_h; ++ky) {
+      const int64_t t = iy + a.pad_h - ky * a.dilation_h;
+      if (t < 0 || t % a.stride_h != 0 || t / a.stride_h >= a.grad_h) continue;
+      const T* row = a.src + s * a.src_stride + (t / a.stride_h) * a.pw + a.left + j0;
+      for (int64_t kx = 0; kx < a.kernel_w; ++kx) {
+        const V wv = hn::Set(d, a.weight[s * taps + ky * a.kernel_w + kx]);
+        const int64_t u = a.pad_w - kx * a.dilation_w;
+        if (u % 2 == 0) {
+          EMBER_UNROLL
+          for (int v = 0; v < NV; ++v) even[v] = hn::MulAdd(wv, hn::LoadU(d, row + u / 2 + v * lanes), even[v]);
+        } else {
+          EMBER_UNROLL
+          for (int v = 0; v < NV; ++v) odd[v] = hn::MulAdd(wv, hn::LoadU(d, row + (u + 1) / 2 + v * lanes), odd[v]);
+        }
+      }
+    }
+  }
+  T* out = a.out + iy * a.out_w;
+  EMBER_UNROLL
+  for (int v = 0; v < NV; ++v) {
+    const int64_t j = j0 + v * lanes;
+    if (j >= half) break;
+    if (2 * (j + lanes) <= a.out_w) {
+      hn::StoreInterleaved2(even[v], odd[v], d, out + 2 * j);
+    } else {  // the row's end: through a buffer
+      HWY_ALIGN T pairs[2 * hn::MaxLanes(d)];
+      hn::StoreInterleaved2(even[v], odd[v], d, pairs);
+      std::copy(pairs, pairs + (a.out_w - 2 * j), out + 2 * j);
+    }
+  }
+}
+
+template <class T>
+void transposed_plane(const Transposed<T>& a) {
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(hn::ScalableTag<T>()));
+  const int64_t half = (a.out_w + 1) / 2;
+  for (int64_t iy = 0; iy < a.out_h; ++iy) {
+    int64_t j = 0;
+    for (; j + lanes < half; j += 2 * lanes) transposed_strip<2>(a, iy, j, half);
+    if (j < half) transposed_strip<1>(a, iy, j, half);
+  }
+}
+
 template <class T>
 void PlaneT(const Plane<T>& a) {
   return a.stride_w == 1 ? plane<1>(a) : plane<2>(a);
@@ -241,6 +316,8 @@ void WeightPlaneT(const WeightPlane<T>& a) {
   return a.stride_w == 1 ? weight_plane<1>(a) : weight_plane<2>(a);
 }
 
+void TransposedF32(const Transposed<float>& a) { transposed_plane(a); }
+void TransposedF64(const Transposed<double>& a) { transposed_plane(a); }
 void PlaneF32(const Plane<float>& a) { PlaneT(a); }
 void PlaneF64(const Plane<double>& a) { PlaneT(a); }
 void WeightPlaneF32(const WeightPlane<float>& a) { WeightPlaneT(a); }
@@ -257,16 +334,21 @@ HWY_EXPORT(PlaneF32);
 HWY_EXPORT(PlaneF64);
 HWY_EXPORT(WeightPlaneF32);
 HWY_EXPORT(WeightPlaneF64);
+HWY_EXPORT(TransposedF32);
+HWY_EXPORT(TransposedF64);
 
 namespace {
 
 using depthwise_detail::Plane;
+using depthwise_detail::Transposed;
 using depthwise_detail::WeightPlane;
 
 void run(const Plane<float>& a) { HWY_DYNAMIC_DISPATCH(PlaneF32)(a); }
 void run(const Plane<double>& a) { HWY_DYNAMIC_DISPATCH(PlaneF64)(a); }
 void run(const WeightPlane<float>& a) { HWY_DYNAMIC_DISPATCH(WeightPlaneF32)(a); }
 void run(const WeightPlane<double>& a) { HWY_DYNAMIC_DISPATCH(WeightPlaneF64)(a); }
+void run(const Transposed<float>& a) { HWY_DYNAMIC_DISPATCH(TransposedF32)(a); }
+void run(const Transposed<double>& a) { HWY_DYNAMIC_DISPATCH(TransposedF64)(a); }
 
 // The padded planes: every row a vector of the widest target (and its stride) past the last
 // output's reach, so the kernels load whole vectors without reading outside the buffer.
@@ -314,9 +396,18 @@ bool depthwise_takes(const Conv2dGeometry& g) {
   return g.groups > 1 && g.groups == g.in_channels && (g.stride_w == 1 || g.stride_w == 2);
 }
 
-bool depthwise_input_grad_takes(const Conv2dGeometry& g) {
-  return depthwise_takes(g) && g.stride_h == 1 && g.stride_w == 1 && g.pad_h <= (g.kernel_h - 1) * g.dilation_h &&
+namespace {
+
+// The stride-1 input gradient as a forward over the padded output gradient.
+bool input_grad_as_forward(const Conv2dGeometry& g) {
+  return g.stride_h == 1 && g.stride_w == 1 && g.pad_h <= (g.kernel_h - 1) * g.dilation_h &&
          g.pad_w <= (g.kernel_w - 1) * g.dilation_w;
+}
+
+}  // namespace
+
+bool depthwise_input_grad_takes(const Conv2dGeometry& g) {
+  return depthwise_takes(g) && (g.stride_w == 2 || input_grad_as_forward(g));
 }
 
 template <class T>
@@ -350,8 +441,50 @@ void depthwise_forward(const Conv2dGeometry& g, const T* input, const T* weight,
   });
 }
 
+namespace {
+
+// The input gradient of a stride of 2 along the width: each input column's taps from the output
+// gradient's rows and columns that reach it (transposed_strip).
+template <class T>
+void backward_input_stride2(const Conv2dGeometry& g, const T* grad_out, const T* weight, T* grad_input) {
+  const int64_t mult = g.out_channels / g.in_channels, taps = g.kernel_h * g.kernel_w;
+  const int64_t in_plane = g.in_height * g.in_width, out_plane = g.out_height * g.out_width;
+  const int64_t widest = HWY_MAX_BYTES / sizeof(T), half = (g.in_width + 1) / 2;
+  // Each tap reads output-gradient column j + (q + pad_w - kx dilation_w) / 2: from kx = kernel_w - 1
+  // (the leftmost, which may be left of column 0) to kx = 0.
+  const int64_t lowest = g.pad_w - (g.kernel_w - 1) * g.dilation_w, highest = (g.pad_w + 1) / 2;
+  const int64_t left = std::max<int64_t>(0, -(lowest - 1) / 2 + 1);
+  const Padded p{g.out_height, left + std::max(g.out_width, half + highest + 2 * widest)};
+  parallel_for(0, g.batch * g.in_channels, plane_grain(mult * in_plane * taps / 2), [&](int64_t begin, int64_t end) {
+    T* padded = scratch<T>(Scratch::kPadded, mult * p.height * p.width);
+    for (int64_t i = begin; i < end; ++i) {
+      const int64_t n = i / g.in_channels, c = i % g.in_channels;
+      for (int64_t m = 0; m < mult; ++m) {
+        pad_plane(grad_out + (n * g.out_channels + c * mult + m) * out_plane, g.out_height, g.out_width, 0, left, p,
+                  padded + m * p.height * p.width);
+      }
+      Transposed<T> a;
+      a.src = padded;
+      a.src_stride = p.height * p.width;
+      a.sources = mult;
+      a.weight = weight + c * mult * taps;
+      a.pw = p.width;
+      a.left = left;
+      a.kernel_h = g.kernel_h, a.kernel_w = g.kernel_w, a.dilation_h = g.dilation_h, a.dilation_w = g.dilation_w;
+      a.stride_h = g.stride_h, a.pad_h = g.pad_h, a.pad_w = g.pad_w;
+      a.grad_h = g.out_height;
+      a.out_h = g.in_height, a.out_w = g.in_width;
+      a.out = grad_input + i * in_plane;
+      run(a);
+    }
+  });
+}
+
+}  // namespace
+
 template <class T>
 void depthwise_backward_input(const Conv2dGeometry& g, const T* grad_out, const T* weight, T* grad_input) {
+  if (!input_grad_as_forward(g)) return backward_input_stride2(g, grad_out, weight, grad_input);
   const int64_t mult = g.out_channels / g.in_channels, taps = g.kernel_h * g.kernel_w;
   const int64_t in_plane = g.in_height * g.in_width, out_plane = g.out_height * g.out_width;
   // The forward of grad_out padded by the kernel's reach less the padding, taps reversed.

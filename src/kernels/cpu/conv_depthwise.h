@@ -14,8 +14,9 @@ namespace ember::cpu {
 // in_channels)) and a stride along the width of 1 or 2: the forward and the weight gradient.
 bool depthwise_takes(const Conv2dGeometry& g);
 
-// depthwise_takes, stride 1 both ways and padding no wider than the kernel's reach, so the input
-// gradient is a depthwise forward of the padded output gradient with the weight flipped.
+// depthwise_takes, and stride 2 along the width or stride 1 both ways with padding no wider than the
+// kernel's reach (then the input gradient is a depthwise forward of the padded output gradient with
+// the weight flipped).
 bool depthwise_input_grad_takes(const Conv2dGeometry& g);
 
 // out = conv(input, weight) + bias, then out = relu?(out + residual). float and double.
