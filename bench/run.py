@@ -15,8 +15,11 @@ its samples, and the reported time is the median over rounds. The machine's peak
 streaming bandwidth) are measured first by `ember bench --machine`. Same thread count everywhere.
 
 Writes bench/results/latest.json and bench/results/latest_detail.json (every round, the spread,
-the peaks in full). With --check after a run, the workloads whose ratios fell are timed again over
-5 rounds first, and the check reads that second measurement (the first is kept in the detail). The rows ending in _py (bench/python_rows.py) time ember from Python through its
+the peaks in full). Beside every workload a probe (`ember bench --machine`, before and after its
+rounds) records the FMA rate the host delivers; after the run, the workloads timed while it was
+under 85% of the run's best, and with --check those whose ratios fell, are timed again over 5
+rounds (once the host is back at speed, waiting up to 5 minutes), and the results and the check
+read that second measurement (the first is kept in the detail). --quick skips both. The rows ending in _py (bench/python_rows.py) time ember from Python through its
 bindings, in-process like the peers; their `cpp` peer is the same work as ember's C++ row. --load instead times single calls of ember and PyTorch eager, quiet and then
 beside a `yes` process that keeps one core busy, and writes bench/results/load.json with the
 medians and p99s. See docs/performance.md.
@@ -334,6 +337,24 @@ def measure_machine(ember: Path, threads: int) -> dict:
     return {"cpu": runs[0]["cpu"], "threads": runs[0]["threads"], **best}
 
 
+# A workload is timed again at the end when a probe beside it found the host's FMA rate under this
+# share of the best it measured in the run: on a shared host a 2-vCPU machine sometimes runs on one
+# core's time (the FMA peak halves). The streaming bandwidth is recorded beside it but not judged:
+# it moved between 29 and 52 GB/s from probe to probe on a quiet host (64 MiB arrays partly in a
+# shared L3).
+SLOW_FMA = 0.85
+
+
+def host_speed(ember: Path, threads: int) -> dict:
+    """What the host delivers now: `ember bench --machine` (0.5 s), FMA GFLOP/s and DRAM GB/s."""
+    r = ember_json(ember, ["--machine"], threads)[0]
+    return {"fma": r["fma_gflops_f32"], "dram": r["dram_gbps"]}
+
+
+def slow_host(speed: dict, best: dict) -> bool:
+    return speed["fma"] < SLOW_FMA * best["fma"]
+
+
 def load_rows(load: dict) -> tuple[list[str], list[list[str]]]:
     """One row per workload: each side's quiet and loaded median, mean and p99, the loaded/quiet
     ratios, and whether the goal held (ember's loaded/quiet median ratio <= LOAD_LIMIT and <=
@@ -522,6 +543,7 @@ def run(args) -> int:
         rounds = {"ember": []} | {p: [] for p in callables} | ({"cpp": []} if py_row else {})
         busy: list[tuple[float, float]] = []  # per ember process: (cores this process used, cores stolen)
         ember_record = None
+        speeds = [] if args.quick else [host_speed(ember, args.threads)]
         waits = [settle()]  # the warm-ups' threads too
         try:
             for r in range(args.rounds):
@@ -550,13 +572,15 @@ def run(args) -> int:
             callables.clear()
             continue
         callables.clear()
+        if not args.quick:
+            speeds.append(host_speed(ember, args.threads))
         result = {"name": name, "ember_s": statistics.median(rounds["ember"]),
                   "peers": {p: statistics.median(rounds[p]) for p in PEER_ORDER if p in rounds},
                   "flops": float(ember_record["flops"]), "bytes": float(ember_record["bytes"])}
         results.append(result)
         detail[name] = {"rounds": rounds, "ember_noise": spread(rounds["ember"]),
                         "peer_noise": {p: spread(v) for p, v in rounds.items() if p != "ember"},
-                        "beside_ember": busy, "settle_s": waits}
+                        "beside_ember": busy, "settle_s": waits, "host": speeds}
         if busy and max(max(b) for b in busy) > 0.1:
             print(f"  {name}: while ember ran, this process kept up to {max(b[0] for b in busy):.2f} cores busy "
                   f"and the host stole up to {max(b[1] for b in busy):.2f}: ember's time may be disturbed", flush=True)
@@ -565,7 +589,10 @@ def run(args) -> int:
         print("  ".join(f"{h}={c}" for h, c in zip(header, rows[0])), flush=True)
 
     latest = {"machine": machine, "results": results}
-    detail["_run"] = {"date": time.strftime("%Y-%m-%d %H:%M"), "rounds": args.rounds, "quick": args.quick,
+    best = {"fma": max([peaks["fma_gflops_f32"]] + [h["fma"] for d in detail.values() for h in d["host"]]),
+            "dram": max([peaks["dram_gbps"]] + [h["dram"] for d in detail.values() for h in d["host"]])}
+    machine["fma_peak_gflops"] = best["fma"]  # the start's measurement may have met a slow host
+    detail["_run"] = {"best_host": best, "date": time.strftime("%Y-%m-%d %H:%M"), "rounds": args.rounds, "quick": args.quick,
                       "filter": args.filter, "skipped": skipped, "torch": torch.__version__,
                       "numpy": np.__version__, "seconds": time.time() - started, "peaks": peaks}
     RESULTS.mkdir(parents=True, exist_ok=True)
@@ -582,26 +609,37 @@ def run(args) -> int:
     return 0
 
 
-RETIME_ROUNDS = 5  # rounds for a workload --check flagged, timed again
+RETIME_ROUNDS = 5  # rounds for a workload timed again
+HOST_WAIT_S = 300  # how long the re-timing waits for the host to return to speed
 
 
-def retime_flagged(args, baseline_path: Path) -> None:
-    """Times the workloads whose ratios --check flags again, interleaved over RETIME_ROUNDS rounds,
-    and puts them into bench/results/latest*.json in place of the first measurement (kept in the
-    detail as `first`). On a shared host a burst of other work slows a whole round of one side;
-    a regression of ember's own shows again, a disturbed round does not."""
-    if not baseline_path.exists():
-        return
+def retime(args, baseline_path: Path | None) -> None:
+    """Times again, interleaved over RETIME_ROUNDS rounds, the workloads measured while a probe found
+    the host slow, and (with --check) those whose ratios fell, and puts them into
+    bench/results/latest*.json in place of the first measurement (kept in the detail as `first`).
+    Waits up to HOST_WAIT_S for the host to return to speed first. A regression of ember's own
+    shows again; a round disturbed by the host does not."""
     latest = json.loads((RESULTS / "latest.json").read_text())
     detail = json.loads((RESULTS / "latest_detail.json").read_text())
-    baseline = json.loads(baseline_path.read_text())
-    if latest["machine"]["cpu"] != baseline["machine"]["cpu"]:
-        return
-    names = sorted({p.split(":")[0] for p in check(latest, baseline)})
+    best = detail["_run"].get("best_host")
+    slow = {n for n, d in detail.items() if not n.startswith("_") and best and any(slow_host(h, best) for h in d.get("host", []))}
+    flagged = set()
+    if baseline_path is not None and baseline_path.exists():
+        baseline = json.loads(baseline_path.read_text())
+        if latest["machine"]["cpu"] == baseline["machine"]["cpu"]:
+            flagged = {p.split(":")[0] for p in check(latest, baseline)}
+    names = sorted(slow | flagged)
     if not names:
         return
-    print(f"\n--check: timing the {len(names)} flagged workload(s) again, {RETIME_ROUNDS} rounds: "
-          + ", ".join(names) + "\n", flush=True)
+    print(f"\ntiming {len(names)} workload(s) again, {RETIME_ROUNDS} rounds"
+          + (f"; {len(slow)} measured while the host ran below {SLOW_FMA:.0%} of its best FMA rate" if slow else "")
+          + (f"; {len(flagged)} flagged by --check" if flagged else "") + ": " + ", ".join(names), flush=True)
+    ember = Path(args.ember) if Path(args.ember).is_absolute() else ROOT / args.ember
+    waited = 0.0
+    while best and slow_host(now := host_speed(ember, args.threads), best) and waited < HOST_WAIT_S:
+        print(f"  the host delivers {now['fma']:.0f} GFLOP/s (best {best['fma']:.0f}): waiting", flush=True)
+        time.sleep(15)
+        waited += 15
     again = argparse.Namespace(**vars(args))
     again.filter = "^(" + "|".join(re.escape(n) for n in names) + ")$"
     again.rounds = max(RETIME_ROUNDS, args.rounds)
@@ -611,10 +649,16 @@ def retime_flagged(args, baseline_path: Path) -> None:
     by_name = {r["name"]: r for r in retimed["results"]}
     first = {r["name"]: r for r in latest["results"]}
     latest["results"] = [by_name.get(r["name"], r) for r in latest["results"]]
+    latest["machine"]["fma_peak_gflops"] = max(latest["machine"]["fma_peak_gflops"],
+                                               retimed["machine"]["fma_peak_gflops"])
     for name in by_name:
         detail[name] = retimed_detail[name] | {"first": {"result": first[name], "detail": detail.get(name)}}
     detail["_run"]["retimed"] = sorted(by_name)
-    detail["_run"]["seconds"] += retimed_detail["_run"]["seconds"]
+    detail["_run"]["seconds"] += retimed_detail["_run"]["seconds"] + waited
+    still = [n for n in by_name if best and any(slow_host(h, best) for h in retimed_detail[n].get("host", []))]
+    if still:
+        print(f"  still on a slow host when timed again: {', '.join(still)}", flush=True)
+        detail["_run"]["slow_host"] = still
     for path, data in ((RESULTS / "latest.json", latest), (RESULTS / "latest_detail.json", detail)):
         tmp = path.with_suffix(".json.tmp")
         tmp.write_text(json.dumps(data, indent=1) + "\n")
@@ -659,8 +703,8 @@ def main() -> int:
         status = run(args)
         if args.load:
             return status
-        if args.check and status == 0:
-            retime_flagged(args, Path(args.check))
+        if status == 0 and not args.quick:
+            retime(args, Path(args.check) if args.check else None)
         latest = json.loads((RESULTS / "latest.json").read_text())
         if args.write_docs:
             detail = json.loads((RESULTS / "latest_detail.json").read_text())
