@@ -345,6 +345,15 @@ def measure_machine(ember: Path, threads: int) -> dict:
 SLOW_FMA = 0.85
 
 
+def write_results(latest: dict, detail: dict) -> None:
+    """bench/results/latest.json and latest_detail.json, each replaced whole."""
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    for path, data in ((RESULTS / "latest.json", latest), (RESULTS / "latest_detail.json", detail)):
+        tmp = path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(data, indent=1) + "\n")
+        tmp.replace(path)
+
+
 def host_speed(ember: Path, threads: int) -> dict:
     """What the host delivers now: `ember bench --machine` (0.5 s), FMA GFLOP/s and DRAM GB/s."""
     r = ember_json(ember, ["--machine"], threads)[0]
@@ -595,11 +604,7 @@ def run(args) -> int:
     detail["_run"] = {"best_host": best, "date": time.strftime("%Y-%m-%d %H:%M"), "rounds": args.rounds, "quick": args.quick,
                       "filter": args.filter, "skipped": skipped, "torch": torch.__version__,
                       "numpy": np.__version__, "seconds": time.time() - started, "peaks": peaks}
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    for path, data in ((RESULTS / "latest.json", latest), (RESULTS / "latest_detail.json", detail)):
-        tmp = path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(data, indent=1) + "\n")
-        tmp.replace(path)
+    write_results(latest, detail)
     print()
     print_table(latest, detail)
     print(f"\nratios: x peer = peer time / ember time (> 1: ember is faster); of peak = share of the FMA peak "
@@ -659,10 +664,7 @@ def retime(args, baseline_path: Path | None) -> None:
     if still:
         print(f"  still on a slow host when timed again: {', '.join(still)}", flush=True)
         detail["_run"]["slow_host"] = still
-    for path, data in ((RESULTS / "latest.json", latest), (RESULTS / "latest_detail.json", detail)):
-        tmp = path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(data, indent=1) + "\n")
-        tmp.replace(path)
+    write_results(latest, detail)
     print()
     print_table(latest, detail)
     print(f"wrote bench/results/latest.json with the {len(by_name)} re-timed workload(s)")

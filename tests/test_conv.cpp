@@ -126,6 +126,30 @@ TEST(Conv2dDirect, MatchesTheReferenceAndGradcheck) {
   }
 }
 
+// The gradients of sum(conv2d(x, w) * a random cotangent) with respect to x and w: in float64, and in
+// float32 on one thread and on the default count.
+struct ConvGrads {
+  std::vector<Tensor> want, one, got;
+};
+ConvGrads conv_grads(const Tensor& x, const Tensor& w, ember::Pair stride, ember::Pair pad, ember::Pair dilation,
+                     int64_t groups) {
+  const auto grads = [&](ember::DType dtype) {
+    const Tensor xl = x.to(dtype).requires_grad_(), wl = w.to(dtype).requires_grad_();
+    const Tensor out = F::conv2d(xl, wl, std::nullopt, stride, pad, dilation, groups);
+    ember::manual_seed(7);
+    const Tensor cot = ember::randn(out.shape(), ember::kFloat64).to(dtype);
+    return ember::autograd::grad({(out * cot).sum()}, {xl, wl});
+  };
+  ConvGrads g;
+  g.want = grads(ember::kFloat64);
+  const int threads = ember::get_num_threads();
+  ember::set_num_threads(1);
+  g.one = grads(ember::kFloat32);
+  ember::set_num_threads(threads);
+  g.got = grads(ember::kFloat32);
+  return g;
+}
+
 // conv2d(x, w, b) in float32 on 1 and 2 threads: each within 2e-4 of the float64 reference, and the
 // two bit for bit the same. Returns the result.
 Tensor expect_reference_on_1_and_2_threads(const Tensor& x, const Tensor& w, const Tensor& b, int64_t stride,
@@ -227,22 +251,10 @@ TEST(Conv2dBlocked, GradientsMatchTheFloat64Path) {
       {{2, 32, 9, 17}, {16, 32, 3, 3}, 1, {1, 1}, {1, 1}},  {{1, 32, 8, 30}, {32, 32, 5, 3}, 1, {0, 2}, {1, 1}},
       {{3, 32, 7, 7}, {48, 32, 3, 3}, 1, {2, 2}, {2, 2}},   {{2, 32, 5, 6}, {16, 32, 1, 1}, 1, {0, 0}, {1, 1}},
       {{2, 16, 11, 13}, {80, 16, 3, 3}, 2, {1, 1}, {1, 1}}, {{5, 32, 40, 40}, {32, 32, 3, 3}, 1, {1, 1}, {1, 1}}};
-  const int threads = ember::get_num_threads();
   for (const Case& c : cases) {
     SCOPED_TRACE(::testing::Message() << "x " << ember::Shape(c.x) << " w " << ember::Shape(c.w));
     const Tensor x = ember::randn(c.x), w = ember::randn(c.w);
-    const auto grads = [&](ember::DType dtype) {
-      const Tensor xl = x.to(dtype).requires_grad_(), wl = w.to(dtype).requires_grad_();
-      const Tensor out = F::conv2d(xl, wl, std::nullopt, c.stride, c.pad, c.dilation);
-      ember::manual_seed(7);
-      const Tensor cot = ember::randn(out.shape(), ember::kFloat64).to(dtype);
-      return ember::autograd::grad({(out * cot).sum()}, {xl, wl});
-    };
-    const std::vector<Tensor> want = grads(ember::kFloat64);
-    ember::set_num_threads(1);
-    const std::vector<Tensor> one = grads(ember::kFloat32);
-    ember::set_num_threads(threads);
-    const std::vector<Tensor> got = grads(ember::kFloat32);
+    const auto [want, one, got] = conv_grads(x, w, c.stride, c.pad, c.dilation, 1);
     for (size_t i = 0; i < 2; ++i) {
       const double scale = std::sqrt(static_cast<double>(c.x[0] * c.x[2] * c.x[3]));  // terms in a weight's sum
       const double tol = i == 0 ? 2e-4 : 2e-5 * scale;
@@ -294,19 +306,8 @@ TEST(Conv2dDepthwise, MatchesTheReferenceAndGradcheck) {
       EXPECT_TRUE(golden::all_close(outs[0], outs[1], {0, 0}));
     }
     // float32's gradients against float64's, on 1 and 2 threads.
-    const Tensor x = ember::randn(x_shape), w = ember::randn(w_shape);
-    const auto grads = [&](ember::DType dtype) {
-      const Tensor xl = x.to(dtype).requires_grad_(), wl = w.to(dtype).requires_grad_();
-      const Tensor out = F::conv2d(xl, wl, std::nullopt, c.stride, c.pad, c.dilation, c.channels);
-      ember::manual_seed(7);
-      const Tensor cot = ember::randn(out.shape(), ember::kFloat64).to(dtype);
-      return ember::autograd::grad({(out * cot).sum()}, {xl, wl});
-    };
-    const std::vector<Tensor> want = grads(ember::kFloat64);
-    ember::set_num_threads(1);
-    const std::vector<Tensor> one = grads(ember::kFloat32);
-    ember::set_num_threads(threads);
-    const std::vector<Tensor> got = grads(ember::kFloat32);
+    const auto [want, one, got] =
+        conv_grads(ember::randn(x_shape), ember::randn(w_shape), c.stride, c.pad, c.dilation, c.channels);
     const double scale = std::sqrt(static_cast<double>(c.batch * c.h * c.w));  // terms in a weight's sum
     for (size_t i = 0; i < 2; ++i) {
       const double tol = i == 0 ? 1e-5 : 2e-6 * scale;
