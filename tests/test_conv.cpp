@@ -537,7 +537,8 @@ std::vector<Tensor> reference_conv_transpose(const Tensor& input, const Tensor& 
 // The kernels' paths under conv_transpose2d: a 1x1 kernel whose output_padding (allowed by the
 // dilation) makes the output larger than the input (the input gradient then cannot use the image as
 // its own column matrix), the direct kernels (stride 1, small patch, rows of 8 and more), banded
-// im2col in the backward's conv2d (64 output channels), and groups with rectangular everything.
+// im2col in the backward's conv2d (64 output channels), groups with rectangular everything, and
+// depthwise.
 TEST(ConvTranspose2d, KernelPathsMatchTheScatterReference) {
   ember::manual_seed(54);
   struct Case {
@@ -548,7 +549,10 @@ TEST(ConvTranspose2d, KernelPathsMatchTheScatterReference) {
   for (const Case& c :
        {Case{{2, 5, 6, 7}, {5, 4, 1, 1}, 1, 0, 1, 2, 1}, Case{{1, 2, 6, 10}, {2, 3, 3, 3}, 1, 1, 0, 1, 1},
         Case{{1, 8, 20, 20}, {8, 64, 3, 3}, 1, 1, 0, 1, 1},
-        Case{{2, 6, 4, 5}, {6, 2, 3, 2}, {2, 3}, {1, 0}, {1, 2}, {1, 2}, 3}}) {
+        Case{{2, 6, 4, 5}, {6, 2, 3, 2}, {2, 3}, {1, 0}, {1, 2}, {1, 2}, 3},
+        // Depthwise (its conv2d's input gradient is the depthwise kernel's): stride 2 with an
+        // output padding, and stride 1 with dilation 2 and two channels per group.
+        Case{{2, 4, 5, 7}, {4, 1, 3, 3}, 2, 1, 1, 1, 4}, Case{{1, 6, 6, 9}, {6, 1, 3, 3}, 1, 1, 1, 2, 3}}) {
     SCOPED_TRACE(::testing::Message() << "x " << ember::Shape(c.x) << " w " << ember::Shape(c.w));
     for (const ember::DType dtype : {ember::kFloat32, ember::kFloat64}) {
       const Tensor x = ember::randn(c.x, dtype).requires_grad_(), w = ember::randn(c.w, dtype).requires_grad_();
