@@ -1041,6 +1041,48 @@ TEST(Compile, ConvolutionEpiloguesMatchEagerBitForBit) {
   }
 }
 
+// Every activation the convolution's epilogue takes (GELU both ways, SiLU, ReLU), after the bias
+// alone and after a residual, gives eager's bits on each convolution path: the blocked one (with
+// 60 output channels, so a tile's last four go through the leftover path), over patches (an image's
+// first layer), the direct one, depthwise, im2col (stride 3 and dilation 2, two groups), and in
+// float64 (where the erf GELU has no vector form and runs lane by lane).
+TEST(Compile, ConvolutionActivationsMatchEagerBitForBit) {
+  struct Case {
+    int64_t in, out, kernel, stride, padding, dilation, groups;
+    DType dtype;
+  };
+  const std::vector<std::pair<const char*, std::function<Tensor(const Tensor&)>>> activations = {
+      {"gelu", [](const Tensor& x) { return gelu(x); }},
+      {"gelu tanh", [](const Tensor& x) { return gelu(x, "tanh"); }},
+      {"silu", [](const Tensor& x) { return silu(x); }},
+      {"relu", [](const Tensor& x) { return relu(x); }}};
+  manual_seed(64);
+  for (const Case& c : {Case{64, 60, 3, 1, 1, 1, 1, kFloat32}, Case{3, 16, 7, 2, 3, 1, 1, kFloat32},
+                        Case{3, 8, 3, 1, 1, 1, 1, kFloat32}, Case{16, 16, 3, 1, 1, 1, 16, kFloat32},
+                        Case{8, 8, 3, 3, 2, 2, 2, kFloat32}, Case{16, 16, 3, 2, 1, 1, 16, kFloat64},
+                        Case{8, 8, 3, 3, 2, 2, 2, kFloat64}, Case{3, 8, 3, 1, 1, 1, 1, kFloat64}}) {
+    const Tensor w = randn({c.out, c.in / c.groups, c.kernel, c.kernel}, c.dtype), b = randn({c.out}, c.dtype);
+    for (const auto& [name, act] : activations) {
+      SCOPED_TRACE(::testing::Message() << name << ", " << c.in << " -> " << c.out << " channels, kernel " << c.kernel
+                                        << ", stride " << c.stride << ", groups " << c.groups << ", " << c.dtype);
+      const auto conv = [&](const Tensor& x) { return conv2d(x, w, b, c.stride, c.padding, c.dilation, c.groups); };
+      const auto body = [&](const Tensor& x, const Tensor& y, const Tensor& r) {
+        return std::vector<Tensor>{act(conv(x)), act(conv(y) + r)};
+      };
+      auto f = compile(body);
+      autograd::NoGradGuard no_grad;
+      for (int call = 0; call < 2; ++call) {
+        // Values past +-5 reach the activations' far ends (SiLU's and GELU's saturation).
+        const Tensor x = randn({2, c.in, 11, 13}, c.dtype) * 2.0, y = randn({2, c.in, 11, 13}, c.dtype) * 2.0;
+        const Tensor r = randn(conv(x).shape(), c.dtype);
+        const std::vector<Tensor> got = f(x, y, r), want = body(x, y, r);
+        for (size_t i = 0; i < got.size(); ++i) EXPECT_TRUE(test_util::bitwise_equal(got[i], want[i])) << i;
+      }
+      EXPECT_EQ(f.stats().epilogues, 3);  // the two activations and the residual
+    }
+  }
+}
+
 TEST(Compile, AttentionDropoutDrawsANewMaskEachCall) {
   const Tensor q = randn({1, 2, 8, 4}), k = randn({1, 2, 8, 4}), v = randn({1, 2, 8, 4});
   auto f = compile([&](const Tensor& x) { return scaled_dot_product_attention(x, k, v, std::nullopt, 0.5); });

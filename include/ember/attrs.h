@@ -155,9 +155,10 @@ struct MatmulAttrs {
   auto fields() const { return std::tie(alpha, beta, activation); }
 };
 
-// out = activation(conv(input, weight) + bias + residual). The activation (none or ReLU) and the
-// residual (an optional fourth input of the output's shape) come only from the graph compiler's
-// epilogue fusion (a convolution followed by an add and a ReLU); the op itself leaves them out.
+// out = activation(conv(input, weight) + bias + residual). The activation (none, ReLU, GELU or
+// SiLU) and the residual (an optional fourth input of the output's shape) come only from the graph
+// compiler's epilogue fusion (a convolution followed by an add and an activation); the op itself
+// leaves them out.
 struct Conv2dAttrs {
   Pair stride = 1;
   Pair padding = 0;

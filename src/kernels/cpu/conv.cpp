@@ -39,11 +39,13 @@
 #include "kernels/cpu/conv_direct.h"
 #include "kernels/cpu/conv_nchwc.h"
 #include "kernels/cpu/conv_nchwc_bf16.h"
+#include "kernels/cpu/elementwise_simd.h"
 #include "kernels/cpu/float_dispatch.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/gemm_bf16.h"
 #include "kernels/cpu/parallel.h"
 #include "kernels/cpu/registry.h"
+#include "kernels/cpu/scalar_math.h"
 
 namespace ember::cpu {
 namespace {
@@ -300,17 +302,18 @@ void pad_planes(const T* planes, int64_t channels, int64_t height, int64_t width
 
 // out (batch images of `out` planes) = the direct convolution of `input` (batch images of
 // in_channels planes of in_height x in_width, padded here by pad_h / pad_w) with `weight`
-// ((out_channels, in_channels, kh, kw)) plus bias, then relu?(out + residual) as each strip is
+// ((out_channels, in_channels, kh, kw)) plus bias, then activation(out + residual) as each strip is
 // stored (residual: laid out as out, or null). Tasks: images times bands of output rows (bands
 // only when there are too few images to go round).
 template <class T>
 void direct_forward(const T* input, int64_t batch, int64_t in_channels, int64_t in_height, int64_t in_width,
                     int64_t pad_h, int64_t pad_w, const T* weight, const T* bias, int64_t out_channels,
-                    int64_t kernel_h, int64_t kernel_w, T* out, const T* residual = nullptr, bool relu = false) {
+                    int64_t kernel_h, int64_t kernel_w, T* out, const T* residual = nullptr,
+                    Activation activation = Activation::kNone) {
   DirectConv<T> c;
   c.weight = weight;
   c.bias = bias;
-  c.relu = relu;
+  c.activation = activation;
   c.in_channels = in_channels;
   c.in_height = in_height + 2 * pad_h;
   c.in_width = in_width + 2 * pad_w;
@@ -343,25 +346,47 @@ void direct_forward(const T* input, int64_t batch, int64_t in_channels, int64_t 
   });
 }
 
-// The epilogue after the im2col path: out = relu?(out + residual).
+OpKind activation_op(Activation activation) {
+  switch (activation) {
+    case Activation::kRelu:
+      return OpKind::kRelu;
+    case Activation::kGeluErf:
+      return OpKind::kGeluErf;
+    case Activation::kGeluTanh:
+      return OpKind::kGeluTanh;
+    case Activation::kSilu:
+      return OpKind::kSilu;
+    case Activation::kNone:
+      break;
+  }
+  EMBER_CHECK(false, "[conv2d] internal error: no op for this activation");
+  return OpKind::kRelu;
+}
+
+// The epilogue after the im2col path: out = activation(out + residual), the activation through
+// the elementwise op's row function where it has one for T (so each value gets the op's bits),
+// else through its scalar form, as the op computes it then.
 template <class T>
-void finish(T* o, int64_t count, const T* residual, bool relu) {
+void finish(T* o, int64_t count, const T* residual, Activation activation) {
+  const simd::UnaryRowFn row =
+      activation != Activation::kNone ? simd::unary_row_fn(activation_op(activation), dtype_of<T>()) : nullptr;
   parallel_for(0, count, kElementwiseGrain, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) {
-      T v = o[i];
-      if (residual != nullptr) v += residual[i];
-      o[i] = relu && v < T(0) ? T(0) : v;  // as the relu op: keeps NaN
+    if (residual != nullptr) {
+      for (int64_t i = begin; i < end; ++i) o[i] += residual[i];
     }
+    if (activation == Activation::kNone || (row != nullptr && row(o + begin, o + begin, end - begin) == end - begin))
+      return;
+    for (int64_t i = begin; i < end; ++i) o[i] = scalar::activate(activation, o[i]);
   });
 }
 
 template <class T>
 void forward(const Conv2dGeometry& g, const T* input, const T* weight, const T* bias, T* out, const T* residual,
-             bool relu) {
-  if (depthwise_takes(g)) return depthwise_forward(g, input, weight, bias, out, residual, relu);
+             Activation activation) {
+  if (depthwise_takes(g)) return depthwise_forward(g, input, weight, bias, out, residual, activation);
   if (direct_forward_wins(g)) {
     return direct_forward(input, g.batch, g.in_channels, g.in_height, g.in_width, g.pad_h, g.pad_w, weight, bias,
-                          g.out_channels, g.kernel_h, g.kernel_w, out, residual, relu);
+                          g.out_channels, g.kernel_h, g.kernel_w, out, residual, activation);
   }
   const Sizes s = sizes_of(g);
   const int64_t rows_per_band = s.pointwise ? g.out_height : band_rows<T>(g);
@@ -400,7 +425,8 @@ void forward(const Conv2dGeometry& g, const T* input, const T* weight, const T* 
       }
     }
   });
-  if (residual != nullptr || relu) finish(out, g.batch * g.out_channels * g.out_height * g.out_width, residual, relu);
+  if (residual != nullptr || activation != Activation::kNone)
+    finish(out, g.batch * g.out_channels * g.out_height * g.out_width, residual, activation);
 }
 
 // flipped (in_channels, out_channels, kh, kw) = weight (out_channels, in_channels, kh, kw) with its
@@ -784,11 +810,11 @@ void backward_weight_bf16(const Conv2dGeometry& g, const Bf16* grad_out, const B
 }  // namespace
 
 void conv2d_forward(DType dtype, const Conv2dGeometry& g, const void* input, const void* weight, const void* bias,
-                    void* out, const void* residual, bool relu) {
+                    void* out, const void* residual, Activation activation) {
   dispatch_float("conv2d", dtype, [&](auto zero) {
     using T = decltype(zero);
     forward(g, static_cast<const T*>(input), static_cast<const T*>(weight), static_cast<const T*>(bias),
-            static_cast<T*>(out), static_cast<const T*>(residual), relu);
+            static_cast<T*>(out), static_cast<const T*>(residual), activation);
   });
 }
 
@@ -914,7 +940,7 @@ void forward_bf16_kernel(const Conv2dGeometry& g, const Operand& input, const Op
     return forward_bf16(g, input.ptr<const Bf16>(), weight.ptr<const Bf16>(), bias.ptr<const Bf16>(), out.ptr<Bf16>());
   }
   const float *x = widened(input, Slot::kWidened0), *w = widened(weight, Slot::kWidened1);
-  rounded_into(out, [&](float* values) { conv2d_forward(kFloat32, g, x, w, b, values, nullptr, false); });
+  rounded_into(out, [&](float* values) { conv2d_forward(kFloat32, g, x, w, b, values); });
 }
 
 // The bfloat16 input gradient, chosen as the forward is: the blocked forward of the padded output
@@ -968,29 +994,28 @@ void conv2d_kernel(const KernelCall& c) {
   const Operand* residual = c.inputs.size() > 3 && c.inputs[3].defined() ? &c.inputs[3] : nullptr;
   if (out.numel() == 0) return;
   const Conv2dAttrs& attrs = c.get<Conv2dAttrs>();
-  EMBER_CHECK(attrs.activation == Activation::kNone || attrs.activation == Activation::kRelu,
-              "[conv2d] internal error: only a ReLU goes into the epilogue");
-  const bool relu = attrs.activation == Activation::kRelu;
+  const Activation activation = attrs.activation;
   const Conv2dGeometry g = conv_geometry(attrs, input, weight, out);
   if (out.dtype == kBFloat16) {
-    EMBER_CHECK(residual == nullptr && !relu, "[conv2d] internal error: a bfloat16 convolution takes no epilogue");
+    EMBER_CHECK(residual == nullptr && activation == Activation::kNone,
+                "[conv2d] internal error: a bfloat16 convolution takes no epilogue");
     return forward_bf16_kernel(g, input, weight, bias, out);
   }
   if (out.dtype == kFloat32 && nchwc_takes(g)) {
     const NchwcEpilogue epilogue{bias.ptr<const float>(), residual != nullptr ? residual->ptr<const float>() : nullptr,
-                                 relu};
+                                 activation};
     return blocked_forward(g, input.data, weight, false, epilogue, out.data);
   }
   if (out.dtype == kFloat32 && nchwc_patch_takes(g)) {
     const NchwcEpilogue epilogue{bias.ptr<const float>(), residual != nullptr ? residual->ptr<const float>() : nullptr,
-                                 relu};
+                                 activation};
     const Conv2dGeometry patches = nchwc_patch_geometry(g);
     const std::shared_ptr<const void> packed = packed_weight(patches, weight, false);
     return nchwc_patch_forward(g, input.ptr<const float>(), static_cast<const float*>(packed.get()),
                                nchwc_layout(patches), epilogue, out.ptr<float>());
   }
   conv2d_forward(out.dtype, g, input.data, weight.data, bias.data, out.data,
-                 residual != nullptr ? residual->data : nullptr, relu);
+                 residual != nullptr ? residual->data : nullptr, activation);
 }
 
 // inputs: grad_out, weight; outputs: grad_input.

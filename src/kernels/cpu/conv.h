@@ -8,6 +8,7 @@
 
 #include <cstdint>
 
+#include "ember/attrs.h"
 #include "ember/dtype.h"
 
 namespace ember::cpu {
@@ -37,10 +38,11 @@ struct Conv2dGeometry {
   int64_t groups = 1;
 };
 
-// out = conv(input, weight) + bias (bias: (out_channels) or null), then out = relu?(out +
-// residual) (residual: laid out as out, or null). float32 and float64.
+// out = conv(input, weight) + bias (bias: (out_channels) or null), then out = activation(out +
+// residual) (residual: laid out as out, or null), each value's activation as the elementwise op
+// computes it. float32 and float64.
 void conv2d_forward(DType dtype, const Conv2dGeometry& g, const void* input, const void* weight, const void* bias,
-                    void* out, const void* residual = nullptr, bool relu = false);
+                    void* out, const void* residual = nullptr, Activation activation = Activation::kNone);
 
 // grad_input = the transposed convolution of grad_out with weight. float32 and float64.
 void conv2d_backward_input(DType dtype, const Conv2dGeometry& g, const void* grad_out, const void* weight,

@@ -26,6 +26,7 @@
 #define HWY_TARGET_INCLUDE "kernels/cpu/conv_depthwise.cpp"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 
+#include <hwy/contrib/math/math-inl.h>
 #include <hwy/highway.h>
 // clang-format on
 
@@ -37,6 +38,7 @@
 #include <vector>
 
 #include "kernels/cpu/parallel.h"
+#include "kernels/cpu/scalar_math.h"
 
 #ifndef EMBER_KERNELS_CPU_CONV_DEPTHWISE_SHARED
 #define EMBER_KERNELS_CPU_CONV_DEPTHWISE_SHARED
@@ -55,7 +57,7 @@ struct Plane {
   int64_t out_h = 0, out_w = 0;
   const T* bias = nullptr;      // one value, or null
   const T* residual = nullptr;  // laid out as out, or null
-  bool relu = false;
+  Activation activation = Activation::kNone;
   T* out = nullptr;
 };
 
@@ -97,6 +99,7 @@ using depthwise_detail::Plane;
 using depthwise_detail::Transposed;
 using depthwise_detail::WeightPlane;
 
+#include "kernels/cpu/activation-inl.h"      // the activations as the elementwise ops compute them
 #include "kernels/cpu/partial_vector-inl.h"  // load_part, store_part
 
 // The accumulator loops have compile-time bounds and must be unrolled, or the sums live in memory.
@@ -156,8 +159,7 @@ HWY_INLINE void strip(const Plane<T>& a, int64_t y, int64_t x, int64_t last) {
       V o = acc[r][v];
       if (a.bias != nullptr) o = hn::Add(o, hn::Set(d, *a.bias));
       if (a.residual != nullptr) o = hn::Add(o, load_part(d, a.residual + at, count));
-      if (a.relu) o = hn::IfThenZeroElse(hn::Lt(o, hn::Zero(d)), o);  // as the relu op: keeps NaN
-      store_part(d, o, a.out + at, count);
+      store_part(d, activate(d, a.activation, o), a.out + at, count);
     }
   }
 }
@@ -412,7 +414,7 @@ bool depthwise_input_grad_takes(const Conv2dGeometry& g) {
 
 template <class T>
 void depthwise_forward(const Conv2dGeometry& g, const T* input, const T* weight, const T* bias, T* out,
-                       const T* residual, bool relu) {
+                       const T* residual, Activation activation) {
   const int64_t mult = g.out_channels / g.in_channels, taps = g.kernel_h * g.kernel_w;
   const int64_t in_plane = g.in_height * g.in_width, out_plane = g.out_height * g.out_width;
   const Padded p = padded_size<T>(g.in_height, g.in_width, g.pad_h, g.pad_w, g.out_height, g.out_width, g.kernel_h,
@@ -433,7 +435,7 @@ void depthwise_forward(const Conv2dGeometry& g, const T* input, const T* weight,
         a.out_h = g.out_height, a.out_w = g.out_width;
         a.bias = bias != nullptr ? bias + o : nullptr;
         a.residual = residual != nullptr ? residual + at : nullptr;
-        a.relu = relu;
+        a.activation = activation;
         a.out = out + at;
         run(a);
       }
@@ -551,9 +553,9 @@ void depthwise_backward_weight(const Conv2dGeometry& g, const T* grad_out, const
 }
 
 template void depthwise_forward(const Conv2dGeometry&, const float*, const float*, const float*, float*, const float*,
-                                bool);
+                                Activation);
 template void depthwise_forward(const Conv2dGeometry&, const double*, const double*, const double*, double*,
-                                const double*, bool);
+                                const double*, Activation);
 template void depthwise_backward_input(const Conv2dGeometry&, const float*, const float*, float*);
 template void depthwise_backward_input(const Conv2dGeometry&, const double*, const double*, double*);
 template void depthwise_backward_weight(const Conv2dGeometry&, const float*, const float*, float*);

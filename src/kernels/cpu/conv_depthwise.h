@@ -6,6 +6,7 @@
 
 #include <cstdint>
 
+#include "ember/attrs.h"
 #include "kernels/cpu/conv.h"
 
 namespace ember::cpu {
@@ -19,10 +20,10 @@ bool depthwise_takes(const Conv2dGeometry& g);
 // the weight flipped).
 bool depthwise_input_grad_takes(const Conv2dGeometry& g);
 
-// out = conv(input, weight) + bias, then out = relu?(out + residual). float and double.
+// out = activation(conv(input, weight) + bias + residual). float and double.
 template <class T>
 void depthwise_forward(const Conv2dGeometry& g, const T* input, const T* weight, const T* bias, T* out,
-                       const T* residual, bool relu);
+                       const T* residual, Activation activation);
 
 template <class T>
 void depthwise_backward_input(const Conv2dGeometry& g, const T* grad_out, const T* weight, T* grad_input);

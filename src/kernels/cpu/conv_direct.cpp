@@ -19,6 +19,7 @@
 #define HWY_TARGET_INCLUDE "kernels/cpu/conv_direct.cpp"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 
+#include <hwy/contrib/math/math-inl.h>
 #include <hwy/highway.h>
 // clang-format on
 
@@ -26,12 +27,17 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <limits>
+#include <type_traits>
+
+#include "kernels/cpu/scalar_math.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace ember::cpu {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
+#include "kernels/cpu/activation-inl.h"      // the activations as the elementwise ops compute them
 #include "kernels/cpu/partial_vector-inl.h"  // load_part, store_part
 
 // Vectors of at most 8 lanes: rows as narrow as 8 or 24 (MNIST's maps) then split into whole
@@ -91,8 +97,7 @@ HWY_INLINE void forward_strip(const DirectConv<T>& c, int64_t co, int64_t y, int
       const int64_t count = v == NV - 1 ? last : lanes;
       V o = acc[b][v];
       if (c.residual != nullptr) o = hn::Add(o, load_part(d, c.residual + at + v * lanes, count));
-      if (c.relu) o = hn::IfThenZeroElse(hn::Lt(o, hn::Zero(d)), o);  // as the relu op: keeps NaN
-      store_part(d, o, c.out + at + v * lanes, count);
+      store_part(d, activate(d, c.activation, o), c.out + at + v * lanes, count);
     }
   }
 }

@@ -5,6 +5,8 @@
 
 #include <cstdint>
 
+#include "ember/attrs.h"
+
 namespace ember::cpu {
 
 // One image (or, for the weight gradient, the whole batch) already padded: input (in_channels,
@@ -17,9 +19,9 @@ struct DirectConv {
   const T* weight = nullptr;
   const T* bias = nullptr;  // (out_channels) or null
   T* out = nullptr;
-  // The epilogue after the bias: out = relu?(out + residual), residual laid out as out (or null).
+  // The epilogue after the bias: out = activation(out + residual), residual laid out as out (or null).
   const T* residual = nullptr;
-  bool relu = false;
+  Activation activation = Activation::kNone;
   int64_t in_channels = 0, in_height = 0, in_width = 0;
   int64_t out_channels = 0, out_height = 0, out_width = 0;
   int64_t kernel_h = 0, kernel_w = 0;

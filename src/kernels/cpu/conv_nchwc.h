@@ -6,6 +6,7 @@
 
 #include <cstdint>
 
+#include "ember/attrs.h"
 #include "kernels/cpu/conv.h"
 
 namespace ember::cpu {
@@ -33,11 +34,11 @@ int64_t nchwc_packed_size(const Conv2dGeometry& g, NchwcLayout layout);
 // its taps in reverse order (the convolution whose input gradient g is: conv.cpp).
 void nchwc_pack_weight(const Conv2dGeometry& g, const float* weight, bool transposed, float* packed);
 
-// What the blocked forward adds to each finished sum: out = relu?(sum + bias + residual).
+// What the blocked forward does to each finished sum: out = activation(sum + bias + residual).
 struct NchwcEpilogue {
   const float* bias = nullptr;      // (C_out) or null
   const float* residual = nullptr;  // (N, C_out, OH, OW) or null; may be `out` itself
-  bool relu = false;
+  Activation activation = Activation::kNone;
 };
 
 // out (N, C_out, OH, OW) = conv(input (N, C_in, H, W), weight) and the epilogue, with the weight

@@ -180,24 +180,6 @@ struct Problem {
   const T* b_packed = nullptr;      // GemmArgs::b_packed
 };
 
-// The activation on one value: the scalar reference (scalar_math.h), computed in T.
-template <class T>
-inline T activate(Activation activation, T v) {
-  switch (activation) {
-    case Activation::kNone:
-      return v;
-    case Activation::kRelu:
-      return scalar::Relu()(v);
-    case Activation::kGeluErf:
-      return scalar::GeluErf()(v);
-    case Activation::kGeluTanh:
-      return scalar::GeluTanh()(v);
-    case Activation::kSilu:
-      return scalar::Silu()(v);
-  }
-  return v;
-}
-
 // The value stored in C[i, j] (at `c`), whose share of the product (one KC block's, or all of
 // it) is `sum` (Note [GEMM epilogue]).
 template <class T>
@@ -210,7 +192,7 @@ inline T finish(T sum, const T* c, bool first, bool last, const Epilogue<T>& e, 
     if (e.bias != nullptr) v += e.bias[j];
   }
   if (last) {
-    v = activate(e.activation, v);
+    v = scalar::activate(e.activation, v);
     if (e.residual != nullptr) v += e.residual[i * e.residual_row_stride + j * e.residual_col_stride];
   }
   return v;
@@ -256,8 +238,8 @@ namespace hn = hwy::HWY_NAMESPACE;
 using namespace gemm_detail;  // NOLINT(google-build-using-namespace)
 
 // The vector forms of the activations, shared with the elementwise ops (so linear_gelu and
-// gelu(linear) agree): vec::Relu, vec::GeluErf, ...
-#include "kernels/cpu/functors-inl.h"
+// gelu(linear) agree): vec::Relu, vec::GeluErf, ... (with functors-inl.h).
+#include "kernels/cpu/activation-inl.h"
 #include "kernels/cpu/transpose-inl.h"
 
 // The tile height of the packed path on this target (Note [GEMM blocking]): 14 rows where there
@@ -282,43 +264,6 @@ HWY_INLINE hn::Vec<D> load_partial(D d, const T* p, int64_t count) {
   HWY_ALIGN T lanes[hn::MaxLanes(d)] = {};
   for (int64_t i = 0; i < count; ++i) lanes[i] = p[i];
   return hn::Load(d, lanes);
-}
-
-// f on every lane, through memory: the activations that have no vector form for T.
-template <class D, class F, class V = hn::Vec<D>>
-HWY_INLINE V lanewise(D d, V x, const F& f) {
-  using T = hn::TFromD<D>;
-  HWY_ALIGN T lanes[hn::MaxLanes(d)];
-  hn::Store(x, d, lanes);
-  for (size_t i = 0; i < hn::Lanes(d); ++i) lanes[i] = f(lanes[i]);
-  return hn::Load(d, lanes);
-}
-
-// The activation on a vector: the elementwise ops' vector form where it exists for T (the
-// double GELU keeps std::erf, as the elementwise op does).
-template <class F, class SF, class D, class V = hn::Vec<D>>
-HWY_INLINE V activate_with(D d, V x) {
-  if constexpr (F::template kVector<hn::TFromD<D>>) {
-    return F()(d, x);
-  } else {
-    return lanewise(d, x, SF());
-  }
-}
-template <class D, class V = hn::Vec<D>>
-HWY_INLINE V activate(D d, Activation activation, V x) {
-  switch (activation) {
-    case Activation::kNone:
-      return x;
-    case Activation::kRelu:
-      return activate_with<vec::Relu, scalar::Relu>(d, x);
-    case Activation::kGeluErf:
-      return activate_with<vec::GeluErf, scalar::GeluErf>(d, x);
-    case Activation::kGeluTanh:
-      return activate_with<vec::GeluTanh, scalar::GeluTanh>(d, x);
-    case Activation::kSilu:
-      return activate_with<vec::Silu, scalar::Silu>(d, x);
-  }
-  return x;
 }
 
 // The last part of the epilogue on a vector of finished sums, C[i, j : j + lanes]: the activation,
@@ -1179,7 +1124,7 @@ void solve_half(const GemmArgs& g, const S* a, const S* b, S* c, const S* residu
       float v = alpha * c32[i * n + j];
       if (beta != 0.0f) v = std::fma(beta, static_cast<float>(*out), v);
       if (bias != nullptr) v += static_cast<float>(bias[j * g.bias_stride]);
-      v = activate(g.activation, v);
+      v = scalar::activate(g.activation, v);
       if (residual != nullptr) v += static_cast<float>(residual[i * g.residual_row_stride + j * g.residual_col_stride]);
       *out = S(v);
     }

@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "ember/attrs.h"
+
 namespace ember::cpu::scalar {
 
 template <class C>
@@ -49,6 +51,24 @@ EMBER_UNARY(GeluErf, erf_gelu(x))
 EMBER_UNARY(GeluTanh, tanh_gelu(x))
 EMBER_UNARY(Silu, x* sigmoid(x))
 #undef EMBER_UNARY
+
+// An epilogue's activation (ember::Activation) on one value, computed in C.
+template <class C>
+C activate(Activation activation, C v) {
+  switch (activation) {
+    case Activation::kNone:
+      return v;
+    case Activation::kRelu:
+      return Relu()(v);
+    case Activation::kGeluErf:
+      return GeluErf()(v);
+    case Activation::kGeluTanh:
+      return GeluTanh()(v);
+    case Activation::kSilu:
+      return Silu()(v);
+  }
+  return v;
+}
 
 struct Abs {
   template <class C>
