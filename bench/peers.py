@@ -444,6 +444,15 @@ def linear_gelu_residual(rows: int, in_features: int, out_features: int) -> dict
     return _eager_and_compiled(inputs, lambda x, w, b, r: F.gelu(F.linear(x, w, b), approximate="tanh") + r)
 
 
+def conv_silu(batch: int, channels: int, size: int) -> dict[str, Setup]:
+    """bench/workloads.cpp's conv_silu: silu(conv2d(x, w, b, padding 1)), 3 x 3."""
+    def inputs():
+        return (torch.randn(batch, channels, size, size), torch.randn(channels, channels, 3, 3),
+                torch.randn(channels))
+
+    return _eager_and_compiled(inputs, lambda x, w, b: F.silu(F.conv2d(x, w, b, 1, 1)))
+
+
 def ln_linear_gelu(rows: int, in_features: int, out_features: int) -> dict[str, Setup]:
     def inputs():
         return (torch.randn(rows, in_features), torch.randn(in_features), torch.randn(in_features),
@@ -979,6 +988,7 @@ def workloads(data_dir: str = "data/mnist") -> dict[str, dict[str, Setup]]:
     # The fused chains: the `_compiled` rows (ember::compile) have the same peers as the eager ones.
     chains = {"silu_add_f32_16M": silu_add(4096),
               "linear_gelu_residual_f32": linear_gelu_residual(8192, 768, 3072),
+              "conv2d_silu_f32": conv_silu(16, 64, 56),
               "ln_linear_gelu_f32": ln_linear_gelu(8192, 768, 3072),
               "masked_softmax_f32": masked_softmax(4, 8, 512, 64),
               "layernorm_prims_f32_8192x768": layernorm_by_hand(8192, 768)}

@@ -230,6 +230,23 @@ WorkloadSpec silu_add(const std::string& name, int64_t n, bool compiled) {
           }};
 }
 
+// silu(conv2d(x) + b): a 3 x 3 convolution with padding 1 and its activation (a diffusion U-Net's,
+// an EfficientNet's), two calls eagerly; compiled, the SiLU becomes the convolution's epilogue.
+WorkloadSpec conv_silu(const std::string& name, int64_t batch, int64_t channels, int64_t size, bool compiled) {
+  return {name, false, [=] {
+            const Tensor x = randn({batch, channels, size, size});
+            const Tensor weight = randn({channels, channels, 3, 3}), bias = randn({channels});
+            auto body = [](const Tensor& a, const Tensor& w, const Tensor& b) {
+              return ember::silu(nn::functional::conv2d(a, w, b, 1, 1));
+            };
+            const std::function<Tensor()> call = eager_or_compiled(compile_if(compiled), body, x, weight, bias);
+            const double outputs = as_double(batch * channels * size * size);
+            return Workload{.flops = outputs * (2.0 * as_double(channels * 9) + 1 + 12),
+                            .bytes = kFloatBytes * (2 * outputs + as_double(weight.numel())),
+                            .run = [=] { call(); }};
+          }};
+}
+
 // gelu(x W^T + b) + r, tanh approximation: linear_gelu_f32's shapes plus a residual of the output's
 // shape, written as three calls (linear, gelu, add); compiled, the GELU and the add become the
 // GEMM's epilogue.
@@ -830,6 +847,9 @@ std::vector<WorkloadSpec> workloads(const std::string& mnist_dir) {
   for (const bool compiled : {false, true}) {
     w.push_back(linear_gelu_residual(compiled ? "linear_gelu_residual_f32_compiled" : "linear_gelu_residual_f32", 8192,
                                      768, 3072, compiled));
+  }
+  for (const bool compiled : {false, true}) {
+    w.push_back(conv_silu(compiled ? "conv2d_silu_f32_compiled" : "conv2d_silu_f32", 16, 64, 56, compiled));
   }
   for (const bool compiled : {false, true}) {
     w.push_back(
