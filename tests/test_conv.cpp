@@ -170,7 +170,7 @@ Tensor expect_reference_on_1_and_2_threads(const Tensor& x, const Tensor& w, con
 // The blocked float32 forward (Note [blocked convolution]) against the float64 reference: rows
 // that are whole tiles, a tile and a bit, one position; a partial last input block (136 channels
 // in blocks of 16) and a partial last output group (80 = 2 x 32 + 16), output groups of one vector
-// (16 and 48 channels on AVX-512); strides 1 and 2, padding,
+// (16 and 48 channels on AVX-512); strides 1 and 2, padding (past the kernel's reach too),
 // dilation, 1 x 1 and non-square kernels; one image (tasks over rows) and several (tasks over
 // images, an odd count too); 1 and 2 threads, which must agree bit for bit.
 TEST(Conv2dBlocked, MatchesTheReferenceAcrossTileEdges) {
@@ -180,11 +180,20 @@ TEST(Conv2dBlocked, MatchesTheReferenceAcrossTileEdges) {
     int64_t stride, pad, dilation;
   };
   const std::vector<Case> cases = {
-      {{1, 16, 9, 30}, {32, 16, 3, 3}, 1, 1, 1},   {{3, 32, 7, 7}, {64, 32, 3, 3}, 1, 1, 1},
-      {{2, 136, 5, 16}, {80, 136, 3, 1}, 1, 0, 1}, {{1, 16, 17, 31}, {32, 16, 3, 5}, 2, 2, 1},
-      {{4, 16, 8, 43}, {32, 16, 1, 1}, 1, 0, 1},   {{1, 24, 12, 12}, {16, 24, 3, 3}, 1, 2, 2},
-      {{2, 64, 1, 1}, {128, 64, 1, 1}, 1, 0, 1},   {{1, 16, 6, 4}, {48, 16, 3, 3}, 2, 1, 1},
-      {{2, 16, 10, 20}, {16, 16, 3, 3}, 1, 1, 1}};
+      {{1, 16, 9, 30}, {32, 16, 3, 3}, 1, 1, 1},
+      {{3, 32, 7, 7}, {64, 32, 3, 3}, 1, 1, 1},
+      {{2, 136, 5, 16}, {80, 136, 3, 1}, 1, 0, 1},
+      {{1, 16, 17, 31}, {32, 16, 3, 5}, 2, 2, 1},
+      {{4, 16, 8, 43}, {32, 16, 1, 1}, 1, 0, 1},
+      {{1, 24, 12, 12}, {16, 24, 3, 3}, 1, 2, 2},
+      {{2, 64, 1, 1}, {128, 64, 1, 1}, 1, 0, 1},
+      {{1, 16, 6, 4}, {48, 16, 3, 3}, 2, 1, 1},
+      {{2, 16, 10, 20}, {16, 16, 3, 3}, 1, 1, 1},
+      // Padding past the kernel's reach: the first and last output rows read only zeros, the
+      // tiles skip the kernel rows that do (rows_of), in rows of one tile and of two (7 x 7).
+      {{1, 16, 4, 9}, {32, 16, 3, 3}, 1, 3, 1},
+      {{1, 16, 9, 15}, {32, 16, 3, 3}, 2, 3, 2},
+      {{2, 16, 5, 5}, {32, 16, 3, 3}, 1, 2, 1}};
   int blocked = 0;
   for (const Case& c : cases) {
     SCOPED_TRACE(::testing::Message() << "x " << ember::Shape(c.x) << " w " << ember::Shape(c.w) << " stride "
