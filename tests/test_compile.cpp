@@ -1041,11 +1041,12 @@ TEST(Compile, ConvolutionEpiloguesMatchEagerBitForBit) {
   }
 }
 
-// Every activation the convolution's epilogue takes (GELU both ways, SiLU, ReLU), after the bias
-// alone and after a residual, gives eager's bits on each convolution path: the blocked one (with
-// 60 output channels, so a tile's last four go through the leftover path), over patches (an image's
-// first layer), the direct one, depthwise, im2col (stride 3 and dilation 2, two groups), and in
-// float64 (where the erf GELU has no vector form and runs lane by lane).
+// Every activation the convolution's epilogue takes (GELU both ways, SiLU, also written out as
+// ONNX exports it, ReLU), after the bias alone and after a residual, gives eager's bits on each
+// convolution path: the blocked one (with 60 output channels, so a tile's last four go through the
+// leftover path), over patches (an image's first layer), the direct one, depthwise, im2col (stride
+// 3 and dilation 2, two groups), and in float64 (where the erf GELU has no vector form and runs
+// lane by lane).
 TEST(Compile, ConvolutionActivationsMatchEagerBitForBit) {
   struct Case {
     int64_t in, out, kernel, stride, padding, dilation, groups;
@@ -1055,6 +1056,7 @@ TEST(Compile, ConvolutionActivationsMatchEagerBitForBit) {
       {"gelu", [](const Tensor& x) { return gelu(x); }},
       {"gelu tanh", [](const Tensor& x) { return gelu(x, "tanh"); }},
       {"silu", [](const Tensor& x) { return silu(x); }},
+      {"x * sigmoid(x)", [](const Tensor& x) { return x * sigmoid(x); }},  // an exported SiLU (fuse_silu)
       {"relu", [](const Tensor& x) { return relu(x); }}};
   manual_seed(64);
   for (const Case& c : {Case{64, 60, 3, 1, 1, 1, 1, kFloat32}, Case{3, 16, 7, 2, 3, 1, 1, kFloat32},
