@@ -1046,11 +1046,13 @@ TEST(Compile, ConvolutionEpiloguesMatchEagerBitForBit) {
 // convolution path: the blocked one (with 60 output channels, so a tile's last four go through the
 // leftover path), over patches (an image's first layer), the direct one, depthwise, im2col (stride
 // 3 and dilation 2, two groups), and in float64 (where the erf GELU has no vector form and runs
-// lane by lane).
+// lane by lane); the blocked one also over one image and three (tasks over bands of rows), 7 x 7
+// maps (two rows per tile) and 30-wide rows (several tiles per row, the activation every few rows).
 TEST(Compile, ConvolutionActivationsMatchEagerBitForBit) {
   struct Case {
     int64_t in, out, kernel, stride, padding, dilation, groups;
     DType dtype;
+    int64_t batch = 2, height = 11, width = 13;
   };
   const std::vector<std::pair<const char*, std::function<Tensor(const Tensor&)>>> activations = {
       {"gelu", [](const Tensor& x) { return gelu(x); }},
@@ -1059,10 +1061,12 @@ TEST(Compile, ConvolutionActivationsMatchEagerBitForBit) {
       {"x * sigmoid(x)", [](const Tensor& x) { return x * sigmoid(x); }},  // an exported SiLU (fuse_silu)
       {"relu", [](const Tensor& x) { return relu(x); }}};
   manual_seed(64);
-  for (const Case& c : {Case{64, 60, 3, 1, 1, 1, 1, kFloat32}, Case{3, 16, 7, 2, 3, 1, 1, kFloat32},
-                        Case{3, 8, 3, 1, 1, 1, 1, kFloat32}, Case{16, 16, 3, 1, 1, 1, 16, kFloat32},
-                        Case{8, 8, 3, 3, 2, 2, 2, kFloat32}, Case{16, 16, 3, 2, 1, 1, 16, kFloat64},
-                        Case{8, 8, 3, 3, 2, 2, 2, kFloat64}, Case{3, 8, 3, 1, 1, 1, 1, kFloat64}}) {
+  for (const Case& c :
+       {Case{64, 60, 3, 1, 1, 1, 1, kFloat32}, Case{3, 16, 7, 2, 3, 1, 1, kFloat32},
+        Case{3, 8, 3, 1, 1, 1, 1, kFloat32}, Case{16, 16, 3, 1, 1, 1, 16, kFloat32},
+        Case{8, 8, 3, 3, 2, 2, 2, kFloat32}, Case{16, 16, 3, 2, 1, 1, 16, kFloat64},
+        Case{8, 8, 3, 3, 2, 2, 2, kFloat64}, Case{3, 8, 3, 1, 1, 1, 1, kFloat64},
+        Case{64, 60, 3, 1, 1, 1, 1, kFloat32, 1, 7, 7}, Case{64, 64, 3, 1, 1, 1, 1, kFloat32, 3, 24, 30}}) {
     const Tensor w = randn({c.out, c.in / c.groups, c.kernel, c.kernel}, c.dtype), b = randn({c.out}, c.dtype);
     for (const auto& [name, act] : activations) {
       SCOPED_TRACE(::testing::Message() << name << ", " << c.in << " -> " << c.out << " channels, kernel " << c.kernel
@@ -1075,7 +1079,8 @@ TEST(Compile, ConvolutionActivationsMatchEagerBitForBit) {
       autograd::NoGradGuard no_grad;
       for (int call = 0; call < 2; ++call) {
         // Values past +-5 reach the activations' far ends (SiLU's and GELU's saturation).
-        const Tensor x = randn({2, c.in, 11, 13}, c.dtype) * 2.0, y = randn({2, c.in, 11, 13}, c.dtype) * 2.0;
+        const Tensor x = randn({c.batch, c.in, c.height, c.width}, c.dtype) * 2.0;
+        const Tensor y = randn({c.batch, c.in, c.height, c.width}, c.dtype) * 2.0;
         const Tensor r = randn(conv(x).shape(), c.dtype);
         const std::vector<Tensor> got = f(x, y, r), want = body(x, y, r);
         for (size_t i = 0; i < got.size(); ++i) EXPECT_TRUE(test_util::bitwise_equal(got[i], want[i])) << i;
