@@ -155,23 +155,25 @@ void weight_row(const DirectConv<T>& c, const T* grad_out, int64_t batch, int64_
     }
     const T* image = c.input + (n * c.in_channels + ci) * in_plane;
     const T* grads = grad_out + (n * c.out_channels + co) * out_plane;
+    // One column step; whole vectors and the partial last one apart, so that the whole ones' loop
+    // keeps the gradient vectors in registers (with one loop for both, GCC kept them on the stack).
+    const auto step = [&](const T* row, const T* g_row, int64_t count) HWY_ATTR {
+      V g[CB];
+      EMBER_UNROLL
+      for (int b = 0; b < CB; ++b) g[b] = load_part(d, g_row + b * out_plane, count);
+      EMBER_UNROLL
+      for (int kx = 0; kx < KW; ++kx) {
+        const V in = load_part(d, row + kx, count);
+        EMBER_UNROLL
+        for (int b = 0; b < CB; ++b) acc[b][kx] = hn::MulAdd(g[b], in, acc[b][kx]);
+      }
+    };
     for (int64_t y = 0; y < c.out_height; ++y) {
       const T* row = image + (y + ky) * c.in_width;
-      for (int64_t x = 0; x < c.out_width; x += lanes) {
-        const int64_t count = std::min(lanes, c.out_width - x);
-        V g[CB];
-        EMBER_UNROLL
-        for (int b = 0; b < CB; ++b) {
-          const T* gp = grads + b * out_plane + y * c.out_width + x;
-          g[b] = load_part(d, gp, count);
-        }
-        EMBER_UNROLL
-        for (int kx = 0; kx < KW; ++kx) {
-          const V in = load_part(d, row + x + kx, count);
-          EMBER_UNROLL
-          for (int b = 0; b < CB; ++b) acc[b][kx] = hn::MulAdd(g[b], in, acc[b][kx]);
-        }
-      }
+      const T* g_row = grads + y * c.out_width;
+      int64_t x = 0;
+      for (; x + lanes <= c.out_width; x += lanes) step(row + x, g_row + x, lanes);
+      if (x < c.out_width) step(row + x, g_row + x, c.out_width - x);
     }
     // Each image's sums join the total in double: the batch's sum, tens of thousands of
     // products, then rounds once instead of along one long float chain per lane.
