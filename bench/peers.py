@@ -391,6 +391,20 @@ def maxpool2d() -> dict[str, Setup]:
     return {"torch": torch_setup, "numpy": numpy_setup}
 
 
+def maxpool2d_train() -> dict[str, Setup]:
+    def torch_setup():
+        x = torch.randn(32, 16, 24, 24, requires_grad=True)
+        cot = torch.randn(32, 16, 12, 12)
+
+        def run():
+            x.grad = None  # a fresh gradient each call, not a sum
+            F.max_pool2d(x, 2).backward(cot)
+
+        return run
+
+    return {"torch": torch_setup}
+
+
 def linear_gelu(rows: int, in_features: int, out_features: int) -> dict[str, Setup]:
     def inputs():
         return (torch.randn(rows, in_features), torch.randn(out_features, in_features) / math.sqrt(in_features),
@@ -984,6 +998,7 @@ def workloads(data_dir: str = "data/mnist") -> dict[str, dict[str, Setup]]:
     w["conv2d_f32_depthwise"] = conv2d(32, 144, 56, 144, 3, 1, True, groups=144)
     w["resnet_block_f32"] = resnet_block()
     w["maxpool2d_f32"] = maxpool2d()
+    w["maxpool2d_train_f32"] = maxpool2d_train()
     w["linear_gelu_f32"] = linear_gelu(8192, 768, 3072)
     # The fused chains: the `_compiled` rows (ember::compile) have the same peers as the eager ones.
     chains = {"silu_add_f32_16M": silu_add(4096),

@@ -202,6 +202,23 @@ WorkloadSpec maxpool2d(const std::string& name) {
           }};
 }
 
+// The same pooling under autograd, forward (keeping where each maximum was) and backward (routing a
+// fixed output gradient back to the maxima), as a training step runs it.
+WorkloadSpec maxpool2d_train(const std::string& name) {
+  return {name, false, [=] {
+            const Tensor x = randn({32, 16, 24, 24}).requires_grad_();
+            const Tensor cot = randn({32, 16, 12, 12});
+            const double outputs = 32.0 * 16 * 12 * 12;
+            return Workload{.flops = 3 * outputs,
+                            // x and the output, the indices, the output gradient and the input gradient
+                            .bytes = kFloatBytes * (2.0 * as_double(x.numel()) + 2.0 * outputs) + 8.0 * outputs,
+                            .run = [=] {
+                              x.set_grad(Tensor());  // a fresh gradient each call, not a sum
+                              nn::functional::max_pool2d(x, 2).backward(cot);
+                            }};
+          }};
+}
+
 // x (rows, in) -> gelu(x W^T + b), tanh approximation (the GELU of GPT-style models), through the
 // fused ember::linear_gelu (the GELU is the GEMM's epilogue).
 WorkloadSpec linear_gelu(const std::string& name, int64_t rows, int64_t in, int64_t out) {
@@ -839,6 +856,7 @@ std::vector<WorkloadSpec> workloads(const std::string& mnist_dir) {
   w.push_back(conv2d("conv2d_f32_depthwise", {32, 144, 56, 56, 144, 3, 1, true, kFloat32, 144}));
   w.push_back(resnet_block("resnet_block_f32"));
   w.push_back(maxpool2d("maxpool2d_f32"));
+  w.push_back(maxpool2d_train("maxpool2d_train_f32"));
   w.push_back(linear_gelu("linear_gelu_f32", 8192, 768, 3072));
   // Chains of elementwise ops (and a GEMM's epilogue), eager and through ember::compile.
   for (const bool compiled : {false, true}) {
