@@ -277,6 +277,37 @@ TEST(Conv2dBlocked, GradientsMatchTheFloat64Path) {
                                 {2e-4, 2e-4}));
 }
 
+// Rows whose kernel columns hang a full kernel - 1 over each side (Note [padded rows] in
+// conv_nchwc.cpp): the input gradients of unpadded 5 x 5 and 3 x 3 convolutions (MNIST's second
+// layer among them) and a forward padded by 4, at widths from the kernel's to past a tile's (14 on
+// AVX-512, 6 on AVX2), with one and two vectors of output channels, against the float64 path; 1 and 2
+// threads agree bit for bit.
+TEST(Conv2dBlocked, PaddedRowsMatchTheFloat64Path) {
+  ember::manual_seed(63);
+  struct Case {
+    std::vector<int64_t> x, w;
+  };
+  const std::vector<Case> cases = {{{2, 16, 12, 12}, {32, 16, 5, 5}}, {{1, 32, 9, 8}, {32, 32, 5, 5}},
+                                   {{1, 16, 7, 14}, {32, 16, 5, 5}},  {{2, 8, 6, 5}, {16, 8, 5, 5}},
+                                   {{1, 16, 5, 6}, {32, 16, 5, 5}},   {{1, 32, 6, 4}, {16, 32, 3, 3}},
+                                   {{2, 16, 5, 6}, {32, 16, 3, 3}},   {{1, 32, 8, 9}, {32, 32, 3, 3}},
+                                   {{1, 16, 4, 14}, {32, 16, 3, 3}},  {{1, 16, 4, 17}, {32, 16, 3, 3}}};
+  for (const Case& c : cases) {
+    SCOPED_TRACE(::testing::Message() << "x " << ember::Shape(c.x) << " w " << ember::Shape(c.w));
+    const Tensor x = ember::randn(c.x), w = ember::randn(c.w);
+    const auto [want, one, got] = conv_grads(x, w, 1, 0, 1, 1);
+    for (size_t i = 0; i < 2; ++i) {
+      const double scale = std::sqrt(static_cast<double>(c.x[0] * c.x[2] * c.x[3]));
+      const double tol = i == 0 ? 2e-4 : 2e-5 * scale;
+      EXPECT_TRUE(golden::all_close(got[i].to(ember::kFloat64), want[i], {tol, tol})) << (i == 0 ? "input" : "weight");
+      EXPECT_TRUE(golden::all_close(one[i], got[i], {0, 0}));
+    }
+  }
+  // A forward padded by kernel - 1: outputs 12 wide from 8 columns.
+  const Tensor x = ember::randn({1, 32, 6, 8}), w = ember::randn({16, 32, 5, 5}), b = ember::randn({16});
+  expect_reference_on_1_and_2_threads(x, w, b, 1, 4, 1);
+}
+
 // Depthwise convolutions (Note [depthwise convolution]): rows of a partial vector, one vector,
 // several rows of one to three vectors, more than four; 3 x 3 to 7 x 7, 1 x 4 (a causal conv1d), 3 x 1;
 // strides 1 and 2 (and 3, which the im2col path keeps), padding 0 to 4 (wider than the kernel's
