@@ -312,7 +312,10 @@ using TileFn = void (*)(const float*, const float*, const TileArgs&, float*);
 // layer (5 x 5, 8 x 8 outputs: a 12-wide input gradient) 20 of every 60 multiply-adds of tile() add
 // zeros. This tile is tile() with the kernel columns unrolled, so that each (position, tap) pair is
 // known when compiling and the ones reading padding are left out; the sums are the same (the
-// products left out are zeros, added to sums that start at zero, in the same order).
+// products left out are zeros, added to sums that start at zero, in the same order). `perf` of
+// `train_step_cnn`: that tile 20.5% of the samples, this one 13.6%, beside the forward's tile at
+// 13.8% and 13.4%. Rows at most kPositions / 2 wide go two to a tile (rows()), which still
+// multiplies the padding.
 template <int P, int KW, int PAD, int NB>
 void padded_row_tile(const float* in, const float* w, const TileArgs& a, float* sums) {
   constexpr int kWidth = P + KW - 1 - 2 * PAD;
@@ -362,8 +365,10 @@ void padded_row_tile(const float* in, const float* w, const TileArgs& a, float* 
 
 template <int KW, int NB, size_t... I>
 constexpr std::array<TileFn, sizeof...(I)> padded_row_table(std::index_sequence<I...> /*widths*/) {
-  // Widths of at least KW only: narrower rows would have positions that read no image at all.
-  return {(static_cast<int>(I) + 1 >= KW ? &padded_row_tile<static_cast<int>(I) + 1, KW, KW - 1, NB> : nullptr)...};
+  // Widths of at least KW (narrower rows would have positions that read no image at all) and more
+  // than kPositions / 2 (narrower rows go two to a tile: rows()).
+  constexpr auto fits = [](int width) { return width >= KW && 2 * width > kPositions; };
+  return {(fits(static_cast<int>(I) + 1) ? &padded_row_tile<static_cast<int>(I) + 1, KW, KW - 1, NB> : nullptr)...};
 }
 // [vectors - 1][width - 1], for 5 x 5 and 3 x 3 kernels.
 constexpr std::array<std::array<TileFn, kPositions>, 2> kPaddedRows5 = {
@@ -375,7 +380,10 @@ constexpr std::array<std::array<TileFn, kPositions>, 2> kPaddedRows3 = {
 
 // The padded-row tile for g's rows (Note [padded rows]), or null.
 TileFn padded_row_tile_for(const Conv2dGeometry& g, size_t nb) {
-  if (g.stride_w != 1 || g.dilation_w != 1 || g.pad_w != g.kernel_w - 1 || g.out_width > kPositions) return nullptr;
+  if (g.stride_w != 1 || g.dilation_w != 1 || g.pad_w != g.kernel_w - 1 || g.out_width > kPositions ||
+      2 * g.out_width <= kPositions) {
+    return nullptr;
+  }
   const auto width = static_cast<size_t>(g.out_width - 1);
   if (g.kernel_w == 5) return kPaddedRows5[nb][width];
   if (g.kernel_w == 3) return kPaddedRows3[nb][width];
