@@ -29,6 +29,7 @@
 #include <cstdint>
 #include <limits>
 #include <type_traits>
+#include <vector>
 
 #include "kernels/cpu/scalar_math.h"
 
@@ -55,12 +56,13 @@ using Tag = hn::CappedTag<T, 8>;
 // Output row y's columns [x, x + NV vectors) (the last vector holding `last` values) of channels
 // [co, co + CB): the accumulators stay in registers over every tap.
 template <int CB, int NV, class T>
-HWY_INLINE void forward_strip(const DirectConv<T>& c, int64_t co, int64_t y, int64_t x, int64_t last) {
+HWY_INLINE void forward_strip(const DirectConv<T>& c, const T* weights, int64_t co, int64_t y, int64_t x,
+                              int64_t last) {
   const Tag<T> d;
   using V = hn::Vec<decltype(d)>;
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
   const int64_t in_plane = c.in_height * c.in_width, out_plane = c.out_height * c.out_width;
-  const int64_t taps = c.kernel_h * c.kernel_w, patch = c.in_channels * taps;
+  const int64_t taps = c.kernel_h * c.kernel_w;
   V acc[CB][NV];
   EMBER_UNROLL
   for (int b = 0; b < CB; ++b) {
@@ -70,14 +72,14 @@ HWY_INLINE void forward_strip(const DirectConv<T>& c, int64_t co, int64_t y, int
   for (int64_t ci = 0; ci < c.in_channels; ++ci) {
     for (int64_t ky = 0; ky < c.kernel_h; ++ky) {
       const T* row = c.input + ci * in_plane + (y + ky) * c.in_width + x;
-      const T* w = c.weight + co * patch + ci * taps + ky * c.kernel_w;
+      const T* w = weights + (ci * taps + ky * c.kernel_w) * CB;
       for (int64_t kx = 0; kx < c.kernel_w; ++kx) {
         V in[NV];
         EMBER_UNROLL
         for (int v = 0; v < NV; ++v) in[v] = load_part(d, row + kx + v * lanes, v == NV - 1 ? last : lanes);
         EMBER_UNROLL
         for (int b = 0; b < CB; ++b) {
-          const V wv = hn::Set(d, w[b * patch + kx]);
+          const V wv = hn::Set(d, w[kx * CB + b]);
           EMBER_UNROLL
           for (int v = 0; v < NV; ++v) acc[b][v] = hn::MulAdd(wv, in[v], acc[b][v]);
         }
@@ -105,18 +107,29 @@ HWY_INLINE void forward_strip(const DirectConv<T>& c, int64_t co, int64_t y, int
 // Output rows [y_begin, y_end) of channels [co, co + CB): a strip of three whole vectors where a
 // row is exactly three (MNIST's 24 columns: one strip, not one of two and one of one), else strips
 // of two whole vectors, then one, then the partial last vector.
+//
+// The block's weights are first copied tap by tap, the CB channels' side by side, so that a strip
+// reads every weight it broadcasts from one pointer (with CB pointers, GCC kept some of them on the
+// stack and reloaded them at every tap).
 template <int CB, class T>
 void forward_rows(const DirectConv<T>& c, int64_t co, int64_t y_begin, int64_t y_end) {
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(Tag<T>()));
+  const int64_t patch = c.in_channels * c.kernel_h * c.kernel_w;
+  thread_local std::vector<T> packed;
+  packed.resize(static_cast<size_t>(patch * CB));
+  for (int64_t t = 0; t < patch; ++t) {
+    for (int b = 0; b < CB; ++b) packed[static_cast<size_t>(t * CB + b)] = c.weight[(co + b) * patch + t];
+  }
+  const T* weights = packed.data();
   for (int64_t y = y_begin; y < y_end; ++y) {
     int64_t x = 0;
     if (c.out_width == 3 * lanes) {
-      forward_strip<CB, 3>(c, co, y, x, lanes);
+      forward_strip<CB, 3>(c, weights, co, y, x, lanes);
       continue;
     }
-    for (; x + 2 * lanes <= c.out_width; x += 2 * lanes) forward_strip<CB, 2>(c, co, y, x, lanes);
-    for (; x + lanes <= c.out_width; x += lanes) forward_strip<CB, 1>(c, co, y, x, lanes);
-    if (x < c.out_width) forward_strip<CB, 1>(c, co, y, x, c.out_width - x);
+    for (; x + 2 * lanes <= c.out_width; x += 2 * lanes) forward_strip<CB, 2>(c, weights, co, y, x, lanes);
+    for (; x + lanes <= c.out_width; x += lanes) forward_strip<CB, 1>(c, weights, co, y, x, lanes);
+    if (x < c.out_width) forward_strip<CB, 1>(c, weights, co, y, x, c.out_width - x);
   }
 }
 
