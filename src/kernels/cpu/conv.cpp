@@ -528,14 +528,19 @@ void direct_backward_weight(const Conv2dGeometry& g, const T* grad_out, const T*
     }
     c.input = padded;
   }
+  // Tasks over (output channels in fours, input channel, a range of kernel rows): the fewest ranges
+  // that still give each thread two tasks, since a task reads its images' output gradients once
+  // for all its kernel rows.
   constexpr int64_t kChannels = 4;
   const int64_t blocks = (g.out_channels + kChannels - 1) / kChannels;
-  parallel_for(0, blocks * g.in_channels * g.kernel_h, 1, [&](int64_t begin, int64_t end) {
+  const int64_t ranges =
+      std::clamp<int64_t>(2 * num_threads() / std::max<int64_t>(1, blocks * g.in_channels), 1, g.kernel_h);
+  parallel_for(0, blocks * g.in_channels * ranges, 1, [&](int64_t begin, int64_t end) {
     for (int64_t t = begin; t < end; ++t) {
-      const int64_t ky = t % g.kernel_h, ci = (t / g.kernel_h) % g.in_channels,
-                    block = t / (g.kernel_h * g.in_channels);
+      const int64_t range = t % ranges, ci = (t / ranges) % g.in_channels, block = t / (ranges * g.in_channels);
       const int64_t co = block * kChannels;
-      direct_weight_rows(c, grad_out, g.batch, co, std::min(kChannels, g.out_channels - co), ci, ky, grad_weight);
+      direct_weight_rows(c, grad_out, g.batch, co, std::min(kChannels, g.out_channels - co), ci,
+                         range * g.kernel_h / ranges, (range + 1) * g.kernel_h / ranges, grad_weight);
     }
   });
 }

@@ -10,7 +10,7 @@
 // (MNIST's first layer) as one strip of three vectors instead of strips of two and one:
 // conv2d_f32_lenet1 97.5-105.3 -> 83.4-86.6 us, infer_cnn_b1 24.2 -> 22.5-22.7 us (binaries
 // alternated three times). Weight gradient: for a block of CB output channels, one input
-// channel and one kernel row ky, CB x kernel_w vector accumulators sum grad_out row * input row
+// channel and kernel row ky, CB x kernel_w vector accumulators sum grad_out row * input row
 // shifted by kx over an image's rows and columns; their lanes are added and the images' sums
 // summed in double. The last, partial vector of a row is a masked load (or goes through
 // a small buffer), so nothing past a row's end is read.
@@ -149,57 +149,66 @@ void DirectForwardRowsF64(const DirectConv<double>& c, int64_t co, int64_t chann
   DirectForwardRows(c, co, channels, y_begin, y_end);
 }
 
-// grad_weight[co + b, ci, ky, :] for b < CB, summed over images [0, batch) in order: `grad_out`
-// is (batch, out_channels, out_height, out_width) and c.input the (padded) images, c.out unused.
+// grad_weight[co + b, ci, ky, :] for b < CB and ky in [ky0, ky1), summed over images [0, batch) in
+// order: `grad_out` is (batch, out_channels, out_height, out_width) and c.input the (padded) images,
+// c.out unused. An image's output gradients are read for every kernel row in turn while they are
+// in L1 (with one kernel row per call, MNIST's first layer streamed its 2.4 MB of them from the
+// last-level cache five times); each (image, kernel row) is summed as with one row per call.
 template <int CB, int KW, class T>
-void weight_row(const DirectConv<T>& c, const T* grad_out, int64_t batch, int64_t co, int64_t ci, int64_t ky,
-                T* grad_weight) {
+void weight_row(const DirectConv<T>& c, const T* grad_out, int64_t batch, int64_t co, int64_t ci, int64_t ky0,
+                int64_t ky1, T* grad_weight) {
   const Tag<T> d;
   using V = hn::Vec<decltype(d)>;
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
   const int64_t in_plane = c.in_height * c.in_width, out_plane = c.out_height * c.out_width;
   V acc[CB][KW];
-  double total[CB][KW] = {};
+  std::vector<double> totals(static_cast<size_t>((ky1 - ky0) * CB * KW), 0.0);
   for (int64_t n = 0; n < batch; ++n) {
-    EMBER_UNROLL
-    for (int b = 0; b < CB; ++b) {
+    for (int64_t ky = ky0; ky < ky1; ++ky) {
+      double(*total)[KW] = reinterpret_cast<double(*)[KW]>(totals.data() + (ky - ky0) * CB * KW);
       EMBER_UNROLL
-      for (int kx = 0; kx < KW; ++kx) acc[b][kx] = hn::Zero(d);
-    }
-    const T* image = c.input + (n * c.in_channels + ci) * in_plane;
-    const T* grads = grad_out + (n * c.out_channels + co) * out_plane;
-    // One column step; whole vectors and the partial last one apart, so that the whole ones' loop
-    // keeps the gradient vectors in registers (with one loop for both, GCC kept them on the stack).
-    const auto step = [&](const T* row, const T* g_row, int64_t count) HWY_ATTR {
-      V g[CB];
-      EMBER_UNROLL
-      for (int b = 0; b < CB; ++b) g[b] = load_part(d, g_row + b * out_plane, count);
-      EMBER_UNROLL
-      for (int kx = 0; kx < KW; ++kx) {
-        const V in = load_part(d, row + kx, count);
+      for (int b = 0; b < CB; ++b) {
         EMBER_UNROLL
-        for (int b = 0; b < CB; ++b) acc[b][kx] = hn::MulAdd(g[b], in, acc[b][kx]);
+        for (int kx = 0; kx < KW; ++kx) acc[b][kx] = hn::Zero(d);
       }
-    };
-    for (int64_t y = 0; y < c.out_height; ++y) {
-      const T* row = image + (y + ky) * c.in_width;
-      const T* g_row = grads + y * c.out_width;
-      int64_t x = 0;
-      for (; x + lanes <= c.out_width; x += lanes) step(row + x, g_row + x, lanes);
-      if (x < c.out_width) step(row + x, g_row + x, c.out_width - x);
-    }
-    // Each image's sums join the total in double: the batch's sum, tens of thousands of
-    // products, then rounds once instead of along one long float chain per lane.
-    EMBER_UNROLL
-    for (int b = 0; b < CB; ++b) {
+      const T* image = c.input + (n * c.in_channels + ci) * in_plane;
+      const T* grads = grad_out + (n * c.out_channels + co) * out_plane;
+      // One column step; whole vectors and the partial last one apart, so that the whole ones' loop
+      // keeps the gradient vectors in registers (with one loop for both, GCC kept them on the stack).
+      const auto step = [&](const T* row, const T* g_row, int64_t count) HWY_ATTR {
+        V g[CB];
+        EMBER_UNROLL
+        for (int b = 0; b < CB; ++b) g[b] = load_part(d, g_row + b * out_plane, count);
+        EMBER_UNROLL
+        for (int kx = 0; kx < KW; ++kx) {
+          const V in = load_part(d, row + kx, count);
+          EMBER_UNROLL
+          for (int b = 0; b < CB; ++b) acc[b][kx] = hn::MulAdd(g[b], in, acc[b][kx]);
+        }
+      };
+      for (int64_t y = 0; y < c.out_height; ++y) {
+        const T* row = image + (y + ky) * c.in_width;
+        const T* g_row = grads + y * c.out_width;
+        int64_t x = 0;
+        for (; x + lanes <= c.out_width; x += lanes) step(row + x, g_row + x, lanes);
+        if (x < c.out_width) step(row + x, g_row + x, c.out_width - x);
+      }
+      // Each image's sums join the total in double: the batch's sum, tens of thousands of
+      // products, then rounds once instead of along one long float chain per lane.
       EMBER_UNROLL
-      for (int kx = 0; kx < KW; ++kx) total[b][kx] += static_cast<double>(hn::GetLane(hn::SumOfLanes(d, acc[b][kx])));
+      for (int b = 0; b < CB; ++b) {
+        EMBER_UNROLL
+        for (int kx = 0; kx < KW; ++kx) total[b][kx] += static_cast<double>(hn::GetLane(hn::SumOfLanes(d, acc[b][kx])));
+      }
     }
   }
   const int64_t patch = c.in_channels * c.kernel_h * KW;
-  for (int b = 0; b < CB; ++b) {
-    for (int kx = 0; kx < KW; ++kx) {
-      grad_weight[(co + b) * patch + (ci * c.kernel_h + ky) * KW + kx] = static_cast<T>(total[b][kx]);
+  for (int64_t ky = ky0; ky < ky1; ++ky) {
+    for (int b = 0; b < CB; ++b) {
+      for (int kx = 0; kx < KW; ++kx) {
+        grad_weight[(co + b) * patch + (ci * c.kernel_h + ky) * KW + kx] =
+            static_cast<T>(totals[static_cast<size_t>(((ky - ky0) * CB + b) * KW + kx)]);
+      }
     }
   }
 }
@@ -207,42 +216,43 @@ void weight_row(const DirectConv<T>& c, const T* grad_out, int64_t batch, int64_
 // The widest block of output channels whose accumulators fit in the registers with room to spare.
 template <int KW, class T>
 void weight_rows_kw(const DirectConv<T>& c, const T* grad_out, int64_t batch, int64_t co, int64_t channels, int64_t ci,
-                    int64_t ky, T* grad_weight) {
+                    int64_t ky0, int64_t ky1, T* grad_weight) {
   constexpr int kRegisters = HWY_TARGET <= HWY_AVX3 ? 32 : 16;
   constexpr int kWide = (kRegisters - 2) / (KW + 1) >= 4 ? 4 : (kRegisters - 2) / (KW + 1) >= 2 ? 2 : 1;
   int64_t o = co;
-  for (; o + kWide <= co + channels; o += kWide) weight_row<kWide, KW>(c, grad_out, batch, o, ci, ky, grad_weight);
-  for (; o < co + channels; ++o) weight_row<1, KW>(c, grad_out, batch, o, ci, ky, grad_weight);
+  for (; o + kWide <= co + channels; o += kWide)
+    weight_row<kWide, KW>(c, grad_out, batch, o, ci, ky0, ky1, grad_weight);
+  for (; o < co + channels; ++o) weight_row<1, KW>(c, grad_out, batch, o, ci, ky0, ky1, grad_weight);
 }
 
 template <class T>
 void DirectWeightRows(const DirectConv<T>& c, const T* grad_out, int64_t batch, int64_t co, int64_t channels,
-                      int64_t ci, int64_t ky, T* grad_weight) {
+                      int64_t ci, int64_t ky0, int64_t ky1, T* grad_weight) {
   switch (c.kernel_w) {
     case 1:
-      return weight_rows_kw<1>(c, grad_out, batch, co, channels, ci, ky, grad_weight);
+      return weight_rows_kw<1>(c, grad_out, batch, co, channels, ci, ky0, ky1, grad_weight);
     case 2:
-      return weight_rows_kw<2>(c, grad_out, batch, co, channels, ci, ky, grad_weight);
+      return weight_rows_kw<2>(c, grad_out, batch, co, channels, ci, ky0, ky1, grad_weight);
     case 3:
-      return weight_rows_kw<3>(c, grad_out, batch, co, channels, ci, ky, grad_weight);
+      return weight_rows_kw<3>(c, grad_out, batch, co, channels, ci, ky0, ky1, grad_weight);
     case 4:
-      return weight_rows_kw<4>(c, grad_out, batch, co, channels, ci, ky, grad_weight);
+      return weight_rows_kw<4>(c, grad_out, batch, co, channels, ci, ky0, ky1, grad_weight);
     case 5:
-      return weight_rows_kw<5>(c, grad_out, batch, co, channels, ci, ky, grad_weight);
+      return weight_rows_kw<5>(c, grad_out, batch, co, channels, ci, ky0, ky1, grad_weight);
     case 6:
-      return weight_rows_kw<6>(c, grad_out, batch, co, channels, ci, ky, grad_weight);
+      return weight_rows_kw<6>(c, grad_out, batch, co, channels, ci, ky0, ky1, grad_weight);
     default:
-      return weight_rows_kw<7>(c, grad_out, batch, co, channels, ci, ky, grad_weight);
+      return weight_rows_kw<7>(c, grad_out, batch, co, channels, ci, ky0, ky1, grad_weight);
   }
 }
 
 void DirectWeightRowsF32(const DirectConv<float>& c, const float* grad_out, int64_t batch, int64_t co, int64_t channels,
-                         int64_t ci, int64_t ky, float* grad_weight) {
-  DirectWeightRows(c, grad_out, batch, co, channels, ci, ky, grad_weight);
+                         int64_t ci, int64_t ky0, int64_t ky1, float* grad_weight) {
+  DirectWeightRows(c, grad_out, batch, co, channels, ci, ky0, ky1, grad_weight);
 }
 void DirectWeightRowsF64(const DirectConv<double>& c, const double* grad_out, int64_t batch, int64_t co,
-                         int64_t channels, int64_t ci, int64_t ky, double* grad_weight) {
-  DirectWeightRows(c, grad_out, batch, co, channels, ci, ky, grad_weight);
+                         int64_t channels, int64_t ci, int64_t ky0, int64_t ky1, double* grad_weight) {
+  DirectWeightRows(c, grad_out, batch, co, channels, ci, ky0, ky1, grad_weight);
 }
 
 }  // namespace HWY_NAMESPACE
@@ -267,13 +277,13 @@ void direct_forward_rows(const DirectConv<double>& c, int64_t co, int64_t channe
 }
 template <>
 void direct_weight_rows(const DirectConv<float>& c, const float* grad_out, int64_t batch, int64_t co, int64_t channels,
-                        int64_t ci, int64_t ky, float* grad_weight) {
-  HWY_DYNAMIC_DISPATCH(DirectWeightRowsF32)(c, grad_out, batch, co, channels, ci, ky, grad_weight);
+                        int64_t ci, int64_t ky0, int64_t ky1, float* grad_weight) {
+  HWY_DYNAMIC_DISPATCH(DirectWeightRowsF32)(c, grad_out, batch, co, channels, ci, ky0, ky1, grad_weight);
 }
 template <>
 void direct_weight_rows(const DirectConv<double>& c, const double* grad_out, int64_t batch, int64_t co,
-                        int64_t channels, int64_t ci, int64_t ky, double* grad_weight) {
-  HWY_DYNAMIC_DISPATCH(DirectWeightRowsF64)(c, grad_out, batch, co, channels, ci, ky, grad_weight);
+                        int64_t channels, int64_t ci, int64_t ky0, int64_t ky1, double* grad_weight) {
+  HWY_DYNAMIC_DISPATCH(DirectWeightRowsF64)(c, grad_out, batch, co, channels, ci, ky0, ky1, grad_weight);
 }
 
 }  // namespace ember::cpu

@@ -31,10 +31,11 @@ struct DirectConv {
 template <class T>
 void direct_forward_rows(const DirectConv<T>& c, int64_t co, int64_t channels, int64_t y_begin, int64_t y_end);
 
-// grad_weight[o, ci, ky, :] for o in [co, co + channels), summed over images [0, batch) in order
-// (c.input: the batch's padded images; grad_out: (batch, out_channels, out_height, out_width)).
+// grad_weight[o, ci, ky, :] for o in [co, co + channels) and ky in [ky0, ky1), summed over images
+// [0, batch) in order (c.input: the batch's padded images; grad_out: (batch, out_channels,
+// out_height, out_width)); each element the same whatever range of kernel rows it was summed in.
 template <class T>
 void direct_weight_rows(const DirectConv<T>& c, const T* grad_out, int64_t batch, int64_t co, int64_t channels,
-                        int64_t ci, int64_t ky, T* grad_weight);
+                        int64_t ci, int64_t ky0, int64_t ky1, T* grad_weight);
 
 }  // namespace ember::cpu
