@@ -149,6 +149,21 @@ void DirectForwardRowsF64(const DirectConv<double>& c, int64_t co, int64_t chann
   DirectForwardRows(c, co, channels, y_begin, y_end);
 }
 
+// One column step of weight_row: `count` columns of the CB output-gradient rows at g_row (planes
+// out_plane apart) times the input row at `row` shifted by each kernel column, into acc.
+template <int CB, int KW, class D, class V = hn::Vec<D>, class T = hn::TFromD<D>>
+HWY_INLINE void weight_step(D d, const T* row, const T* g_row, int64_t out_plane, int64_t count, V (&acc)[CB][KW]) {
+  V g[CB];
+  EMBER_UNROLL
+  for (int b = 0; b < CB; ++b) g[b] = load_part(d, g_row + b * out_plane, count);
+  EMBER_UNROLL
+  for (int kx = 0; kx < KW; ++kx) {
+    const V in = load_part(d, row + kx, count);
+    EMBER_UNROLL
+    for (int b = 0; b < CB; ++b) acc[b][kx] = hn::MulAdd(g[b], in, acc[b][kx]);
+  }
+}
+
 // grad_weight[co + b, ci, ky, :] for b < CB and ky in [ky0, ky1), summed over images [0, batch) in
 // order: `grad_out` is (batch, out_channels, out_height, out_width) and c.input the (padded) images,
 // c.out unused. An image's output gradients are read for every kernel row in turn while they are
@@ -173,25 +188,14 @@ void weight_row(const DirectConv<T>& c, const T* grad_out, int64_t batch, int64_
       }
       const T* image = c.input + (n * c.in_channels + ci) * in_plane;
       const T* grads = grad_out + (n * c.out_channels + co) * out_plane;
-      // One column step; whole vectors and the partial last one apart, so that the whole ones' loop
+      // Whole vectors and the partial last one in separate loops, so that the whole ones' loop
       // keeps the gradient vectors in registers (with one loop for both, GCC kept them on the stack).
-      const auto step = [&](const T* row, const T* g_row, int64_t count) HWY_ATTR {
-        V g[CB];
-        EMBER_UNROLL
-        for (int b = 0; b < CB; ++b) g[b] = load_part(d, g_row + b * out_plane, count);
-        EMBER_UNROLL
-        for (int kx = 0; kx < KW; ++kx) {
-          const V in = load_part(d, row + kx, count);
-          EMBER_UNROLL
-          for (int b = 0; b < CB; ++b) acc[b][kx] = hn::MulAdd(g[b], in, acc[b][kx]);
-        }
-      };
       for (int64_t y = 0; y < c.out_height; ++y) {
         const T* row = image + (y + ky) * c.in_width;
         const T* g_row = grads + y * c.out_width;
         int64_t x = 0;
-        for (; x + lanes <= c.out_width; x += lanes) step(row + x, g_row + x, lanes);
-        if (x < c.out_width) step(row + x, g_row + x, c.out_width - x);
+        for (; x + lanes <= c.out_width; x += lanes) weight_step<CB, KW>(d, row + x, g_row + x, out_plane, lanes, acc);
+        if (x < c.out_width) weight_step<CB, KW>(d, row + x, g_row + x, out_plane, c.out_width - x, acc);
       }
       // Each image's sums join the total in double: the batch's sum, tens of thousands of
       // products, then rounds once instead of along one long float chain per lane.
