@@ -1090,6 +1090,45 @@ TEST(Compile, ConvolutionActivationsMatchEagerBitForBit) {
   }
 }
 
+// For inference a convolution takes the 2 x 2 max pooling after its activation where the direct
+// kernel pools as it stores (Note [pooled convolution]): MNIST's first layer, an odd-sized map with
+// padding and a residual, float64; eager's bits. Not when the pooling keeps its indices for a
+// backward, nor for other windows. (Conv2dPooled in test_conv.cpp: the paths that do not pool as
+// they store.)
+TEST(Compile, ConvolutionTakesTheMaxPoolingAfterIt) {
+  struct Case {
+    int64_t in, out, height, width, padding;
+    DType dtype;
+  };
+  manual_seed(66);
+  for (const Case& c :
+       {Case{1, 16, 28, 28, 0, kFloat32}, Case{2, 9, 15, 21, 1, kFloat32}, Case{1, 8, 12, 12, 2, kFloat64}}) {
+    SCOPED_TRACE(::testing::Message() << c.in << " -> " << c.out << " channels, " << c.height << " x " << c.width
+                                      << ", " << c.dtype);
+    const Tensor w1 = randn({c.out, c.in, 5, 5}, c.dtype), w2 = randn({c.out, c.in, 5, 5}, c.dtype);
+    const Tensor w3 = randn({c.out, c.in, 5, 5}, c.dtype), b = randn({c.out}, c.dtype);
+    const auto body = [&](const Tensor& x, const Tensor& r) {
+      return std::vector<Tensor>{max_pool2d(relu(conv2d(x, w1, b, 1, c.padding)), 2),
+                                 max_pool2d(conv2d(x, w2, std::nullopt, 1, c.padding) + r, 2),
+                                 max_pool2d(relu(conv2d(x, w3, b, 1, c.padding)), 3)};
+    };
+    auto f = compile(body);
+    for (const bool grad : {false, true}) {
+      const Tensor x = randn({3, c.in, c.height, c.width}, c.dtype).requires_grad_(grad);
+      const Tensor r = randn(conv2d(x.detach(), w1, b, 1, c.padding).shape(), c.dtype);
+      std::optional<autograd::NoGradGuard> no_grad;
+      if (!grad) no_grad.emplace();
+      const std::vector<Tensor> got = f(x, r), want = body(x, r);
+      for (size_t i = 0; i < got.size(); ++i)
+        EXPECT_TRUE(test_util::bitwise_equal(got[i].detach(), want[i].detach())) << i;
+      if (!grad) {
+        // Two relus and the add; then the two 2 x 2 poolings where the kernel takes them.
+        EXPECT_EQ(f.stats().epilogues, 5);
+      }
+    }
+  }
+}
+
 TEST(Compile, AttentionDropoutDrawsANewMaskEachCall) {
   const Tensor q = randn({1, 2, 8, 4}), k = randn({1, 2, 8, 4}), v = randn({1, 2, 8, 4});
   auto f = compile([&](const Tensor& x) { return scaled_dot_product_attention(x, k, v, std::nullopt, 0.5); });

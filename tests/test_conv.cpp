@@ -13,7 +13,10 @@
 #include "ember/ember.h"
 #include "ember/nn/functional.h"
 #include "golden.h"
+#include "kernels/cpu/conv.h"
 #include "kernels/cpu/conv_nchwc.h"
+#include "ops/dispatch.h"
+#include "test_util.h"
 
 namespace {
 
@@ -306,6 +309,75 @@ TEST(Conv2dBlocked, PaddedRowsMatchTheFloat64Path) {
   // A forward padded by kernel - 1: outputs 12 wide from 8 columns.
   const Tensor x = ember::randn({1, 32, 6, 8}), w = ember::randn({16, 32, 5, 5}), b = ember::randn({16});
   expect_reference_on_1_and_2_threads(x, w, b, 1, 4, 1);
+}
+
+// A convolution given a max pooling (Conv2dAttrs::max_pool, which the compiler sets for inference)
+// gives max_pool2d(activation(conv2d + bias + residual), 2)'s bits: on the direct path, which pools
+// as it stores (MNIST's first layer; 8 + 1 output channels; odd rows and columns, which the pooling
+// drops; padding; rows of one to five vectors; float64), and on the others, which pool a whole
+// output (the blocked one, 16 -> 32 channels; im2col at stride 2); each with NaNs in the input, no
+// bias, a residual, ReLU and SiLU, on 1 and 2 threads.
+TEST(Conv2dPooled, MatchesConvolutionThenMaxPool) {
+  struct Case {
+    int64_t batch, in, out, height, width, kernel, padding, stride;
+    ember::DType dtype;
+  };
+  const std::vector<Case> cases = {
+      {3, 1, 16, 28, 28, 5, 0, 1, ember::kFloat32}, {2, 2, 9, 13, 31, 3, 1, 1, ember::kFloat32},
+      {1, 1, 8, 12, 19, 5, 2, 1, ember::kFloat64},  {2, 3, 8, 11, 42, 3, 0, 1, ember::kFloat32},
+      {1, 2, 8, 9, 10, 3, 0, 1, ember::kFloat32},   {2, 16, 32, 12, 12, 5, 0, 1, ember::kFloat32},
+      {2, 3, 8, 17, 23, 3, 1, 2, ember::kFloat32}};
+  const test_util::ThreadCountGuard threads_guard;
+  ember::manual_seed(65);
+  int direct = 0;
+  for (const Case& c : cases) {
+    Tensor x = ember::randn({c.batch, c.in, c.height, c.width}, c.dtype);
+    const auto poison = [](auto* values) { values[5] = values[77] = NAN; };
+    c.dtype == ember::kFloat32 ? poison(x.data_ptr<float>()) : poison(x.data_ptr<double>());
+    const Tensor w = ember::randn({c.out, c.in, c.kernel, c.kernel}, c.dtype), b = ember::randn({c.out}, c.dtype);
+    const Tensor conv = ember::conv2d(x, w, b, c.stride, c.padding);
+    const Tensor r = ember::randn(conv.shape(), c.dtype);
+    ember::cpu::Conv2dGeometry g;
+    g.in_channels = c.in;
+    g.in_height = c.height;
+    g.in_width = c.width;
+    g.out_channels = c.out;
+    g.out_height = conv.size(2);
+    g.out_width = conv.size(3);
+    g.kernel_h = g.kernel_w = c.kernel;
+    g.pad_h = g.pad_w = c.padding;
+    g.stride_h = g.stride_w = c.stride;
+    direct += ember::cpu::conv2d_pools_directly(c.dtype, g, 2) ? 1 : 0;
+    for (const ember::Activation activation :
+         {ember::Activation::kNone, ember::Activation::kRelu, ember::Activation::kSilu}) {
+      for (const bool with_bias : {true, false}) {
+        for (const bool residual : {false, true}) {
+          for (const int threads : {1, 2}) {
+            SCOPED_TRACE(::testing::Message() << "x " << x.shape() << ", kernel " << c.kernel << ", padding "
+                                              << c.padding << ", stride " << c.stride << ", activation "
+                                              << static_cast<int>(activation) << (with_bias ? "" : ", no bias")
+                                              << (residual ? ", residual" : "") << ", " << threads << " threads");
+            ember::set_num_threads(threads);
+            Tensor y = ember::conv2d(x, w, with_bias ? std::optional<Tensor>(b) : std::nullopt, c.stride, c.padding);
+            if (residual) y = y + r;
+            if (activation == ember::Activation::kRelu) y = ember::relu(y);
+            if (activation == ember::Activation::kSilu) y = ember::silu(y);
+            const Tensor want = ember::max_pool2d(y, 2);
+            Tensor got = ember::full(want.shape(), 7.0, c.dtype);  // every element must be written
+            ember::Conv2dAttrs attrs;
+            attrs.stride = c.stride;
+            attrs.padding = c.padding;
+            attrs.activation = activation;
+            attrs.max_pool = 2;
+            ember::dispatch::run(ember::OpKind::kConv2d, attrs,
+                                 {&x, &w, with_bias ? &b : nullptr, residual ? &r : nullptr}, {&got});
+            EXPECT_TRUE(test_util::bitwise_equal(got, want));
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GE(direct, 5);  // the first five cases (and, where it does not run blocked, the sixth)
 }
 
 // Depthwise convolutions (Note [depthwise convolution]): rows of a partial vector, one vector,

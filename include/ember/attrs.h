@@ -155,18 +155,20 @@ struct MatmulAttrs {
   auto fields() const { return std::tie(alpha, beta, activation); }
 };
 
-// out = activation(conv(input, weight) + bias + residual). The activation (none, ReLU, GELU or
-// SiLU) and the residual (an optional fourth input of the output's shape) come only from the graph
-// compiler's epilogue fusion (a convolution followed by an add and an activation); the op itself
-// leaves them out.
+// out = activation(conv(input, weight) + bias + residual), then with max_pool = k > 1 the max over
+// k x k windows at stride k (no padding, floor mode: max_pool2d(out, k)). The activation (none,
+// ReLU, GELU or SiLU), the residual (an optional fourth input of the convolution's output shape)
+// and the pooling come only from the graph compiler's epilogue fusion (a convolution followed by
+// an add, an activation and, for inference, a max pooling); the op itself leaves them out.
 struct Conv2dAttrs {
   Pair stride = 1;
   Pair padding = 0;
   Pair dilation = 1;
   int64_t groups = 1;
   Activation activation = Activation::kNone;
+  int64_t max_pool = 1;
   bool operator==(const Conv2dAttrs&) const = default;
-  auto fields() const { return std::tie(stride, padding, dilation, groups, activation); }
+  auto fields() const { return std::tie(stride, padding, dilation, groups, activation, max_pool); }
 };
 
 // conv1d: conv2d's attributes along the length (a line is an image of height 1).

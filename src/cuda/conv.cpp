@@ -305,6 +305,7 @@ void conv2d_kernel(const KernelCall& c) {
   const Conv2dAttrs& attrs = c.get<Conv2dAttrs>();
   EMBER_CHECK(attrs.activation == Activation::kNone || attrs.activation == Activation::kRelu, "[", c.name(),
               "] internal error: only a ReLU goes into the epilogue");
+  EMBER_CHECK(attrs.max_pool == 1, "[", c.name(), "] internal error: the CUDA kernel takes no max pooling");
   Cudnn& d = loaded(c);
   {
     const std::lock_guard<std::mutex> lock(d.mutex);

@@ -8,6 +8,7 @@
 #include <unordered_set>
 
 #include "ember/ops.h"
+#include "kernels/cpu/conv.h"
 #include "kernels/cpu/gemm.h"
 #include "ops/collective.h"
 
@@ -359,7 +360,7 @@ Activation activation_of(OpKind op) {
 // against 18.38 eagerly on a Zen 4 (the SiLU's arithmetic, not its memory pass, is what it costs).
 bool fuse_into_conv(Node& conv, const Node& next, const View& c, bool c_first) {
   auto& attrs = std::get<Conv2dAttrs>(conv.attrs);
-  if (attrs.activation != Activation::kNone) return false;
+  if (attrs.activation != Activation::kNone || attrs.max_pool != 1) return false;
   if (const Activation act = activation_of(next.op); act != Activation::kNone && c_first) {
     attrs.activation = act;
     return true;
@@ -372,6 +373,45 @@ bool fuse_into_conv(Node& conv, const Node& next, const View& c, bool c_first) {
     return false;
   conv.inputs.resize(4);
   conv.inputs[3] = other;
+  return true;
+}
+
+// A convolution also takes a max pooling after it (Conv2dAttrs::max_pool), after its activation:
+// an inference's pooling (the values alone: no indices kept for a backward) over square windows
+// at a stride of the window, with no padding, dilation or ceil mode, where the CPU kernel pools as
+// it stores (cpu::conv2d_pools_directly; Note [pooled convolution] in conv_direct.cpp): MNIST's
+// first layer and its pooling in the ONNX model at batch 32.
+bool fuse_pool_into_conv(const Graph& g, Node& conv, const Node& next, const View& c) {
+  auto& attrs = std::get<Conv2dAttrs>(conv.attrs);
+  if (next.op != OpKind::kMaxPool2d || attrs.max_pool != 1 || next.inputs.size() != 1 || !(next.inputs[0] == c) ||
+      (next.outputs.size() > 1 && next.outputs[1].defined()) || !g.buffers[c.buffer].device.is_cpu() ||
+      c.shape.size() != 4 || conv.inputs[0].shape.size() != 4)
+    return false;
+  const auto& pool = std::get<Pool2dAttrs>(next.attrs);
+  const int64_t k = pool.kernel_size.h;
+  if (pool.kernel_size != Pair(k) || pool.stride != Pair(k) || pool.padding != Pair(0) || pool.dilation != Pair(1) ||
+      pool.ceil_mode)
+    return false;
+  const Shape &x = conv.inputs[0].shape, &w = conv.inputs[1].shape;
+  cpu::Conv2dGeometry geometry;
+  geometry.batch = x[0];
+  geometry.in_channels = x[1];
+  geometry.in_height = x[2];
+  geometry.in_width = x[3];
+  geometry.out_channels = w[0];
+  geometry.kernel_h = w[2];
+  geometry.kernel_w = w[3];
+  geometry.out_height = c.shape[2];
+  geometry.out_width = c.shape[3];
+  geometry.stride_h = attrs.stride.h;
+  geometry.stride_w = attrs.stride.w;
+  geometry.pad_h = attrs.padding.h;
+  geometry.pad_w = attrs.padding.w;
+  geometry.dilation_h = attrs.dilation.h;
+  geometry.dilation_w = attrs.dilation.w;
+  geometry.groups = attrs.groups;
+  if (!cpu::conv2d_pools_directly(c.dtype, geometry, k)) return false;
+  attrs.max_pool = k;
   return true;
 }
 
@@ -420,8 +460,9 @@ void fuse_epilogues(Graph& g, PassStats& stats) {
       if (users.size() != 1 || users[0] >= g.nodes.size()) continue;
       const size_t j = users[0];
       Node& next = g.nodes[j];
-      if (!is_kernel(next) || !fresh_outputs(g, next, writers, true) || next.outputs[0].shape != c.shape ||
-          next.outputs[0].dtype != c.dtype)
+      const bool pooling = conv && next.op == OpKind::kMaxPool2d;  // the one consumer of another shape
+      if (!is_kernel(next) || !fresh_outputs(g, next, writers, true) ||
+          (next.outputs[0].shape != c.shape && !pooling) || next.outputs[0].dtype != c.dtype)
         continue;
       // Nothing between may write what the fused product would now read late, or read what it writes.
       bool clear = true;
@@ -442,7 +483,9 @@ void fuse_epilogues(Graph& g, PassStats& stats) {
       // gelu(linear) + residual compiled 214-219 ms (the residual's rows prefetched while the tile
       // is computed; 222-240 without) against 200-221 ms with the GELU and the add fused into one
       // strip pass after the GEMM; gelu(linear) alone 196-203 against 198-201 ms in registers.
-      if (conv) {
+      if (pooling) {
+        fused = fuse_pool_into_conv(g, mm, next, c);
+      } else if (conv) {
         fused = fuse_into_conv(mm, next, c, c_first);
       } else if (next.op == OpKind::kMul && next.inputs.size() == 2 && (c_first || next.inputs[1] == c)) {
         fused = fuse_scale(mm, g, c_first ? next.inputs[1] : next.inputs[0]);

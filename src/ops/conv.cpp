@@ -320,8 +320,11 @@ struct ConvSizes {
   double input, weight, output, columns;  // element counts
 };
 
-ConvSizes conv_sizes(const Operand& input, const Operand& weight, const Operand& output, int64_t groups) {
-  const double positions = cost::as_double(output.size(2) * output.size(3));
+// pool: a pooled convolution's window (Conv2dAttrs::max_pool), whose output has pool x pool fewer
+// positions than it computes (give or take an odd last row and column).
+ConvSizes conv_sizes(const Operand& input, const Operand& weight, const Operand& output, int64_t groups,
+                     int64_t pool = 1) {
+  const double positions = cost::as_double(output.size(2) * output.size(3) * pool * pool);
   const double k = cost::as_double(weight.size(1) * weight.size(2) * weight.size(3));
   ConvSizes z;
   z.gemm_flops = 2.0 * cost::as_double(output.size(0) * output.size(1)) * positions * k;
@@ -336,7 +339,8 @@ ConvSizes conv_sizes(const Operand& input, const Operand& weight, const Operand&
 // the column buffer written and read once.
 OpCost conv2d_cost(const KernelCall& c) {
   const Operand &input = c.inputs[0], &weight = c.inputs[1], &bias = c.inputs[2], &out = c.outputs[0];
-  const ConvSizes z = conv_sizes(input, weight, out, c.get<Conv2dAttrs>().groups);
+  const Conv2dAttrs& attrs = c.get<Conv2dAttrs>();
+  const ConvSizes z = conv_sizes(input, weight, out, attrs.groups, attrs.max_pool);
   const double bias_elements = bias.defined() ? cost::as_double(bias.numel()) : 0.0;
   return {z.gemm_flops + (bias.defined() ? z.output : 0.0),
           cost::size_of(out.dtype) * (z.input + z.weight + z.output + 2.0 * z.columns + bias_elements)};

@@ -30,6 +30,7 @@
 #include <cstring>
 #include <memory>
 #include <optional>
+#include <span>
 #include <type_traits>
 #include <vector>
 
@@ -44,6 +45,7 @@
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/gemm_bf16.h"
 #include "kernels/cpu/parallel.h"
+#include "kernels/cpu/pool.h"
 #include "kernels/cpu/registry.h"
 #include "kernels/cpu/scalar_math.h"
 
@@ -303,13 +305,14 @@ void pad_planes(const T* planes, int64_t channels, int64_t height, int64_t width
 // out (batch images of `out` planes) = the direct convolution of `input` (batch images of
 // in_channels planes of in_height x in_width, padded here by pad_h / pad_w) with `weight`
 // ((out_channels, in_channels, kh, kw)) plus bias, then activation(out + residual) as each strip is
-// stored (residual: laid out as out, or null). Tasks: images times bands of output rows (bands
-// only when there are too few images to go round).
+// stored (residual: laid out as out, or null), then with pool = 2 a 2 x 2 max pooling (out then
+// holds the pooled planes). Tasks: images times bands of output rows (bands only when there are too
+// few images to go round).
 template <class T>
 void direct_forward(const T* input, int64_t batch, int64_t in_channels, int64_t in_height, int64_t in_width,
                     int64_t pad_h, int64_t pad_w, const T* weight, const T* bias, int64_t out_channels,
                     int64_t kernel_h, int64_t kernel_w, T* out, const T* residual = nullptr,
-                    Activation activation = Activation::kNone) {
+                    Activation activation = Activation::kNone, int64_t pool = 1) {
   DirectConv<T> c;
   c.weight = weight;
   c.bias = bias;
@@ -322,13 +325,16 @@ void direct_forward(const T* input, int64_t batch, int64_t in_channels, int64_t 
   c.out_width = c.in_width - kernel_w + 1;
   c.kernel_h = kernel_h;
   c.kernel_w = kernel_w;
+  c.pool = pool;
   // A convolution of a few hundred thousand multiply-adds (one MNIST image) runs on the calling
   // thread: waking another costs as much as it would save, and far more when that core is busy.
   const double flops = 2.0 * static_cast<double>(batch * out_channels * c.out_height * c.out_width) *
                        static_cast<double>(in_channels * kernel_h * kernel_w);
   const int threads = flops < kSerialConvFlops ? 1 : num_threads();
-  const int64_t bands = std::clamp<int64_t>((threads * kTasksPerThread + batch - 1) / batch, 1, c.out_height);
-  const int64_t in_image = in_channels * in_height * in_width, out_image = out_channels * c.out_height * c.out_width;
+  const int64_t rows = c.out_height / pool;  // of `out`
+  const int64_t bands = std::clamp<int64_t>((threads * kTasksPerThread + batch - 1) / batch, 1, rows);
+  const int64_t in_image = in_channels * in_height * in_width, conv_image = out_channels * c.out_height * c.out_width;
+  const int64_t out_image = out_channels * rows * (c.out_width / pool);
   parallel_for_threads(threads, 0, batch * bands, 1, [&](int64_t begin, int64_t end) {
     for (int64_t t = begin; t < end; ++t) {
       const int64_t n = t / bands, band = t % bands;
@@ -340,8 +346,8 @@ void direct_forward(const T* input, int64_t batch, int64_t in_channels, int64_t 
         image.input = padded;
       }
       image.out = out + n * out_image;
-      if (residual != nullptr) image.residual = residual + n * out_image;
-      direct_forward_rows(image, 0, out_channels, band * c.out_height / bands, (band + 1) * c.out_height / bands);
+      if (residual != nullptr) image.residual = residual + n * conv_image;
+      direct_forward_rows(image, 0, out_channels, band * rows / bands, (band + 1) * rows / bands);
     }
   });
 }
@@ -814,6 +820,11 @@ void backward_weight_bf16(const Conv2dGeometry& g, const Bf16* grad_out, const B
 
 }  // namespace
 
+bool conv2d_pools_directly(DType dtype, const Conv2dGeometry& g, int64_t max_pool) {
+  return max_pool == 2 && (dtype == kFloat64 || (dtype == kFloat32 && !nchwc_takes(g) && !nchwc_patch_takes(g))) &&
+         !depthwise_takes(g) && direct_forward_wins(g);
+}
+
 void conv2d_forward(DType dtype, const Conv2dGeometry& g, const void* input, const void* weight, const void* bias,
                     void* out, const void* residual, Activation activation) {
   dispatch_float("conv2d", dtype, [&](auto zero) {
@@ -856,8 +867,13 @@ Conv2dGeometry conv_geometry(const Conv2dAttrs& attrs, const Operand& input, con
   g.out_channels = weight.size(0);
   g.kernel_h = weight.size(2);
   g.kernel_w = weight.size(3);
-  g.out_height = output.size(2);
-  g.out_width = output.size(3);
+  // A pooled convolution's output is the pooling's (Conv2dAttrs::max_pool): its own size comes from
+  // the input's.
+  const auto size = [&](int d, int64_t kernel, int64_t stride, int64_t pad, int64_t dilation) {
+    return attrs.max_pool > 1 ? (input.size(d) + 2 * pad - dilation * (kernel - 1) - 1) / stride + 1 : output.size(d);
+  };
+  g.out_height = size(2, g.kernel_h, attrs.stride.h, attrs.padding.h, attrs.dilation.h);
+  g.out_width = size(3, g.kernel_w, attrs.stride.w, attrs.padding.w, attrs.dilation.w);
   g.stride_h = attrs.stride.h;
   g.stride_w = attrs.stride.w;
   g.pad_h = attrs.padding.h;
@@ -992,8 +1008,45 @@ std::optional<Conv2dGeometry> blocked_input_gradient(const Conv2dGeometry& g) {
   return t;
 }
 
+void conv2d_kernel(const KernelCall& c);
+
+// A convolution with a max pooling after it (Conv2dAttrs::max_pool): the direct path pools as it
+// stores (Note [pooled convolution] in conv_direct.cpp); any other convolution runs whole into a
+// buffer, then through max pooling's kernel, as the two ops would.
+void pooled_conv2d_kernel(const KernelCall& c, const Conv2dGeometry& g) {
+  const Operand &input = c.inputs[0], &weight = c.inputs[1], &bias = c.inputs[2], &out = c.outputs[0];
+  const Operand* residual = c.inputs.size() > 3 && c.inputs[3].defined() ? &c.inputs[3] : nullptr;
+  Conv2dAttrs attrs = c.get<Conv2dAttrs>();
+  EMBER_CHECK(out.dtype == kFloat32 || out.dtype == kFloat64, "[conv2d] a max pooling after the convolution takes ",
+              "float32 or float64, got ", out.dtype);
+  if (conv2d_pools_directly(out.dtype, g, attrs.max_pool)) {
+    return dispatch_float("conv2d", out.dtype, [&](auto zero) {
+      using T = decltype(zero);
+      direct_forward(input.ptr<const T>(), g.batch, g.in_channels, g.in_height, g.in_width, g.pad_h, g.pad_w,
+                     weight.ptr<const T>(), bias.ptr<const T>(), g.out_channels, g.kernel_h, g.kernel_w, out.ptr<T>(),
+                     residual != nullptr ? residual->ptr<const T>() : nullptr, attrs.activation, attrs.max_pool);
+    });
+  }
+  const Shape shape{g.batch, g.out_channels, g.out_height, g.out_width};
+  const Strides strides = contiguous_strides(shape);
+  std::vector<std::byte> values(static_cast<size_t>(shape.numel() * dtype_size(out.dtype)));
+  const Operand whole{values.data(), out.dtype, out.device, &shape, &strides, true};
+  const int64_t pool = attrs.max_pool;
+  attrs.max_pool = 1;
+  const Attrs unpooled = attrs;
+  conv2d_kernel(KernelCall{c.kind, unpooled, c.inputs, std::span<const Operand>(&whole, 1)});
+  Pool2dGeometry p;
+  p.planes = g.batch * g.out_channels;
+  p.in_height = g.out_height;
+  p.in_width = g.out_width;
+  p.out_height = out.size(2);
+  p.out_width = out.size(3);
+  p.kernel_h = p.kernel_w = p.stride_h = p.stride_w = pool;
+  max_pool2d_forward(out.dtype, p, values.data(), out.data, nullptr);
+}
+
 // inputs: input, weight, bias (C_out) or absent, and (from the compiler's epilogue fusion) a
-// contiguous residual of the output's shape or absent; outputs: the result.
+// contiguous residual of the convolution's output shape or absent; outputs: the result.
 void conv2d_kernel(const KernelCall& c) {
   const Operand &input = c.inputs[0], &weight = c.inputs[1], &bias = c.inputs[2], &out = c.outputs[0];
   const Operand* residual = c.inputs.size() > 3 && c.inputs[3].defined() ? &c.inputs[3] : nullptr;
@@ -1001,6 +1054,7 @@ void conv2d_kernel(const KernelCall& c) {
   const Conv2dAttrs& attrs = c.get<Conv2dAttrs>();
   const Activation activation = attrs.activation;
   const Conv2dGeometry g = conv_geometry(attrs, input, weight, out);
+  if (attrs.max_pool > 1) return pooled_conv2d_kernel(c, g);
   if (out.dtype == kBFloat16) {
     EMBER_CHECK(residual == nullptr && activation == Activation::kNone,
                 "[conv2d] internal error: a bfloat16 convolution takes no epilogue");

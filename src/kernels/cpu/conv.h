@@ -44,6 +44,12 @@ struct Conv2dGeometry {
 void conv2d_forward(DType dtype, const Conv2dGeometry& g, const void* input, const void* weight, const void* bias,
                     void* out, const void* residual = nullptr, Activation activation = Activation::kNone);
 
+// Whether the forward of g (the convolution's own output size) pools over max_pool x max_pool
+// windows as it stores its outputs (Conv2dAttrs::max_pool; Note [pooled convolution] in
+// conv_direct.cpp), rather than through a buffer of the whole output: the compiler fuses a max
+// pooling into a convolution only then.
+bool conv2d_pools_directly(DType dtype, const Conv2dGeometry& g, int64_t max_pool);
+
 // grad_input = the transposed convolution of grad_out with weight. float32 and float64.
 void conv2d_backward_input(DType dtype, const Conv2dGeometry& g, const void* grad_out, const void* weight,
                            void* grad_input);

@@ -6,7 +6,8 @@
 // Forward: a strip of an output row (two vectors, or three when that is the whole row) of a block
 // of CB output channels is held in registers while every tap (ci, ky, kx) adds weight * the input
 // row shifted by kx: per tap two loads of input, CB broadcasts of a weight and 2 x CB
-// multiply-adds; the bias, a residual and a ReLU join as the strip is stored. A row of 24 columns
+// multiply-adds; the bias, a residual and an activation join as the strip is stored, and a 2 x 2
+// max pooling after them as each pair of rows is (Note [pooled convolution]). A row of 24 columns
 // (MNIST's first layer) as one strip of three vectors instead of strips of two and one:
 // conv2d_f32_lenet1 97.5-105.3 -> 83.4-86.6 us, infer_cnn_b1 24.2 -> 22.5-22.7 us (binaries
 // alternated three times). Weight gradient: for a block of CB output channels, one input
@@ -53,15 +54,43 @@ using Tag = hn::CappedTag<T, 8>;
 #define EMBER_UNROLL _Pragma("GCC unroll 16")
 #endif
 
+// The activation argument of the functions below that stands for c.activation, read at run time:
+// GELU's and SiLU's, which are not worth an instance of their own (see forward_rows).
+constexpr auto kAnyActivation = static_cast<Activation>(255);
+
+// The finished sums of forward_strip: the bias, a residual and the activation kAct, then the stores
+// to `to` (channel co's column x, the next channel `plane` values on: the output's row, or a pooled
+// convolution's row buffer).
+template <Activation kAct, int CB, int NV, class T, class V>
+HWY_INLINE void finish_with(const DirectConv<T>& c, const V (&acc)[CB][NV], int64_t co, int64_t y, int64_t x,
+                            int64_t last, T* to, int64_t plane) {
+  const Tag<T> d;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+  const int64_t out_plane = c.out_height * c.out_width;
+  EMBER_UNROLL
+  for (int b = 0; b < CB; ++b) {
+    const int64_t at = (co + b) * out_plane + y * c.out_width + x;  // in the residual
+    // The bias joins the finished sum (as in PyTorch, and the im2col path), not the first tap.
+    const V bias = hn::Set(d, c.bias != nullptr ? c.bias[co + b] : T(0));
+    EMBER_UNROLL
+    for (int v = 0; v < NV; ++v) {
+      const int64_t count = v == NV - 1 ? last : lanes;
+      V o = c.bias != nullptr ? hn::Add(acc[b][v], bias) : acc[b][v];
+      if (c.residual != nullptr) o = hn::Add(o, load_part(d, c.residual + at + v * lanes, count));
+      store_part(d, activate(d, kAct == kAnyActivation ? c.activation : kAct, o), to + b * plane + v * lanes, count);
+    }
+  }
+}
+
 // Output row y's columns [x, x + NV vectors) (the last vector holding `last` values) of channels
 // [co, co + CB): the accumulators stay in registers over every tap.
-template <int CB, int NV, class T>
-HWY_INLINE void forward_strip(const DirectConv<T>& c, const T* weights, int64_t co, int64_t y, int64_t x,
-                              int64_t last) {
+template <Activation kAct, int CB, int NV, class T>
+HWY_INLINE void forward_strip(const DirectConv<T>& c, const T* weights, int64_t co, int64_t y, int64_t x, int64_t last,
+                              T* to, int64_t plane) {
   const Tag<T> d;
   using V = hn::Vec<decltype(d)>;
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
-  const int64_t in_plane = c.in_height * c.in_width, out_plane = c.out_height * c.out_width;
+  const int64_t in_plane = c.in_height * c.in_width;
   const int64_t taps = c.kernel_h * c.kernel_w;
   V acc[CB][NV];
   EMBER_UNROLL
@@ -86,34 +115,55 @@ HWY_INLINE void forward_strip(const DirectConv<T>& c, const T* weights, int64_t 
       }
     }
   }
-  EMBER_UNROLL
-  for (int b = 0; b < CB; ++b) {
-    // The bias joins the finished sum (as in PyTorch, and the im2col path), not the first tap.
-    if (c.bias != nullptr) {
-      EMBER_UNROLL
-      for (int v = 0; v < NV; ++v) acc[b][v] = hn::Add(acc[b][v], hn::Set(d, c.bias[co + b]));
-    }
-    const int64_t at = (co + b) * out_plane + y * c.out_width + x;
+  finish_with<kAct>(c, acc, co, y, x, last, to + x, plane);
+}
+
+// Output row y of channels [co, co + CB) into `to` (column 0 of channel co; channels `plane`
+// apart): a strip of three whole vectors where a row is exactly three (MNIST's 24 columns: one
+// strip, not one of two and one of one), else strips of two whole vectors, then one, then the
+// partial last vector.
+template <Activation kAct, int CB, class T>
+HWY_NOINLINE void forward_row(const DirectConv<T>& c, const T* weights, int64_t co, int64_t y, T* to, int64_t plane) {
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(Tag<T>()));
+  int64_t x = 0;
+  if (c.out_width == 3 * lanes) return forward_strip<kAct, CB, 3>(c, weights, co, y, x, lanes, to, plane);
+  for (; x + 2 * lanes <= c.out_width; x += 2 * lanes)
+    forward_strip<kAct, CB, 2>(c, weights, co, y, x, lanes, to, plane);
+  for (; x + lanes <= c.out_width; x += lanes) forward_strip<kAct, CB, 1>(c, weights, co, y, x, lanes, to, plane);
+  if (x < c.out_width) forward_strip<kAct, CB, 1>(c, weights, co, y, x, c.out_width - x, to, plane);
+}
+
+// Note [pooled convolution]: a convolution followed by a 2 x 2 max pooling at stride 2 (LeNet's
+// and MNIST's first layer, VGG's blocks), fused by the compiler for inference (Conv2dAttrs::
+// max_pool): each pair of output rows goes to a row buffer (in L1) instead of the output, and
+// only the pooled row is stored, a quarter of the convolution's output; no separate pooling pass
+// reads it back. The windows are scanned as max pooling's kernel scans them (Note [2 x 2 pooling]
+// in pool.cpp: row 0's even and odd column, then row 1's; a later value wins if greater or NaN),
+// so the results are its bits.
+template <class T>
+HWY_INLINE void pool_pair(const T* row0, const T* row1, int64_t width, T* out) {
+  const hn::ScalableTag<T> d;  // all lanes: a row's pooling is not held in registers
+  using V = hn::Vec<decltype(d)>;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+  for (int64_t x = 0; x < width; x += lanes) {
+    V taps[4];
+    hn::LoadInterleaved2(d, row0 + 2 * x, taps[0], taps[1]);
+    hn::LoadInterleaved2(d, row1 + 2 * x, taps[2], taps[3]);
+    V best = taps[0];
     EMBER_UNROLL
-    for (int v = 0; v < NV; ++v) {
-      const int64_t count = v == NV - 1 ? last : lanes;
-      V o = acc[b][v];
-      if (c.residual != nullptr) o = hn::Add(o, load_part(d, c.residual + at + v * lanes, count));
-      store_part(d, activate(d, c.activation, o), c.out + at + v * lanes, count);
-    }
+    for (int t = 1; t < 4; ++t) best = hn::IfThenElse(hn::Or(hn::Gt(taps[t], best), hn::IsNaN(taps[t])), taps[t], best);
+    store_part(d, best, out + x, std::min(lanes, width - x));
   }
 }
 
-// Output rows [y_begin, y_end) of channels [co, co + CB): a strip of three whole vectors where a
-// row is exactly three (MNIST's 24 columns: one strip, not one of two and one of one), else strips
-// of two whole vectors, then one, then the partial last vector.
+// Output rows [y_begin, y_end) of channels [co, co + CB) (pooled rows when c.pool is 2), with the
+// activation kAct.
 //
 // The block's weights are first copied tap by tap, the CB channels' side by side, so that a strip
 // reads every weight it broadcasts from one pointer (with CB pointers, GCC kept some of them on the
 // stack and reloaded them at every tap).
-template <int CB, class T>
-void forward_rows(const DirectConv<T>& c, int64_t co, int64_t y_begin, int64_t y_end) {
-  const int64_t lanes = static_cast<int64_t>(hn::Lanes(Tag<T>()));
+template <Activation kAct, int CB, class T>
+void rows_with(const DirectConv<T>& c, int64_t co, int64_t y_begin, int64_t y_end) {
   const int64_t patch = c.in_channels * c.kernel_h * c.kernel_w;
   thread_local std::vector<T> packed;
   packed.resize(static_cast<size_t>(patch * CB));
@@ -121,15 +171,45 @@ void forward_rows(const DirectConv<T>& c, int64_t co, int64_t y_begin, int64_t y
     for (int b = 0; b < CB; ++b) packed[static_cast<size_t>(t * CB + b)] = c.weight[(co + b) * patch + t];
   }
   const T* weights = packed.data();
+  const int64_t out_plane = c.out_height * c.out_width;
+  if (c.pool == 1) {
+    for (int64_t y = y_begin; y < y_end; ++y)
+      forward_row<kAct, CB>(c, weights, co, y, c.out + co * out_plane + y * c.out_width, out_plane);
+    return;
+  }
+  // Two rows of CB channels, each row padded to whole pairs of vectors so that pool_pair's loads
+  // stay inside it (what they read past the row is not stored).
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(hn::ScalableTag<T>()));
+  const int64_t pooled_width = c.out_width / 2, pooled_plane = (c.out_height / 2) * pooled_width;
+  const int64_t stride = (c.out_width + 2 * lanes - 1) / (2 * lanes) * (2 * lanes);
+  thread_local std::vector<T> pair;
+  pair.resize(static_cast<size_t>(2 * CB * stride));
+  T* rows = pair.data();
   for (int64_t y = y_begin; y < y_end; ++y) {
-    int64_t x = 0;
-    if (c.out_width == 3 * lanes) {
-      forward_strip<CB, 3>(c, weights, co, y, x, lanes);
-      continue;
+    forward_row<kAct, CB>(c, weights, co, 2 * y, rows, stride);
+    forward_row<kAct, CB>(c, weights, co, 2 * y + 1, rows + CB * stride, stride);
+    for (int b = 0; b < CB; ++b) {
+      pool_pair(rows + b * stride, rows + (CB + b) * stride, pooled_width,
+                c.out + (co + b) * pooled_plane + y * pooled_width);
     }
-    for (; x + 2 * lanes <= c.out_width; x += 2 * lanes) forward_strip<CB, 2>(c, weights, co, y, x, lanes);
-    for (; x + lanes <= c.out_width; x += lanes) forward_strip<CB, 1>(c, weights, co, y, x, lanes);
-    if (x < c.out_width) forward_strip<CB, 1>(c, weights, co, y, x, c.out_width - x);
+  }
+}
+
+// rows_with for c's activation. With the activation a value read at run time, each stored vector
+// went through its switch, and GCC kept the activations' constants in four registers through the
+// taps' loop, which spilled one of the 24 accumulators of CB = 8, NV = 3 (its store and reload
+// then took 37% of the strip's samples): the common cases, none and ReLU, are compiled each on its
+// own (conv2d_f32_lenet1 88.7 -> 78.6 us, 5 alternated rounds); GELU and SiLU share one instance
+// (each instance adds about 5 s to this file's compile and 130 kB of code over the targets).
+template <int CB, class T>
+void forward_rows(const DirectConv<T>& c, int64_t co, int64_t y_begin, int64_t y_end) {
+  switch (c.activation) {
+    case Activation::kNone:
+      return rows_with<Activation::kNone, CB>(c, co, y_begin, y_end);
+    case Activation::kRelu:
+      return rows_with<Activation::kRelu, CB>(c, co, y_begin, y_end);
+    default:
+      return rows_with<kAnyActivation, CB>(c, co, y_begin, y_end);
   }
 }
 
