@@ -392,24 +392,7 @@ bool fuse_pool_into_conv(const Graph& g, Node& conv, const Node& next, const Vie
   if (pool.kernel_size != Pair(k) || pool.stride != Pair(k) || pool.padding != Pair(0) || pool.dilation != Pair(1) ||
       pool.ceil_mode)
     return false;
-  const Shape &x = conv.inputs[0].shape, &w = conv.inputs[1].shape;
-  cpu::Conv2dGeometry geometry;
-  geometry.batch = x[0];
-  geometry.in_channels = x[1];
-  geometry.in_height = x[2];
-  geometry.in_width = x[3];
-  geometry.out_channels = w[0];
-  geometry.kernel_h = w[2];
-  geometry.kernel_w = w[3];
-  geometry.out_height = c.shape[2];
-  geometry.out_width = c.shape[3];
-  geometry.stride_h = attrs.stride.h;
-  geometry.stride_w = attrs.stride.w;
-  geometry.pad_h = attrs.padding.h;
-  geometry.pad_w = attrs.padding.w;
-  geometry.dilation_h = attrs.dilation.h;
-  geometry.dilation_w = attrs.dilation.w;
-  geometry.groups = attrs.groups;
+  const cpu::Conv2dGeometry geometry = cpu::conv2d_geometry(attrs, conv.inputs[0].shape, conv.inputs[1].shape);
   if (!cpu::conv2d_pools_directly(c.dtype, geometry, k)) return false;
   attrs.max_pool = k;
   return true;

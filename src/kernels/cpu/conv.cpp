@@ -820,6 +820,27 @@ void backward_weight_bf16(const Conv2dGeometry& g, const Bf16* grad_out, const B
 
 }  // namespace
 
+Conv2dGeometry conv2d_geometry(const Conv2dAttrs& attrs, const Shape& input, const Shape& weight) {
+  Conv2dGeometry g;
+  g.batch = input[0];
+  g.in_channels = input[1];
+  g.in_height = input[2];
+  g.in_width = input[3];
+  g.out_channels = weight[0];
+  g.kernel_h = weight[2];
+  g.kernel_w = weight[3];
+  g.stride_h = attrs.stride.h;
+  g.stride_w = attrs.stride.w;
+  g.pad_h = attrs.padding.h;
+  g.pad_w = attrs.padding.w;
+  g.dilation_h = attrs.dilation.h;
+  g.dilation_w = attrs.dilation.w;
+  g.groups = attrs.groups;
+  g.out_height = (g.in_height + 2 * g.pad_h - g.dilation_h * (g.kernel_h - 1) - 1) / g.stride_h + 1;
+  g.out_width = (g.in_width + 2 * g.pad_w - g.dilation_w * (g.kernel_w - 1) - 1) / g.stride_w + 1;
+  return g;
+}
+
 bool conv2d_pools_directly(DType dtype, const Conv2dGeometry& g, int64_t max_pool) {
   return max_pool == 2 && (dtype == kFloat64 || (dtype == kFloat32 && !nchwc_takes(g) && !nchwc_patch_takes(g))) &&
          !depthwise_takes(g) && direct_forward_wins(g);
@@ -857,30 +878,16 @@ void conv2d_backward_weight(DType dtype, const Conv2dGeometry& g, const void* gr
 
 namespace {
 
+// The geometry of a kernel call. The output operand gives the output's size, which may be smaller
+// than the input's gives (conv_transpose2d's output_padding), except for a pooled convolution's,
+// which is the pooling's.
 Conv2dGeometry conv_geometry(const Conv2dAttrs& attrs, const Operand& input, const Operand& weight,
                              const Operand& output) {
-  Conv2dGeometry g;
-  g.batch = input.size(0);
-  g.in_channels = input.size(1);
-  g.in_height = input.size(2);
-  g.in_width = input.size(3);
-  g.out_channels = weight.size(0);
-  g.kernel_h = weight.size(2);
-  g.kernel_w = weight.size(3);
-  // A pooled convolution's output is the pooling's (Conv2dAttrs::max_pool): its own size comes from
-  // the input's.
-  const auto size = [&](int d, int64_t kernel, int64_t stride, int64_t pad, int64_t dilation) {
-    return attrs.max_pool > 1 ? (input.size(d) + 2 * pad - dilation * (kernel - 1) - 1) / stride + 1 : output.size(d);
-  };
-  g.out_height = size(2, g.kernel_h, attrs.stride.h, attrs.padding.h, attrs.dilation.h);
-  g.out_width = size(3, g.kernel_w, attrs.stride.w, attrs.padding.w, attrs.dilation.w);
-  g.stride_h = attrs.stride.h;
-  g.stride_w = attrs.stride.w;
-  g.pad_h = attrs.padding.h;
-  g.pad_w = attrs.padding.w;
-  g.dilation_h = attrs.dilation.h;
-  g.dilation_w = attrs.dilation.w;
-  g.groups = attrs.groups;
+  Conv2dGeometry g = conv2d_geometry(attrs, *input.shape, *weight.shape);
+  if (attrs.max_pool == 1) {
+    g.out_height = output.size(2);
+    g.out_width = output.size(3);
+  }
   return g;
 }
 

@@ -10,6 +10,7 @@
 
 #include "ember/attrs.h"
 #include "ember/dtype.h"
+#include "ember/shape.h"
 
 namespace ember::cpu {
 
@@ -37,6 +38,10 @@ struct Conv2dGeometry {
   int64_t dilation_w = 1;
   int64_t groups = 1;
 };
+
+// The geometry of a convolution of an (N, C, H, W) input with an (O, C / groups, kH, kW) weight,
+// its output the size the attributes give (not pooled: Conv2dAttrs::max_pool is left out).
+Conv2dGeometry conv2d_geometry(const Conv2dAttrs& attrs, const Shape& input, const Shape& weight);
 
 // out = conv(input, weight) + bias (bias: (out_channels) or null), then out = activation(out +
 // residual) (residual: laid out as out, or null), each value's activation as the elementwise op
