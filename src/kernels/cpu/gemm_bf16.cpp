@@ -334,6 +334,18 @@ EMBER_AMX void amx_micro_kernel(const uint32_t* a, int64_t group, const uint32_t
   // of `ahead` (the caller's next B panel) in L2. 2048^3 on 2 threads: 16.3 ms without either,
   // 13.7 with the A prefetch, 12.3-13.4 with both (3 interleaved rounds).
   const int64_t ahead_per_step = blocks > 0 ? (ahead_lines + blocks - 1) / blocks : 0;
+  // Each step's tiles are loaded during the step before it, each right after the last product that
+  // reads its register: the tile unit starts a load only once that product is done, so the loads of
+  // a step placed together before its products kept the unit waiting on them. (`perf annotate` put
+  // 38% of the kernel's samples behind the B tiles' loads.) 2048^3 on 2 threads of an AMX Xeon: 9.68 ->
+  // 9.26 ms, 1024^3 1.33 -> 1.31 ms (3 interleaved rounds). Prefetching B into L1 as well, 1 to 4
+  // steps ahead, measured 1-3% slower.
+  if (blocks > 0) {
+    _tile_loadd(6, b, b_bytes);
+    _tile_loadd(7, b + 16, b_bytes);
+    _tile_loadd(4, a, a_bytes);
+    if (two) _tile_loadd(5, a1, a_bytes);
+  }
   for (int64_t qb = 0; qb < blocks; ++qb) {
     for (int64_t l = qb * ahead_per_step, end = std::min(ahead_lines, l + ahead_per_step); l < end; ++l) {
       _mm_prefetch(ahead + l * 64, _MM_HINT_T1);
@@ -344,16 +356,17 @@ EMBER_AMX void amx_micro_kernel(const uint32_t* a, int64_t group, const uint32_t
         if (two) _mm_prefetch(reinterpret_cast<const char*>(a1 + (qb + 1) * 256 + line * 16), _MM_HINT_T0);
       }
     }
-    const uint32_t* bq = b + qb * kTilePairs * kNr;
-    _tile_loadd(6, bq, b_bytes);
-    _tile_loadd(7, bq + 16, b_bytes);
-    _tile_loadd(4, a + qb * 256, a_bytes);
+    const bool more = qb + 1 < blocks;
+    const uint32_t* b_next = b + (qb + 1) * kTilePairs * kNr;
     _tile_dpbf16ps(0, 4, 6);
     _tile_dpbf16ps(1, 4, 7);
-    if (two) {
-      _tile_loadd(5, a1 + qb * 256, a_bytes);
-      _tile_dpbf16ps(2, 5, 6);
-      _tile_dpbf16ps(3, 5, 7);
+    if (more) _tile_loadd(4, a + (qb + 1) * 256, a_bytes);
+    if (two) _tile_dpbf16ps(2, 5, 6);
+    if (more) _tile_loadd(6, b_next, b_bytes);
+    if (two) _tile_dpbf16ps(3, 5, 7);
+    if (more) {
+      if (two) _tile_loadd(5, a1 + (qb + 1) * 256, a_bytes);
+      _tile_loadd(7, b_next + 16, b_bytes);
     }
   }
   _tile_stored(0, out, out_bytes);
