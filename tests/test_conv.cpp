@@ -380,6 +380,65 @@ TEST(Conv2dPooled, MatchesConvolutionThenMaxPool) {
   EXPECT_GE(direct, 5);  // the first five cases (and, where it does not run blocked, the sixth)
 }
 
+// Rows of 24 columns, which the direct forward takes two at a time on AVX-512 (Note [row pairs] in
+// conv_direct.cpp), against rows of 25, which it takes one at a time: the first 24 columns of the
+// wider convolution (one more input column, of zeros) are the same sums in the same order, so the same bits,
+// pooled or not. Blocks of 8 output channels and one more; 1 and 3 input channels; kernels 5 and 3
+// with padding; an odd number of rows (a last row on its own); bias, residual and activations; 1
+// and 2 threads (bands that start at odd rows).
+TEST(Conv2dDirect, RowPairsMatchSingleRowsBitForBit) {
+  struct Case {
+    int64_t batch, in, out, height, kernel, padding;
+  };
+  const test_util::ThreadCountGuard threads_guard;
+  ember::manual_seed(67);
+  for (const Case& c : {Case{2, 1, 17, 28, 5, 0}, Case{1, 3, 9, 27, 5, 0}, Case{3, 1, 8, 25, 3, 1}}) {
+    const int64_t width = 24 + c.kernel - 1 - 2 * c.padding;
+    const Tensor x = ember::randn({c.batch, c.in, c.height, width});
+    const Tensor wide = ember::pad(x, {0, 1, 0, 0});  // zeros, as the padding of x's last column
+    const Tensor w = ember::randn({c.out, c.in, c.kernel, c.kernel}), b = ember::randn({c.out});
+    const int64_t out_height = c.height + 2 * c.padding - c.kernel + 1;
+    const Tensor r_wide = ember::randn({c.batch, c.out, out_height, 25});
+    const Tensor r = r_wide.narrow(3, 0, 24).contiguous();
+    ember::cpu::Conv2dGeometry g;
+    g.in_channels = c.in;
+    g.in_height = c.height;
+    g.in_width = width;
+    g.out_channels = c.out;
+    g.out_height = out_height;
+    g.out_width = 24;
+    g.kernel_h = g.kernel_w = c.kernel;
+    g.pad_h = g.pad_w = c.padding;
+    EXPECT_TRUE(ember::cpu::conv2d_pools_directly(ember::kFloat32, g, 2)) << "the direct forward takes it";
+    for (const int64_t pool : {1, 2}) {
+      for (const ember::Activation activation :
+           {ember::Activation::kNone, ember::Activation::kRelu, ember::Activation::kSilu}) {
+        for (const bool residual : {false, true}) {
+          for (const int threads : {1, 2}) {
+            SCOPED_TRACE(::testing::Message() << "x " << x.shape() << ", kernel " << c.kernel << ", pool " << pool
+                                              << ", activation " << static_cast<int>(activation)
+                                              << (residual ? ", residual" : "") << ", " << threads << " threads");
+            ember::set_num_threads(threads);
+            ember::Conv2dAttrs attrs;
+            attrs.padding = c.padding;
+            attrs.activation = activation;
+            attrs.max_pool = pool;
+            const int64_t out_width = 24 / pool;
+            const ember::Shape shape({c.batch, c.out, out_height / pool, out_width});
+            Tensor got = ember::full(shape, 7.0);
+            const Tensor* bias = residual ? nullptr : &b;  // the residual without a bias, the bias without one
+            ember::dispatch::run(ember::OpKind::kConv2d, attrs, {&x, &w, bias, residual ? &r : nullptr}, {&got});
+            Tensor want = ember::full({c.batch, c.out, out_height / pool, 25 / pool}, 7.0);
+            ember::dispatch::run(ember::OpKind::kConv2d, attrs, {&wide, &w, bias, residual ? &r_wide : nullptr},
+                                 {&want});
+            EXPECT_TRUE(test_util::bitwise_equal(got, want.narrow(3, 0, out_width).contiguous()));
+          }
+        }
+      }
+    }
+  }
+}
+
 // Depthwise convolutions (Note [depthwise convolution]): rows of a partial vector, one vector,
 // several rows of one to three vectors, more than four; 3 x 3 to 7 x 7, 1 x 4 (a causal conv1d), 3 x 1;
 // strides 1 and 2 (and 3, which the im2col path keeps), padding 0 to 4 (wider than the kernel's
