@@ -383,9 +383,9 @@ TEST(Conv2dPooled, MatchesConvolutionThenMaxPool) {
 // Rows of 24 columns, which the direct forward takes two at a time on AVX-512 (Note [row pairs] in
 // conv_direct.cpp), against rows of 25, which it takes one at a time: the first 24 columns of the
 // wider convolution (one more input column, of zeros) are the same sums in the same order, so the same bits,
-// pooled or not. Blocks of 8 output channels and one more; 1 and 3 input channels; kernels 5 and 3
-// with padding; an odd number of rows (a last row on its own); bias, residual and activations; 1
-// and 2 threads (bands that start at odd rows).
+// pooled or not; the weight gradient, which sums two rows at a time too, against float64. Blocks
+// of 8 output channels and one more; 1 and 3 input channels; kernels 5 and 3 with padding; an odd number of rows (a
+// last row on its own); bias, residual and activations; 1 and 2 threads (bands that start at odd rows).
 TEST(Conv2dDirect, RowPairsMatchSingleRowsBitForBit) {
   struct Case {
     int64_t batch, in, out, height, kernel, padding;
@@ -410,6 +410,13 @@ TEST(Conv2dDirect, RowPairsMatchSingleRowsBitForBit) {
     g.kernel_h = g.kernel_w = c.kernel;
     g.pad_h = g.pad_w = c.padding;
     EXPECT_TRUE(ember::cpu::conv2d_pools_directly(ember::kFloat32, g, 2)) << "the direct forward takes it";
+    // The weight gradient sums two rows at a time too, in another grouping of the products: against
+    // the float64 gradients, and on 1 and 2 threads bit for bit.
+    const auto [want_grads, one, got_grads] = conv_grads(x, w, 1, c.padding, 1, 1);
+    const double scale = std::sqrt(static_cast<double>(c.batch * out_height * 24));  // terms in a weight's sum
+    EXPECT_TRUE(golden::all_close(got_grads[1].to(ember::kFloat64), want_grads[1], {2e-5 * scale, 2e-5 * scale}));
+    EXPECT_TRUE(golden::all_close(got_grads[0].to(ember::kFloat64), want_grads[0], {2e-4, 2e-4}));
+    EXPECT_TRUE(golden::all_close(one[1], got_grads[1], {0, 0}));
     for (const int64_t pool : {1, 2}) {
       for (const ember::Activation activation :
            {ember::Activation::kNone, ember::Activation::kRelu, ember::Activation::kSilu}) {
