@@ -382,10 +382,11 @@ TEST(Conv2dPooled, MatchesConvolutionThenMaxPool) {
 
 // Rows of 24 columns, which the direct forward takes two at a time on AVX-512 (Note [row pairs] in
 // conv_direct.cpp), against rows of 25, which it takes one at a time: the first 24 columns of the
-// wider convolution (one more input column, of zeros) are the same sums in the same order, so the same bits,
-// pooled or not; the weight gradient, which sums two rows at a time too, against float64. Blocks
-// of 8 output channels and one more; 1 and 3 input channels; kernels 5 and 3 with padding; an odd number of rows (a
-// last row on its own); bias, residual and activations; 1 and 2 threads (bands that start at odd rows).
+// wider convolution (one more input column, of zeros) are the same sums in the same order, so the
+// same bits, pooled or not. The weight gradient, which takes the pairs too, against float64. Blocks
+// of 8 output channels and one more; 1 and 3 input channels; kernels 5 and 3 with padding; an odd
+// number of rows (a last row on its own); bias, residual and activations; 1 and 2 threads (bands
+// that start at odd rows).
 TEST(Conv2dDirect, RowPairsMatchSingleRowsBitForBit) {
   struct Case {
     int64_t batch, in, out, height, kernel, padding;
@@ -433,7 +434,7 @@ TEST(Conv2dDirect, RowPairsMatchSingleRowsBitForBit) {
             const int64_t out_width = 24 / pool;
             const ember::Shape shape({c.batch, c.out, out_height / pool, out_width});
             Tensor got = ember::full(shape, 7.0);
-            const Tensor* bias = residual ? nullptr : &b;  // the residual without a bias, the bias without one
+            const Tensor* bias = residual ? nullptr : &b;  // a bias, or a residual alone
             ember::dispatch::run(ember::OpKind::kConv2d, attrs, {&x, &w, bias, residual ? &r : nullptr}, {&got});
             Tensor want = ember::full({c.batch, c.out, out_height / pool, 25 / pool}, 7.0);
             ember::dispatch::run(ember::OpKind::kConv2d, attrs, {&wide, &w, bias, residual ? &r_wide : nullptr},

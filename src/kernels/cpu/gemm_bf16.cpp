@@ -335,17 +335,17 @@ EMBER_AMX void amx_micro_kernel(const uint32_t* a, int64_t group, const uint32_t
   // 13.7 with the A prefetch, 12.3-13.4 with both (3 interleaved rounds).
   const int64_t ahead_per_step = blocks > 0 ? (ahead_lines + blocks - 1) / blocks : 0;
   // Each step's tiles are loaded during the step before it, each right after the last product that
-  // reads its register (a load into a tile register waits for the products reading it), so that it
-  // overlaps the products after that one; placed together before their step's products, the loads
-  // overlapped nothing. (`perf annotate` put
-  // 38% of the kernel's samples behind the B tiles' loads.) 2048^3 on 2 threads of an AMX Xeon: 9.68 ->
-  // 9.26 ms, 1024^3 1.33 -> 1.31 ms (3 interleaved rounds). Tried and not kept, each against this:
-  // prefetching B into L1 as well, 1 to 4 steps ahead (1-3% slower); B's tiles stored as 1 KiB each
-  // like A's instead of 64-byte rows 128 bytes apart (no change); k blocks of 512 or 1024 instead of
-  // 4096 (2048^3 13.2 and 11.2 ms: C goes through memory between blocks); within a block, chunks of
-  // 64-512 pairs of k over groups of 2-8 row tiles, so that B's chunk stays in L1 and each tile's C
-  // waits in an L1 buffer between chunks (2048^3 9.9-11.4 ms, 1024^3 1.27-1.50 ms: the saved B
-  // traffic from L2 did not pay for the C tiles' stores and loads).
+  // reads its register (a load into a tile register waits for the products reading it), so that
+  // it overlaps the products after that one; placed together before their step's products, the
+  // loads overlapped none (`perf annotate` put 38% of the kernel's samples behind B's loads).
+  // 2048^3 on 2 threads of an AMX Xeon: 9.68 -> 9.26 ms, 1024^3 1.33 -> 1.31 ms (3 interleaved
+  // rounds). Tried against this and not kept: prefetching B into L1 as well, 1 to 4 steps ahead
+  // (1-3% slower); B's tiles stored as 1 KiB each like A's instead of 64-byte rows 128 bytes apart
+  // (no change); k blocks of 512 or 1024 instead of 4096 (2048^3 13.2 and 11.2 ms: C goes through
+  // memory between blocks); within a block, chunks of 64-512 pairs of k over groups of 2-8 row
+  // tiles, so that B's chunk stays in L1 and each tile's C waits in an L1 buffer between chunks
+  // (2048^3 9.9-11.4 ms, 1024^3 1.27-1.50 ms: the B traffic saved did not pay for C's tile stores
+  // and loads).
   if (blocks > 0) {
     _tile_loadd(6, b, b_bytes);
     _tile_loadd(7, b + 16, b_bytes);
