@@ -45,6 +45,17 @@ assert worst <= 0, worst
 report = json.load(open(sys.argv[3]))
 assert report["outputs"][0]["name"] == "logits" and report["compiled"], report
 PY
+# --explain reports what the graph compiler did, after the timed runs (replays of the plan); it
+# needs the compiled model.
+explained=$("$ember" onnx run "$cases/mnist_cnn/model.onnx" --input "input=$cases/mnist_cnn/input.npy" \
+  --output-dir "$out" --bench --bench-seconds 0 --explain)
+grep -qE "1 traces, [1-9][0-9]* replays" <<<"$explained" || { echo "explain: $explained"; exit 1; }
+grep -q "activations kept blocked between convolutions" <<<"$explained" || { echo "explain: $explained"; exit 1; }
+if message=$("$ember" onnx run "$cases/mnist_cnn/model.onnx" --input "input=$cases/mnist_cnn/input.npy" \
+    --output-dir "$out" --explain --eager 2>&1); then
+  echo "--explain with --eager must fail"; exit 1
+fi
+grep -q "excludes" <<<"$message" || { echo "--explain --eager: $message"; exit 1; }
 # A missing input is named.
 if message=$("$ember" onnx run "$cases/bert_tiny/model.onnx" --input "input_ids=$cases/bert_tiny/input_ids.npy" \
     --output-dir "$out" 2>&1); then

@@ -447,6 +447,92 @@ TEST(Conv2dDirect, RowPairsMatchSingleRowsBitForBit) {
   }
 }
 
+// An activation as the layout pass keeps it (Note [blocked activations] in graph/passes.cpp): (N,
+// ceil(C / block), H + 2 pad.h, W + 2 pad.w, block), zeros in the padding and past C.
+Tensor to_blocked(const Tensor& t, int64_t block, ember::Pair pad) {
+  const int64_t blocks = (t.size(1) + block - 1) / block;
+  const Tensor p = ember::pad(t, {pad.w, pad.w, pad.h, pad.h, 0, blocks * block - t.size(1)});
+  return p.reshape({t.size(0), blocks, block, p.size(2), p.size(3)}).permute({0, 1, 3, 4, 2}).contiguous();
+}
+
+// The blocked forward's blocked operands hold what its NCHW ones do, bit for bit (NaNs as NaNs): a
+// blocked output (poisoned with NaN first: its padding and the channels past C must come out zero,
+// also where an input is infinite) with a bias and
+// ReLU, or with an NCHW residual and GELU, padded 1 x 2; a blocked input padded as its reader is
+// and more (its planes read from the convolution's own padding on), at strides 1 and 2; a blocked
+// residual. Channels past a whole block (60) and whole (64); maps of one tile row, several tiles,
+// and two rows per tile (5 x 5 on AVX-512); both ways the forward splits a batch; 1 and 2 threads.
+TEST(Conv2dBlocked, BlockedOperandsHoldTheNchwValues) {
+  const test_util::ThreadCountGuard threads_guard;
+  ember::manual_seed(68);
+  ember::cpu::Conv2dGeometry probe;
+  probe.in_channels = probe.out_channels = 64;
+  const int64_t block = ember::cpu::nchwc_layout(probe).block;
+  if (!ember::cpu::nchwc_takes(probe)) GTEST_SKIP() << "no blocked convolution on this CPU";
+  const auto run = [](const Tensor& x, const Tensor& w, const Tensor* b, const Tensor* r, ember::Conv2dAttrs attrs,
+                      const ember::Shape& shape) {
+    Tensor out = ember::full(shape, NAN);
+    ember::dispatch::run(ember::OpKind::kConv2d, attrs, {&x, &w, b, r}, {&out});
+    return out;
+  };
+  for (const int64_t c : {60, 64}) {
+    const Tensor w1 = ember::randn({c, c, 3, 3}) * 0.05, w2 = ember::randn({c, c, 3, 3}) * 0.05;
+    const Tensor b1 = ember::randn({c}), b2 = ember::randn({c});
+    for (const int64_t size : {5, 9, 20}) {
+      for (const int64_t batch : {1, 3}) {
+        for (const int threads : {1, 2}) {
+          SCOPED_TRACE(::testing::Message() << c << " channels, " << size << " x " << size << ", batch " << batch
+                                            << ", " << threads << " threads");
+          ember::set_num_threads(threads);
+          Tensor x = ember::randn({batch, c, size, size});
+          // An infinite input makes the sums past C NaN (zero weights times it): written as zeros.
+          if (batch == 3) x.narrow(0, 1, 1).narrow(1, 5, 1).narrow(2, 2, 1).narrow(3, 3, 1).fill_(INFINITY);
+          const ember::Shape nchw({batch, c, size, size});
+          ember::Conv2dAttrs first;
+          first.padding = 1;
+          first.activation = ember::Activation::kRelu;
+          const Tensor h = run(x, w1, &b1, nullptr, first, nchw);
+          for (const ember::Pair pad : {ember::Pair(1), ember::Pair(2), ember::Pair(1, 2)}) {
+            SCOPED_TRACE(::testing::Message() << "planes padded by " << pad.h << " x " << pad.w);
+            ember::Conv2dAttrs blocked_out = first;
+            blocked_out.blocked_output = pad;
+            const Tensor hb = run(x, w1, &b1, nullptr, blocked_out, to_blocked(h, block, pad).shape());
+            EXPECT_TRUE(test_util::bitwise_equal_but_nan_payloads(hb, to_blocked(h, block, pad)));
+            for (const int64_t stride : {1, 2}) {
+              ember::Conv2dAttrs second;
+              second.stride = stride;
+              second.padding = 1;
+              second.activation = ember::Activation::kGeluErf;
+              const int64_t out_size = (size - 1) / stride + 1;
+              const ember::Shape shape({batch, c, out_size, out_size});
+              const Tensor r = ember::randn(shape);
+              const Tensor want = run(h, w2, &b2, &r, second, shape);
+              ember::Conv2dAttrs blocked_in = second;
+              blocked_in.blocked_input = pad;
+              EXPECT_TRUE(test_util::bitwise_equal_but_nan_payloads(run(hb, w2, &b2, &r, blocked_in, shape), want))
+                  << stride;
+            }
+            // A blocked residual (stride 1: h's shape), and an NCHW residual into a blocked output.
+            ember::Conv2dAttrs second;
+            second.padding = 1;
+            second.activation = ember::Activation::kGeluErf;
+            const Tensor want = run(h, w2, &b2, &h, second, nchw);
+            ember::Conv2dAttrs blocked_residual = second;
+            blocked_residual.blocked_residual = pad;
+            EXPECT_TRUE(test_util::bitwise_equal_but_nan_payloads(run(h, w2, &b2, &hb, blocked_residual, nchw), want));
+            if (pad.h == 1 && pad.w == 2) {
+              ember::Conv2dAttrs residual_in = second;
+              residual_in.blocked_output = pad;
+              const Tensor got = run(h, w2, &b2, &h, residual_in, hb.shape());
+              EXPECT_TRUE(test_util::bitwise_equal_but_nan_payloads(got, to_blocked(want, block, pad)));
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 // Depthwise convolutions (Note [depthwise convolution]): rows of a partial vector, one vector,
 // several rows of one to three vectors, more than four; 3 x 3 to 7 x 7, 1 x 4 (a causal conv1d), 3 x 1;
 // strides 1 and 2 (and 3, which the im2col path keeps), padding 0 to 4 (wider than the kernel's

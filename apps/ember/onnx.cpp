@@ -25,6 +25,7 @@ struct OnnxOptions {
   bool eager = false;           // run without compiling
   bool detect_anomaly = false;  // run eagerly with autograd's anomaly mode: the first op making NaN or Inf fails
   bool json = false;            // one JSON object instead of text
+  bool explain = false;         // print what the graph compiler did (Model::explain())
   int threads = 0;              // 0: all cores
 };
 
@@ -181,6 +182,7 @@ int run_onnx_run(const OnnxOptions& options) {
     report["p90_ms"] = times[times.size() * 9 / 10];
     report["min_ms"] = times.front();
   }
+  if (options.explain) report["explain"] = model->explain();
   if (options.json) {
     std::cout << report.dump() << "\n";
     return 0;
@@ -199,6 +201,7 @@ int run_onnx_run(const OnnxOptions& options) {
                 report["p90_ms"].get<double>() * unit, report["min_ms"].get<double>() * unit,
                 report["runs"].get<size_t>());
   }
+  if (options.explain) std::printf("%s", report["explain"].get<std::string>().c_str());
   return 0;
 }
 
@@ -225,6 +228,10 @@ void add_onnx_commands(CLI::App& app, Commands& commands) {
                 "Run op by op, checking every op's output for NaN and Inf; stop at the first with an error naming "
                 "the op");
   run->add_flag("--json", o->json, "Print one JSON object");
+  run->add_flag("--explain", o->explain,
+                "Print what the graph compiler did with the model: its passes, fusions and memory plan")
+      ->excludes("--eager")
+      ->excludes("--detect-anomaly");
   add_threads(run, o->threads);
   commands.add(run, [o] { return run_onnx_run(*o); });
 }

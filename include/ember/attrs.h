@@ -159,7 +159,11 @@ struct MatmulAttrs {
 // k x k windows at stride k (no padding, floor mode: max_pool2d(out, k)). The activation (none,
 // ReLU, GELU or SiLU), the residual (an optional fourth input of the convolution's output shape)
 // and the pooling come only from the graph compiler's epilogue fusion (a convolution followed by
-// an add, an activation and, for inference, a max pooling); the op itself leaves them out.
+// an add, an activation and, for inference, a max pooling); the op itself leaves them out. So do
+// the blocked layouts (graph compiler's layout pass, Note [blocked activations]): an input, a
+// residual or an output kept between convolutions as float32 channel blocks of the CPU's vector
+// width, (N, ceil(C / block), H + 2 pad.h, W + 2 pad.w, block), with planes padded by the Pair
+// given (-1: NCHW).
 struct Conv2dAttrs {
   Pair stride = 1;
   Pair padding = 0;
@@ -167,8 +171,14 @@ struct Conv2dAttrs {
   int64_t groups = 1;
   Activation activation = Activation::kNone;
   int64_t max_pool = 1;
+  Pair blocked_input = -1;
+  Pair blocked_residual = -1;
+  Pair blocked_output = -1;
   bool operator==(const Conv2dAttrs&) const = default;
-  auto fields() const { return std::tie(stride, padding, dilation, groups, activation, max_pool); }
+  auto fields() const {
+    return std::tie(stride, padding, dilation, groups, activation, max_pool, blocked_input, blocked_residual,
+                    blocked_output);
+  }
 };
 
 // conv1d: conv2d's attributes along the length (a line is an image of height 1).

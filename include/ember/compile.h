@@ -88,6 +88,7 @@ struct CompileStats {
       fused_groups = 0, fused_kernels = 0, in_place = 0;
   int pooled_thresholds = 0;  // ReLU backwards moved before a max-pool's (graph/passes.h: threshold_pooled)
   int recomputed = 0;         // forward kernels run again for the backward (recompute_for_backward)
+  int blocked = 0;            // convolution results kept in the blocked layout (block_activations)
   int64_t arena_bytes = 0;    // the last plan's arena
   int64_t temp_bytes = 0;     // what its temporaries take unplanned (the sum of their sizes)
   int64_t live_bytes = 0;     // the most of them alive at one step: no arena can be smaller

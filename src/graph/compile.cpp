@@ -110,6 +110,7 @@ constexpr Pass kPasses[] = {
     {"threshold_pooled", graph::threshold_pooled, false},
     {"recompute_for_backward", graph::recompute_for_backward, false},
     {"fuse_elementwise", graph::fuse_elementwise, true},
+    {"block_activations", graph::block_activations, true},
 };
 
 CompileOptions::Mode mode_from_env() {
@@ -319,6 +320,7 @@ struct CompiledCore::Impl {
     stats.fused_groups = ps.fused_groups;
     stats.fused_kernels = ps.fused_nodes;
     stats.in_place = ps.in_place;
+    stats.blocked = ps.blocked;
     stats.state_bytes = 0;
     for (const graph::Buffer& b : g.buffers) {
       if (b.kind == graph::BufferKind::kState || b.kind == graph::BufferKind::kConstant) stats.state_bytes += b.nbytes;
@@ -543,6 +545,7 @@ std::string CompiledCore::explain() const {
       << "  forward kernels run again for the backward (Note [recomputed activations]): " << s.recomputed << "\n"
       << "  elementwise fusion: " << s.fused_kernels << " kernels in " << s.fused_groups << " groups, of which "
       << s.chained_kernels << " in " << s.chains << " register chains (Note [register chains])\n"
+      << "  activations kept blocked between convolutions (Note [blocked activations]): " << s.blocked << "\n"
       << "  in-place reuse: " << s.in_place << " results\n"
       << "  batched products run head by head with the group reading them: " << s.interleaved
       << ", skipping the blocks a mask discards (Note [masked products]): " << s.masked_products;

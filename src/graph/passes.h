@@ -31,6 +31,9 @@
 //                    and row reductions among them (and the elementwise kernels over the reduced
 //                    rows), become one kFused node run tile by tile or strip by strip; values only
 //                    the group uses become kScratch;
+//   block_activations a float32 convolution's result that only convolutions of the CPU's blocked
+//                    kernel read (as input or residual) stays in their blocked layout, padded for
+//                    them, instead of going through NCHW (Note [blocked activations]);
 //   reuse_in_place   an elementwise kernel writes over an input of its geometry whose last use it is;
 //   plan_memory      temporaries get offsets in one arena from their live intervals (best fit).
 //
@@ -56,6 +59,7 @@ struct PassStats {
   int fused_groups = 0;
   int fused_nodes = 0;
   int in_place = 0;
+  int blocked = 0;
 };
 
 void fold_constants(Graph& g, PassStats& stats);
@@ -69,6 +73,7 @@ void fuse_epilogues(Graph& g, PassStats& stats);
 void threshold_pooled(Graph& g, PassStats& stats);
 void recompute_for_backward(Graph& g, PassStats& stats);
 void fuse_elementwise(Graph& g, PassStats& stats);
+void block_activations(Graph& g, PassStats& stats);
 void reuse_in_place(Graph& g, PassStats& stats);
 
 struct MemoryPlan {

@@ -826,6 +826,11 @@ Conv2dGeometry conv2d_geometry(const Conv2dAttrs& attrs, const Shape& input, con
   g.in_channels = input[1];
   g.in_height = input[2];
   g.in_width = input[3];
+  if (attrs.blocked_input.h >= 0) {  // (N, blocks, H + 2 pad, W + 2 pad, block)
+    g.in_channels = weight[1] * attrs.groups;
+    g.in_height -= 2 * attrs.blocked_input.h;
+    g.in_width -= 2 * attrs.blocked_input.w;
+  }
   g.out_channels = weight[0];
   g.kernel_h = weight[2];
   g.kernel_w = weight[3];
@@ -885,8 +890,8 @@ Conv2dGeometry conv_geometry(const Conv2dAttrs& attrs, const Operand& input, con
                              const Operand& output) {
   Conv2dGeometry g = conv2d_geometry(attrs, *input.shape, *weight.shape);
   if (attrs.max_pool == 1) {
-    g.out_height = output.size(2);
-    g.out_width = output.size(3);
+    g.out_height = output.size(2) - 2 * std::max<int64_t>(attrs.blocked_output.h, 0);
+    g.out_width = output.size(3) - 2 * std::max<int64_t>(attrs.blocked_output.w, 0);
   }
   return g;
 }
@@ -1067,14 +1072,23 @@ void conv2d_kernel(const KernelCall& c) {
                 "[conv2d] internal error: a bfloat16 convolution takes no epilogue");
     return forward_bf16_kernel(g, input, weight, bias, out);
   }
+  const auto planes = [](Pair pad) { return BlockedPlanes{pad.h, pad.w}; };
+  const BlockedPlanes input_planes = planes(attrs.blocked_input), residual_planes = planes(attrs.blocked_residual),
+                      out_planes = planes(attrs.blocked_output);
+  if (input_planes.blocked() || residual_planes.blocked() || out_planes.blocked()) {
+    EMBER_CHECK(out.dtype == kFloat32 && nchwc_takes(g),
+                "[conv2d] internal error: blocked operands for a convolution the blocked kernel does not take");
+  }
   if (out.dtype == kFloat32 && nchwc_takes(g)) {
     const NchwcEpilogue epilogue{bias.ptr<const float>(), residual != nullptr ? residual->ptr<const float>() : nullptr,
-                                 activation};
-    return blocked_forward(g, input.data, weight, false, epilogue, out.data);
+                                 activation, residual_planes};
+    const std::shared_ptr<const void> packed = packed_weight(g, weight, false);
+    return nchwc_forward(g, input.ptr<const float>(), static_cast<const float*>(packed.get()), nchwc_layout(g),
+                         epilogue, out.ptr<float>(), input_planes, out_planes);
   }
   if (out.dtype == kFloat32 && nchwc_patch_takes(g)) {
-    const NchwcEpilogue epilogue{bias.ptr<const float>(), residual != nullptr ? residual->ptr<const float>() : nullptr,
-                                 activation};
+    const NchwcEpilogue epilogue{
+        bias.ptr<const float>(), residual != nullptr ? residual->ptr<const float>() : nullptr, activation, {}};
     const Conv2dGeometry patches = nchwc_patch_geometry(g);
     const std::shared_ptr<const void> packed = packed_weight(patches, weight, false);
     return nchwc_patch_forward(g, input.ptr<const float>(), static_cast<const float*>(packed.get()),

@@ -23,7 +23,10 @@
 // through 8 x 8 register transposes, and the epilogue on the way: the bias, then, from a compiled
 // graph, a residual and an activation (Conv2dAttrs). A tile skips the kernel rows that would read
 // only the padding's zero rows for each of its output rows (rows_of); the padding's columns it
-// cannot skip, since a tile's positions share their taps.
+// cannot skip, since a tile's positions share their taps. Between two convolutions of a compiled
+// graph the compiler may keep the activation blocked (Note [blocked activations] in
+// graph/passes.cpp): the producer then stores each finished vector of C channels straight into the
+// consumer's padded planes, and the consumer reads them in place of blocking its input.
 //
 // Measured on 2 threads of a Xeon (AVX-512), `ember bench` against the im2col + GEMM and direct
 // kernels it replaces: 32 x 64 x 56 x 56, 3 x 3 46.4 -> 21.7-24.5 ms (1.6x PyTorch, 63-67% of the FMA
@@ -483,30 +486,158 @@ std::pair<int64_t, int64_t> rows_of(const Conv2dGeometry& g, int64_t oh, int64_t
   return {y_begin, y_end};
 }
 
-// Output rows [oh0, oh1) of output group og of one image, from its blocked planes.
+// An output-sized image (the output, or a residual) in the blocked layout (BlockedPlanes).
+struct BlockedImage {
+  int64_t pad_h = -1, pad_w = 0;
+  int64_t wp = 0;      // positions of one padded row
+  int64_t plane = 0;   // floats of one block's padded plane
+  int64_t blocks = 0;  // channel blocks
+  bool blocked() const { return pad_h >= 0; }
+  // Floats from the image's start to output position (oh, ow) of block 0.
+  int64_t at(int64_t oh, int64_t ow) const { return ((oh + pad_h) * wp + ow + pad_w) * kC; }
+};
+
+BlockedImage blocked_image_of(const Conv2dGeometry& g, BlockedPlanes planes) {
+  if (!planes.blocked()) return {};
+  const int64_t wp = g.out_width + 2 * planes.pad_w;
+  return {planes.pad_h, planes.pad_w, wp, (g.out_height + 2 * planes.pad_h) * wp * kC, ceil_div(g.out_channels, kC)};
+}
+
+// Adds an NCHW residual (`residual`: channel 0 of the group at the first position, planes
+// `out_plane` floats apart) to `count` positions' sums (`row` floats apart) of `channels` channels:
+// eight channels by eight positions at a time through an 8 x 8 register transpose, the rest one by
+// one.
+void add_nchw_residual(float* sums, int64_t row, int64_t count, int64_t channels, const float* residual,
+                       int64_t out_plane) {
+  const hn::CappedTag<float, 8> d8;
+  int64_t j = 0;
+  for (; j + 8 <= channels; j += 8) {
+    int64_t p = 0;
+    for (; p + 8 <= count; p += 8) {
+      const float* r = residual + j * out_plane + p;
+      auto r0 = hn::LoadU(d8, r), r1 = hn::LoadU(d8, r + out_plane), r2 = hn::LoadU(d8, r + 2 * out_plane),
+           r3 = hn::LoadU(d8, r + 3 * out_plane), r4 = hn::LoadU(d8, r + 4 * out_plane),
+           r5 = hn::LoadU(d8, r + 5 * out_plane), r6 = hn::LoadU(d8, r + 6 * out_plane),
+           r7 = hn::LoadU(d8, r + 7 * out_plane);
+      transpose_8x8(d8, r0, r1, r2, r3, r4, r5, r6, r7);
+      float* s = sums + p * row + j;
+      const auto add = [&](auto v, int64_t q)
+                           HWY_ATTR { hn::StoreU(hn::Add(hn::LoadU(d8, s + q * row), v), d8, s + q * row); };
+      add(r0, 0), add(r1, 1), add(r2, 2), add(r3, 3), add(r4, 4), add(r5, 5), add(r6, 6), add(r7, 7);
+    }
+    for (; p < count; ++p) {
+      for (int64_t l = 0; l < 8; ++l) sums[p * row + j + l] += residual[(j + l) * out_plane + p];
+    }
+  }
+  for (; j < channels; ++j) {
+    for (int64_t p = 0; p < count; ++p) sums[p * row + j] += residual[j * out_plane + p];
+  }
+}
+
+// Adds the bias and then the residual to `count` positions' sums (`row` floats apart) of output
+// group channels [o0, o0 + channels), at output row oh from column ow0, for a write-out that takes
+// neither (a blocked output, or a blocked residual): the same two roundings, in the same order, as
+// write_tile's. The lanes past `channels` keep their zeros.
+void add_bias_and_residual(float* sums, int64_t row, int64_t count, int64_t o0, int64_t channels,
+                           const NchwcEpilogue& e, const BlockedImage& res, int64_t out_plane, int64_t oh, int64_t ow0,
+                           int64_t out_width) {
+  const D d;
+  for (int64_t j = 0; j * kC < channels; ++j) {
+    const V bias =
+        e.bias != nullptr ? load_part(d, e.bias + o0 + j * kC, std::min(kC, channels - j * kC)) : hn::Zero(d);
+    const float* blocked_res = res.blocked() ? e.residual + (o0 / kC + j) * res.plane + res.at(oh, ow0) : nullptr;
+    for (int64_t p = 0; p < count; ++p) {
+      float* s = sums + p * row + j * kC;
+      V v = hn::Add(hn::Load(d, s), bias);
+      if (blocked_res != nullptr) v = hn::Add(v, hn::LoadU(d, blocked_res + p * kC));
+      hn::Store(v, d, s);
+    }
+  }
+  if (e.residual != nullptr && !res.blocked()) {
+    add_nchw_residual(sums, row, count, channels, e.residual + o0 * out_plane + oh * out_width + ow0, out_plane);
+  }
+}
+
+// The blocked write-out: `count` positions' finished sums (`row` floats apart) of `channels`
+// output channels to dst (position 0 of the first block; blocks `plane` floats apart, positions kC),
+// each vector through the activation at full width. The lanes past `channels` get zeros (their
+// sums are zero weights times the inputs, NaN where an input is infinite).
+void write_blocked(const float* sums, int64_t row, int64_t count, int64_t channels, Activation activation,
+                   int64_t plane, float* dst) {
+  const D d;
+  for (int64_t j = 0; j * kC < channels; ++j) {
+    const auto valid = hn::FirstN(d, static_cast<size_t>(std::min(kC, channels - j * kC)));
+    for (int64_t p = 0; p < count; ++p) {
+      V v = hn::Load(d, sums + p * row + j * kC);
+      if (activation != Activation::kNone) v = activate(d, activation, v);
+      hn::Store(hn::IfThenElseZero(valid, v), d, dst + j * plane + p * kC);
+    }
+  }
+}
+
+// Zeros the padding of output rows [oh0, oh1) of blocks [b0, b1) of a blocked output image, and its
+// top and bottom padding rows where the rows begin or end the image.
+void zero_padding(const Conv2dGeometry& g, const BlockedImage& o, float* image, int64_t b0, int64_t b1, int64_t oh0,
+                  int64_t oh1) {
+  const auto zero = [](float* p, int64_t n) { std::memset(p, 0, static_cast<size_t>(n) * sizeof(float)); };
+  const int64_t row = o.wp * kC;
+  for (int64_t b = b0; b < b1; ++b) {
+    float* plane = image + b * o.plane;
+    if (oh0 == 0) zero(plane, o.pad_h * row);
+    if (oh1 == g.out_height) zero(plane + (o.pad_h + g.out_height) * row, o.pad_h * row);
+    for (int64_t oh = oh0; oh < oh1; ++oh) {
+      zero(plane + (o.pad_h + oh) * row, o.pad_w * kC);
+      zero(plane + (o.pad_h + oh) * row + (o.pad_w + g.out_width) * kC, o.pad_w * kC);
+    }
+  }
+}
+
+// Output rows [oh0, oh1) of output group og of one image, from its blocked planes, to out_image:
+// NCHW, or blocked as `out` says.
 // The blocked image holds input rows from first_row * stride on (the patch forward's bands).
 void rows(const Conv2dGeometry& g, const Blocked& k, const float* blocked_image, const float* packed,
           const NchwcEpilogue& epilogue, float* out_image, const float* residual_image, int64_t og, int64_t oh0,
-          int64_t oh1, int64_t first_row = 0) {
+          int64_t oh1, int64_t first_row = 0, const BlockedImage& out = {}) {
   const int64_t s = g.stride_h, ow_size = g.out_width;
   TileArgs a{k.in_blocks,       k.plane,       g.kernel_h, g.kernel_w, g.dilation_h * k.wp * kC,
              g.dilation_w * kC, s * k.wp * kC, 0,          0};
   const float* w = packed + og * k.group;
   const int64_t out_plane = g.out_height * ow_size, o0 = og * k.nbc;
   const int64_t channels = std::min(k.nbc, g.out_channels - o0);
-  float* out = out_image + o0 * out_plane;
+  const BlockedImage res = blocked_image_of(g, epilogue.residual_planes);
+  // Where the sums take the bias and residual before the write-out (a blocked operand), the
+  // write-out applies only the activation.
+  const bool added_first = out.blocked() || res.blocked();
+  const bool late = late_activation(epilogue.activation) && !out.blocked();
+  const int64_t out_blocks = ceil_div(channels, kC);
+  float* dst = out.blocked() ? out_image + (o0 / kC) * out.plane : out_image + o0 * out_plane;
+  if (out.blocked()) zero_padding(g, out, out_image, o0 / kC, o0 / kC + out_blocks, oh0, oh1);
   // The epilogue at position `offset` of this group's planes.
-  const bool late = late_activation(epilogue.activation);
   const auto at = [&](int64_t offset) {
+    const Activation activation = late ? Activation::kNone : epilogue.activation;
+    if (added_first) return NchwcEpilogue{nullptr, nullptr, activation, {}};
     return NchwcEpilogue{epilogue.bias != nullptr ? epilogue.bias + o0 : nullptr,
                          residual_image != nullptr ? residual_image + o0 * out_plane + offset : nullptr,
-                         late ? Activation::kNone : epilogue.activation};
+                         activation,
+                         {}};
+  };
+  // `count` finished positions of output row oh from column ow0, their sums at `sums`.
+  const NchwcEpilogue image_epilogue{epilogue.bias, residual_image, epilogue.activation, epilogue.residual_planes};
+  const auto write = [&](float* sums, int64_t oh, int64_t ow0, int64_t count) {
+    if (added_first) {
+      add_bias_and_residual(sums, k.nbc, count, o0, channels, image_epilogue, res, out_plane, oh, ow0, ow_size);
+    }
+    if (out.blocked()) {
+      write_blocked(sums, k.nbc, count, channels, epilogue.activation, out.plane, dst + out.at(oh, ow0));
+    } else {
+      write_tile(sums, k.nbc, count, channels, at(oh * ow_size + ow0), out_plane, dst + oh * ow_size + ow0);
+    }
   };
   // The late activation over the positions finished since the last time, up to row `oh` (excluded).
   int64_t pending = oh0 * ow_size;
   const auto finish_rows = [&](int64_t oh) {
     if (!late || (oh < oh1 && oh * ow_size - pending < kLateSpan)) return;
-    activate_planes(epilogue.activation, out, out_plane, channels, pending, oh * ow_size);
+    activate_planes(epilogue.activation, dst, out_plane, channels, pending, oh * ow_size);
     pending = oh * ow_size;
   };
   HWY_ALIGN float sums[(kPositions + 8) * 2 * kC];
@@ -517,12 +648,11 @@ void rows(const Conv2dGeometry& g, const Blocked& k, const float* blocked_image,
       std::tie(a.y_begin, a.y_end) = rows_of(g, oh, oh + 1 < oh1 ? 2 : 1);
       if (oh + 1 < oh1) {
         kPairTiles[nb][stride][static_cast<size_t>(ow_size - 1)](in, w, a, sums);
-        write_tile(sums, k.nbc, ow_size, channels, at(oh * ow_size), out_plane, out + oh * ow_size);
-        write_tile(sums + ow_size * k.nbc, k.nbc, ow_size, channels, at((oh + 1) * ow_size), out_plane,
-                   out + (oh + 1) * ow_size);
+        write(sums, oh, 0, ow_size);
+        write(sums + ow_size * k.nbc, oh + 1, 0, ow_size);
       } else {
         kTiles[nb][stride][static_cast<size_t>(ow_size - 1)](in, w, a, sums);
-        write_tile(sums, k.nbc, ow_size, channels, at(oh * ow_size), out_plane, out + oh * ow_size);
+        write(sums, oh, 0, ow_size);
       }
       finish_rows(std::min(oh + 2, oh1));
     }
@@ -536,44 +666,63 @@ void rows(const Conv2dGeometry& g, const Blocked& k, const float* blocked_image,
       const int64_t ow0 = t * ow_size / n_tiles, count = (t + 1) * ow_size / n_tiles - ow0;
       const TileFn tile_fn = padded_row != nullptr ? padded_row : kTiles[nb][stride][static_cast<size_t>(count - 1)];
       tile_fn(blocked_image + ((oh - first_row) * s * k.wp + ow0 * s) * kC, w, a, sums);
-      write_tile(sums, k.nbc, count, channels, at(oh * ow_size + ow0), out_plane, out + oh * ow_size + ow0);
+      write(sums, oh, ow0, count);
     }
     finish_rows(oh + 1);
   }
 }
 
 void Forward(const Conv2dGeometry& g, const float* input, const float* packed, const NchwcEpilogue& epilogue,
-             float* out) {
-  const Blocked k = blocked(g, Layout(g));
-  const int64_t in_image = g.in_channels * g.in_height * g.in_width;
-  const int64_t out_image = g.out_channels * g.out_height * g.out_width;
+             float* out, BlockedPlanes input_planes, BlockedPlanes out_planes) {
+  Blocked k = blocked(g, Layout(g));
+  int64_t in_image = g.in_channels * g.in_height * g.in_width, in_offset = 0;
+  if (input_planes.blocked()) {
+    // The planes as they are, read from g's padding on.
+    k.hp = g.in_height + 2 * input_planes.pad_h;
+    k.wp = g.in_width + 2 * input_planes.pad_w;
+    k.plane = k.hp * k.wp * kC;
+    k.image = in_image = k.in_blocks * k.plane;
+    in_offset = ((input_planes.pad_h - g.pad_h) * k.wp + input_planes.pad_w - g.pad_w) * kC;
+  }
+  const BlockedImage bo = blocked_image_of(g, out_planes), res = blocked_image_of(g, epilogue.residual_planes);
+  const int64_t nchw_out = g.out_channels * g.out_height * g.out_width;
+  const int64_t out_image = bo.blocked() ? bo.blocks * bo.plane : nchw_out;
+  const int64_t res_image = res.blocked() ? res.blocks * res.plane : nchw_out;
   const double flops =
-      2.0 * static_cast<double>(g.batch * out_image) * static_cast<double>(g.in_channels * g.kernel_h * g.kernel_w);
+      2.0 * static_cast<double>(g.batch * nchw_out) * static_cast<double>(g.in_channels * g.kernel_h * g.kernel_w);
   const int threads = flops < kSerialFlops ? 1 : num_threads();
   const auto residual_of = [&](int64_t n) {
-    return epilogue.residual != nullptr ? epilogue.residual + n * out_image : nullptr;
+    return epilogue.residual != nullptr ? epilogue.residual + n * res_image : nullptr;
   };
   if (g.batch % threads == 0 || g.batch >= 4 * threads) {
     parallel_tasks(g.batch, threads, [&](int64_t n) {
-      float* image = thread_floats(Buffer::kImage, k.image);
-      block_image(g, k, input + n * in_image, image, 0, k.in_blocks);
+      const float* image = input + n * in_image + in_offset;
+      if (!input_planes.blocked()) {
+        float* blocked_image = thread_floats(Buffer::kImage, k.image);
+        block_image(g, k, input + n * in_image, blocked_image, 0, k.in_blocks);
+        image = blocked_image;
+      }
       for (int64_t og = 0; og < k.out_groups; ++og) {
-        rows(g, k, image, packed, epilogue, out + n * out_image, residual_of(n), og, 0, g.out_height);
+        rows(g, k, image, packed, epilogue, out + n * out_image, residual_of(n), og, 0, g.out_height, 0, bo);
       }
     });
     return;
   }
-  float* images = thread_floats(Buffer::kBatch, g.batch * k.image);
-  parallel_tasks(g.batch * k.in_blocks, threads, [&](int64_t t) {
-    const int64_t n = t / k.in_blocks, b = t % k.in_blocks;
-    block_image(g, k, input + n * in_image, images + n * k.image, b, b + 1);
-  });
+  const float* images = input + in_offset;
+  if (!input_planes.blocked()) {
+    float* blocked_images = thread_floats(Buffer::kBatch, g.batch * k.image);
+    parallel_tasks(g.batch * k.in_blocks, threads, [&](int64_t t) {
+      const int64_t n = t / k.in_blocks, b = t % k.in_blocks;
+      block_image(g, k, input + n * in_image, blocked_images + n * k.image, b, b + 1);
+    });
+    images = blocked_images;
+  }
   const int64_t per_image = g.batch * k.out_groups;
   const int64_t bands = std::clamp<int64_t>(ceil_div(threads * kTasksPerThread, per_image), 1, g.out_height);
   parallel_tasks(per_image * bands, threads, [&](int64_t t) {
     const int64_t band = t % bands, og = (t / bands) % k.out_groups, n = t / (bands * k.out_groups);
     rows(g, k, images + n * k.image, packed, epilogue, out + n * out_image, residual_of(n), og,
-         band * g.out_height / bands, (band + 1) * g.out_height / bands);
+         band * g.out_height / bands, (band + 1) * g.out_height / bands, 0, bo);
   });
 }
 
@@ -755,7 +904,8 @@ void WeightGrad(const Conv2dGeometry& /*g*/, const float* /*grad_out*/, const fl
 }
 
 void Forward(const Conv2dGeometry& /*g*/, const float* /*input*/, const float* /*packed*/,
-             const NchwcEpilogue& /*epilogue*/, float* /*out*/) {
+             const NchwcEpilogue& /*epilogue*/, float* /*out*/, BlockedPlanes /*input_planes*/,
+             BlockedPlanes /*out_planes*/) {
   EMBER_CHECK(false, "[conv2d] internal error: no blocked kernel on this CPU");
 }
 
@@ -827,12 +977,20 @@ void nchwc_pack_weight(const Conv2dGeometry& g, const float* weight, bool transp
   HWY_DYNAMIC_DISPATCH(PackWeight)(g, weight, transposed, packed);
 }
 
+Shape blocked_shape(const Shape& nchw, int64_t block, BlockedPlanes planes) {
+  return {nchw[0], nchwc_detail::ceil_div(nchw[1], block), nchw[2] + 2 * planes.pad_h, nchw[3] + 2 * planes.pad_w,
+          block};
+}
+
 void nchwc_forward(const Conv2dGeometry& g, const float* input, const float* packed, NchwcLayout layout,
-                   const NchwcEpilogue& epilogue, float* out) {
+                   const NchwcEpilogue& epilogue, float* out, BlockedPlanes input_planes, BlockedPlanes out_planes) {
   EMBER_CHECK(layout == nchwc_layout(g) && layout.block > 0, "[conv2d] internal error: a weight packed for blocks of ",
               layout.block, " x ", layout.out_block, " where this CPU runs ", nchwc_layout(g).block, " x ",
               nchwc_layout(g).out_block);
-  HWY_DYNAMIC_DISPATCH(Forward)(g, input, packed, epilogue, out);
+  EMBER_CHECK(!input_planes.blocked() || (input_planes.pad_h >= g.pad_h && input_planes.pad_w >= g.pad_w),
+              "[conv2d] internal error: blocked input planes padded by ", input_planes.pad_h, " x ", input_planes.pad_w,
+              " for a convolution padded by ", g.pad_h, " x ", g.pad_w);
+  HWY_DYNAMIC_DISPATCH(Forward)(g, input, packed, epilogue, out, input_planes, out_planes);
 }
 
 void nchwc_weight_grad(const Conv2dGeometry& g, const float* grad_out, const float* input, float* grad_weight) {

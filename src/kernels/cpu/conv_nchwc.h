@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "ember/attrs.h"
+#include "ember/shape.h"
 #include "kernels/cpu/conv.h"
 
 namespace ember::cpu {
@@ -34,17 +35,35 @@ int64_t nchwc_packed_size(const Conv2dGeometry& g, NchwcLayout layout);
 // its taps in reverse order (the convolution whose input gradient g is: conv.cpp).
 void nchwc_pack_weight(const Conv2dGeometry& g, const float* weight, bool transposed, float* packed);
 
+// The planes of an activation kept in the blocked layout between convolutions (Note [blocked
+// activations] in graph/passes.cpp): (N, ceil(C / block), H + 2 pad_h, W + 2 pad_w, block) floats,
+// `block` the float32 vector width (NchwcLayout::block), zeros in the padding and in the channels
+// past C. pad_h < 0: the operand is NCHW.
+struct BlockedPlanes {
+  int64_t pad_h = -1;
+  int64_t pad_w = -1;
+  bool blocked() const { return pad_h >= 0; }
+  bool operator==(const BlockedPlanes&) const = default;
+};
+
+// The shape of an (N, C, H, W) activation in the blocked layout with `planes`' padding.
+Shape blocked_shape(const Shape& nchw, int64_t block, BlockedPlanes planes);
+
 // What the blocked forward does to each finished sum: out = activation(sum + bias + residual).
 struct NchwcEpilogue {
   const float* bias = nullptr;      // (C_out) or null
-  const float* residual = nullptr;  // (N, C_out, OH, OW) or null; may be `out` itself
+  const float* residual = nullptr;  // (N, C_out, OH, OW), or blocked as `residual_planes` say, or null
   Activation activation = Activation::kNone;
+  BlockedPlanes residual_planes;  // NCHW (may then be `out` itself, where `out` is NCHW too), or blocked
 };
 
 // out (N, C_out, OH, OW) = conv(input (N, C_in, H, W), weight) and the epilogue, with the weight
-// packed by nchwc_pack_weight in `layout`, which must be this CPU's.
+// packed by nchwc_pack_weight in `layout`, which must be this CPU's. The input and the output may
+// be blocked instead, as `input_planes` and `out_planes` say; a blocked input's padding is at least
+// g's (the convolution reads the planes from g's padding on).
 void nchwc_forward(const Conv2dGeometry& g, const float* input, const float* packed, NchwcLayout layout,
-                   const NchwcEpilogue& epilogue, float* out);
+                   const NchwcEpilogue& epilogue, float* out, BlockedPlanes input_planes = {},
+                   BlockedPlanes out_planes = {});
 
 // A convolution with fewer input channels than a block (an image's first layer) as a 1 x 1
 // convolution over its patches (Note [patch convolution] in conv_nchwc.cpp): g's patch geometry,
