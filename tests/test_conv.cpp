@@ -447,6 +447,13 @@ TEST(Conv2dDirect, RowPairsMatchSingleRowsBitForBit) {
   }
 }
 
+// The channels of a block of the blocked convolution on this CPU (0: it has none).
+int64_t blocked_lanes() {
+  ember::cpu::Conv2dGeometry probe;
+  probe.in_channels = probe.out_channels = 64;
+  return ember::cpu::nchwc_takes(probe) ? ember::cpu::nchwc_layout(probe).block : 0;
+}
+
 // An activation as the layout pass keeps it (Note [blocked activations] in graph/passes.cpp): (N,
 // ceil(C / block), H + 2 pad.h, W + 2 pad.w, block), zeros in the padding and past C.
 Tensor to_blocked(const Tensor& t, int64_t block, ember::Pair pad) {
@@ -465,10 +472,8 @@ Tensor to_blocked(const Tensor& t, int64_t block, ember::Pair pad) {
 TEST(Conv2dBlocked, BlockedOperandsHoldTheNchwValues) {
   const test_util::ThreadCountGuard threads_guard;
   ember::manual_seed(68);
-  ember::cpu::Conv2dGeometry probe;
-  probe.in_channels = probe.out_channels = 64;
-  const int64_t block = ember::cpu::nchwc_layout(probe).block;
-  if (!ember::cpu::nchwc_takes(probe)) GTEST_SKIP() << "no blocked convolution on this CPU";
+  const int64_t block = blocked_lanes();
+  if (block == 0) GTEST_SKIP() << "no blocked convolution on this CPU";
   const auto run = [](const Tensor& x, const Tensor& w, const Tensor* b, const Tensor* r, ember::Conv2dAttrs attrs,
                       const ember::Shape& shape) {
     Tensor out = ember::full(shape, NAN);
@@ -527,6 +532,53 @@ TEST(Conv2dBlocked, BlockedOperandsHoldTheNchwValues) {
               EXPECT_TRUE(test_util::bitwise_equal_but_nan_payloads(got, to_blocked(want, block, pad)));
             }
           }
+        }
+      }
+    }
+  }
+}
+
+// Max pooling over blocked planes (Pool2dAttrs::blocked_input, blocked_output) equals max_pool2d's
+// NCHW kernel blocked, bit for bit: NaN and infinite inputs, windows clipped by the padding and by
+// ceil mode, a dilated window, the input and output planes padded or not, the output poisoned with
+// NaN first.
+TEST(Conv2dBlocked, MaxPoolingOverBlockedPlanes) {
+  const test_util::ThreadCountGuard threads_guard;
+  ember::manual_seed(69);
+  const int64_t block = blocked_lanes();
+  if (block == 0) GTEST_SKIP() << "no blocked convolution on this CPU";
+  struct Case {
+    int64_t kernel, stride, padding, dilation;
+    bool ceil_mode;
+  };
+  for (const Case& k :
+       {Case{3, 2, 1, 1, false}, Case{2, 2, 0, 1, false}, Case{3, 2, 0, 1, true}, Case{3, 1, 1, 2, false}}) {
+    for (const int threads : {1, 2}) {
+      SCOPED_TRACE(::testing::Message() << "kernel " << k.kernel << ", stride " << k.stride << ", padding " << k.padding
+                                        << ", dilation " << k.dilation << (k.ceil_mode ? ", ceil" : "") << ", "
+                                        << threads << " threads");
+      ember::set_num_threads(threads);
+      Tensor x = ember::randn({2, 20, 11, 13});
+      x.narrow(1, 3, 1).narrow(2, 4, 1).fill_(NAN);
+      x.narrow(1, 4, 1).narrow(3, 5, 1).fill_(INFINITY);
+      x.narrow(1, 5, 1).narrow(3, 6, 1).fill_(-INFINITY);
+      ember::Pool2dAttrs attrs;
+      attrs.kernel_size = k.kernel;
+      attrs.stride = k.stride;
+      attrs.padding = k.padding;
+      attrs.dilation = k.dilation;
+      attrs.ceil_mode = k.ceil_mode;
+      const Tensor want = F::max_pool2d(x, k.kernel, k.stride, k.padding, k.dilation, k.ceil_mode);
+      for (const ember::Pair in_pad : {ember::Pair(0), ember::Pair(1, 2)}) {
+        for (const ember::Pair out_pad : {ember::Pair(0), ember::Pair(2, 1)}) {
+          ember::Pool2dAttrs blocked = attrs;
+          blocked.blocked_input = in_pad;
+          blocked.blocked_output = out_pad;
+          const Tensor xb = to_blocked(x, block, in_pad);
+          Tensor got = ember::full(to_blocked(want, block, out_pad).shape(), NAN);
+          ember::dispatch::run(ember::OpKind::kMaxPool2d, blocked, {&xb}, {&got, nullptr});
+          EXPECT_TRUE(test_util::bitwise_equal(got, to_blocked(want, block, out_pad)))
+              << in_pad.h << " x " << in_pad.w << " -> " << out_pad.h << " x " << out_pad.w;
         }
       }
     }

@@ -207,6 +207,8 @@ struct ConvTranspose2dAttrs {
 };
 
 // max/avg pooling windows; adaptive pooling uses kernel_size as its output size.
+// blocked_input, blocked_output: max pooling between blocked convolutions (Conv2dAttrs), set by the
+// graph compiler's layout pass only.
 struct Pool2dAttrs {
   Pair kernel_size = 1;
   Pair stride = 1;
@@ -214,8 +216,13 @@ struct Pool2dAttrs {
   Pair dilation = 1;
   bool ceil_mode = false;
   bool count_include_pad = true;
+  Pair blocked_input = -1;
+  Pair blocked_output = -1;
   bool operator==(const Pool2dAttrs&) const = default;
-  auto fields() const { return std::tie(kernel_size, stride, padding, dilation, ceil_mode, count_include_pad); }
+  auto fields() const {
+    return std::tie(kernel_size, stride, padding, dilation, ceil_mode, count_include_pad, blocked_input,
+                    blocked_output);
+  }
 };
 
 struct BatchNormAttrs {

@@ -516,11 +516,13 @@ void fuse_epilogues(Graph& g, PassStats& stats) {
 // as their input or their residual, becomes a (N, ceil(C / c), H + 2 pad, W + 2 pad, c) buffer (c
 // the vector width, pad the largest padding of the convolutions reading it as input, zeros in the
 // padding and in the channels past C), written by the producer as it finishes each tile and read
-// by the consumers in place (Conv2dAttrs::blocked_input, blocked_residual, blocked_output). ResNet's
-// block output, read by the next block's first convolution and as its residual (or by the 1 x 1
-// shortcut convolution), stays blocked from the first block to the global pooling, NCHW only at the
-// edges of the run of convolutions. The bits are those of the NCHW path: the same tiles, the bias
-// and residual added in the same order, the activations lane by lane.
+// by the consumers in place (Conv2dAttrs::blocked_input, blocked_residual, blocked_output). A max
+// pooling (without indices) between such convolutions pools the blocked planes into blocked planes
+// (Pool2dAttrs::blocked_input, blocked_output), and a convolution run over its patches (an image's
+// first layer) writes them too. ResNet's activations stay blocked from the stem's output to the
+// global pooling: NCHW only at the edges of the run of convolutions. The bits are those of the NCHW
+// path: the same tiles, the bias and residual added in the same order, the activations lane by
+// lane, each window's values taken in the pooling kernel's order by its rule.
 //
 // Inference only, in effect: in a training step the backward reads each activation too (a weight
 // gradient, a ReLU's mask), so no result qualifies. CPU float32 only (the layout is the blocked
@@ -528,8 +530,9 @@ void fuse_epilogues(Graph& g, PassStats& stats) {
 
 namespace {
 
-// The geometry of a convolution node the CPU's blocked float32 forward runs.
-std::optional<cpu::Conv2dGeometry> blocked_convolution(const Graph& g, const Node& n) {
+// The geometry of a convolution node the CPU's blocked float32 forward runs (with `patches`, also
+// one it runs over its patches: such a convolution writes blocked planes but reads only NCHW).
+std::optional<cpu::Conv2dGeometry> blocked_convolution(const Graph& g, const Node& n, bool patches = false) {
   if (!is_kernel(n) || n.op != OpKind::kConv2d || n.inputs.size() < 2 || n.outputs.empty()) return std::nullopt;
   const auto& attrs = std::get<Conv2dAttrs>(n.attrs);
   const View &x = n.inputs[0], &w = n.inputs[1], &out = n.outputs[0];
@@ -538,8 +541,44 @@ std::optional<cpu::Conv2dGeometry> blocked_convolution(const Graph& g, const Nod
       x.shape.size() != x_dims || w.shape.size() != 4 || !g.buffers[out.buffer].device.is_cpu())
     return std::nullopt;
   const cpu::Conv2dGeometry geometry = cpu::conv2d_geometry(attrs, x.shape, w.shape);
-  if (!cpu::nchwc_takes(geometry)) return std::nullopt;
-  return geometry;
+  if (cpu::nchwc_takes(geometry)) return geometry;
+  const bool residual = n.inputs.size() > 3 && n.inputs[3].defined();
+  if (patches && x_dims == 4 && !residual && cpu::nchwc_patch_takes(geometry)) return geometry;
+  return std::nullopt;
+}
+
+// A temporary result that one node writes whole and that something reads.
+bool plain_temp(const Graph& g, const View& v, const std::vector<int>& writers,
+                const std::vector<std::vector<size_t>>& readers) {
+  return g.buffers[v.buffer].kind == BufferKind::kTemp && writers[v.buffer] == 1 && v.shape.size() == 4 &&
+         v.dtype == kFloat32 && covers(g, v) && !readers[v.buffer].empty();
+}
+
+// Can node r read `v` blocked in `block` lanes: a blocked convolution reading it as its input or
+// residual, or (where `pools`) a max pooling of it whose own result only such convolutions read.
+// The padding a convolution reading it as input needs goes into `pad`.
+bool reads_blocked(const Graph& g, size_t r, const View& v, int64_t block, const std::vector<int>& writers,
+                   const std::vector<std::vector<size_t>>& readers, bool pools, Pair& pad) {
+  if (r >= g.nodes.size()) return false;  // a result of the graph
+  const Node& n = g.nodes[r];
+  if (is_kernel(n) && n.op == OpKind::kMaxPool2d && pools) {
+    const bool indices = n.outputs.size() > 1 && n.outputs[1].defined();
+    if (indices || n.inputs.size() != 1 || !(n.inputs[0] == v) || !plain_temp(g, n.outputs[0], writers, readers))
+      return false;
+    Pair unused = 0;
+    for (const size_t q : readers[n.outputs[0].buffer]) {
+      if (!reads_blocked(g, q, n.outputs[0], block, writers, readers, false, unused)) return false;
+    }
+    return true;
+  }
+  const std::optional<cpu::Conv2dGeometry> c = blocked_convolution(g, n);
+  if (!c || cpu::nchwc_layout(*c).block != block) return false;
+  for (size_t k = 0; k < n.inputs.size(); ++k) {
+    if (n.inputs[k].buffer != v.buffer) continue;
+    if (!(n.inputs[k] == v) || (k != 0 && k != 3)) return false;
+    if (k == 0) pad = Pair(std::max(pad.h, c->pad_h), std::max(pad.w, c->pad_w));
+  }
+  return true;
 }
 
 }  // namespace
@@ -548,43 +587,49 @@ void block_activations(Graph& g, PassStats& stats) {
   const std::vector<int> writers = count_writers(g);
   const auto readers = readers_of(g);
   for (Node& producer : g.nodes) {
-    const std::optional<cpu::Conv2dGeometry> pg = blocked_convolution(g, producer);
-    if (!pg) continue;
-    const View v = producer.outputs[0];
-    Buffer& buffer = g.buffers[v.buffer];
-    if (buffer.kind != BufferKind::kTemp || writers[v.buffer] != 1 || v.shape.size() != 4 || !covers(g, v) ||
-        readers[v.buffer].empty())
+    // A blocked convolution, or a max pooling whose input an earlier step here blocked (its result
+    // was checked then).
+    int64_t block = 0;
+    if (is_kernel(producer) && producer.op == OpKind::kMaxPool2d) {
+      const auto& attrs = std::get<Pool2dAttrs>(producer.attrs);
+      if (attrs.blocked_input.h < 0) continue;
+      block = producer.inputs[0].shape[4];
+    } else if (const std::optional<cpu::Conv2dGeometry> pg = blocked_convolution(g, producer, true)) {
+      block = cpu::nchwc_layout(*pg).block;
+    } else {
       continue;
-    const int64_t block = cpu::nchwc_layout(*pg).block;
+    }
+    const View v = producer.outputs[0];
+    if (!plain_temp(g, v, writers, readers)) continue;
     Pair pad = 0;
     bool all_blocked = true;
     for (const size_t r : readers[v.buffer]) {
-      const std::optional<cpu::Conv2dGeometry> cg =
-          r < g.nodes.size() ? blocked_convolution(g, g.nodes[r]) : std::nullopt;
-      all_blocked = all_blocked && cg && cpu::nchwc_layout(*cg).block == block;
-      if (!all_blocked) break;
-      const Node& consumer = g.nodes[r];
-      for (size_t k = 0; k < consumer.inputs.size(); ++k) {
-        if (consumer.inputs[k].buffer != v.buffer) continue;
-        all_blocked = all_blocked && consumer.inputs[k] == v && (k == 0 || k == 3);
-        if (k == 0) pad = Pair(std::max(pad.h, cg->pad_h), std::max(pad.w, cg->pad_w));
-      }
+      all_blocked = all_blocked && reads_blocked(g, r, v, block, writers, readers, true, pad);
     }
     if (!all_blocked) continue;
     View blocked = v;
     blocked.shape = cpu::blocked_shape(v.shape, block, {pad.h, pad.w});
     blocked.strides = contiguous_strides(blocked.shape);
+    Buffer& buffer = g.buffers[v.buffer];
     buffer.nbytes = blocked.shape.numel() * static_cast<int64_t>(sizeof(float));
     if (buffer.storage != nullptr) buffer.storage = allocate_storage(buffer.nbytes, buffer.device);
     producer.outputs[0] = blocked;
-    std::get<Conv2dAttrs>(producer.attrs).blocked_output = pad;
+    if (auto* pool = std::get_if<Pool2dAttrs>(&producer.attrs)) {
+      pool->blocked_output = pad;
+    } else {
+      std::get<Conv2dAttrs>(producer.attrs).blocked_output = pad;
+    }
     for (const size_t r : readers[v.buffer]) {
       Node& consumer = g.nodes[r];
-      auto& attrs = std::get<Conv2dAttrs>(consumer.attrs);
       for (size_t k = 0; k < consumer.inputs.size(); ++k) {
         if (consumer.inputs[k].buffer != v.buffer) continue;
         consumer.inputs[k] = blocked;
-        (k == 0 ? attrs.blocked_input : attrs.blocked_residual) = pad;
+        if (auto* pool = std::get_if<Pool2dAttrs>(&consumer.attrs)) {
+          pool->blocked_input = pad;
+        } else {
+          (k == 0 ? std::get<Conv2dAttrs>(consumer.attrs).blocked_input
+                  : std::get<Conv2dAttrs>(consumer.attrs).blocked_residual) = pad;
+        }
       }
     }
     ++stats.blocked;

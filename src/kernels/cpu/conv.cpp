@@ -1076,7 +1076,8 @@ void conv2d_kernel(const KernelCall& c) {
   const BlockedPlanes input_planes = planes(attrs.blocked_input), residual_planes = planes(attrs.blocked_residual),
                       out_planes = planes(attrs.blocked_output);
   if (input_planes.blocked() || residual_planes.blocked() || out_planes.blocked()) {
-    EMBER_CHECK(out.dtype == kFloat32 && nchwc_takes(g),
+    EMBER_CHECK(out.dtype == kFloat32 &&
+                    (nchwc_takes(g) || (nchwc_patch_takes(g) && !input_planes.blocked() && !residual_planes.blocked())),
                 "[conv2d] internal error: blocked operands for a convolution the blocked kernel does not take");
   }
   if (out.dtype == kFloat32 && nchwc_takes(g)) {
@@ -1092,7 +1093,7 @@ void conv2d_kernel(const KernelCall& c) {
     const Conv2dGeometry patches = nchwc_patch_geometry(g);
     const std::shared_ptr<const void> packed = packed_weight(patches, weight, false);
     return nchwc_patch_forward(g, input.ptr<const float>(), static_cast<const float*>(packed.get()),
-                               nchwc_layout(patches), epilogue, out.ptr<float>());
+                               nchwc_layout(patches), epilogue, out.ptr<float>(), out_planes);
   }
   conv2d_forward(out.dtype, g, input.data, weight.data, bias.data, out.data,
                  residual != nullptr ? residual->data : nullptr, activation);

@@ -224,12 +224,8 @@ void block_image(const Conv2dGeometry& g, const Blocked& k, const float* image, 
       if (channels == kC) {
         for (; x + 8 <= w_in; x += 8) {
           for (int64_t c0 = 0; c0 < kC; c0 += 8) {
-            const float* s = in + c0 * plane_in + x;
-            auto r0 = hn::LoadU(d8, s), r1 = hn::LoadU(d8, s + plane_in), r2 = hn::LoadU(d8, s + 2 * plane_in),
-                 r3 = hn::LoadU(d8, s + 3 * plane_in), r4 = hn::LoadU(d8, s + 4 * plane_in),
-                 r5 = hn::LoadU(d8, s + 5 * plane_in), r6 = hn::LoadU(d8, s + 6 * plane_in),
-                 r7 = hn::LoadU(d8, s + 7 * plane_in);
-            transpose_8x8(d8, r0, r1, r2, r3, r4, r5, r6, r7);
+            hn::Vec<decltype(d8)> r0, r1, r2, r3, r4, r5, r6, r7;
+            load_8_rows_transposed(d8, in + c0 * plane_in + x, plane_in, r0, r1, r2, r3, r4, r5, r6, r7);
             store_8_rows(d8, out + x * kC + c0, kC, r0, r1, r2, r3, r4, r5, r6, r7);
           }
         }
@@ -514,12 +510,8 @@ void add_nchw_residual(float* sums, int64_t row, int64_t count, int64_t channels
   for (; j + 8 <= channels; j += 8) {
     int64_t p = 0;
     for (; p + 8 <= count; p += 8) {
-      const float* r = residual + j * out_plane + p;
-      auto r0 = hn::LoadU(d8, r), r1 = hn::LoadU(d8, r + out_plane), r2 = hn::LoadU(d8, r + 2 * out_plane),
-           r3 = hn::LoadU(d8, r + 3 * out_plane), r4 = hn::LoadU(d8, r + 4 * out_plane),
-           r5 = hn::LoadU(d8, r + 5 * out_plane), r6 = hn::LoadU(d8, r + 6 * out_plane),
-           r7 = hn::LoadU(d8, r + 7 * out_plane);
-      transpose_8x8(d8, r0, r1, r2, r3, r4, r5, r6, r7);
+      hn::Vec<decltype(d8)> r0, r1, r2, r3, r4, r5, r6, r7;
+      load_8_rows_transposed(d8, residual + j * out_plane + p, out_plane, r0, r1, r2, r3, r4, r5, r6, r7);
       float* s = sums + p * row + j;
       const auto add = [&](auto v, int64_t q)
                            HWY_ATTR { hn::StoreU(hn::Add(hn::LoadU(d8, s + q * row), v), d8, s + q * row); };
@@ -773,17 +765,19 @@ void patch_rows(const Conv2dGeometry& g, const float* image, int64_t oh0, int64_
 }
 
 void PatchForward(const Conv2dGeometry& g, const float* input, const float* packed, const NchwcEpilogue& epilogue,
-                  float* out) {
+                  float* out, BlockedPlanes out_planes) {
   const Conv2dGeometry c = nchwc_patch_geometry(g);
   const Blocked k = blocked(c, Layout(c));
   const int64_t ow_size = g.out_width, patch = c.in_channels;
   const int64_t in_image = g.in_channels * g.in_height * g.in_width;
-  const int64_t out_image = g.out_channels * g.out_height * ow_size;
+  const int64_t nchw_out = g.out_channels * g.out_height * ow_size;
+  const BlockedImage bo = blocked_image_of(c, out_planes);
+  const int64_t out_image = bo.blocked() ? bo.blocks * bo.plane : nchw_out;
   // A band's rows before and after blocking.
   const int64_t row_bytes = (k.in_blocks * kC + patch) * ow_size * static_cast<int64_t>(sizeof(float));
   const int64_t band_rows = std::clamp<int64_t>(kChunkBytes / row_bytes, 1, g.out_height);
   const int64_t bands = ceil_div(g.out_height, band_rows);
-  const double flops = 2.0 * static_cast<double>(g.batch * out_image) * static_cast<double>(patch);
+  const double flops = 2.0 * static_cast<double>(g.batch * nchw_out) * static_cast<double>(patch);
   const int threads = flops < kSerialFlops ? 1 : num_threads();
   parallel_tasks(g.batch * bands, threads, [&](int64_t t) {
     const int64_t n = t / bands, oh0 = (t % bands) * band_rows, oh1 = std::min(g.out_height, oh0 + band_rows);
@@ -794,9 +788,9 @@ void PatchForward(const Conv2dGeometry& g, const float* input, const float* pack
     float* image = thread_floats(Buffer::kImage, kb.image);
     patch_rows(g, input + n * in_image, oh0, oh1, columns);
     block_image(band, kb, columns, image, 0, kb.in_blocks);
-    const float* residual = epilogue.residual != nullptr ? epilogue.residual + n * out_image : nullptr;
+    const float* residual = epilogue.residual != nullptr ? epilogue.residual + n * nchw_out : nullptr;
     for (int64_t og = 0; og < k.out_groups; ++og) {
-      rows(c, kb, image, packed, epilogue, out + n * out_image, residual, og, oh0, oh1, oh0);
+      rows(c, kb, image, packed, epilogue, out + n * out_image, residual, og, oh0, oh1, oh0, bo);
     }
   });
 }
@@ -910,7 +904,7 @@ void Forward(const Conv2dGeometry& /*g*/, const float* /*input*/, const float* /
 }
 
 void PatchForward(const Conv2dGeometry& /*g*/, const float* /*input*/, const float* /*packed*/,
-                  const NchwcEpilogue& /*epilogue*/, float* /*out*/) {
+                  const NchwcEpilogue& /*epilogue*/, float* /*out*/, BlockedPlanes /*out_planes*/) {
   EMBER_CHECK(false, "[conv2d] internal error: no blocked kernel on this CPU");
 }
 
@@ -957,10 +951,11 @@ bool nchwc_patch_takes(const Conv2dGeometry& g) {
 }
 
 void nchwc_patch_forward(const Conv2dGeometry& g, const float* input, const float* packed, NchwcLayout layout,
-                         const NchwcEpilogue& epilogue, float* out) {
+                         const NchwcEpilogue& epilogue, float* out, BlockedPlanes out_planes) {
   EMBER_CHECK(layout == nchwc_layout(nchwc_patch_geometry(g)) && layout.block > 0,
               "[conv2d] internal error: a patch weight packed for another layout");
-  HWY_DYNAMIC_DISPATCH(PatchForward)(g, input, packed, epilogue, out);
+  EMBER_CHECK(!epilogue.residual_planes.blocked(), "[conv2d] internal error: a blocked residual for a patch forward");
+  HWY_DYNAMIC_DISPATCH(PatchForward)(g, input, packed, epilogue, out, out_planes);
 }
 
 bool nchwc_weight_grad_takes(const Conv2dGeometry& g) {

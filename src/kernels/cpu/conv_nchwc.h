@@ -69,11 +69,12 @@ void nchwc_forward(const Conv2dGeometry& g, const float* input, const float* pac
 // convolution over its patches (Note [patch convolution] in conv_nchwc.cpp): g's patch geometry,
 // whose weight is g's weight viewed as (C_out, C_in kh kw, 1, 1); whether the blocked forward takes
 // g that way (one group, few channels, and patches that fill blocks as nchwc_takes asks); and the
-// forward, with the weight packed for the patch geometry in `layout`.
+// forward, with the weight packed for the patch geometry in `layout` (its output NCHW or blocked;
+// its input and residual NCHW).
 Conv2dGeometry nchwc_patch_geometry(const Conv2dGeometry& g);
 bool nchwc_patch_takes(const Conv2dGeometry& g);
 void nchwc_patch_forward(const Conv2dGeometry& g, const float* input, const float* packed, NchwcLayout layout,
-                         const NchwcEpilogue& epilogue, float* out);
+                         const NchwcEpilogue& epilogue, float* out, BlockedPlanes out_planes = {});
 
 // Whether nchwc_weight_grad takes g: nchwc_takes it, and its output channels round up to pairs of
 // vectors with at most a quarter added.

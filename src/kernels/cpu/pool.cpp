@@ -375,6 +375,46 @@ void MaxPoolPlanesF64(const Pool2dGeometry& g, const double* in, double* out, in
   max_planes_any(g, in, out, indices, begin, end);
 }
 
+int64_t VectorLanes() { return static_cast<int64_t>(hn::Lanes(hn::ScalableTag<float>())); }
+
+// Planes [begin, end) of max_pool2d_blocked; the block is the vector (VectorLanes()).
+void MaxPoolBlocked(const Pool2dGeometry& g, const float* in, Pair in_pad, float* out, Pair out_pad, int64_t begin,
+                    int64_t end) {
+  const hn::ScalableTag<float> d;
+  const int64_t c = static_cast<int64_t>(hn::Lanes(d));
+  const std::vector<Window> rows = windows(g.out_height, g.in_height, g.kernel_h, g.stride_h, g.pad_h, g.dilation_h);
+  const std::vector<Window> cols = windows(g.out_width, g.in_width, g.kernel_w, g.stride_w, g.pad_w, g.dilation_w);
+  const int64_t in_row = (g.in_width + 2 * in_pad.w) * c, out_row = (g.out_width + 2 * out_pad.w) * c;
+  const int64_t in_plane = (g.in_height + 2 * in_pad.h) * in_row, out_plane = (g.out_height + 2 * out_pad.h) * out_row;
+  const auto zero = [](float* p, int64_t n) { std::fill(p, p + n, 0.0f); };
+  for (int64_t plane = begin; plane < end; ++plane) {
+    const float* x = in + plane * in_plane + in_pad.h * in_row + in_pad.w * c;  // the unpadded (0, 0)
+    float* y = out + plane * out_plane;
+    zero(y, out_pad.h * out_row);
+    zero(y + (out_pad.h + g.out_height) * out_row, out_pad.h * out_row);
+    for (int64_t oh = 0; oh < g.out_height; ++oh) {
+      const Window& r = rows[static_cast<size_t>(oh)];
+      float* y_row = y + (out_pad.h + oh) * out_row;
+      zero(y_row, out_pad.w * c);
+      zero(y_row + (out_pad.w + g.out_width) * c, out_pad.w * c);
+      for (int64_t ow = 0; ow < g.out_width; ++ow) {
+        const Window& w = cols[static_cast<size_t>(ow)];
+        auto best = hn::Set(d, -std::numeric_limits<float>::infinity());
+        bool first = true;  // an empty window (possible only in theory) is -inf, as max_window's
+        for (int64_t i = r.first; i < r.last; ++i) {
+          const float* x_row = x + (r.start + i * g.dilation_h) * in_row;
+          for (int64_t j = w.first; j < w.last; ++j) {
+            const auto v = hn::LoadU(d, x_row + (w.start + j * g.dilation_w) * c);
+            best = first ? v : hn::IfThenElse(hn::Or(hn::Gt(v, best), hn::IsNaN(v)), v, best);
+            first = false;
+          }
+        }
+        hn::StoreU(best, d, y_row + (out_pad.w + ow) * c);
+      }
+    }
+  }
+}
+
 }  // namespace HWY_NAMESPACE
 }  // namespace ember::cpu
 HWY_AFTER_NAMESPACE();
@@ -389,6 +429,8 @@ namespace {
 
 HWY_EXPORT(MaxPoolPlanesF32);
 HWY_EXPORT(MaxPoolPlanesF64);
+HWY_EXPORT(MaxPoolBlocked);
+HWY_EXPORT(VectorLanes);
 
 void max_planes_vector(const Pool2dGeometry& g, const float* in, float* out, int64_t* indices, int64_t begin,
                        int64_t end) {
@@ -595,6 +637,16 @@ void max_pool2d_forward(DType dtype, const Pool2dGeometry& g, const void* in, vo
   });
 }
 
+void max_pool2d_blocked(const Pool2dGeometry& g, int64_t block, const float* in, Pair in_pad, float* out,
+                        Pair out_pad) {
+  const int64_t lanes = HWY_DYNAMIC_DISPATCH(VectorLanes)();
+  EMBER_CHECK(block == lanes, "[max_pool2d] internal error: planes in blocks of ", block,
+              " channels where this CPU's vectors hold ", lanes);
+  parallel_for(0, g.planes, 1, [&](int64_t begin, int64_t end) {
+    HWY_DYNAMIC_DISPATCH(MaxPoolBlocked)(g, in, in_pad, out, out_pad, begin, end);
+  });
+}
+
 void max_pool2d_backward(DType dtype, const Pool2dGeometry& g, const void* grad_out, const int64_t* indices,
                          void* grad_in) {
   if (dtype == kBFloat16) {
@@ -668,6 +720,20 @@ Pool2dGeometry pool_geometry(const Pool2dAttrs& attrs, const Operand& in, const 
 void max_pool2d_kernel(const KernelCall& c) {
   const Operand &x = c.inputs[0], &y = c.outputs[0];
   if (y.numel() == 0) return;
+  const Pool2dAttrs& attrs = c.get<Pool2dAttrs>();
+  if (attrs.blocked_input.h >= 0 || attrs.blocked_output.h >= 0) {
+    EMBER_CHECK(attrs.blocked_input.h >= 0 && attrs.blocked_output.h >= 0 && x.dtype == kFloat32 &&
+                    x.shape->size() == 5 && y.shape->size() == 5 && c.outputs[1].data == nullptr,
+                "[max_pool2d] internal error: blocked operands must be a float32 input and output without indices");
+    Pool2dGeometry g = pool_geometry(attrs, x, y);
+    g.planes = x.size(0) * x.size(1);
+    g.in_height = x.size(2) - 2 * attrs.blocked_input.h;
+    g.in_width = x.size(3) - 2 * attrs.blocked_input.w;
+    g.out_height = y.size(2) - 2 * attrs.blocked_output.h;
+    g.out_width = y.size(3) - 2 * attrs.blocked_output.w;
+    return max_pool2d_blocked(g, x.size(4), x.ptr<const float>(), attrs.blocked_input, y.ptr<float>(),
+                              attrs.blocked_output);
+  }
   max_pool2d_forward(x.dtype, pool_geometry(c.get<Pool2dAttrs>(), x, y), x.data, y.data, c.outputs[1].ptr<int64_t>());
 }
 // inputs: grad_out, indices; outputs: grad_in.

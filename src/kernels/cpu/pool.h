@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "ember/attrs.h"
 #include "ember/dtype.h"
 
 namespace ember::cpu {
@@ -30,6 +31,12 @@ struct Pool2dGeometry {
 // out = the max of each window; indices = where it is (h * in_width + w within the plane). NaN
 // wins, as in PyTorch. float32 and float64.
 void max_pool2d_forward(DType dtype, const Pool2dGeometry& g, const void* in, void* out, int64_t* indices);
+// max_pool2d_forward (without indices) between blocked convolutions (Pool2dAttrs::blocked_input and
+// blocked_output; Note [blocked activations] in graph/passes.cpp): `in` and `out` are float32
+// blocked planes of `block` lanes (this CPU's vector width) padded by in_pad and out_pad, g's sizes
+// the unpadded ones and g.planes the images times the channel blocks. Every lane takes each
+// window's values in max_pool2d_forward's order and by its rule; the output's padding is zeroed.
+void max_pool2d_blocked(const Pool2dGeometry& g, int64_t block, const float* in, Pair in_pad, float* out, Pair out_pad);
 // grad_in (overwritten) = grad_out routed to the saved indices, summed where windows share one.
 void max_pool2d_backward(DType dtype, const Pool2dGeometry& g, const void* grad_out, const int64_t* indices,
                          void* grad_in);

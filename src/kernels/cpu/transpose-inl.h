@@ -30,6 +30,21 @@ HWY_INLINE void transpose_8x8(D d, V& r0, V& r1, V& r2, V& r3, V& r4, V& r5, V& 
   r7 = hn::ConcatUpperUpper(d, u7, u3);
 }
 
+// Eight rows `stride` elements apart, transposed: on return, vector q holds element q of each row.
+template <class D, class T, class V = hn::Vec<D>>
+HWY_INLINE void load_8_rows_transposed(D d, const T* in, int64_t stride, V& r0, V& r1, V& r2, V& r3, V& r4, V& r5,
+                                       V& r6, V& r7) {
+  r0 = hn::LoadU(d, in);
+  r1 = hn::LoadU(d, in + stride);
+  r2 = hn::LoadU(d, in + 2 * stride);
+  r3 = hn::LoadU(d, in + 3 * stride);
+  r4 = hn::LoadU(d, in + 4 * stride);
+  r5 = hn::LoadU(d, in + 5 * stride);
+  r6 = hn::LoadU(d, in + 6 * stride);
+  r7 = hn::LoadU(d, in + 7 * stride);
+  transpose_8x8(d, r0, r1, r2, r3, r4, r5, r6, r7);
+}
+
 // The eight vectors to eight rows `stride` elements apart.
 template <class D, class T, class V = hn::Vec<D>>
 HWY_INLINE void store_8_rows(D d, T* out, int64_t stride, V r0, V r1, V r2, V r3, V r4, V r5, V r6, V r7) {
