@@ -54,6 +54,19 @@ TEST(Cost, Conv2dForward) {
   expect_cost(count_cost([&] { (void)conv2d(x, w, bias); }), 15552 + 288, elements * kF32);
 }
 
+// A convolution whose output the compiler keeps blocked (Conv2dAttrs::blocked_output: 4 output
+// channels in one block of 16, planes of 6 x 6 padded by 1 to 8 x 8) does the same multiply-adds;
+// its element counts are the blocked buffers'.
+TEST(Cost, Conv2dBlockedOutput) {
+  const Tensor x = randn({2, 3, 8, 8}), w = randn({4, 3, 3, 3}), bias = randn({4});
+  Conv2dAttrs attrs;
+  attrs.blocked_output = 1;
+  const OpCost cost = cost_of(OpKind::kConv2d, attrs, {x, w, bias}, {empty({2, 1, 8, 8, 16})});
+  const double out = 2 * 8 * 8 * 16;
+  EXPECT_DOUBLE_EQ(cost.flops, 15552 + out);
+  EXPECT_DOUBLE_EQ(cost.bytes, (384 + 108 + out + 4 + 2 * 1944) * kF32);
+}
+
 TEST(Cost, Conv2dGradPrimitives) {
   const Tensor x = randn({2, 3, 8, 8});
   const Tensor w = randn({4, 3, 3, 3}).requires_grad_(), bias = randn({4}).requires_grad_();

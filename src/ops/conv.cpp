@@ -321,13 +321,19 @@ struct ConvSizes {
 };
 
 // pool: a pooled convolution's window (Conv2dAttrs::max_pool), whose output has pool x pool fewer
-// positions than it computes (give or take an odd last row and column).
+// positions than it computes (give or take an odd last row and column). out_pad: a blocked output's
+// padding (Conv2dAttrs::blocked_output; its element count includes the padding and the channels
+// rounded up to whole blocks, which the kernel writes too).
 ConvSizes conv_sizes(const Operand& input, const Operand& weight, const Operand& output, int64_t groups,
-                     int64_t pool = 1) {
-  const double positions = cost::as_double(output.size(2) * output.size(3) * pool * pool);
+                     int64_t pool = 1, Pair out_pad = -1) {
+  const bool blocked = out_pad.h >= 0;
+  const int64_t channels = blocked ? weight.size(0) : output.size(1);
+  const int64_t rows = output.size(2) - (blocked ? 2 * out_pad.h : 0);
+  const int64_t cols = output.size(3) - (blocked ? 2 * out_pad.w : 0);
+  const double positions = cost::as_double(rows * cols * pool * pool);
   const double k = cost::as_double(weight.size(1) * weight.size(2) * weight.size(3));
   ConvSizes z;
-  z.gemm_flops = 2.0 * cost::as_double(output.size(0) * output.size(1)) * positions * k;
+  z.gemm_flops = 2.0 * cost::as_double(output.size(0) * channels) * positions * k;
   z.input = cost::as_double(input.numel());
   z.weight = cost::as_double(weight.numel());
   z.output = cost::as_double(output.numel());
@@ -340,7 +346,7 @@ ConvSizes conv_sizes(const Operand& input, const Operand& weight, const Operand&
 OpCost conv2d_cost(const KernelCall& c) {
   const Operand &input = c.inputs[0], &weight = c.inputs[1], &bias = c.inputs[2], &out = c.outputs[0];
   const Conv2dAttrs& attrs = c.get<Conv2dAttrs>();
-  const ConvSizes z = conv_sizes(input, weight, out, attrs.groups, attrs.max_pool);
+  const ConvSizes z = conv_sizes(input, weight, out, attrs.groups, attrs.max_pool, attrs.blocked_output);
   const double bias_elements = bias.defined() ? cost::as_double(bias.numel()) : 0.0;
   return {z.gemm_flops + (bias.defined() ? z.output : 0.0),
           cost::size_of(out.dtype) * (z.input + z.weight + z.output + 2.0 * z.columns + bias_elements)};
