@@ -648,7 +648,8 @@ void backward_weight(const Conv2dGeometry& g, const T* grad_out, const T* input,
 // - input gradient: the blocked forward of the padded output gradient (stride 1), else as above.
 // - weight gradient: the blocked bfloat16 weight gradient (Note [bfloat16 blocked weight
 //   gradient]) where it takes the shape; else im2col + GEMM on rows at least kBf16WeightGradMinRow
-//   wide, else float32. The blocked one against the path it replaced, forward + weight gradient,
+//   wide and patches (C_in / groups x kernel) at least kBf16WeightGradMinPatch long, else float32.
+//   The blocked one against the path it replaced, forward + weight gradient,
 //   batch 8, 9 alternating rounds in one process: 64 channels at 56 x 56 17.98 -> 16.28 ms (GEMM
 //   before); 128 at 28 x 28 16.22 -> 14.72; stride 2 10.33 -> 9.84; pointwise 64 -> 256 12.38 ->
 //   12.31; 256 at 14 x 14 16.53 -> 14.81; 512 at 7 x 7 21.95 -> 18.29 (float32 before); MNIST's
@@ -665,6 +666,12 @@ using Bf16 = uint16_t;
 
 constexpr int64_t kBf16MinRow = 28;
 constexpr int64_t kBf16WeightGradMinRow = 14;
+// The weight gradient's GEMM is (C_out x positions) @ (positions x patch): a patch narrower than
+// the bfloat16 tile's 32 columns fills part of every vdpbf16ps, and its long k is packed for a
+// tile or two of reuse. The MNIST CNN's first layer (1 -> 16 channels, 5 x 5: a patch of 25, 24 x
+// 24 outputs) took 0.5 ms of train_step_cnn_amp's 2.6-3.0 ms (Zen 4, 2 threads); with that
+// gradient in float32 the step took 2.40-2.51 ms (5 alternating rounds).
+constexpr int64_t kBf16WeightGradMinPatch = 32;
 
 // Column elements (bfloat16) per forward item: several images' columns side by side, or a band.
 constexpr int64_t kBf16ColumnBudget = int64_t{128} << 10;
@@ -1128,7 +1135,9 @@ void conv2d_backward_weight_kernel(const KernelCall& c) {
         nchwc_bf16_weight_grad(g, grad_out.ptr<const Bf16>(), input.ptr<const Bf16>(), values);
       });
     }
-    if (g.out_width < kBf16WeightGradMinRow) return float32_backward_weight_bf16(g, grad_out, input, grad_weight);
+    if (g.out_width < kBf16WeightGradMinRow || sizes_of(g).patch < kBf16WeightGradMinPatch) {
+      return float32_backward_weight_bf16(g, grad_out, input, grad_weight);
+    }
     return backward_weight_bf16(g, grad_out.ptr<const Bf16>(), input.ptr<const Bf16>(), grad_weight.ptr<Bf16>());
   }
   if (grad_weight.dtype == kFloat32 && nchwc_weight_grad_takes(g)) {
