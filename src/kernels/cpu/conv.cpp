@@ -649,8 +649,8 @@ void backward_weight(const Conv2dGeometry& g, const T* grad_out, const T* input,
 // - weight gradient: the blocked bfloat16 weight gradient (Note [bfloat16 blocked weight
 //   gradient]) where it takes the shape; else im2col + GEMM on rows at least kBf16WeightGradMinRow
 //   wide and patches (C_in / groups x kernel) at least kBf16WeightGradMinPatch long, else float32.
-//   The blocked one against the path it replaced, forward + weight gradient,
-//   batch 8, 9 alternating rounds in one process: 64 channels at 56 x 56 17.98 -> 16.28 ms (GEMM
+//   The blocked one against the path it replaced, forward + weight gradient, batch 8, 9
+//   alternating rounds in one process: 64 channels at 56 x 56 17.98 -> 16.28 ms (GEMM
 //   before); 128 at 28 x 28 16.22 -> 14.72; stride 2 10.33 -> 9.84; pointwise 64 -> 256 12.38 ->
 //   12.31; 256 at 14 x 14 16.53 -> 14.81; 512 at 7 x 7 21.95 -> 18.29 (float32 before); MNIST's
 //   second layer (batch 64) 1.56 -> 1.27; 32 channels at 28 x 28 (batch 32) 6.08 -> 4.47. Between

@@ -16,8 +16,8 @@
 // matmul's usual epilogue of a bias at most: 1024^3 on AMX 1.86 -> 1.65 ms), or by the caller's
 // epilogue afterwards. On the AVX-512 path the last block rounds its sums straight from the
 // registers, never storing them as float32, and every tile prefetches the C rows it will touch
-// (1024^3 on Zen 4, 2 threads: 5.8 -> 5.46 ms, level with PyTorch's oneDNN at 5.41). The k blocks depend on k alone, so
-// the result does not depend on the thread count.
+// (1024^3 on Zen 4, 2 threads: 5.8 -> 5.46 ms, level with PyTorch's oneDNN at 5.41). The k blocks
+// depend on k alone, so the result does not depend on the thread count.
 //
 // Products with few rows (m <= 4; a mat-vec product for one token) whose B is a weight stored row
 // by row (B = W^T, pairs of k adjacent in memory) skip the packing: each output is a dot product
