@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "ember/ember.h"
+#include "kernels/cpu/gemm.h"
 
 namespace ember {
 namespace {
@@ -211,6 +212,24 @@ TEST(Gradcheck, PassesForCorrectAndFailsForWrongGradients) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("Jacobian mismatch for input 0"), std::string::npos) << e.what();
   }
+}
+
+// gradcheck perturbs its inputs in place: each write moves the version, so a product that keeps
+// B's packed panels on its storage after the second call of a version (Note [B packed once] in
+// gemm.cpp) packs the perturbed values. k = 4 takes the packed path on every instruction set.
+TEST(Gradcheck, PerturbedInputsAreNotServedStalePackedForms) {
+  Tensor a = randn({16, 4}, kFloat64).requires_grad_();
+  Tensor b = randn({4, 64}, kFloat64).requires_grad_();
+  EXPECT_EQ(cpu::gemm_path(cpu::GemmArgs{.dtype = kFloat64,
+                                         .m = 16,
+                                         .n = 64,
+                                         .k = 4,
+                                         .a_row_stride = 4,
+                                         .a_col_stride = 1,
+                                         .b_row_stride = 64,
+                                         .b_col_stride = 1}),
+            cpu::GemmPath::kPacked);
+  EXPECT_TRUE(autograd::gradcheck([](const std::vector<Tensor>& x) { return matmul(x[0], x[1]); }, {a, b}));
 }
 
 }  // namespace

@@ -27,8 +27,11 @@ double read_element(const Tensor& t, int64_t flat) {
   copy_bytes(&value, kCPU, element_f64(t, flat), t.device(), sizeof(value));
   return value;
 }
+// A write through the data pointer: the version moves, so no form derived from the old values
+// (a GEMM's packed B, Note [derived forms] in ember/tensor.h) serves the perturbed ones.
 void write_element(const Tensor& t, int64_t flat, double value) {
   copy_bytes(element_f64(t, flat), t.device(), &value, kCPU, sizeof(value));
+  t.bump_version();
 }
 
 std::vector<double> flat_values(const Tensor& t) { return t.to(kFloat64).contiguous().to_vector<double>(); }
