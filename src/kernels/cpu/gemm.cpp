@@ -240,6 +240,7 @@ using namespace gemm_detail;  // NOLINT(google-build-using-namespace)
 // The vector forms of the activations, shared with the elementwise ops (so linear_gelu and
 // gelu(linear) agree): vec::Relu, vec::GeluErf, ... (with functors-inl.h).
 #include "kernels/cpu/activation-inl.h"
+#include "kernels/cpu/partial_vector-inl.h"  // load_part: tails that read nothing past their end
 #include "kernels/cpu/transpose-inl.h"
 
 // The tile height of the packed path on this target (Note [GEMM blocking]): 14 rows where there
@@ -256,15 +257,6 @@ inline constexpr const char* kMicroKernelName = "generic 6x(2 vectors)";
 #endif
 // The AVX-512 tile's height, which gemm_force_wide_tile_for_testing runs on any target.
 inline constexpr int64_t kWideMr = 14;
-
-// The first `count` values at `p` in the low lanes, zeros above: a tail load that never reads
-// past p + count (SSE4's MaskedLoad reads the whole vector).
-template <class D, class T = hn::TFromD<D>>
-HWY_INLINE hn::Vec<D> load_partial(D d, const T* p, int64_t count) {
-  HWY_ALIGN T lanes[hn::MaxLanes(d)] = {};
-  for (int64_t i = 0; i < count; ++i) lanes[i] = p[i];
-  return hn::Load(d, lanes);
-}
 
 // The last part of the epilogue on a vector of finished sums, C[i, j : j + lanes]: the activation,
 // then the residual.
@@ -733,8 +725,7 @@ void unpacked_row(D d, const Problem<T>& p, int64_t i, int64_t col_begin, int64_
     auto s = hn::Zero(d);
     for (int64_t k = 0; k < p.k; ++k) {
       const T* b_row = p.b + k * p.b_row_stride + j;
-      s = hn::MulAdd(hn::Set(d, a_row[k * p.a_col_stride]),
-                     valid == lanes ? hn::LoadU(d, b_row) : load_partial(d, b_row, valid), s);
+      s = hn::MulAdd(hn::Set(d, a_row[k * p.a_col_stride]), load_part(d, b_row, valid), s);
     }
     store_sums(d, p, i, j, s, valid);
   }
@@ -831,7 +822,7 @@ void unpacked_rows(D d, const Problem<T>& p, int64_t row_begin, int64_t row_end,
       auto c0 = hn::Zero(d), c1 = hn::Zero(d), c2 = hn::Zero(d), c3 = hn::Zero(d);
       for (int64_t k = 0; k < p.k; ++k) {
         const T* b_row = p.b + k * p.b_row_stride + j;
-        const auto b0 = valid == lanes ? hn::LoadU(d, b_row) : load_partial(d, b_row, valid);
+        const auto b0 = load_part(d, b_row, valid);
         const T* a = a0 + k * acs;
         c0 = hn::MulAdd(hn::Set(d, a[0]), b0, c0);
         c1 = hn::MulAdd(hn::Set(d, a[ars]), b0, c1);
@@ -871,11 +862,11 @@ void unpacked_dots(D d, const Problem<T>& p, int64_t row_begin, int64_t row_end,
         s3 = hn::MulAdd(x, hn::LoadU(d, b3 + k), s3);
       }
       if (body < p.k) {
-        const auto x = load_partial(d, a_row + body, tail);
-        s0 = hn::MulAdd(x, load_partial(d, b0 + body, tail), s0);
-        s1 = hn::MulAdd(x, load_partial(d, b1 + body, tail), s1);
-        s2 = hn::MulAdd(x, load_partial(d, b2 + body, tail), s2);
-        s3 = hn::MulAdd(x, load_partial(d, b3 + body, tail), s3);
+        const auto x = load_part(d, a_row + body, tail);
+        s0 = hn::MulAdd(x, load_part(d, b0 + body, tail), s0);
+        s1 = hn::MulAdd(x, load_part(d, b1 + body, tail), s1);
+        s2 = hn::MulAdd(x, load_part(d, b2 + body, tail), s2);
+        s3 = hn::MulAdd(x, load_part(d, b3 + body, tail), s3);
       }
       const T sums[4] = {hn::GetLane(hn::SumOfLanes(d, s0)), hn::GetLane(hn::SumOfLanes(d, s1)),
                          hn::GetLane(hn::SumOfLanes(d, s2)), hn::GetLane(hn::SumOfLanes(d, s3))};
@@ -888,7 +879,7 @@ void unpacked_dots(D d, const Problem<T>& p, int64_t row_begin, int64_t row_end,
       const T* b0 = p.b + j * p.b_col_stride;
       auto s = hn::Zero(d);
       for (int64_t k = 0; k < body; k += lanes) s = hn::MulAdd(hn::LoadU(d, a_row + k), hn::LoadU(d, b0 + k), s);
-      if (body < p.k) s = hn::MulAdd(load_partial(d, a_row + body, tail), load_partial(d, b0 + body, tail), s);
+      if (body < p.k) s = hn::MulAdd(load_part(d, a_row + body, tail), load_part(d, b0 + body, tail), s);
       T* c = c_row + j * p.c_col_stride;
       *c = finish(hn::GetLane(hn::SumOfLanes(d, s)), c, true, true, p.epilogue, i, j);
     }
