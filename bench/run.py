@@ -18,7 +18,8 @@ Writes bench/results/latest.json and bench/results/latest_detail.json (every rou
 the peaks in full). Beside every workload a probe (`ember bench --machine`, before and after its
 rounds) records the FMA rate the host delivers; after the run, the workloads timed while it was
 under 85% of the run's best, and with --check those whose ratios fell, are timed again over 5
-rounds (once the host is back at speed, waiting up to 5 minutes), and the results and the check
+rounds (once the host is back at speed, waiting up to 2 minutes; at most --retime-minutes of it, 6 by
+default), and the results and the check
 read that second measurement (the first is kept in the detail). --quick skips both. The rows ending in _py (bench/python_rows.py) time ember from Python through its
 bindings, in-process like the peers; their `cpp` peer is the same work as ember's C++ row. --load instead times single calls of ember and PyTorch eager, quiet and then
 beside a `yes` process that keeps one core busy, and writes bench/results/load.json with the
@@ -180,11 +181,40 @@ def self_test() -> int:
     # dispatch has no peak ratio; its torch ratio is still checked.
     expect("dispatch 15% slower", scaled("dispatch_add_f32_4x4", ember_factor=1 / 0.85),
            ["dispatch_add_f32_4x4: vs torch"])
+    # Which baselines are of this CPU: the family and model decide; a name alone needs the peaks close.
+    zen5 = {"cpu": "AMD EPYC (family 26, model 2)", "fma_peak_gflops": 480.0}
+    for other, want in (({"cpu": "AMD EPYC (family 26, model 2)", "fma_peak_gflops": 300.0}, True),
+                        ({"cpu": "AMD EPYC (family 25, model 17)", "fma_peak_gflops": 480.0}, False),
+                        ({"cpu": "AMD EPYC", "fma_peak_gflops": 235.0}, False),
+                        ({"cpu": "AMD EPYC", "fma_peak_gflops": 450.0}, True),
+                        ({"cpu": "Intel(R) Xeon(R) Processor", "fma_peak_gflops": 480.0}, False)):
+        if same_cpu(zen5, other) != want or same_cpu(other, zen5) != want:
+            failures.append(f"same_cpu({zen5}, {other}) should be {want}")
     for f in failures:
         print("self-test FAILED:", f)
     if not failures:
         print("bench/run.py self-test: check logic OK (flags a 15% drop, not a 5% one)")
     return 1 if failures else 0
+
+
+# Results written before the CPU's family and model were recorded name only the model ("AMD EPYC",
+# which covers Zen 4 and Zen 5). Such a baseline is taken for this CPU when the name matches and the
+# FMA peaks are within this factor of each other (Zen 5's is twice Zen 4's).
+LEGACY_PEAK_FACTOR = 1.3
+
+
+def same_cpu(here: dict, there: dict) -> bool:
+    """Whether two runs' machines are one kind of CPU: the same name, family and model, or, for a
+    machine recorded by name alone, the same name and an FMA peak within LEGACY_PEAK_FACTOR."""
+    a, b = here["cpu"], there["cpu"]
+    if a == b:
+        return True
+    if "(family " in a and "(family " in b:
+        return False
+    if a.split(" (family ")[0] != b.split(" (family ")[0]:
+        return False
+    peaks = sorted((here["fma_peak_gflops"], there["fma_peak_gflops"]))
+    return peaks[0] > 0 and peaks[1] / peaks[0] <= LEGACY_PEAK_FACTOR
 
 
 def run_check(current: dict, baseline_path: Path) -> int:
@@ -194,14 +224,15 @@ def run_check(current: dict, baseline_path: Path) -> int:
         return 2
     baseline = json.loads(baseline_path.read_text())
     here, there = current["machine"]["cpu"], baseline["machine"]["cpu"]
-    if here != there:
+    if not same_cpu(current["machine"], baseline["machine"]):
         # Peak shares and peer ratios are properties of the CPU (an AMX Xeon runs PyTorch's bf16
         # products on tiles; its FMA peak is twice a Zen 4 core's): compare runs of one CPU only.
-        same_cpu = [str(p.relative_to(ROOT)) for p in sorted((ROOT / "bench").glob("baseline*.json"))
-                    if json.loads(p.read_text())["machine"]["cpu"] == here]
-        print(f"--check: {baseline_path} was measured on {there!r}, this run on {here!r}; ratios of "
-              f"different CPUs are not comparable. "
-              + (f"This CPU's baseline: {', '.join(same_cpu)}." if same_cpu else
+        matching = [str(p.relative_to(ROOT)) for p in sorted((ROOT / "bench").glob("baseline*.json"))
+                    if same_cpu(current["machine"], json.loads(p.read_text())["machine"])]
+        print(f"--check: {baseline_path} was measured on {there!r} (FMA peak "
+              f"{baseline['machine']['fma_peak_gflops']:.0f} GFLOP/s), this run on {here!r} (FMA peak "
+              f"{current['machine']['fma_peak_gflops']:.0f} GFLOP/s); ratios of different CPUs are not comparable. "
+              + (f"This CPU's baseline: {', '.join(matching)}." if matching else
                  f"Make one from a quiet run here: cp bench/results/latest.json bench/baseline_<cpu>.json"),
               file=sys.stderr)
         return 2
@@ -528,6 +559,7 @@ def run(args) -> int:
     ember_args = ["--quick"] if args.quick else ["--repeats", str(args.repeats)]
     results, detail = [], {}
     for name in names:
+        row_started = time.perf_counter()
         # Set up and warm up every peer once; compilation happens here and is not timed.
         callables = {}
         py_row = py_rows.get(name)  # (the ember side's setup, the C++ row it mirrors)
@@ -589,7 +621,8 @@ def run(args) -> int:
         results.append(result)
         detail[name] = {"rounds": rounds, "ember_noise": spread(rounds["ember"]),
                         "peer_noise": {p: spread(v) for p, v in rounds.items() if p != "ember"},
-                        "beside_ember": busy, "settle_s": waits, "host": speeds}
+                        "beside_ember": busy, "settle_s": waits, "host": speeds,
+                        "wall_s": time.perf_counter() - row_started}
         if busy and max(max(b) for b in busy) > 0.1:
             print(f"  {name}: while ember ran, this process kept up to {max(b[0] for b in busy):.2f} cores busy "
                   f"and the host stole up to {max(b[1] for b in busy):.2f}: ember's time may be disturbed", flush=True)
@@ -610,17 +643,29 @@ def run(args) -> int:
     print(f"\nratios: x peer = peer time / ember time (> 1: ember is faster); of peak = share of the FMA peak "
           f"(compute-bound) or of the streaming bandwidth (memory-bound; > 100% when the data fits in cache); "
           f"noise = spread of ember's rounds (max/min - 1).")
+    print_wall(detail)
     print(f"wrote bench/results/latest.json ({(time.time() - started) / 60:.1f} minutes)")
     return 0
 
 
+def print_wall(detail: dict, top: int = 8) -> None:
+    """Where the run's time went: the workloads that took longest, set-up and every side included."""
+    walls = sorted(((d["wall_s"], n) for n, d in detail.items() if not n.startswith("_") and "wall_s" in d),
+                   reverse=True)
+    if walls:
+        total = sum(w for w, _ in walls)
+        print(f"longest workloads (of {total / 60:.1f} minutes in all): "
+              + ", ".join(f"{n} {w:.0f} s" for w, n in walls[:top]), flush=True)
+
+
 RETIME_ROUNDS = 5  # rounds for a workload timed again
-HOST_WAIT_S = 300  # how long the re-timing waits for the host to return to speed
+HOST_WAIT_S = 120  # how long the re-timing waits for the host to return to speed
 
 
 def retime(args, baseline_path: Path | None) -> None:
     """Times again, interleaved over RETIME_ROUNDS rounds, the workloads measured while a probe found
-    the host slow, and (with --check) those whose ratios fell, and puts them into
+    the host slow, and (with --check) those whose ratios fell, as many as fit in --retime-minutes
+    (the rest are listed in the detail's `not_retimed`), and puts them into
     bench/results/latest*.json in place of the first measurement (kept in the detail as `first`).
     Waits up to HOST_WAIT_S for the host to return to speed first. A regression of ember's own
     shows again; a round disturbed by the host does not."""
@@ -631,12 +676,29 @@ def retime(args, baseline_path: Path | None) -> None:
     flagged = set()
     if baseline_path is not None and baseline_path.exists():
         baseline = json.loads(baseline_path.read_text())
-        if latest["machine"]["cpu"] == baseline["machine"]["cpu"]:
+        if same_cpu(latest["machine"], baseline["machine"]):
             flagged = {p.split(":")[0] for p in check(latest, baseline)}
-    names = sorted(slow | flagged)
+    rounds = max(RETIME_ROUNDS, args.rounds)
+    # Within the budget: first the workloads --check flagged, then those timed on a slow host, each
+    # group cheapest first (the estimate scales the first pass's wall time to the rounds).
+    cost = {n: detail[n].get("wall_s", 0.0) * rounds / max(args.rounds, 1) for n in slow | flagged}
+    names, left, planned = [], [], 0.0
+    for n in sorted(flagged, key=cost.get) + sorted(slow - flagged, key=cost.get):
+        if planned + cost[n] <= args.retime_minutes * 60:
+            names.append(n)
+            planned += cost[n]
+        else:
+            left.append(n)
+    if left:
+        print(f"\nnot timed again (over the {args.retime_minutes:g}-minute budget, --retime-minutes): "
+              + ", ".join(sorted(left)), flush=True)
+        detail["_run"]["not_retimed"] = sorted(left)
+        if not names:
+            write_results(latest, detail)
     if not names:
         return
-    print(f"\ntiming {len(names)} workload(s) again, {RETIME_ROUNDS} rounds"
+    names.sort()
+    print(f"\ntiming {len(names)} workload(s) again, {rounds} rounds, about {planned / 60:.1f} minutes"
           + (f"; {len(slow)} measured while the host ran below {SLOW_FMA:.0%} of its best FMA rate" if slow else "")
           + (f"; {len(flagged)} flagged by --check" if flagged else "") + ": " + ", ".join(names), flush=True)
     ember = Path(args.ember) if Path(args.ember).is_absolute() else ROOT / args.ember
@@ -647,7 +709,7 @@ def retime(args, baseline_path: Path | None) -> None:
         waited += 15
     again = argparse.Namespace(**vars(args))
     again.filter = "^(" + "|".join(re.escape(n) for n in names) + ")$"
-    again.rounds = max(RETIME_ROUNDS, args.rounds)
+    again.rounds = rounds
     run(again)
     retimed = json.loads((RESULTS / "latest.json").read_text())
     retimed_detail = json.loads((RESULTS / "latest_detail.json").read_text())
@@ -685,12 +747,16 @@ def main() -> int:
     parser.add_argument("--write-docs", action="store_true", help="write the table into docs/performance.md")
     parser.add_argument("--load", action="store_true",
                         help="instead: ember and PyTorch quiet and beside a one-core load (yes), median and p99")
+    parser.add_argument("--retime-minutes", type=float, default=6.0,
+                        help="the most time spent timing workloads again at the end (default 6)")
     parser.add_argument("--self-test", action="store_true", help="test the --check logic and exit")
     args = parser.parse_args()
     if args.self_test:
         return self_test()
     if args.threads < 1:
         parser.error("--threads must be at least 1")
+    if args.retime_minutes < 0:
+        parser.error("--retime-minutes must be at least 0")
     if args.rounds is None:
         args.rounds = 1 if args.quick else 3
     if args.from_file:

@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <fstream>
+#include <string>
 
 #include "ember/error.h"
 #include "ember/info.h"
@@ -23,6 +25,24 @@ TEST(Peaks, MeasuresEveryNumberOnOneThread) {
   // Far above any real machine: a bigger number means the work was counted wrong.
   EXPECT_LT(peaks.fma_gflops_f32, 1e5);
   EXPECT_LT(peaks.dram_gbps, 1e4);
+}
+
+TEST(Peaks, CpuModelNamesTheFamilyAndModelWhereCpuinfoHasThem) {
+  // Two CPU generations behind one model name ("AMD EPYC" on Zen 4 and on Zen 5) must not share a
+  // cached peak or a benchmark baseline: the family and model numbers tell them apart.
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  std::string line, family, model;
+  while (std::getline(cpuinfo, line) && (family.empty() || model.empty())) {
+    const std::string value = line.substr(line.find(':') == std::string::npos ? line.size() : line.find(':') + 2);
+    if (line.rfind("cpu family", 0) == 0) family = value;
+    if (line.rfind("model\t", 0) == 0 || line.rfind("model ", 0) == 0) model = value;
+  }
+  const std::string cpu = ember::profiler::cpu_model();
+  EXPECT_EQ(ember::profiler::measure_peaks(1).cpu, cpu);
+  if (family.empty() || model.empty() || cpu == "unknown")
+    GTEST_SKIP() << "/proc/cpuinfo lists no family and model here";
+  EXPECT_NE(cpu.find(" (family " + family + ", model " + model + ")"), std::string::npos) << cpu;
+  EXPECT_EQ(cpu.find("model name"), std::string::npos) << cpu;
 }
 
 TEST(Peaks, ZeroThreadsMeansEmbersThreadCount) {

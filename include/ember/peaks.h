@@ -14,7 +14,7 @@
 namespace ember::profiler {
 
 struct MachinePeaks {
-  std::string cpu;            // the CPU model, from /proc/cpuinfo ("unknown" elsewhere)
+  std::string cpu;            // the CPU model, family and model number: cpu_model()
   int threads = 1;            // threads the numbers were measured with
   double fma_gflops_f32 = 0;  // a register-resident fused multiply-add loop on every thread
   double fma_gflops_f64 = 0;  // the same in float64
@@ -27,7 +27,8 @@ struct MachinePeaks {
 // cache-line fill is not counted, as in STREAM). Throws ember::Error if threads < 0.
 MachinePeaks measure_peaks(int threads = 0);
 
-// This CPU's model name as /proc/cpuinfo gives it ("unknown" where there is none): the key of
+// This CPU's model name as /proc/cpuinfo gives it, with its family and model numbers where it
+// lists them ("AMD EPYC (family 26, model 2)"; "unknown" where there is no model name): the key of
 // the peaks cache and the `cpu` of measure_peaks().
 std::string cpu_model();
 
