@@ -7,8 +7,9 @@ that does not apply is absent: NumPy has no convolution, autograd or optimizers;
 used where it can fuse (elementwise, normalization, softmax, cross-entropy, linear+GELU, the
 optimizer and the training steps), not for a single GEMM, a reduction, a copy or per-op dispatch.
 
-`measure()` times a callable the way `ember bench` does: warm-up, one call to calibrate, samples
-of enough calls to last ~20 ms, the median per call. run.py interleaves these with ember.
+`measure()` (bench/timing.py) times a callable the way `ember bench` does: warm-up, one call to
+calibrate, samples of enough calls to last ~20 ms, the median per call. run.py interleaves these
+with ember.
 """
 
 from __future__ import annotations
@@ -16,13 +17,14 @@ from __future__ import annotations
 import gzip
 import math
 import os
-import time
 from dataclasses import dataclass, field
-from typing import Callable, Optional
+from typing import Callable
 
 import numpy as np
 import torch
 import torch.nn.functional as F
+
+from timing import Timing, TimingPolicy, latency, measure  # noqa: F401 (run.py times through peers)
 
 PEERS = ("torch", "torch_compile", "numpy")
 
@@ -35,67 +37,6 @@ Setup = Callable[[], object]
 class Workload:
     name: str
     setups: dict[str, Setup] = field(default_factory=dict)
-
-
-@dataclass
-class TimingPolicy:
-    sample_seconds: float = 0.02
-    budget_seconds: float = 3.0
-    repeats: int = 5
-    long_call_seconds: float = 1.0  # a call at least this long is timed once (as ember bench does)
-
-
-@dataclass
-class Timing:
-    median_s: float
-    min_s: float
-    max_s: float
-    samples: int
-    iterations: int
-
-
-def _time_calls(fn: Callable[[], object], calls: int) -> float:
-    start = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    return (time.perf_counter() - start) / calls
-
-
-def measure(fn: Callable[[], object], policy: TimingPolicy, warmup: Optional[Callable[[], object]] = None) -> Timing:
-    """The same procedure as ember bench (apps/ember/bench.cpp's measure())."""
-    (warmup or fn)()
-    # Calibration: the calls per sample grow until a sample lasts sample_seconds.
-    iterations = 1
-    while True:
-        sample_cost = _time_calls(fn, iterations) * iterations
-        if sample_cost >= policy.sample_seconds:
-            break
-        growth = min(max(1.2 * policy.sample_seconds / max(sample_cost, 1e-9), 2.0), 10.0)
-        iterations = math.ceil(iterations * growth)
-    if iterations == 1 and sample_cost >= policy.long_call_seconds:
-        return Timing(sample_cost, sample_cost, sample_cost, 1, 1)
-    samples = min(max(int(policy.budget_seconds / sample_cost), 1), policy.repeats)
-    per_call = sorted(_time_calls(fn, iterations) for _ in range(samples))
-    n = len(per_call)
-    median = per_call[n // 2] if n % 2 else 0.5 * (per_call[n // 2 - 1] + per_call[n // 2])
-    return Timing(median, per_call[0], per_call[-1], samples, iterations)
-
-
-def latency(fn: Callable[[], object], seconds: float,
-            warmup: Optional[Callable[[], object]] = None) -> tuple[float, float, float]:
-    """The same procedure as ember bench --latency: single calls, each timed on its own, for about
-    `seconds` (at least 5, at most 5000), after the warm-up. Returns (median, mean, p99)."""
-    (warmup or fn)()
-    calls = []
-    deadline = time.perf_counter() + seconds
-    while len(calls) < 5 or (len(calls) < 5000 and time.perf_counter() < deadline):
-        start = time.perf_counter()
-        fn()
-        calls.append(time.perf_counter() - start)
-    calls.sort()
-    n = len(calls)
-    median = calls[n // 2] if n % 2 else 0.5 * (calls[n // 2 - 1] + calls[n // 2])
-    return median, sum(calls) / n, calls[min(n - 1, math.ceil(0.99 * n) - 1)]
 
 
 def _compile(fn):

@@ -190,6 +190,18 @@ def self_test() -> int:
                         ({"cpu": "Intel(R) Xeon(R) Processor", "fma_peak_gflops": 480.0}, False)):
         if same_cpu(zen5, other) != want or same_cpu(other, zen5) != want:
             failures.append(f"same_cpu({zen5}, {other}) should be {want}")
+    # A call of a long call's length is its own warm-up: measured once, with no untimed call first
+    # when the caller says it is warm (the long rows of a full run, after their first round).
+    sys.path.insert(0, str(ROOT / "bench"))
+    import timing  # noqa: E402
+    calls = []
+    instant = timing.TimingPolicy(sample_seconds=0.0, budget_seconds=0.0, repeats=5, long_call_seconds=0.0)
+    for warm, want in ((True, 2), (False, 1)):
+        calls.clear()
+        timed = timing.measure(lambda: calls.append(1), instant, warm=warm)
+        if len(calls) != want or not timed.long_call(instant):
+            failures.append(f"measure(warm={warm}) made {len(calls)} calls (want {want}), long_call "
+                            f"{timed.long_call(instant)}")
     for f in failures:
         print("self-test FAILED:", f)
     if not failures:
@@ -497,12 +509,15 @@ def run_load(args, ember: Path, names: list[str], peer_setups: dict, torch_versi
     return 0
 
 
-def warm_up(fn, policy) -> None:
-    """Two untimed calls, or one when it lasted a long call's time (a training run of seconds)."""
+def warm_up(fn, policy) -> bool:
+    """Two untimed calls, or one when it lasted a long call's time (a training run of seconds).
+    Returns whether it did: such a call needs no further warm-up before it is timed."""
     start = time.perf_counter()
     fn()
     if time.perf_counter() - start < policy.long_call_seconds:
         fn()
+        return False
+    return True
 
 
 def spread(values: list[float]) -> float | None:
@@ -564,9 +579,14 @@ def run(args) -> int:
         callables = {}
         py_row = py_rows.get(name)  # (the ember side's setup, the C++ row it mirrors)
         cpp_name = py_row[1] if py_row else name
+        # The sides whose call lasts seconds: timed without a warm-up call from then on (a call of
+        # seconds warms up itself; a 2,000-step training row took 14 of a full run's 26 minutes
+        # with one untimed call per side and round).
+        long_sides = set()
         if py_row:
             ember_py = py_row[0]()
-            warm_up(ember_py, policy)
+            if warm_up(ember_py, policy):
+                long_sides.add("ember")
         for peer in wanted_peers:
             setup = peer_setups.get(cpp_name, {}).get(peer)
             if setup is None:
@@ -574,7 +594,8 @@ def run(args) -> int:
             try:
                 made = setup()
                 fn, warmup = made if isinstance(made, tuple) else (made, None)
-                warm_up(warmup or fn, policy)
+                if warm_up(warmup or fn, policy) and warmup is None:
+                    long_sides.add(peer)
                 callables[peer] = (fn, warmup)
             except (ImportError, FileNotFoundError) as e:  # a package or file that is not installed
                 print(f"  {name}: {peer} skipped: {type(e).__name__}: {e}", flush=True)
@@ -592,20 +613,29 @@ def run(args) -> int:
                 order = order[r % len(order):] + order[:r % len(order)]  # rotate: no side always goes first
                 for side in order:
                     if side == "ember" and py_row:
-                        rounds["ember"].append(peers.measure(ember_py, policy).median_s)
+                        timing = peers.measure(ember_py, policy, warm="ember" not in long_sides)
+                        rounds["ember"].append(timing.median_s)
+                        if timing.long_call(policy):
+                            long_sides.add("ember")
                     elif side in ("ember", "cpp"):
                         # What else ran meanwhile: this process's own threads (a peer's that did not go
                         # to sleep) and the host (stolen time), in cores, over ember's whole process.
                         (cpu0, stolen0), start = host_clock(), time.perf_counter()
-                        ember_record = ember_json(ember, ["--filter", f"^{re.escape(cpp_name)}$", *ember_args],
-                                                  args.threads)[0]
+                        ember_record = ember_json(ember, ["--filter", f"^{re.escape(cpp_name)}$", *ember_args]
+                                                  + (["--no-warmup"] if side in long_sides else []), args.threads)[0]
                         (cpu1, stolen1), wall = host_clock(), time.perf_counter() - start
                         busy.append(((cpu1 - cpu0) / wall, (stolen1 - stolen0) / wall))
                         rounds[side].append(ember_record["seconds"])
+                        if (ember_record["samples"] == 1 and ember_record["iterations"] == 1
+                                and ember_record["seconds"] >= policy.long_call_seconds):
+                            long_sides.add(side)
                     else:
                         fn, warmup = callables[side]
                         # A short warm-up per round (a full one only for the expensive epoch workload).
-                        rounds[side].append(peers.measure(fn, policy, warmup).median_s)
+                        timing = peers.measure(fn, policy, warmup, warm=side not in long_sides)
+                        rounds[side].append(timing.median_s)
+                        if timing.long_call(policy) and warmup is None:
+                            long_sides.add(side)
                     waits.append(settle())  # the side just timed leaves no thread spinning beside the next
         except subprocess.CalledProcessError as e:  # ember's side cannot run (a missing model file, say)
             why = (e.stderr or "").strip().splitlines()

@@ -21,6 +21,10 @@ grep -q '"name":"add_f32_256"' <<<"$out" || { echo "wrong workload in: $out"; ex
 grep -q '"flops":65536.0' <<<"$out" || { echo "wrong flops in: $out"; exit 1; }
 grep -q '"bytes":786432.0' <<<"$out" || { echo "wrong bytes in: $out"; exit 1; }
 
+# --no-warmup (scripts/bench passes it for a workload whose call lasts seconds) times the same way.
+cold=$("$ember" bench --quick --repeats 2 --filter '^add_f32_256$' --json --threads 1 --no-warmup)
+grep -q '"name":"add_f32_256".*"samples":2' <<<"$cold" || { echo "--no-warmup: unexpected $cold"; exit 1; }
+
 machine=$("$ember" bench --machine --json --threads 1)
 for key in cpu threads fma_gflops_f32 fma_gflops_f64 dram_gbps l2_gbps; do
   grep -q "\"$key\"" <<<"$machine" || { echo "missing $key in: $machine"; exit 1; }

@@ -37,6 +37,7 @@ struct BenchOptions {
   int threads = 0;                      // 0: ember's default (all cores)
   int repeats = 5;                      // samples per workload (the median is reported)
   double latency = 0;                   // > 0: time single calls for this many seconds instead (median, p99)
+  bool warmup = true;                   // one untimed call before calibrating
   std::string data_dir = "data/mnist";  // for train_mnist_epoch
 };
 
@@ -48,6 +49,10 @@ struct TimingPolicy {
   // (a training run of seconds needs no second call to be measured, and a full benchmark run of
   // such rows would otherwise repeat each several times per side and round).
   double long_call_seconds = 1.0;
+  // The untimed call before calibration. scripts/bench skips it for a workload whose first round
+  // was one long call: a call of seconds is its own warm-up, and repeating a 40 s training run
+  // only to discard it doubled the full benchmark's time on that row.
+  bool warmup = true;
 };
 
 struct Timing {
@@ -71,7 +76,9 @@ double median(std::vector<double> values) {
 }
 
 Timing measure(const Workload& w, const TimingPolicy& policy) {
-  if (w.warmup) {
+  if (!policy.warmup) {
+    // No untimed call: calibration's first call is the first call.
+  } else if (w.warmup) {
     w.warmup();
   } else {
     w.run();
@@ -197,8 +204,9 @@ int run_bench(const BenchOptions& options) {
     return 0;
   }
 
-  const TimingPolicy policy =
+  TimingPolicy policy =
       options.quick ? TimingPolicy{0.005, 0.5, std::min(options.repeats, 3)} : TimingPolicy{0.02, 3.0, options.repeats};
+  policy.warmup = options.warmup;
   if (!options.json) {
     std::printf("ember bench: %d threads, median of up to %d samples of >= %.0f ms each\n", get_num_threads(),
                 policy.repeats, policy.sample_seconds * 1e3);
@@ -301,6 +309,8 @@ void add_bench_command(CLI::App& app, Commands& commands) {
                   "Time single calls for this many seconds and report their median and p99 instead")
       ->check(kNonNegativeNumber);
   cmd->add_option("--data", o->data_dir, "MNIST folder for train_mnist_epoch")->capture_default_str();
+  cmd->add_flag("!--no-warmup", o->warmup,
+                "No untimed call before timing (for workloads whose one call lasts seconds and warms up itself)");
   // `ember bench llm`: llama-bench's prompt-processing and generation rates of a GGUF model.
   auto llm = std::make_shared<LlmBenchOptions>();
   CLI::App* llm_cmd =
