@@ -18,7 +18,7 @@ Writes bench/results/latest.json and bench/results/latest_detail.json (every rou
 the peaks in full). Beside every workload a probe (`ember bench --machine`, before and after its
 rounds) records the FMA rate the host delivers; after the run, the workloads timed while it was
 under 85% of the run's best, and with --check those whose ratios fell, are timed again over 5
-rounds (once the host is back at speed, waiting up to 2 minutes; at most --retime-minutes of it, 6 by
+rounds (once the host is back at speed, waiting up to 2 minutes; at most --retime-minutes of it, 4 by
 default), and the results and the check
 read that second measurement (the first is kept in the detail). --quick skips both. The rows ending in _py (bench/python_rows.py) time ember from Python through its
 bindings, in-process like the peers; their `cpp` peer is the same work as ember's C++ row. --load instead times single calls of ember and PyTorch eager, quiet and then
@@ -202,6 +202,20 @@ def self_test() -> int:
         if len(calls) != want or not timed.long_call(instant):
             failures.append(f"measure(warm={warm}) made {len(calls)} calls (want {want}), long_call "
                             f"{timed.long_call(instant)}")
+    # A warm-up call of --cold-call seconds is the sample: one call in all.
+    calls.clear()
+    cold = timing.TimingPolicy(sample_seconds=0.0, budget_seconds=0.0, repeats=5, long_call_seconds=0.0,
+                               cold_call_seconds=0.0)
+    timed = timing.measure(lambda: calls.append(1), cold)
+    if len(calls) != 1 or timed.samples != 1:
+        failures.append(f"measure with cold_call_seconds=0 made {len(calls)} calls (want 1)")
+    # ... and a set-up call that long is the first round's sample, except where it compiled.
+    long_policy = timing.TimingPolicy(cold_call_seconds=10.0)
+    for side, seconds, explicit, want in (("torch", 12.0, False, True), ("torch", 9.0, False, False),
+                                          ("torch", None, False, False), ("torch_compile", 12.0, False, False),
+                                          ("llama_cpp", 12.0, True, False)):
+        if first_round_sample(side, seconds, explicit, long_policy) != want:
+            failures.append(f"first_round_sample({side}, {seconds}, {explicit}) should be {want}")
     for f in failures:
         print("self-test FAILED:", f)
     if not failures:
@@ -509,15 +523,25 @@ def run_load(args, ember: Path, names: list[str], peer_setups: dict, torch_versi
     return 0
 
 
-def warm_up(fn, policy) -> bool:
+def warm_up(fn, policy) -> float | None:
     """Two untimed calls, or one when it lasted a long call's time (a training run of seconds).
-    Returns whether it did: such a call needs no further warm-up before it is timed."""
+    Returns that call's seconds when it did (such a call needs no further warm-up before it is
+    timed), None when it did not."""
     start = time.perf_counter()
     fn()
-    if time.perf_counter() - start < policy.long_call_seconds:
+    seconds = time.perf_counter() - start
+    if seconds < policy.long_call_seconds:
         fn()
-        return False
-    return True
+        return None
+    return seconds
+
+
+def first_round_sample(side: str, seconds: float | None, explicit_warmup: bool, policy) -> bool:
+    """Whether a side's set-up call is its first round's sample, as `ember bench` takes a warm-up
+    call of --cold-call seconds: a call that long, of the timed callable itself, on a side that does
+    not compile on its first call (torch.compile does)."""
+    return (seconds is not None and seconds >= policy.cold_call_seconds and not explicit_warmup
+            and side != "torch_compile")
 
 
 def spread(values: list[float]) -> float | None:
@@ -583,10 +607,14 @@ def run(args) -> int:
         # seconds warms up itself; a 2,000-step training row took 14 of a full run's 26 minutes
         # with one untimed call per side and round).
         long_sides = set()
+        first_samples = {}  # side -> its set-up call's seconds, where that call is its first round's sample
         if py_row:
             ember_py = py_row[0]()
-            if warm_up(ember_py, policy):
+            seconds = warm_up(ember_py, policy)
+            if seconds is not None:
                 long_sides.add("ember")
+            if first_round_sample("ember", seconds, False, policy):
+                first_samples["ember"] = seconds
         for peer in wanted_peers:
             setup = peer_setups.get(cpp_name, {}).get(peer)
             if setup is None:
@@ -594,8 +622,11 @@ def run(args) -> int:
             try:
                 made = setup()
                 fn, warmup = made if isinstance(made, tuple) else (made, None)
-                if warm_up(warmup or fn, policy) and warmup is None:
+                seconds = warm_up(warmup or fn, policy)
+                if seconds is not None and warmup is None:
                     long_sides.add(peer)
+                if first_round_sample(peer, seconds, warmup is not None, policy):
+                    first_samples[peer] = seconds
                 callables[peer] = (fn, warmup)
             except (ImportError, FileNotFoundError) as e:  # a package or file that is not installed
                 print(f"  {name}: {peer} skipped: {type(e).__name__}: {e}", flush=True)
@@ -603,6 +634,8 @@ def run(args) -> int:
                 print(f"  {name}: {peer} failed, left out: {type(e).__name__}: {str(e).splitlines()[0][:200]}",
                       flush=True)
         rounds = {"ember": []} | {p: [] for p in callables} | ({"cpp": []} if py_row else {})
+        for side, seconds in first_samples.items():
+            rounds[side].append(seconds)
         busy: list[tuple[float, float]] = []  # per ember process: (cores this process used, cores stolen)
         ember_record = None
         speeds = [] if args.quick else [host_speed(ember, args.threads)]
@@ -612,6 +645,8 @@ def run(args) -> int:
                 order = ["ember"] + list(callables) + (["cpp"] if py_row else [])
                 order = order[r % len(order):] + order[:r % len(order)]  # rotate: no side always goes first
                 for side in order:
+                    if r == 0 and side in first_samples:
+                        continue  # its set-up call was this round's sample
                     if side == "ember" and py_row:
                         timing = peers.measure(ember_py, policy, warm="ember" not in long_sides)
                         rounds["ember"].append(timing.median_s)
@@ -777,8 +812,8 @@ def main() -> int:
     parser.add_argument("--write-docs", action="store_true", help="write the table into docs/performance.md")
     parser.add_argument("--load", action="store_true",
                         help="instead: ember and PyTorch quiet and beside a one-core load (yes), median and p99")
-    parser.add_argument("--retime-minutes", type=float, default=6.0,
-                        help="the most time spent timing workloads again at the end (default 6)")
+    parser.add_argument("--retime-minutes", type=float, default=4.0,
+                        help="the most time spent timing workloads again at the end (default 4)")
     parser.add_argument("--self-test", action="store_true", help="test the --check logic and exit")
     args = parser.parse_args()
     if args.self_test:

@@ -16,6 +16,9 @@ class TimingPolicy:
     budget_seconds: float = 3.0
     repeats: int = 5
     long_call_seconds: float = 1.0  # a call at least this long is timed once (as ember bench does)
+    # A warm-up call at least this long is the one sample (ember bench --cold-call): a first call's
+    # extra costs are a fraction of a percent of a training run of tens of seconds.
+    cold_call_seconds: float = 10.0
 
 
 @dataclass
@@ -42,8 +45,12 @@ def measure(fn: Callable[[], object], policy: TimingPolicy, warmup: Optional[Cal
             warm: bool = True) -> Timing:
     """The same procedure as ember bench (apps/ember/bench.cpp's measure()); warm=False skips the
     untimed first call, as `ember bench --no-warmup` does."""
-    if warm:
-        (warmup or fn)()
+    if warm and warmup is not None:
+        warmup()
+    elif warm:
+        first = _time_calls(fn, 1)
+        if first >= policy.cold_call_seconds:
+            return Timing(first, first, first, 1, 1)
     # Calibration: the calls per sample grow until a sample lasts sample_seconds.
     iterations = 1
     while True:

@@ -24,6 +24,9 @@ grep -q '"bytes":786432.0' <<<"$out" || { echo "wrong bytes in: $out"; exit 1; }
 # --no-warmup (scripts/bench passes it for a workload whose call lasts seconds) times the same way.
 cold=$("$ember" bench --quick --repeats 2 --filter '^add_f32_256$' --json --threads 1 --no-warmup)
 grep -q '"name":"add_f32_256".*"samples":2' <<<"$cold" || { echo "--no-warmup: unexpected $cold"; exit 1; }
+# A first call at least --cold-call seconds long is the one sample (the 2,000-step training row).
+first=$("$ember" bench --quick --repeats 2 --filter '^add_f32_256$' --json --threads 1 --cold-call 0)
+grep -q '"name":"add_f32_256".*"samples":1' <<<"$first" || { echo "--cold-call 0: unexpected $first"; exit 1; }
 
 machine=$("$ember" bench --machine --json --threads 1)
 for key in cpu threads fma_gflops_f32 fma_gflops_f64 dram_gbps l2_gbps; do
