@@ -54,6 +54,8 @@ namespace hn = hwy::HWY_NAMESPACE;
 
 namespace {
 
+#include "kernels/cpu/exp_nonpositive-inl.h"  // exp_nonpositive, Note [attention exp]
+
 constexpr int64_t kBlockQ = 64;  // query rows per tile
 constexpr int64_t kBlockK = 64;  // keys per tile
 constexpr int kRows = 6;         // register tile rows of the micro-kernel
@@ -285,39 +287,6 @@ struct Attention {
     }
   }
 };
-
-// Note [attention exp]: every exp of the softmax takes x <= 0 (a score minus its row's max, an
-// old max minus a new one; -inf for a masked score). float: Cody-Waite reduction x = n ln2 + r,
-// |r| <= ln2/2, e^r by its degree-6 Taylor polynomial (truncation under 1.2e-7 relative), 2^n from
-// the exponent bits, 0 below -87.3 (where float's normal range ends), NaN for NaN: sigmoid through
-// it within 5 ulp (Attention.ExpOfNonPositiveScores). It saves Highway's Exp its second scaling
-// step (for inputs of any size) and clamping: sdpa_f32_b4h8l1024d64 33.7 -> 31.25 ms, with the
-// backward 110.9 -> 107.8 ms (3 interleaved rounds, 2 threads). double: Highway's Exp.
-// Tried on a later Zen 4 and not kept, each alternated 3 times against this code (sdpa_f32 46.0-47.2
-// ms, with the backward 158.7-159.9 ms): n from one add of 1.5 * 2^23 instead of Round and
-// ConvertTo (five instructions fewer per vector, the same bits on every float in [-88, 0]) 46.6-46.8
-// and 157.7-158.0 ms; the polynomial by Estrin's scheme (a chain of 16 cycles instead of 24) 46.5-46.7
-// and 157.3-157.8 ms. Products are 82% of this forward's time (`perf`), at 95% of the FMA peak.
-template <class D, class V = hn::Vec<D>>
-HWY_INLINE V exp_nonpositive(D d, V x) {
-  if constexpr (std::is_same_v<hn::TFromD<D>, float>) {
-    const hn::RebindToSigned<D> di;
-    const V n = hn::Round(hn::Mul(x, hn::Set(d, 1.44269504088896341f)));
-    V r = hn::MulAdd(n, hn::Set(d, -0.693359375f), x);  // ln 2 in two parts; n * 0.693359375 is exact
-    r = hn::MulAdd(n, hn::Set(d, 2.12194440e-4f), r);
-    V p = hn::Set(d, 1.0f / 720.0f);
-    p = hn::MulAdd(p, r, hn::Set(d, 1.0f / 120.0f));
-    p = hn::MulAdd(p, r, hn::Set(d, 1.0f / 24.0f));
-    p = hn::MulAdd(p, r, hn::Set(d, 1.0f / 6.0f));
-    p = hn::MulAdd(p, r, hn::Set(d, 0.5f));
-    p = hn::MulAdd(p, r, hn::Set(d, 1.0f));
-    p = hn::MulAdd(p, r, hn::Set(d, 1.0f));
-    const V scale = hn::BitCast(d, hn::ShiftLeft<23>(hn::Add(hn::ConvertTo(di, n), hn::Set(di, 127))));
-    return hn::IfThenZeroElse(hn::Lt(x, hn::Set(d, -87.3f)), hn::Mul(p, scale));
-  } else {
-    return hn::Exp(d, x);
-  }
-}
 
 // x[j] = exp(x[j] - shift) (0 where x is -inf); returns the sum.
 template <class T>

@@ -23,8 +23,9 @@ namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
 namespace {
-#include "kernels/cpu/float_vector-inl.h"  // load_vector, store_vector
-#include "kernels/cpu/functors-inl.h"      // vec::erf_f32
+#include "kernels/cpu/exp_nonpositive-inl.h"  // exp_nonpositive
+#include "kernels/cpu/float_vector-inl.h"     // load_vector, store_vector
+#include "kernels/cpu/functors-inl.h"         // vec::erf_for_gelu
 }  // namespace
 
 // float16 and bfloat16 are computed in float32 vectors (float_vector-inl.h) and rounded once.
@@ -89,9 +90,11 @@ void gelu_backward_range(const T* grad, const T* x, T* result, int64_t begin, in
       const auto du = hn::Mul(k, hn::MulAdd(hn::Set(d, static_cast<float>(3 * kTanhCoefficient)), v2, one));
       slope = hn::MulAdd(hn::Mul(half, v), hn::Mul(hn::NegMulAdd(t, t, one), du), hn::Mul(half, hn::Add(one, t)));
     } else {
+      // Note [GELU's erf]; the density's exponent is never positive.
       const auto cdf =
-          hn::Mul(half, hn::Add(one, vec::erf_f32(d, hn::Mul(v, hn::Set(d, static_cast<float>(kInvSqrt2))))));
-      const auto pdf = hn::Mul(hn::Set(d, static_cast<float>(kInvSqrt2Pi)), hn::Exp(d, hn::Mul(hn::Set(d, -0.5f), v2)));
+          hn::Mul(half, hn::Add(one, vec::erf_for_gelu(d, hn::Mul(v, hn::Set(d, static_cast<float>(kInvSqrt2))))));
+      const auto pdf =
+          hn::Mul(hn::Set(d, static_cast<float>(kInvSqrt2Pi)), exp_nonpositive(d, hn::Mul(hn::Set(d, -0.5f), v2)));
       slope = hn::MulAdd(v, pdf, cdf);
     }
     store_vector(d, hn::Mul(load_vector(d, grad + i), slope), result + i);
