@@ -132,6 +132,48 @@ TEST(Attention, SingleQueryOverLongCacheSplitsKeys) {
       {.q = {1, 1, 1, 64}, .k = {1, 1, 1000, 64}, .v = {1, 1, 1000, 64}, .causal = false, .gqa = false, .mask = keep});
 }
 
+// The causal rule skips the upper triangle of each diagonal tile (Note [causal diagonal tiles]); a
+// boolean mask of the same lower triangle runs every tile whole. The two agree bit for bit, forward
+// and backward, on tiles cut at every register-tile row count, with keys longer or shorter than the
+// queries, grouped-query heads, and on 1 and 2 threads. Float masks: the same, through +0 and -inf.
+TEST(Attention, CausalDiagonalTilesMatchTheTriangularMask) {
+  const test_util::ThreadCountGuard guard;
+  struct Shapes {
+    Shape q, k, v;
+    bool gqa;
+  };
+  const Shapes cases[] = {{{2, 4, 128, 48}, {2, 4, 128, 48}, {2, 4, 128, 48}, false},
+                          {{1, 2, 203, 19}, {1, 2, 203, 19}, {1, 2, 203, 33}, false},
+                          {{1, 2, 70, 16}, {1, 2, 130, 16}, {1, 2, 130, 16}, false},
+                          {{1, 1, 131, 8}, {1, 1, 67, 8}, {1, 1, 67, 8}, false},
+                          {{2, 4, 65, 8}, {2, 2, 129, 8}, {2, 2, 129, 8}, true}};
+  for (const int threads : {1, 2}) {
+    ember::set_num_threads(threads);
+    for (const Shapes& c : cases) {
+      const int64_t length = c.q[2], keys = c.k[2];
+      const Tensor lower = ember::tril(ember::ones({length, keys}, ember::kBool));
+      const Tensor additive = ember::where(lower, ember::zeros({length, keys}),
+                                           ember::full({length, keys}, -std::numeric_limits<float>::infinity()));
+      const auto run_once = [&](const std::optional<Tensor>& mask, bool causal) {
+        ember::manual_seed(11);
+        const Tensor q = ember::randn(c.q).requires_grad_(), k = ember::randn(c.k).requires_grad_(),
+                     v = ember::randn(c.v).requires_grad_();
+        const Tensor out = ember::scaled_dot_product_attention(q, k, v, mask, 0.0, causal, std::nullopt, c.gqa);
+        out.backward(ember::randn(out.shape()));
+        return std::vector<Tensor>{out.detach(), q.grad(), k.grad(), v.grad()};
+      };
+      const std::vector<Tensor> causal = run_once(std::nullopt, true);
+      for (const Tensor& mask : {lower, additive}) {
+        const std::vector<Tensor> masked = run_once(mask, false);
+        for (size_t i = 0; i < causal.size(); ++i) {
+          EXPECT_TRUE(test_util::bitwise_equal(causal[i], masked[i]))
+              << i << " q " << c.q << " k " << c.k << " mask " << mask.dtype() << " threads " << threads;
+        }
+      }
+    }
+  }
+}
+
 TEST(Attention, HalfInputsComputeInFloat) {
   ember::manual_seed(4);
   const Tensor q = ember::randn({1, 2, 20, 8}), k = ember::randn({1, 2, 30, 8}), v = ember::randn({1, 2, 30, 8});
