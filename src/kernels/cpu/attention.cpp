@@ -43,9 +43,10 @@
 // the query heads that share them under grouped-query attention) and adds into dQ, which is
 // private to the task when the keys are in one chunk and otherwise summed from per-chunk buffers.
 //
-// All six products are one register-tiled micro-kernel: C (m x n) (+)= A (m x k) B (k x n) with A
-// read through any two strides (so P^T and dS^T are never transposed) and B row-major. K and V
-// tiles are packed transposed once per tile for the products that need K^T and V^T.
+// All seven products (two forward, five backward) are one register-tiled micro-kernel: C (m x n)
+// (+)= A (m x k) B (k x n) with A read through any two strides (so P^T and dS^T are never
+// transposed) and B row-major. K and V tiles are packed transposed once per tile for the products
+// that need K^T and V^T.
 
 HWY_BEFORE_NAMESPACE();
 namespace ember::cpu {
