@@ -203,7 +203,7 @@ TEST(Attention, ExpOfNonPositiveScores) {
     if (xi < -87.3) {
       EXPECT_EQ(yi, 0.0f) << "x " << xi;
     } else {
-      EXPECT_NEAR(yi, expected, 6e-7 * expected) << "x " << xi;
+      EXPECT_NEAR(yi, expected, 2.5e-7 * expected) << "x " << xi;
     }
   }
 }

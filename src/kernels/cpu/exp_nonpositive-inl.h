@@ -1,12 +1,15 @@
 // exp of x <= 0 in float vectors (Note [attention exp]), shared by attention's softmax
-// (attention.cpp) and GELU's gradient (threshold.cpp). Included inside each Highway target's
+// (attention.cpp), GELU's gradient (threshold.cpp) and sigmoid (functors-inl.h). Included inside each Highway target's
 // namespace, after `hn` is defined; no include guard on purpose (one copy per target).
 
 // Note [attention exp]: every exp of the softmax takes x <= 0 (a score minus its row's max, an
 // old max minus a new one; -inf for a masked score). float: Cody-Waite reduction x = n ln2 + r,
-// |r| <= ln2/2, e^r by its degree-6 Taylor polynomial (truncation under 1.2e-7 relative), 2^n from
-// the exponent bits, 0 below -87.3 (where float's normal range ends), NaN for NaN: sigmoid through
-// it within 5 ulp (Attention.ExpOfNonPositiveScores). It saves Highway's Exp its second scaling
+// |r| <= ln2/2, e^r by 1 + r + c2 r^2 + ... + c6 r^6 with c2..c6 fit for the least maximum relative
+// error (tests/golden/fit_exp_nonpositive.py: 3.1e-9 on the interval; the degree-6 Taylor polynomial
+// first used here: 1.2e-7), 2^n from the exponent bits, 0 below -87.3 (where float's normal range
+// ends), NaN for NaN. Within 0.88 ulp of e^x over [-87.3, 0] in float32 (the Taylor polynomial: 2.7),
+// at the same cost; sigmoid through it within 2.5e-7 relative (Attention.ExpOfNonPositiveScores,
+// and sigmoid_against_libm in tests/ops_elementwise.cpp). It saves Highway's Exp its second scaling
 // step (for inputs of any size) and clamping: sdpa_f32_b4h8l1024d64 33.7 -> 31.25 ms, with the
 // backward 110.9 -> 107.8 ms (3 interleaved rounds, 2 threads). double: Highway's Exp.
 // Tried on a later Zen 4 and not kept, each alternated 3 times against this code (sdpa_f32 46.0-47.2
@@ -21,11 +24,11 @@ HWY_INLINE V exp_nonpositive(D d, V x) {
     const V n = hn::Round(hn::Mul(x, hn::Set(d, 1.44269504088896341f)));
     V r = hn::MulAdd(n, hn::Set(d, -0.693359375f), x);  // ln 2 in two parts; n * 0.693359375 is exact
     r = hn::MulAdd(n, hn::Set(d, 2.12194440e-4f), r);
-    V p = hn::Set(d, 1.0f / 720.0f);
-    p = hn::MulAdd(p, r, hn::Set(d, 1.0f / 120.0f));
-    p = hn::MulAdd(p, r, hn::Set(d, 1.0f / 24.0f));
-    p = hn::MulAdd(p, r, hn::Set(d, 1.0f / 6.0f));
-    p = hn::MulAdd(p, r, hn::Set(d, 0.5f));
+    V p = hn::Set(d, 0.0013814588310196996f);  // tests/golden/fit_exp_nonpositive.py
+    p = hn::MulAdd(p, r, hn::Set(d, 0.008368715643882751f));
+    p = hn::MulAdd(p, r, hn::Set(d, 0.04166838899254799f));
+    p = hn::MulAdd(p, r, hn::Set(d, 0.1666652113199234f));
+    p = hn::MulAdd(p, r, hn::Set(d, 0.4999999403953552f));
     p = hn::MulAdd(p, r, hn::Set(d, 1.0f));
     p = hn::MulAdd(p, r, hn::Set(d, 1.0f));
     const V scale = hn::BitCast(d, hn::ShiftLeft<23>(hn::Add(hn::ConvertTo(di, n), hn::Set(di, 127))));

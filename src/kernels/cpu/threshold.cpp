@@ -23,9 +23,8 @@ namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
 namespace {
-#include "kernels/cpu/exp_nonpositive-inl.h"  // exp_nonpositive
-#include "kernels/cpu/float_vector-inl.h"     // load_vector, store_vector
-#include "kernels/cpu/functors-inl.h"         // vec::erf_for_gelu
+#include "kernels/cpu/float_vector-inl.h"  // load_vector, store_vector
+#include "kernels/cpu/functors-inl.h"      // vec::erf_for_gelu, exp_nonpositive
 }  // namespace
 
 // float16 and bfloat16 are computed in float32 vectors (float_vector-inl.h) and rounded once.
