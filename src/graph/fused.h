@@ -70,6 +70,11 @@
 // threads, `ember bench`, three alternated rounds). A row reduction in a strip calls its row
 // function (simd::reduce_row_fn) row by row instead of the kernel over the strip: the same bits,
 // without the kernel's layout and task set-up per strip (38.6-39.3 against 39.8-40.4 us).
+// Tried and not kept: a chain begun by any unary op through its row function, four vectors at a
+// time (SiLU's result straight into silu_add's + y): silu_add_f32_16M_compiled 1.05x the time (6
+// alternated rounds), as its strips of 128 elements already keep that value in L1 and the row runs
+// at a plain add's speed (add_f32_4096, 7.2-9.0 ms beside its 7.1-10.6 ms on a busy host; 5.56
+// against 5.79 ms in the quiet baseline run).
 //
 // A row sum of the chain's last result ends the chain: the chain's blocks of four vectors are the
 // steps of the vector sum's four accumulators, so the sum takes the values from registers in the

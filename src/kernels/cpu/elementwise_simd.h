@@ -32,12 +32,14 @@ BinaryRowFn binary_row_fn(OpKind op, DType dtype);
 // a contiguous row (or one broadcast value when other_scalar, or the value itself when other is
 // nullptr), the value being the op's first operand when value_first. Where `store` is set, the
 // step's result is also written to that contiguous row, before any later step reads its `other`.
+// Trivial, so that declaring a caller's array of kMaxChain steps costs nothing (their default
+// initialization was most of run_chain's time, per row): set every field.
 struct ChainStep {
-  OpKind op = OpKind::kAdd;
-  const void* other = nullptr;
-  bool other_scalar = false;
-  bool value_first = true;
-  void* store = nullptr;
+  OpKind op;
+  const void* other;
+  bool other_scalar;
+  bool value_first;
+  void* store;
 };
 // out[i] = steps[count - 1](... steps[0](in[i])) for contiguous out and in, float32 or float64, in
 // registers: each element gets the bits the steps' row functions give it one after another (the
