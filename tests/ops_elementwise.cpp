@@ -258,6 +258,30 @@ std::vector<Entry> unary_entries() {
                         ember::gelu(ember::tensor<float>({std::nanf("")})).to_vector<float>();
                     EXPECT_TRUE(std::isnan(nan[0]));
                   }},
+                 // float32 GELU's tanh form (Note [GELU's tanh form]) against x sigmoid(2u) in float64
+                 // over [-12, 12]: within 2.5e-7 max(1, |2u|) relative (float32's rounding of 2u, which
+                 // e^(2u) multiplies by |2u|) where the result is above 1e-30; -0 below x = -10.1.
+                 {"gelu_tanh_against_libm",
+                  [] {
+                    std::vector<float> xs;
+                    for (int i = 0; i <= 400000; ++i) xs.push_back(static_cast<float>(-12.0 + i * 6e-5));
+                    const std::vector<float> got = ember::gelu(ember::from_vector(xs), "tanh").to_vector<float>();
+                    for (size_t i = 0; i < xs.size(); ++i) {
+                      const double x = xs[i], u2 = 1.5957691216057307 * (x + 0.044715 * x * x * x);
+                      const double want = x / (1.0 + std::exp(-u2));
+                      if (std::abs(want) >= 1e-30) {
+                        EXPECT_LE(std::abs(got[i] - want), 2.5e-7 * std::max(1.0, std::abs(u2)) * std::abs(want)) << x;
+                      } else {
+                        EXPECT_LE(std::abs(got[i]), 1e-30) << x;
+                      }
+                      if (x <= -10.1) {
+                        EXPECT_TRUE(got[i] == 0.0F && std::signbit(got[i])) << x;
+                      }
+                    }
+                    const std::vector<float> nan =
+                        ember::gelu(ember::tensor<float>({std::nanf("")}), "tanh").to_vector<float>();
+                    EXPECT_TRUE(std::isnan(nan[0]));
+                  }},
                  {"gelu_grad_float32",
                   [] {
                     const Tensor x = ember::linspace(-10.0, 10.0, 40001);

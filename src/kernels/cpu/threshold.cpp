@@ -83,11 +83,13 @@ void gelu_backward_range(const T* grad, const T* x, T* result, int64_t begin, in
     const auto v2 = hn::Mul(v, v);
     hn::Vec<decltype(d)> slope;
     if (tanh_form) {
+      // Note [GELU's tanh form]: with s = sigmoid(2u) = (1 + t)/2, the slope is s + 2 x s (1 - s) du.
       const auto k = hn::Set(d, static_cast<float>(kSqrt2OverPi));
-      const auto t =
-          hn::Tanh(d, hn::Mul(k, hn::Mul(v, hn::MulAdd(hn::Set(d, static_cast<float>(kTanhCoefficient)), v2, one))));
+      const auto s = vec::sigmoid<false>(
+          d, hn::Mul(hn::Set(d, static_cast<float>(2 * kSqrt2OverPi)),
+                     hn::Mul(v, hn::MulAdd(hn::Set(d, static_cast<float>(kTanhCoefficient)), v2, one))));
       const auto du = hn::Mul(k, hn::MulAdd(hn::Set(d, static_cast<float>(3 * kTanhCoefficient)), v2, one));
-      slope = hn::MulAdd(hn::Mul(half, v), hn::Mul(hn::NegMulAdd(t, t, one), du), hn::Mul(half, hn::Add(one, t)));
+      slope = hn::MulAdd(hn::Mul(hn::Add(v, v), hn::Mul(s, hn::Sub(one, s))), du, s);
     } else {
       // Note [GELU's erf]; the density's exponent is never positive.
       const auto cdf =
