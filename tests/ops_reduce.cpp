@@ -2,8 +2,10 @@
 // cases_reduce.py), float64 gradchecks on 2-D and 3-D, contiguous and transposed inputs (max and min
 // on distinct values, prod and norms away from zero), and gradients pinned against PyTorch
 // (grad.json) at ties, zeros and -inf. softmax and log_softmax list their fused backward primitives.
+#include <cmath>
 #include <limits>
 #include <string>
+#include <vector>
 
 #include "op_registry.h"
 
@@ -180,6 +182,33 @@ std::vector<Entry> reduce_entries() {
                               [](const Case& c) -> std::vector<Tensor> {
                                 return {ember::softmax(input(c), c.attrs.at("dim").get<int64_t>())};
                               })},
+            // float32 softmax (exp_nonpositive_with_subnormals, Note [attention exp]) against float64
+            // over rows whose x - max spans [-110, 0], long rows and short ones (kShortRow): within 5e-7
+            // relative (the sum rounds too) and 2 least subnormals, so results below float's normal
+            // range are kept (to e^-104), not flushed to 0.
+            .checks = {{"softmax_against_libm",
+                        [] {
+                          for (const int64_t n : {int64_t{1001}, int64_t{11}}) {
+                            const int64_t rows = 4000 / n + 1;
+                            std::vector<float> xs(static_cast<size_t>(rows * n));
+                            for (size_t i = 0; i < xs.size(); ++i) {
+                              xs[i] = static_cast<float>(i % static_cast<size_t>(n) == 0 ? 0.0
+                                                                                           : -110.0 * ((i * 7919) % 4001) / 4000.0);
+                            }
+                            const std::vector<float> got =
+                                ember::softmax(ember::from_vector(xs, ember::Shape{rows, n}), -1).to_vector<float>();
+                            for (int64_t r = 0; r < rows; ++r) {
+                              double sum = 0;
+                              for (int64_t j = 0; j < n; ++j) sum += std::exp(double{xs[static_cast<size_t>(r * n + j)]});
+                              for (int64_t j = 0; j < n; ++j) {
+                                const size_t i = static_cast<size_t>(r * n + j);
+                                const double want = std::exp(double{xs[i]}) / sum;
+                                EXPECT_LE(std::abs(got[i] - want), 5e-7 * want + 2 * std::numeric_limits<float>::denorm_min())
+                                    << xs[i] << " in a row of " << n;
+                              }
+                            }
+                          }
+                        }}},
             .gradchecks = {reduction_gradcheck("softmax", [](const Tensor& x) { return ember::softmax(x, -1); }),
                            reduction_gradcheck("softmax_dim0", [](const Tensor& x) { return ember::softmax(x, 0); })},
             .pinned = {{"softmax", [](const std::vector<Tensor>& x,

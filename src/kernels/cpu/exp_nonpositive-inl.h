@@ -37,3 +37,16 @@ HWY_INLINE V exp_nonpositive(D d, V x) {
     return hn::Exp(d, x);
   }
 }
+
+// exp_nonpositive where e^x is a normal float, and Highway's Exp in the lanes where it is a subnormal
+// (x in [-104, -87.3)), lane by lane: for every x <= 0 (-inf included) the values Highway's Exp covers
+// (0 below -104), at exp_nonpositive's cost wherever no lane is subnormal. double: Highway's Exp.
+template <class D, class V = hn::Vec<D>>
+HWY_INLINE V exp_nonpositive_with_subnormals(D d, V x) {
+  V e = exp_nonpositive(d, x);
+  if constexpr (std::is_same_v<hn::TFromD<D>, float>) {
+    const auto subnormal = hn::And(hn::Lt(x, hn::Set(d, -87.3f)), hn::Ge(x, hn::Set(d, -104.0f)));
+    if (!hn::AllFalse(d, subnormal)) e = hn::IfThenElse(subnormal, hn::Exp(d, x), e);
+  }
+  return e;
+}

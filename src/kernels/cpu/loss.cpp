@@ -86,6 +86,7 @@ namespace ember::cpu {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 namespace {
+#include "kernels/cpu/exp_nonpositive-inl.h"  // exp_nonpositive_with_subnormals
 
 // Row max, row sum (for label smoothing) and whether a nan was seen, over n contiguous scores.
 template <class T>
@@ -124,7 +125,7 @@ T row_max_and_sum(const T* x, int64_t n, T* total, bool* has_nan) {
   return m;
 }
 
-// sum(exp(x[i] - m)) for a row whose x - m lies in [-inf, 0] (finite m, no nan).
+// sum(exp(x[i] - m)) for a row whose x - m lies in [-inf, 0] (finite m, no nan): Note [attention exp].
 template <class T>
 T sum_exp_shifted(const T* x, int64_t n, T m) {
   const hn::ScalableTag<T> d;
@@ -134,10 +135,11 @@ T sum_exp_shifted(const T* x, int64_t n, T m) {
   V s0 = hn::Zero(d), s1 = s0;
   int64_t i = 0;
   for (; i + 2 * lanes <= n; i += 2 * lanes) {
-    s0 = hn::Add(s0, hn::Exp(d, hn::Sub(hn::LoadU(d, x + i), vm)));
-    s1 = hn::Add(s1, hn::Exp(d, hn::Sub(hn::LoadU(d, x + i + lanes), vm)));
+    s0 = hn::Add(s0, exp_nonpositive_with_subnormals(d, hn::Sub(hn::LoadU(d, x + i), vm)));
+    s1 = hn::Add(s1, exp_nonpositive_with_subnormals(d, hn::Sub(hn::LoadU(d, x + i + lanes), vm)));
   }
-  for (; i + lanes <= n; i += lanes) s0 = hn::Add(s0, hn::Exp(d, hn::Sub(hn::LoadU(d, x + i), vm)));
+  for (; i + lanes <= n; i += lanes)
+    s0 = hn::Add(s0, exp_nonpositive_with_subnormals(d, hn::Sub(hn::LoadU(d, x + i), vm)));
   T s = hn::GetLane(hn::SumOfLanes(d, hn::Add(s0, s1)));
   for (; i < n; ++i) s += std::exp(x[i] - m);
   return s;
@@ -191,7 +193,7 @@ void ce_backward_rows(const ClassLossArgs& a, const T* x, const T* lse, const T*
     const auto vs = hn::Set(d, s), vl = hn::Set(d, log_sum), voff = hn::Set(d, s * off_target);
     int64_t i = 0;
     for (; i + lanes <= n; i += lanes) {
-      const auto e = hn::Exp(d, hn::Sub(hn::LoadU(d, row + i), vl));
+      const auto e = exp_nonpositive_with_subnormals(d, hn::Sub(hn::LoadU(d, row + i), vl));
       hn::StoreU(hn::MulSub(vs, e, voff), d, out + i);
     }
     for (; i < n; ++i) out[i] = s * std::exp(row[i] - log_sum) - s * off_target;

@@ -28,7 +28,7 @@ namespace hn = hwy::HWY_NAMESPACE;
 namespace {
 
 #include "kernels/cpu/float_vector-inl.h"  // kHalfType, kVectorLoad, load_vector, store_vector
-#include "kernels/cpu/functors-inl.h"      // vec::exp
+#include "kernels/cpu/functors-inl.h"      // vec::exp, exp_nonpositive_with_subnormals
 
 // Columns per vertical tile, and elements below which a softmax stays on one thread.
 constexpr int64_t kSoftmaxTile = 256;
@@ -37,8 +37,9 @@ constexpr int64_t kSoftmaxGrain = 8192;
 // Note [softmax special rows]
 // PyTorch's softmax of a row that holds a nan, or whose max is not finite (+inf, or every element
 // -inf), is nan everywhere: x - max or the sum turns nan. The last-dim kernels find such rows in
-// their max pass and fill them with nan; every other row has x - max in [-inf, 0], where Highway's
-// Exp is exact to 1 ulp without the overflow and nan patches of vec::exp (which maps nan to 0).
+// their max pass and fill them with nan; every other row has x - max in [-inf, 0], which
+// exp_nonpositive_with_subnormals takes (Note [attention exp]; within 0.88 ulp, and Highway's Exp
+// where the result is subnormal) without the overflow and nan patches of vec::exp.
 
 // Rows at most this long are vectorized across rows (one lane per row) instead of along them.
 constexpr int64_t kShortRow = 16;
@@ -100,8 +101,8 @@ compute_t<T> sum_exp(const T* x, int64_t n, compute_t<T> m, T* y) {
     const V vm = hn::Set(d, m);
     V s0 = hn::Zero(d), s1 = s0;
     for (; i + 2 * lanes <= n; i += 2 * lanes) {
-      const V e0 = hn::Exp(d, hn::Sub(load_vector(d, x + i), vm));
-      const V e1 = hn::Exp(d, hn::Sub(load_vector(d, x + i + lanes), vm));
+      const V e0 = exp_nonpositive_with_subnormals(d, hn::Sub(load_vector(d, x + i), vm));
+      const V e1 = exp_nonpositive_with_subnormals(d, hn::Sub(load_vector(d, x + i + lanes), vm));
       if constexpr (kStore) {
         store_vector(d, e0, y + i);
         store_vector(d, e1, y + i + lanes);
@@ -110,7 +111,7 @@ compute_t<T> sum_exp(const T* x, int64_t n, compute_t<T> m, T* y) {
       s1 = hn::Add(s1, e1);
     }
     for (; i + lanes <= n; i += lanes) {
-      const V e0 = hn::Exp(d, hn::Sub(load_vector(d, x + i), vm));
+      const V e0 = exp_nonpositive_with_subnormals(d, hn::Sub(load_vector(d, x + i), vm));
       if constexpr (kStore) store_vector(d, e0, y + i);
       s0 = hn::Add(s0, e0);
     }
@@ -178,7 +179,7 @@ void softmax_row(T* y, const T* x, int64_t n) {
       } else if constexpr (kStoreExp) {
         hn::StoreU(hn::Mul(hn::LoadU(d, y + i), vf), d, y + i);
       } else {
-        store_vector(d, hn::Mul(hn::Exp(d, hn::Sub(load_vector(d, x + i), vm)), vf), y + i);
+        store_vector(d, hn::Mul(exp_nonpositive_with_subnormals(d, hn::Sub(load_vector(d, x + i), vm)), vf), y + i);
       }
     }
   }
@@ -216,7 +217,7 @@ bool softmax_short_rows(C* y, const C* x, int64_t n) {
   if (!hn::AllFalse(d, bad) || !hn::AllTrue(d, hn::IsFinite(m))) return false;
   V s = hn::Zero(d);
   for (int64_t k = 0; k < n; ++k) {
-    const V e = hn::Exp(d, hn::Sub(hn::Load(d, buffer + k * lanes), m));
+    const V e = exp_nonpositive_with_subnormals(d, hn::Sub(hn::Load(d, buffer + k * lanes), m));
     if constexpr (!kLog) hn::Store(e, d, buffer + k * lanes);
     s = hn::Add(s, e);
   }
