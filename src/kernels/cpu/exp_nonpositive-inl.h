@@ -1,6 +1,7 @@
 // exp of x <= 0 in float vectors (Note [attention exp]), shared by attention's softmax
-// (attention.cpp), GELU's gradient (threshold.cpp) and sigmoid (functors-inl.h). Included inside each Highway target's
-// namespace, after `hn` is defined; no include guard on purpose (one copy per target).
+// (attention.cpp), GELU's gradient (threshold.cpp), sigmoid (functors-inl.h), softmax (softmax.cpp)
+// and cross-entropy (loss.cpp). Included inside each Highway target's namespace, after `hn` is
+// defined; no include guard on purpose (one copy per target).
 
 // Note [attention exp]: every exp of the softmax takes x <= 0 (a score minus its row's max, an
 // old max minus a new one; -inf for a masked score). float: Cody-Waite reduction x = n ln2 + r,

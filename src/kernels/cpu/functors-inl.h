@@ -2,7 +2,7 @@
 // double rows; kVector says whether a vector form exists. Included
 // inside each Highway target's namespace by elementwise_simd.cpp; no include guard on purpose.
 
-#include "kernels/cpu/exp_nonpositive-inl.h"  // exp_nonpositive
+#include "kernels/cpu/exp_nonpositive-inl.h"  // exp_nonpositive, exp_nonpositive_with_subnormals
 
 namespace vec {
 
@@ -23,11 +23,10 @@ V exp(D d, V x) {
 // [sigmoid's exp]: in float, exp_nonpositive (attention's exp), and Highway's Exp in the lanes below
 // -87.3, where exp_nonpositive gives 0 and Highway's Exp goes on into the subnormals (to -104):
 // exp_nonpositive_with_subnormals. Each lane's choice is its own, so a value's bits do not depend
-// on its neighbours. As accurate as with
-// Highway's Exp (within 1.73e-7 relative over [-110, 110], against 1.81e-7), and on a Zen 4 core (16
-// lanes, 16K floats in L2, one thread, 4 alternated runs) sigmoid 8.5 -> 6.6 ns a vector, SiLU 9.0 ->
-// 7.0.
-// kSubnormals false: 0 where sigmoid is below float's normal range (GELU's tanh form).
+// on its neighbours. As accurate as with Highway's Exp (within 1.73e-7 relative over [-110, 110],
+// against 1.81e-7), and on a Zen 4 core (16 lanes, 16K floats in L2, one thread, 4 alternated runs)
+// sigmoid 8.5 -> 6.6 ns a vector, SiLU 9.0 -> 7.0. kSubnormals false: 0 where sigmoid is below
+// float's normal range (GELU's tanh form).
 template <bool kSubnormals = true, class D, class V>
 V sigmoid(D d, V x) {
   const V one = hn::Set(d, 1);
