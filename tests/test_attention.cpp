@@ -70,6 +70,8 @@ TEST(Attention, FlashMatchesCompositeAcrossTiles) {
   expect_flash_matches_composite({.q = {2, 3, 150, 40}, .k = {2, 3, 170, 40}, .v = {2, 3, 170, 24}});
   expect_flash_matches_composite({.q = {1, 2, 200, 32}, .k = {1, 2, 200, 32}, .v = {1, 2, 200, 32}, .causal = true});
   expect_flash_matches_composite({.q = {1, 2, 70, 16}, .k = {1, 2, 130, 16}, .v = {1, 2, 130, 16}, .causal = true});
+  // Features not a multiple of 8: the queries' register transpose leaves a remainder.
+  expect_flash_matches_composite({.q = {1, 2, 77, 20}, .k = {1, 2, 90, 20}, .v = {1, 2, 90, 12}});
   expect_flash_matches_composite(
       {.q = {2, 4, 65, 8}, .k = {2, 2, 129, 8}, .v = {2, 2, 129, 8}, .causal = true, .gqa = true});
 }

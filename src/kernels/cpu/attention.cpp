@@ -56,6 +56,7 @@ namespace hn = hwy::HWY_NAMESPACE;
 namespace {
 
 #include "kernels/cpu/exp_nonpositive-inl.h"  // exp_nonpositive, Note [attention exp]
+#include "kernels/cpu/transpose-inl.h"        // load_8_rows_transposed, store_8_rows
 
 constexpr int64_t kBlockQ = 64;  // query rows per tile
 constexpr int64_t kBlockK = 64;  // keys per tile
@@ -253,7 +254,31 @@ struct Attention {
   void load_queries_transposed(int64_t b, int64_t h, int64_t i0, int64_t rows, int64_t padded, T* qt) const {
     const int64_t e = p.features;
     const T scale = static_cast<T>(p.scale);
-    for (int64_t r = 0; r < rows; ++r) {
+    int64_t r = 0;
+#if HWY_TARGET != HWY_SCALAR
+    // Blocks of 8 queries x 8 features through a register transpose (floats in 256-bit vectors).
+    if constexpr (sizeof(T) == 4) {
+      const hn::CappedTag<T, 8> d;
+      if constexpr (hn::MaxLanes(d) == 8) {
+        const int64_t ld = p.q_strides[2];
+        const auto vs = hn::Set(d, scale);
+        for (; r + 8 <= rows; r += 8) {
+          const T* src = q_row(b, h, i0 + r);
+          int64_t c = 0;
+          for (; c + 8 <= e; c += 8) {
+            hn::Vec<decltype(d)> v0, v1, v2, v3, v4, v5, v6, v7;
+            load_8_rows_transposed(d, src + c, ld, v0, v1, v2, v3, v4, v5, v6, v7);
+            store_8_rows(d, qt + c * kBlockQ + r, kBlockQ, hn::Mul(vs, v0), hn::Mul(vs, v1), hn::Mul(vs, v2),
+                         hn::Mul(vs, v3), hn::Mul(vs, v4), hn::Mul(vs, v5), hn::Mul(vs, v6), hn::Mul(vs, v7));
+          }
+          for (int64_t i = 0; i < 8; ++i) {
+            for (int64_t x = c; x < e; ++x) qt[x * kBlockQ + r + i] = scale * src[i * ld + x];
+          }
+        }
+      }
+    }
+#endif
+    for (; r < rows; ++r) {
       const T* src = q_row(b, h, i0 + r);
       for (int64_t c = 0; c < e; ++c) qt[c * kBlockQ + r] = scale * src[c];
     }
