@@ -582,11 +582,30 @@ std::vector<Entry> scan_entries() {
       EXPECT_TRUE(golden::all_close(y, scanned.select(2, t), {1e-5, 1e-6})) << "step " << t;
     }
   };
+  // Growing states (delta A > 0, which Mamba never feeds) take e^x for x > 0 lane by lane: float32
+  // gives float64's values, lanes of e^30 and e^50 included, and the infinities of a lane of e^100,
+  // beside lanes of decay in the same vectors.
+  const auto growing_states = [] {
+    ember::manual_seed(5);
+    const Tensor u = ember::randn({1, 2, 3}), delta = ember::ones({1, 2, 3});
+    delta.select(2, 0).fill_(0.5);  // e^50 at the first step, whose state before is 0 (e^100 * 0 is NaN)
+    Tensor a = -ember::rand({2, 20}) - 0.1;
+    a.select(0, 0).select(0, 5).fill_(100.0);
+    a.select(0, 1).select(0, 9).fill_(30.0);
+    const Tensor b = ember::randn({1, 20, 3}), c = ember::randn({1, 20, 3});
+    const Tensor y = ember::selective_scan(u, delta, a, b, c);
+    const auto f64 = [](const Tensor& x) { return x.to(ember::kFloat64); };
+    const Tensor expected = ember::selective_scan(f64(u), f64(delta), f64(a), f64(b), f64(c)).to(ember::kFloat32);
+    EXPECT_TRUE(std::isinf(expected.select(1, 0).select(1, 2).item<float>()));  // e^100 times a state overflows
+    EXPECT_TRUE(golden::all_close(y, expected, {1e-5, 1e-6}));
+  };
   return {Entry{
       .name = "selective_scan",
       .ops = {OpKind::kSelectiveScan, OpKind::kSelectiveScanGrad},
       .golden = {{"", "scan", "selective_scan", scan_case, tolerance}},
-      .checks = {{"selective_scan_chunks_agree", chunks_agree}, {"selective_scan_step_by_step", steps_agree}},
+      .checks = {{"selective_scan_chunks_agree", chunks_agree},
+                 {"selective_scan_step_by_step", steps_agree},
+                 {"selective_scan_growing_states", growing_states}},
       .gradchecks = {
           both_layouts_gradcheck("selective_scan", {2, 3, 5},
                                  {in({2, 3, 5}, kUnit), in({3, 4}, kUnit), in({2, 4, 5}, kUnit), in({2, 4, 5}, kUnit)},

@@ -83,3 +83,14 @@ HWY_INLINE V exp_nonpositive_with_subnormals(D d, V x) {
     return hn::Exp(d, x);
   }
 }
+
+// e^x for any x: exp_nonpositive_with_subnormals, and Highway's Exp in the lanes (if any) where
+// x > 0, lane by lane. For the selective scan's decay exp(delta A), whose argument is <= 0 whenever
+// delta >= 0 and A <= 0, as in Mamba (A = -exp(A_log), delta from a softplus).
+template <class D, class V = hn::Vec<D>>
+HWY_INLINE V exp_mostly_nonpositive(D d, V x) {
+  V e = exp_nonpositive_with_subnormals(d, x);
+  const auto positive = hn::Gt(x, hn::Zero(d));
+  if (!hn::AllFalse(d, positive)) e = hn::IfThenElse(positive, hn::Exp(d, x), e);
+  return e;
+}

@@ -15,6 +15,9 @@
 // dA, dB and dC sum over rows: the backward's tasks are fixed blocks of channels (so the sums do
 // not depend on the thread count), each summing its rows' dA directly and its dB and dC into a
 // buffer of its own, added up in block order at the end.
+// The decay exp(delta_t A) takes attention's exp of x <= 0 (Note [attention exp]; Highway's Exp only
+// in lanes where delta_t A > 0, which Mamba never feeds): selective_scan_f32 and its backward 0.89x
+// the time (8 alternated rounds, one Zen 4 core).
 // clang-format off
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/cpu/scan.cpp"
@@ -36,6 +39,8 @@ namespace ember::cpu {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
+#include "kernels/cpu/exp_nonpositive-inl.h"  // exp_mostly_nonpositive, Note [attention exp]
+
 // Forward of one row: y (length), states (chunks x state: the state before each chunk).
 template <class T>
 void scan_row_forward(const ScanRow<T>& r, T* y, T* states, T* h) {
@@ -50,7 +55,7 @@ void scan_row_forward(const ScanRow<T>& r, T* y, T* states, T* h) {
       const auto a = hn::LoadU(d, r.a + o);
       const auto b = hn::LoadU(d, r.b + t * r.state + o);
       const auto c = hn::LoadU(d, r.c + t * r.state + o);
-      const auto hv = hn::MulAdd(hn::Exp(d, hn::Mul(dt, a)), hn::LoadU(d, h + o), hn::Mul(dtu, b));
+      const auto hv = hn::MulAdd(exp_mostly_nonpositive(d, hn::Mul(dt, a)), hn::LoadU(d, h + o), hn::Mul(dtu, b));
       hn::StoreU(hv, d, h + o);
       acc = hn::MulAdd(hv, c, acc);
     }
@@ -81,7 +86,7 @@ void scan_row_backward(const ScanRow<T>& r, const T* states, const T* dy, T* du,
       for (int64_t o = 0; o < n; o += lanes) {
         const auto a = hn::LoadU(d, r.a + o);
         const auto b = hn::LoadU(d, r.b + t * r.state + o);
-        hn::StoreU(hn::MulAdd(hn::Exp(d, hn::Mul(dt, a)), hn::LoadU(d, prev + o), hn::Mul(dtu, b)), d,
+        hn::StoreU(hn::MulAdd(exp_mostly_nonpositive(d, hn::Mul(dt, a)), hn::LoadU(d, prev + o), hn::Mul(dtu, b)), d,
                    hs + (t - first) * n + o);
       }
     }
@@ -95,7 +100,7 @@ void scan_row_backward(const ScanRow<T>& r, const T* states, const T* dy, T* du,
         const auto a = hn::LoadU(d, r.a + o);
         const auto b = hn::LoadU(d, r.b + t * r.state + o);
         const auto c = hn::LoadU(d, r.c + t * r.state + o);
-        const auto decay = hn::Exp(d, hn::Mul(dt, a));
+        const auto decay = exp_mostly_nonpositive(d, hn::Mul(dt, a));
         const auto gt = hn::MulAdd(vdy, c, hn::LoadU(d, g + o));
         T* dc = dc_sum + t * r.state + o;
         T* db = db_sum + t * r.state + o;
