@@ -19,10 +19,12 @@
 // and 157.7-158.0 ms; the polynomial by Estrin's scheme (a chain of 16 cycles instead of 24) 46.5-46.7
 // and 157.3-157.8 ms. Products are 82% of this forward's time (`perf`), at 95% of the FMA peak.
 // With AVX-512, p 2^n is one vscalefps instead of ConvertTo, an add, a shift and a multiply: exact
-// where the result is normal (the same bits as the product with 2^n's exponent bits), and rounded
-// once where it is subnormal, so exp_nonpositive_with_subnormals takes it there too (from x clamped
-// at -104) instead of Highway's Exp. Over 16K floats in L1 on one Zen 4 core: exp_nonpositive 5.3 ->
-// 4.4 ns a 16-lane vector, the subnormal form 5.6 -> 4.2; sigmoid 6.2-6.7 -> 4.8-5.0.
+// where the result is normal (the same bits as the product with 2^n's exponent bits), rounded once
+// where it is subnormal, inf where it overflows. So exp_avx512 serves every x: the subnormal form
+// (instead of Highway's Exp there), the selective scan's decay and the exp op (vec::exp, instead of
+// Highway's Exp with its overflow and NaN patches). Over 16K floats in L1 on one Zen 4 core:
+// exp_nonpositive 5.3 -> 4.4 ns a 16-lane vector, the subnormal form 5.6 -> 4.2, vec::exp 7.4-8.5 ->
+// 3.8; sigmoid 6.2-6.7 -> 4.8-5.0.
 
 // e^x = p 2^n with |r| <= ln2/2 reduced from x = n ln2 + r (float): returns p, sets n.
 template <class D, class V = hn::Vec<D>>
@@ -58,6 +60,21 @@ HWY_INLINE V exp_nonpositive(D d, V x) {
   }
 }
 
+#if HWY_TARGET <= HWY_AVX3
+// e^x in 16 float lanes with AVX-512: x clamped at -104 (-inf too: p 2^n rounds to 0 there) and, with
+// kAnySign, at 89 (+inf too: p 2^n overflows to inf, as for every x past 88.72); maxps and minps
+// return their second operand, x, when either is NaN, so NaN stays NaN. vscalefps rounds p 2^n once
+// into the subnormals (within one least subnormal of e^x).
+template <bool kAnySign, class D, class V = hn::Vec<D>>
+HWY_INLINE V exp_avx512(D d, V x) {
+  __m512 clamped = _mm512_max_ps(_mm512_set1_ps(-104.0f), x.raw);
+  if constexpr (kAnySign) clamped = _mm512_min_ps(_mm512_set1_ps(89.0f), clamped);
+  V n;
+  const V p = exp_mantissa(d, V{clamped}, n);
+  return V{_mm512_scalef_ps(p.raw, n.raw)};
+}
+#endif
+
 // exp_nonpositive where e^x is a normal float, and in the lanes where it is a subnormal (x in
 // [-104, -87.3)) Highway's Exp, lane by lane, or with AVX-512 p 2^n rounded once into the subnormals
 // (within one least subnormal of e^x): for every x <= 0 (-inf included) the values Highway's Exp
@@ -66,14 +83,7 @@ template <class D, class V = hn::Vec<D>>
 HWY_INLINE V exp_nonpositive_with_subnormals(D d, V x) {
   if constexpr (std::is_same_v<hn::TFromD<D>, float>) {
 #if HWY_TARGET <= HWY_AVX3
-    if constexpr (hn::MaxLanes(d) == 16) {
-      // x below -104 (-inf too) taken as -104, whose p 2^n rounds to 0; maxps returns its second
-      // operand, x, when either is NaN, so NaN stays NaN.
-      const V clamped{_mm512_max_ps(_mm512_set1_ps(-104.0f), x.raw)};
-      V n;
-      const V p = exp_mantissa(d, clamped, n);
-      return V{_mm512_scalef_ps(p.raw, n.raw)};
-    }
+    if constexpr (hn::MaxLanes(d) == 16) return exp_avx512<false>(d, x);
 #endif
     V e = exp_nonpositive(d, x);
     const auto subnormal = hn::And(hn::Lt(x, hn::Set(d, -87.3f)), hn::Ge(x, hn::Set(d, -104.0f)));
@@ -85,10 +95,13 @@ HWY_INLINE V exp_nonpositive_with_subnormals(D d, V x) {
 }
 
 // e^x for any x: exp_nonpositive_with_subnormals, and Highway's Exp in the lanes (if any) where
-// x > 0, lane by lane. For the selective scan's decay exp(delta A), whose argument is <= 0 whenever
-// delta >= 0 and A <= 0, as in Mamba (A = -exp(A_log), delta from a softplus).
+// x > 0, lane by lane (with AVX-512, exp_avx512 in every lane). For the selective scan's decay exp(delta A), whose
+// argument is <= 0 whenever delta >= 0 and A <= 0, as in Mamba (A = -exp(A_log), delta from a softplus).
 template <class D, class V = hn::Vec<D>>
 HWY_INLINE V exp_mostly_nonpositive(D d, V x) {
+#if HWY_TARGET <= HWY_AVX3
+  if constexpr (std::is_same_v<hn::TFromD<D>, float> && hn::MaxLanes(d) == 16) return exp_avx512<true>(d, x);
+#endif
   V e = exp_nonpositive_with_subnormals(d, x);
   const auto positive = hn::Gt(x, hn::Zero(d));
   if (!hn::AllFalse(d, positive)) e = hn::IfThenElse(positive, hn::Exp(d, x), e);

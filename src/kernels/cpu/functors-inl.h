@@ -2,7 +2,7 @@
 // double rows; kVector says whether a vector form exists. Included
 // inside each Highway target's namespace by elementwise_simd.cpp; no include guard on purpose.
 
-#include "kernels/cpu/exp_nonpositive-inl.h"  // exp_nonpositive, exp_nonpositive_with_subnormals
+#include "kernels/cpu/exp_nonpositive-inl.h"  // exp_nonpositive(_with_subnormals), exp_avx512
 
 namespace vec {
 
@@ -14,6 +14,11 @@ hn::Vec<D> overflow_point(D d) {
 }
 template <class D, class V>
 V exp(D d, V x) {
+#if HWY_TARGET <= HWY_AVX3
+  if constexpr (std::is_same_v<hn::TFromD<D>, float> && hn::MaxLanes(d) == 16) {
+    return exp_avx512<true>(d, x);  // Note [attention exp]
+  }
+#endif
   const V limit = overflow_point(d);
   const V r = hn::Exp(d, hn::Min(x, limit));
   const V inf = hn::Set(d, std::numeric_limits<hn::TFromD<D>>::infinity());
@@ -22,11 +27,12 @@ V exp(D d, V x) {
 // exp(-|x|) based sigmoid: the argument of Exp is never positive, so it cannot overflow. Note
 // [sigmoid's exp]: in float, exp_nonpositive (attention's exp), and Highway's Exp in the lanes below
 // -87.3, where exp_nonpositive gives 0 and Highway's Exp goes on into the subnormals (to -104):
-// exp_nonpositive_with_subnormals. Each lane's choice is its own, so a value's bits do not depend
-// on its neighbours. As accurate as with Highway's Exp (within 1.73e-7 relative over [-110, 110],
-// against 1.81e-7), and on a Zen 4 core (16 lanes, 16K floats in L2, one thread, 4 alternated runs)
-// sigmoid 8.5 -> 6.6 ns a vector, SiLU 9.0 -> 7.0. kSubnormals false: 0 where sigmoid is below
-// float's normal range (GELU's tanh form).
+// exp_nonpositive_with_subnormals (with AVX-512, p 2^n rounded into the subnormals instead). Each
+// lane's choice is its own, so a value's bits do not depend on its neighbours. As accurate as with
+// Highway's Exp (within 1.73e-7 relative over [-110, 110], against 1.81e-7), and on a Zen 4 core (16
+// lanes, 16K floats in L2, one thread, 4 alternated runs) sigmoid 8.5 -> 6.6 ns a vector, SiLU 9.0 ->
+// 7.0 (then 4.8-5.0 and 5.2-5.4 with vscalefps, Note [attention exp]). kSubnormals false: 0 where
+// sigmoid is below float's normal range (GELU's tanh form).
 template <bool kSubnormals = true, class D, class V>
 V sigmoid(D d, V x) {
   const V one = hn::Set(d, 1);
