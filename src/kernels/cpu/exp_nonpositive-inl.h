@@ -95,15 +95,20 @@ HWY_INLINE V exp_nonpositive_with_subnormals(D d, V x) {
 }
 
 // e^x for any x: exp_nonpositive_with_subnormals, and Highway's Exp in the lanes (if any) where
-// x > 0, lane by lane (with AVX-512, exp_avx512 in every lane). For the selective scan's decay exp(delta A), whose
-// argument is <= 0 whenever delta >= 0 and A <= 0, as in Mamba (A = -exp(A_log), delta from a softplus).
+// x > 0, lane by lane (with AVX-512, exp_avx512 in every lane). For the selective scan's decay
+// exp(delta A), whose argument is <= 0 whenever delta >= 0 and A <= 0, as in Mamba (A = -exp(A_log),
+// delta from a softplus). double: Highway's Exp.
 template <class D, class V = hn::Vec<D>>
 HWY_INLINE V exp_mostly_nonpositive(D d, V x) {
+  if constexpr (!std::is_same_v<hn::TFromD<D>, float>) {
+    return hn::Exp(d, x);
+  } else {
 #if HWY_TARGET <= HWY_AVX3
-  if constexpr (std::is_same_v<hn::TFromD<D>, float> && hn::MaxLanes(d) == 16) return exp_avx512<true>(d, x);
+    if constexpr (hn::MaxLanes(d) == 16) return exp_avx512<true>(d, x);
 #endif
-  V e = exp_nonpositive_with_subnormals(d, x);
-  const auto positive = hn::Gt(x, hn::Zero(d));
-  if (!hn::AllFalse(d, positive)) e = hn::IfThenElse(positive, hn::Exp(d, x), e);
-  return e;
+    V e = exp_nonpositive_with_subnormals(d, x);
+    const auto positive = hn::Gt(x, hn::Zero(d));
+    if (!hn::AllFalse(d, positive)) e = hn::IfThenElse(positive, hn::Exp(d, x), e);
+    return e;
+  }
 }
